@@ -1,0 +1,5 @@
+"""``python -m pisub``."""
+
+from pisub.cli import main
+
+main()

@@ -1,0 +1,138 @@
+"""Agent definitions: Markdown files with a YAML frontmatter header.
+
+User scope is ``<home>/agents/*.md``; project scope is ``.pisub/agents/*.md`` in the
+working directory or its git root. On a name clash the project wins.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pisub.errors import InvalidInput, PisubError, UnknownAgent
+from pisub.protocol.agent import AgentFrontmatter
+from pisub.protocol.codec import convert
+from pisub.protocol.manifest import AgentSpec
+
+Scope = Literal["user", "project"]
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+MAX_AGENT_FILE = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Agent:
+    """One agent definition and where it came from."""
+
+    frontmatter: AgentFrontmatter
+    system_prompt: str
+    path: Path
+    scope: Scope
+
+    @property
+    def name(self) -> str:
+        return self.frontmatter.name
+
+    def spec(self) -> AgentSpec:
+        """The snapshot of this agent that goes into a run's manifest."""
+        fm = self.frontmatter
+        return AgentSpec(
+            name=fm.name,
+            description=fm.description,
+            runner=fm.runner,
+            command=fm.command,
+            args=list(fm.args),
+            system_prompt=self.system_prompt,
+            source=str(self.path),
+        )
+
+
+@dataclass
+class Catalog:
+    """Every agent found, and the files that could not be read (with why)."""
+
+    agents: dict[str, Agent] = field(default_factory=dict)
+    problems: dict[Path, str] = field(default_factory=dict)
+
+    def get(self, name: str) -> Agent:
+        """The agent called ``name``.
+
+        Raises:
+            UnknownAgent: listing the names that exist.
+        """
+        if name in self.agents:
+            return self.agents[name]
+        available = ", ".join(sorted(self.agents)) or "(none)"
+        raise UnknownAgent(f"Unknown agent: {name}. Available agents: {available}")
+
+
+def parse_agent(text: str, path: Path, scope: Scope = "user") -> Agent:
+    """Parse an agent file's text.
+
+    Raises:
+        InvalidInput: no frontmatter, bad YAML, unknown or mistyped keys, a bad name,
+            or an external-cli agent without ``command``.
+    """
+    import yaml
+
+    if not text.startswith("---"):
+        raise InvalidInput(f"{path}: no YAML frontmatter (the file must start with '---')")
+    parts = re.split(r"^---[ \t]*$", text, maxsplit=2, flags=re.MULTILINE)
+    if len(parts) < 3:
+        raise InvalidInput(f"{path}: the frontmatter has no closing '---' line")
+    try:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        data: Any = yaml.load(parts[1], Loader=loader)
+    except yaml.YAMLError as exc:
+        raise InvalidInput(f"{path}: frontmatter is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InvalidInput(f"{path}: frontmatter must be a mapping of keys to values")
+    try:
+        fm = convert(data, AgentFrontmatter, str(path))
+    except PisubError as exc:
+        raise InvalidInput(str(exc)) from exc
+    _check(fm, path)
+    return Agent(frontmatter=fm, system_prompt=parts[2].strip("\n"), path=path, scope=scope)
+
+
+def _check(fm: AgentFrontmatter, path: Path) -> None:
+    if not NAME_RE.fullmatch(fm.name):
+        raise InvalidInput(f"{path}: agent name {fm.name!r} must match {NAME_RE.pattern}")
+    if fm.runner == "external-cli" and not fm.command:
+        raise InvalidInput(f"{path}: an external-cli agent needs a 'command'")
+    for key in ("timeout", "idle_timeout"):
+        value = getattr(fm, key)
+        if value is not None and value <= 0:
+            raise InvalidInput(f"{path}: {key} must be a positive number of seconds")
+
+
+def project_agent_dirs(cwd: Path) -> list[Path]:
+    """``.pisub/agents`` of ``cwd`` and of its git root (cwd first), where they exist."""
+    dirs = [cwd / ".pisub" / "agents"]
+    for parent in [cwd, *cwd.parents]:
+        if (parent / ".git").exists():
+            if parent != cwd:
+                dirs.append(parent / ".pisub" / "agents")
+            break
+    return [d for d in dirs if d.is_dir()]
+
+
+def discover(user_dir: Path, cwd: Path) -> Catalog:
+    """Every agent visible from ``cwd``; project agents override user agents."""
+    catalog = Catalog()
+    scoped: list[tuple[Scope, Path]] = [("user", user_dir)]
+    # The git root comes before cwd so that the nearest project scope wins.
+    scoped += [("project", d) for d in reversed(project_agent_dirs(cwd))]
+    for scope, directory in scoped:
+        if not directory.is_dir():
+            continue
+        for path in sorted(directory.glob("*.md")):
+            try:
+                text = path.read_bytes()[:MAX_AGENT_FILE].decode("utf-8")
+                agent = parse_agent(text, path, scope)
+            except (OSError, UnicodeDecodeError, InvalidInput) as exc:
+                catalog.problems[path] = str(exc)
+                continue
+            catalog.agents[agent.name] = agent
+    return catalog

@@ -1,0 +1,150 @@
+"""Any command-line program as the child.
+
+argv is used as given, never through a shell. The prompt (the agent's system prompt,
+a blank line, then the task) is written to stdin, which is then closed. stdout goes
+to ``output-<N>.log`` and stderr to ``stderr-<N>.log``, each capped; the last 64 KiB
+of each are kept for the result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import selectors
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+from pisub.children.base import Child, ChildHooks, ChildOutcome
+from pisub.defaults import TAIL_BYTES
+from pisub.output import StreamSink
+from pisub.paths import RunPaths
+from pisub.protocol.manifest import Manifest
+
+READ_CHUNK = 64 * 1024
+
+
+def build_prompt(system_prompt: str, task: str) -> bytes:
+    """What an external CLI reads on stdin."""
+    text = f"{system_prompt.strip()}\n\n{task}" if system_prompt.strip() else task
+    return (text if text.endswith("\n") else text + "\n").encode("utf-8")
+
+
+class ExternalCliChild(Child):
+    """A one-shot command-line child: prompt on stdin, output on stdout."""
+
+    def __init__(
+        self, index: int, hooks: ChildHooks, manifest: Manifest, paths: RunPaths, env: Mapping[str, str]
+    ) -> None:
+        super().__init__(index, hooks)
+        self.manifest = manifest
+        self.env = dict(env)
+        cap = manifest.limits.output_cap
+        self.stdout = StreamSink(paths.output_log(index), cap, TAIL_BYTES)
+        self.stderr = StreamSink(paths.stderr_log(index), cap, TAIL_BYTES)
+        self._pending = memoryview(build_prompt(manifest.agent.system_prompt, manifest.task))
+        self._sel: selectors.BaseSelector | None = None
+
+    def start(self) -> None:
+        spec = self.manifest.agent
+        assert spec.command
+        self.proc = subprocess.Popen(
+            [spec.command, *spec.args],
+            cwd=self.manifest.cwd,
+            env=self.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+    def register(self, sel: selectors.BaseSelector) -> None:
+        super().register(sel)
+        assert self.proc and self.proc.stdout and self.proc.stderr and self.proc.stdin
+        self._sel = sel
+        sel.register(
+            self.proc.stdout, selectors.EVENT_READ, self._reader(self.proc.stdout.fileno(), self.stdout)
+        )
+        sel.register(
+            self.proc.stderr, selectors.EVENT_READ, self._reader(self.proc.stderr.fileno(), self.stderr)
+        )
+        self._open_streams = 2
+        stdin_fd = self.proc.stdin.fileno()
+        fcntl.fcntl(stdin_fd, fcntl.F_SETFL, fcntl.fcntl(stdin_fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+        sel.register(self.proc.stdin, selectors.EVENT_WRITE, self._on_stdin)
+
+    def _reader(self, fd: int, sink: StreamSink) -> object:
+        def on_ready(_mask: int) -> None:
+            try:
+                data = os.read(fd, READ_CHUNK)
+            except BlockingIOError:
+                return
+            if not data:
+                self._close_stream(fd)
+                return
+            newly = sink.feed(data)
+            if newly:
+                self.hooks.event("child.output_truncated", self.index, log=str(sink.path), cap=sink.cap)
+            self.hooks.output(self.index, len(data), sink.truncated)
+            self.hooks.activity(self.index)
+
+        return on_ready
+
+    def _close_stream(self, fd: int) -> None:
+        assert self._sel is not None
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.unregister(fd)
+        self._open_streams -= 1
+
+    def _on_stdin(self, _mask: int) -> None:
+        assert self.proc and self.proc.stdin
+        try:
+            written = os.write(self.proc.stdin.fileno(), self._pending[: 1 << 16])
+            self._pending = self._pending[written:]
+        except BlockingIOError:
+            return
+        except (BrokenPipeError, ConnectionResetError):
+            self._pending = memoryview(b"")
+        if not self._pending:
+            self._close_stdin()
+
+    def _close_stdin(self) -> None:
+        assert self.proc and self.proc.stdin and self._sel
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.unregister(self.proc.stdin)
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+
+    def close(self, sel: selectors.BaseSelector) -> None:
+        super().close(sel)
+        if self.proc:
+            for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+                if stream is not None:
+                    with contextlib.suppress(KeyError, ValueError):
+                        sel.unregister(stream)
+                    with contextlib.suppress(OSError):
+                        stream.close()
+        self.stdout.close()
+        self.stderr.close()
+
+    def outcome(self) -> ChildOutcome:
+        assert self.proc is not None and self.proc.returncode is not None
+        rc = self.proc.returncode
+        sig = -rc if rc < 0 else None
+        exit_code = 128 + sig if sig else rc
+        error = None
+        if rc != 0:
+            tail = self.stderr.tail_text().strip()
+            how = f"was killed by signal {sig}" if sig else f"exited with code {rc}"
+            error = f"External CLI {how}" + (f": {tail[-4000:]}" if tail else "")
+        return ChildOutcome(exit_code=exit_code, signal=sig, output=self.stdout.tail_text(), error=error)
+
+
+def child_env(base: Mapping[str, str], run_id: str, run_dir: Path) -> dict[str, str]:
+    """The caller's environment plus the run markers every child carries."""
+    env = dict(base)
+    env["PISUB_RUN_ID"] = run_id
+    env["PISUB_RUN_DIR"] = str(run_dir)
+    return env

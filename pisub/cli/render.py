@@ -1,0 +1,74 @@
+"""Human and JSON output of the CLI; all printing happens here."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable
+
+from pisub.protocol.codec import encode, parse_iso
+from pisub.protocol.result import Result
+from pisub.protocol.status import Status
+
+
+def out(text: str) -> None:
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def err(text: str) -> None:
+    sys.stderr.write(text if text.endswith("\n") else text + "\n")
+
+
+def json_line(obj: object) -> None:
+    """One JSON object on one line (the documented ``--json`` output)."""
+    sys.stdout.buffer.write(encode(obj) + b"\n")
+    sys.stdout.flush()
+
+
+def age(iso: str | None) -> str:
+    if not iso:
+        return "-"
+    secs = max(0.0, time.time() - parse_iso(iso))
+    if secs < 60:
+        return f"{secs:.0f}s ago"
+    if secs < 3600:
+        return f"{secs / 60:.0f}m ago"
+    if secs < 86400:
+        return f"{secs / 3600:.1f}h ago"
+    return f"{secs / 86400:.1f}d ago"
+
+
+def status_text(st: Status) -> str:
+    runner = f"runner pid {st.pid}" if st.pid else "no runner yet"
+    lines = [
+        f"run      {st.run_id}",
+        f"agent    {st.agent} ({st.runner})",
+        f"state    {st.state}  ({runner})",
+        f"started  {st.started_at}  ({age(st.started_at)})",
+    ]
+    if st.ended_at:
+        lines.append(f"ended    {st.ended_at}  ({age(st.ended_at)})")
+    for step in st.steps:
+        extra = f"exit {step.exit_code}" if step.exit_code is not None else f"pid {step.pid}"
+        trunc = ", log truncated" if step.output_truncated else ""
+        lines.append(
+            f"child {step.index}  {step.status}  {extra}  output {step.output_bytes} B{trunc}"
+            f"  last activity {age(step.last_activity_at)}"
+        )
+    if st.error:
+        lines.append(f"error    {st.error.code}: {st.error.message}")
+    return "\n".join(lines)
+
+
+def list_text(statuses: Iterable[Status]) -> str:
+    rows = [("RUN", "STATE", "AGENT", "STARTED", "ENDED")]
+    for st in statuses:
+        rows.append((st.run_id[:8], str(st.state), st.agent, age(st.started_at), age(st.ended_at)))
+    if len(rows) == 1:
+        return "no runs"
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def result_text(result: Result) -> str:
+    return "\n".join(block.text for block in result.content)

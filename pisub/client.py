@@ -1,0 +1,193 @@
+"""The typed Python API; the CLI is a thin skin over it.
+
+>>> run = pisub.launch("reviewer", "review the diff")      # doctest: +SKIP
+>>> run.wait(timeout=600).details.results[0].output          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from pisub import defaults
+from pisub.agents import Catalog, discover
+from pisub.errors import InvalidInput, LaunchFailed, WaitTimeout
+from pisub.paths import Home, RunPaths, open_home
+from pisub.protocol.codec import now_iso
+from pisub.protocol.manifest import Limits, Manifest
+from pisub.protocol.result import Result
+from pisub.protocol.status import RunState, Status
+from pisub.store import RunStore, load_manifest, load_result
+
+MAX_TASK_BYTES = 1024 * 1024
+
+
+def agents(*, home: Path | None = None, cwd: Path | None = None) -> Catalog:
+    """Every agent visible from ``cwd`` (user scope, then project scope)."""
+    h = open_home(home)
+    return discover(h.agents, Path(cwd or os.getcwd()).resolve())
+
+
+def launch(
+    agent: str,
+    task: str,
+    *,
+    cwd: str | Path | None = None,
+    timeout: float | None = None,
+    idle_timeout: float | None = None,
+    home: Path | None = None,
+) -> Run:
+    """Start a detached run of ``agent`` on ``task`` and return once its runner committed.
+
+    Raises:
+        InvalidInput: empty task, bad cwd or limits.
+        UnknownAgent: no such agent.
+        LaunchFailed: the command is missing or the runner could not start.
+        HomeUnusable: the pisub home is not usable.
+    """
+    if not task.strip():
+        raise InvalidInput("the task is empty")
+    if len(task.encode("utf-8")) > MAX_TASK_BYTES:
+        raise InvalidInput(f"the task is larger than {MAX_TASK_BYTES} bytes")
+    for name, value in (("timeout", timeout), ("idle timeout", idle_timeout)):
+        if value is not None and value <= 0:
+            raise InvalidInput(f"the {name} must be a positive number of seconds")
+    workdir = Path(cwd or os.getcwd()).resolve()
+    if not workdir.is_dir():
+        raise InvalidInput(f"working directory {workdir} does not exist")
+    h = open_home(home)
+    found = discover(h.agents, workdir).get(agent)
+    spec = found.spec()
+    _check_command(spec.command, workdir)
+    fm = found.frontmatter
+    limits = Limits(
+        timeout=timeout or fm.timeout or defaults.DEFAULT_TIMEOUT_S,
+        idle_timeout=idle_timeout or fm.idle_timeout or defaults.DEFAULT_IDLE_TIMEOUT_S,
+        grace=defaults.DEFAULT_GRACE_S,
+        output_cap=fm.output_cap or defaults.DEFAULT_OUTPUT_CAP,
+        output_hard_cap=fm.output_hard_cap or defaults.DEFAULT_OUTPUT_HARD_CAP,
+    )
+    manifest = Manifest(
+        run_id=str(uuid.uuid4()), created_at=now_iso(), agent=spec, task=task, cwd=str(workdir), limits=limits
+    )
+    return _start(h, manifest)
+
+
+def _check_command(command: str | None, cwd: Path) -> None:
+    if not command:
+        raise InvalidInput("the agent has no command")
+    if "/" in command:
+        path = (cwd / command) if not os.path.isabs(command) else Path(command)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise LaunchFailed(f"command not found or not executable: {command}")
+    elif shutil.which(command) is None:
+        raise LaunchFailed(f"command not found on PATH: {command}")
+
+
+def _start(home: Home, manifest: Manifest) -> Run:
+    from pisub.reconcile import observe
+    from pisub.runner.spawn import spawn_runner
+
+    paths, lock_fd = RunStore(home).create(manifest)
+    try:
+        spawn_runner(paths, lock_fd)
+    except LaunchFailed:
+        os.close(lock_fd)
+        lock_fd = -1
+        observe(paths)  # a runner that died before its commit leaves no "starting" run behind
+        raise
+    finally:
+        if lock_fd >= 0:
+            os.close(lock_fd)
+    return Run(paths.run_id, home=home.root)
+
+
+class Run:
+    """A handle on one run, found by id or unique prefix."""
+
+    def __init__(self, ref: str, *, home: Path | None = None) -> None:
+        self.home = open_home(home)
+        self.paths: RunPaths = RunStore(self.home).resolve(ref)
+
+    def __repr__(self) -> str:
+        return f"Run({self.id!r})"
+
+    @property
+    def id(self) -> str:
+        return self.paths.run_id
+
+    @property
+    def dir(self) -> Path:
+        return self.paths.root
+
+    def manifest(self) -> Manifest:
+        return load_manifest(self.paths)
+
+    def status(self) -> Status:
+        """The current status, after crash detection and repair."""
+        from pisub.reconcile import observe
+
+        return observe(self.paths)
+
+    def result(self) -> Result | None:
+        """The result, or None while the run has none."""
+        return load_result(self.paths)
+
+    def wait(self, timeout: float | None = None) -> Result:
+        """Block until the terminal status is written; the result.
+
+        Raises:
+            WaitTimeout: the run was still going after ``timeout`` seconds.
+        """
+        self.wait_until_terminal(timeout)
+        result = self.result()
+        assert result is not None, "a terminal run always has a result"
+        return result
+
+    def wait_until_terminal(self, timeout: float | None = None) -> Status:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        next_check = 0.0
+        while True:
+            now = time.monotonic()
+            if now >= next_check:
+                status = self.status()  # includes the liveness check
+                next_check = now + 0.5
+            else:
+                from pisub.store import load_status
+
+                status = load_status(self.paths)
+            if status.state.is_terminal:
+                return self.status()
+            if deadline is not None and now >= deadline:
+                raise WaitTimeout(f"run {self.id} is still {status.state} after {timeout:g}s")
+            time.sleep(defaults.READ_POLL_S)
+
+
+def list_runs(
+    *, home: Path | None = None, state: RunState | None = None, problems: list[str] | None = None
+) -> Iterator[Status]:
+    """Statuses of every run (after crash repair), oldest first.
+
+    A run whose files cannot be read is left out and described in ``problems``.
+    """
+    from pisub.errors import PisubError
+    from pisub.reconcile import observe
+
+    h = open_home(home)
+    store = RunStore(h)
+    statuses = []
+    for run_id in store.ids():
+        try:
+            st = observe(h.run(run_id))
+        except PisubError as exc:
+            if problems is not None:
+                problems.append(f"{run_id}: {exc}")
+            continue
+        if state is None or st.state == state:
+            statuses.append(st)
+    statuses.sort(key=lambda s: s.started_at)
+    return iter(statuses)

@@ -1,0 +1,39 @@
+"""Default limits and intervals, one constant each."""
+
+from __future__ import annotations
+
+DEFAULT_TIMEOUT_S: float = 30 * 60
+"""Runtime limit of a run when neither the agent nor the caller sets one."""
+
+DEFAULT_IDLE_TIMEOUT_S: float | None = None
+"""Idle limit (no child output for this long); None means no idle limit."""
+
+DEFAULT_GRACE_S: float = 3.0
+"""Time between TERM and KILL when a child is ended."""
+
+DEFAULT_OUTPUT_CAP: int = 8 * 1024 * 1024
+"""Bytes of one child stream kept in its log file; the rest is counted, not written."""
+
+DEFAULT_OUTPUT_HARD_CAP: int = 64 * 1024 * 1024
+"""Bytes of child output (all streams) after which the child is stopped."""
+
+TAIL_BYTES: int = 64 * 1024
+"""Bytes of each child stream kept in memory for the result."""
+
+RESULT_MAX_BYTES: int = 200 * 1024
+"""Output in result.json is cut to this many bytes..."""
+
+RESULT_MAX_LINES: int = 5000
+"""...and this many lines, with a marker naming the full log."""
+
+STARTUP_TIMEOUT_S: float = 30.0
+"""How long the launcher waits for the runner's startup commit."""
+
+STATUS_COALESCE_S: float = 0.25
+"""Activity-only status changes are written at most this often."""
+
+READ_POLL_S: float = 0.05
+"""Poll interval of readers that wait for a file to change (wait, logs -f)."""
+
+MIN_PREFIX: int = 8
+"""Shortest run-id prefix a command accepts."""

@@ -1,0 +1,59 @@
+"""Capped child logs with an in-memory tail."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pisub.fsio import open_append
+
+
+class StreamSink:
+    """One child stream: a log file capped at ``cap`` bytes and the last ``tail_size`` bytes.
+
+    Bytes past the cap are counted but not written; ``truncated`` says so.
+    """
+
+    def __init__(self, path: Path, cap: int, tail_size: int) -> None:
+        self.path = path
+        self.cap = cap
+        self.tail_size = tail_size
+        self.total = 0
+        self.written = 0
+        self.truncated = False
+        self._tail = bytearray()
+        self._fd = open_append(path)
+
+    def feed(self, data: bytes) -> bool:
+        """Take a chunk; True when this chunk made the log hit its cap."""
+        self.total += len(data)
+        self._tail += data
+        if len(self._tail) > self.tail_size:
+            del self._tail[: len(self._tail) - self.tail_size]
+        room = self.cap - self.written
+        newly = False
+        if room > 0 and self._fd >= 0:
+            part = data[:room]
+            os.write(self._fd, part)
+            self.written += len(part)
+            if len(part) < len(data):
+                self.truncated = newly = True
+        elif data and not self.truncated:
+            self.truncated = newly = True
+        return newly
+
+    def tail_text(self) -> str:
+        """The kept tail as text, with a note when earlier bytes were dropped."""
+        text = bytes(self._tail).decode("utf-8", "replace")
+        if self.total > len(self._tail):
+            dropped = self.total - len(self._tail)
+            nl = text.find("\n")
+            if 0 <= nl < 200:
+                text = text[nl + 1 :]
+            text = f"[... {dropped} earlier bytes not shown; full output in {self.path}]\n" + text
+        return text
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

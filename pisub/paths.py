@@ -1,0 +1,174 @@
+"""Where things live: the home, run-id validation, and every name inside a run directory."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from pisub.defaults import MIN_PREFIX
+from pisub.errors import HomeUnusable, InvalidInput
+
+RUN_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_PREFIX_RE = re.compile(r"[0-9a-f][0-9a-f-]{0,35}")
+
+
+def validate_run_ref(ref: str) -> str:
+    """Check that ``ref`` is a run id or a prefix of one, before any disk access.
+
+    Returns the reference lower-cased.
+
+    Raises:
+        InvalidInput: for anything that is not hex digits and dashes of at least
+            :data:`~pisub.defaults.MIN_PREFIX` characters (``../x``, ``/abs``, empty).
+    """
+    norm = ref.lower()
+    if not norm.strip():
+        raise InvalidInput("run id is empty")
+    if not _PREFIX_RE.fullmatch(norm):
+        raise InvalidInput(f"not a run id or prefix: {ref!r} (expected hex digits and dashes)")
+    if len(norm) < MIN_PREFIX:
+        raise InvalidInput(f"run id prefix {ref!r} is too short: give at least {MIN_PREFIX} characters")
+    return norm
+
+
+def is_run_id(name: str) -> bool:
+    """Whether ``name`` is a complete run id (a lower-case UUID)."""
+    return RUN_ID_RE.fullmatch(name) is not None
+
+
+def default_home(env: Mapping[str, str] | None = None) -> Path:
+    """``$PISUB_HOME``, else ``$XDG_STATE_HOME/pisub``, else ``~/.local/state/pisub``."""
+    env = os.environ if env is None else env
+    if env.get("PISUB_HOME"):
+        return Path(env["PISUB_HOME"]).expanduser().absolute()
+    xdg = env.get("XDG_STATE_HOME")
+    base = Path(xdg).expanduser() if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "state"
+    return (base / "pisub").absolute()
+
+
+@dataclass(frozen=True)
+class Home:
+    """The pisub home directory and its fixed subfolders."""
+
+    root: Path
+
+    @property
+    def runs(self) -> Path:
+        return self.root / "runs"
+
+    @property
+    def agents(self) -> Path:
+        return self.root / "agents"
+
+    @property
+    def leases(self) -> Path:
+        return self.root / "leases"
+
+    def run(self, run_id: str) -> RunPaths:
+        """The paths of run ``run_id`` (which must be a complete, valid id)."""
+        if not is_run_id(run_id):
+            raise InvalidInput(f"not a run id: {run_id!r}")
+        return RunPaths(self.runs / run_id)
+
+
+def open_home(root: Path | None = None, *, create: bool = True) -> Home:
+    """Resolve the home and make sure it is a private directory.
+
+    A home with group or other permission bits is tightened to 0700 (with a note on
+    stderr); one owned by another user is refused.
+
+    Raises:
+        HomeUnusable: the home cannot be created, is not a directory, or is not ours.
+    """
+    home = Home(root if root is not None else default_home())
+    try:
+        if create:
+            _ensure_private_dir(home.root)
+            _ensure_private_dir(home.runs)
+    except OSError as exc:
+        raise HomeUnusable(f"cannot use pisub home {home.root}: {exc.strerror or exc}") from exc
+    return home
+
+
+def _ensure_private_dir(path: Path) -> None:
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = path.lstat()
+    if stat.S_ISLNK(st.st_mode):
+        st = path.stat()
+    if not stat.S_ISDIR(st.st_mode):
+        raise HomeUnusable(f"pisub home {path} exists and is not a directory")
+    if st.st_uid != os.getuid():
+        raise HomeUnusable(
+            f"pisub home {path} belongs to uid {st.st_uid}, not to you (uid {os.getuid()}); "
+            "set PISUB_HOME to a directory of your own"
+        )
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o700)
+        print(f"pisub: tightened permissions of {path} to 0700", file=sys.stderr)
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """The one place that names every file and folder of a run directory."""
+
+    root: Path
+
+    @property
+    def run_id(self) -> str:
+        return self.root.name
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "manifest.json"
+
+    @property
+    def status(self) -> Path:
+        return self.root / "status.json"
+
+    @property
+    def events(self) -> Path:
+        return self.root / "events.jsonl"
+
+    @property
+    def result(self) -> Path:
+        return self.root / "result.json"
+
+    @property
+    def runner_log(self) -> Path:
+        return self.root / "runner.log"
+
+    @property
+    def runner_lock(self) -> Path:
+        return self.root / "runner.lock"
+
+    @property
+    def repair_lock(self) -> Path:
+        return self.root / "repair.lock"
+
+    @property
+    def inbox(self) -> Path:
+        return self.root / "inbox"
+
+    @property
+    def outbox(self) -> Path:
+        return self.root / "outbox"
+
+    def output_log(self, child: int) -> Path:
+        """``output-<N>.log``: the live, human-readable output of child N."""
+        return self.root / f"output-{int(child)}.log"
+
+    def stderr_log(self, child: int) -> Path:
+        """``stderr-<N>.log``: the standard error of child N."""
+        return self.root / f"stderr-{int(child)}.log"
+
+    def control_dirs(self) -> list[Path]:
+        """The inbox and outbox folders created with the run."""
+        return [self.inbox, self.inbox / "tmp", self.inbox / "new", self.outbox]

@@ -1,0 +1,187 @@
+"""Process facts and process-tree termination.
+
+Identity of a process is ``(pid, start time)``: a pid alone may have been reused.
+A process is *proven dead* when its pid is gone, is a zombie, or belongs to a process
+started at another time. psutil is imported lazily (only paths that look at live
+processes need it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import time
+from collections.abc import Iterable
+from functools import cache
+from pathlib import Path
+
+START_TIME_TOLERANCE = 0.015
+"""Start times are known to 1/100 s; two values closer than this are the same process."""
+
+MARKER_ENV = "PISUB_RUN_ID"
+"""Environment variable set in every child; lets a later process find strays."""
+
+
+def start_time(pid: int) -> float | None:
+    """The start time of ``pid`` in seconds since the epoch, or None when it is gone."""
+    import psutil
+
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+        return None
+
+
+def is_alive(pid: int | None, started: float | None) -> bool:
+    """Whether the process ``(pid, started)`` still runs (a zombie counts as dead).
+
+    With ``started`` None only the pid and zombie state are checked.
+    """
+    if pid is None or pid <= 0:
+        return False
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+            return False
+        if started is not None and abs(proc.create_time() - started) > START_TIME_TOLERANCE:
+            return False
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True
+    return True
+
+
+@cache
+def boot_id() -> str | None:
+    """The kernel's boot id (Linux), so pids from another boot are known to be stale."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+@cache
+def host_name() -> str:
+    return socket.gethostname()
+
+
+def set_child_subreaper() -> bool:
+    """Make orphaned descendants re-parent to this process (Linux); whether it worked."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(36, 1, 0, 0, 0)) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Send ``sig`` to process group ``pgid``; False when the group is gone."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False
+    return True
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (children of children included)."""
+    import psutil
+
+    try:
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def marked_processes(run_id: str) -> list[int]:
+    """Pids whose environment says ``PISUB_RUN_ID=<run_id>`` (Linux /proc scan)."""
+    needle = f"{MARKER_ENV}={run_id}".encode()
+    me = os.getpid()
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in entries:
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                env = fh.read()
+        except OSError:
+            continue
+        if needle in env.split(b"\0"):
+            found.append(int(name))
+    return found
+
+
+def kill_all(pids: Iterable[int], *, pgids: Iterable[int] = (), grace: float = 1.0) -> list[int]:
+    """TERM the groups and pids, wait up to ``grace``, then KILL what is left.
+
+    Returns the pids that were still alive after the KILL (normally none).
+    """
+    import psutil
+
+    procs: list[psutil.Process] = []
+    for pid in set(pids):
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            procs.append(psutil.Process(pid))
+    groups = set(pgids)
+    for pgid in groups:
+        signal_group(pgid, signal.SIGTERM)
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            proc.terminate()
+    _gone, alive = psutil.wait_procs(procs, timeout=grace)
+    for pgid in groups:
+        signal_group(pgid, signal.SIGKILL)
+    for proc in alive:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            proc.kill()
+    _gone, alive = psutil.wait_procs(alive, timeout=1.0)
+    return [p.pid for p in alive if _not_zombie(p)]
+
+
+def _not_zombie(proc: object) -> bool:
+    import psutil
+
+    assert isinstance(proc, psutil.Process)
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def reap_adopted(keep: int | None) -> None:
+    """Reap exited children other than ``keep`` (orphans adopted as a subreaper)."""
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if info is None or info.si_pid == 0 or info.si_pid == keep:
+            return
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(info.si_pid, os.WNOHANG)
+
+
+def wait_gone(pids: Iterable[int], timeout: float) -> bool:
+    """Wait until none of ``pids`` is alive; whether that happened in time."""
+    deadline = time.monotonic() + timeout
+    pending = list(pids)
+    while pending:
+        pending = [p for p in pending if is_alive(p, None)]
+        if not pending:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True

@@ -1,0 +1,20 @@
+"""The YAML frontmatter of an agent file (``<name>.md``)."""
+
+from __future__ import annotations
+
+from pisub.protocol.codec import Record
+from pisub.protocol.manifest import RunnerKind
+
+
+class AgentFrontmatter(Record, kw_only=True):
+    """What an agent file's frontmatter may say; unknown keys are an error."""
+
+    name: str
+    description: str = ""
+    runner: RunnerKind = "external-cli"
+    command: str | None = None
+    args: list[str] = []
+    timeout: float | None = None
+    idle_timeout: float | None = None
+    output_cap: int | None = None
+    output_hard_cap: int | None = None

@@ -1,0 +1,64 @@
+"""The shared base Struct and strict encode/decode helpers for every pisub file."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any, TypeVar
+
+import msgspec
+
+from pisub.errors import ProtocolError
+
+SCHEMA_VERSION = 1
+"""The ``v`` of every file this version of pisub writes."""
+
+T = TypeVar("T")
+
+
+class Record(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
+    """Base of every file and message: camelCase on disk, unknown fields rejected."""
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def encode(obj: Any) -> bytes:
+    """Encode ``obj`` as compact JSON."""
+    return _encoder.encode(obj)
+
+
+def encode_pretty(obj: Any) -> bytes:
+    """Encode ``obj`` as indented JSON with a trailing newline (for files people read)."""
+    return msgspec.json.format(_encoder.encode(obj), indent=2) + b"\n"
+
+
+def decode(data: bytes | str, type_: type[T], what: str) -> T:
+    """Decode ``data`` strictly as ``type_``.
+
+    Raises:
+        ProtocolError: naming ``what`` and, where msgspec can tell, the bad field.
+    """
+    try:
+        return msgspec.json.decode(data, type=type_, strict=True)
+    except msgspec.ValidationError as exc:
+        raise ProtocolError(f"{what}: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise ProtocolError(f"{what}: not valid JSON ({exc})") from exc
+
+
+def convert(obj: Any, type_: type[T], what: str) -> T:
+    """Convert already-parsed data (e.g. YAML) strictly into ``type_``."""
+    try:
+        return msgspec.convert(obj, type=type_, strict=True)
+    except msgspec.ValidationError as exc:
+        raise ProtocolError(f"{what}: {exc}") from exc
+
+
+def now_iso() -> str:
+    """The current UTC time as ISO 8601 with milliseconds and a ``Z``."""
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_iso(value: str) -> float:
+    """Seconds since the epoch of a timestamp written by :func:`now_iso`."""
+    return _dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()

@@ -1,0 +1,49 @@
+"""``manifest.json``: the launch request, written once before the runner starts."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pisub.protocol.codec import Record
+
+RunnerKind = Literal["external-cli", "pi"]
+
+
+class Limits(Record, kw_only=True):
+    """Resource limits of one run, resolved at launch (caller > agent > defaults)."""
+
+    timeout: float | None
+    """Runtime limit in seconds; None means unlimited."""
+    idle_timeout: float | None
+    """Seconds without child activity before the child is ended; None means unlimited."""
+    grace: float
+    """Seconds between TERM and KILL."""
+    output_cap: int
+    """Bytes of each child stream written to its log."""
+    output_hard_cap: int
+    """Bytes of child output after which the child is stopped."""
+
+
+class AgentSpec(Record, kw_only=True):
+    """The agent definition as resolved at launch; later edits of the agent file do not matter."""
+
+    name: str
+    description: str = ""
+    runner: RunnerKind
+    command: str | None = None
+    args: list[str] = []
+    system_prompt: str = ""
+    source: str | None = None
+    """Path of the agent file it came from."""
+
+
+class Manifest(Record, kw_only=True):
+    """The launch request. Never changed after the run directory appears."""
+
+    v: Literal[1] = 1
+    run_id: str
+    created_at: str
+    agent: AgentSpec
+    task: str
+    cwd: str
+    limits: Limits

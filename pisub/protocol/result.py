@@ -1,0 +1,86 @@
+"""``result.json``: the tool result of a finished run (the devkit-pi ``subagent`` shape)."""
+
+from __future__ import annotations
+
+import enum
+from typing import Literal
+
+from pisub.protocol.codec import Record
+
+
+class ErrorCode(enum.StrEnum):
+    """The eight ``SUBAGENT_*`` error codes of the result schema."""
+
+    INVALID_INPUT = "INVALID_INPUT"
+    """A required argument (agent, task) is missing or malformed."""
+    SUBAGENTS_DISABLED = "SUBAGENTS_DISABLED"
+    """Sub-agents are turned off."""
+    UNKNOWN_AGENT = "UNKNOWN_AGENT"
+    """No agent of that name."""
+    SUBAGENT_DISABLED = "SUBAGENT_DISABLED"
+    """The agent exists but is disabled."""
+    SUBAGENT_DEPTH_EXCEEDED = "SUBAGENT_DEPTH_EXCEEDED"
+    """A sub-agent tried to start a sub-agent beyond the depth limit."""
+    SUBAGENT_TIMEOUT = "SUBAGENT_TIMEOUT"
+    """The runtime or idle limit was hit."""
+    SUBAGENT_FAILED = "SUBAGENT_FAILED"
+    """Any other failure: spawn, runtime, provider, a dead runner."""
+    SUBAGENT_OUTPUT_TRUNCATED = "SUBAGENT_OUTPUT_TRUNCATED"
+    """The output was truncated, or the child flooded past the hard cap and was stopped."""
+
+
+class ErrorInfo(Record, kw_only=True):
+    """A structured error: stable code plus one human line."""
+
+    code: str
+    message: str
+
+
+class Usage(Record, kw_only=True):
+    """Token usage summed over the child's assistant messages."""
+
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    cost: float = 0.0
+    turns: int = 0
+
+
+class SingleResult(Record, kw_only=True, omit_defaults=True):
+    """The outcome of one child."""
+
+    agent: str
+    task: str
+    exit_code: int
+    usage: Usage
+    error: str | None = None
+    session_file: str | None = None
+    output: str | None = None
+    timeout_reason: Literal["runtime", "idle"] | None = None
+
+
+class TextContent(Record, kw_only=True):
+    """One text block of the result's ``content``."""
+
+    type: Literal["text"]
+    text: str
+
+
+class Details(Record, kw_only=True, omit_defaults=True):
+    """Machine-readable details of the result."""
+
+    mode: Literal["single", "management"]
+    run_id: str | None = None
+    results: list[SingleResult] = []
+    error: ErrorInfo | None = None
+
+
+class Result(Record, kw_only=True):
+    """The final result, written before the terminal status."""
+
+    v: Literal[1] = 1
+    state: Literal["complete", "failed", "stopped", "paused"]
+    ended_at: str
+    content: list[TextContent]
+    details: Details

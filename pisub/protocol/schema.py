@@ -1,0 +1,31 @@
+"""JSON Schemas of every file, generated from the Structs (``spec/schemas/<name>.json``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+
+from pisub.protocol.agent import AgentFrontmatter
+from pisub.protocol.events import Event
+from pisub.protocol.manifest import Manifest
+from pisub.protocol.result import Result
+from pisub.protocol.status import Status
+
+SCHEMAS: dict[str, Any] = {
+    "manifest": Manifest,
+    "status": Status,
+    "event": Event,
+    "result": Result,
+    "agent-frontmatter": AgentFrontmatter,
+}
+"""File name (without ``.json``) → the type it describes."""
+
+
+def render(name: str) -> str:
+    """The schema text for ``spec/schemas/<name>.json``."""
+    schema = msgspec.json.schema(SCHEMAS[name])
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = f"pisub {name}"
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"

@@ -1,0 +1,74 @@
+"""``status.json``: where a run is now. The runner is its only writer while it lives."""
+
+from __future__ import annotations
+
+import enum
+from typing import Literal
+
+from pisub.protocol.codec import Record
+from pisub.protocol.result import ErrorInfo
+
+
+class RunState(enum.StrEnum):
+    """Lifecycle of a run: ``starting`` → ``running`` → one terminal state."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    COMPLETE = "complete"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    PAUSED = "paused"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self not in (RunState.STARTING, RunState.RUNNING)
+
+
+class StepState(enum.StrEnum):
+    """Lifecycle of one child."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETE = "complete"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    PAUSED = "paused"
+
+
+class StepStatus(Record, kw_only=True):
+    """One child of the run (``index`` from 0)."""
+
+    index: int
+    status: StepState
+    pid: int | None = None
+    pid_start_time: float | None = None
+    """The child's process start time (seconds since the epoch), for pid-reuse checks."""
+    pgid: int | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    last_activity_at: str | None = None
+    output_bytes: int = 0
+    output_truncated: bool = False
+
+
+class Status(Record, kw_only=True):
+    """The run's current state, replaced atomically on every change."""
+
+    v: Literal[1] = 1
+    run_id: str
+    state: RunState
+    agent: str
+    runner: str
+    pid: int | None = None
+    """The runner's pid (None until the runner's startup commit)."""
+    pid_start_time: float | None = None
+    """The runner's process start time (seconds since the epoch)."""
+    host: str
+    boot_id: str | None = None
+    started_at: str
+    updated_at: str
+    ended_at: str | None = None
+    error: ErrorInfo | None = None
+    steps: list[StepStatus] = []

@@ -1,0 +1,121 @@
+"""Crash detection and repair, done by whichever reader notices first.
+
+A run that is not terminal is checked: its runner is alive when its pid still runs
+with the recorded start time on this boot, or when ``runner.lock`` is held. Otherwise
+the runner is proven dead, and the reader, under ``repair.lock``, ends every process
+left of the child, writes a ``failed`` result (with the tail of ``runner.log``) unless
+one exists, and writes the terminal status — exactly once.
+"""
+
+from __future__ import annotations
+
+from pisub.errors import ProtocolError
+from pisub.fsio import read_tail
+from pisub.locks import exclusive, is_held
+from pisub.paths import RunPaths
+from pisub.procs import boot_id, is_alive, kill_all, marked_processes
+from pisub.protocol.codec import now_iso
+from pisub.protocol.result import ErrorCode, ErrorInfo, Result
+from pisub.protocol.status import RunState, Status, StepState
+from pisub.results import make_result
+from pisub.store import append_event, load_manifest, load_result, load_status, write_result, write_status
+
+LOG_TAIL_LINES = 30
+LOG_TAIL_CHARS = 4000
+
+
+def runner_alive(paths: RunPaths, status: Status) -> bool:
+    """Whether the run's runner (or its launcher, before the commit) still lives."""
+    same_boot = status.boot_id in (None, boot_id())
+    if status.pid is not None and same_boot and is_alive(status.pid, status.pid_start_time):
+        return True
+    return is_held(paths.runner_lock)
+
+
+def observe(paths: RunPaths) -> Status:
+    """The run's status after any crash repair.
+
+    A run whose ``result.json`` exists is reported terminal even if ``status.json`` has
+    not caught up yet.
+    """
+    status = load_status(paths)
+    if status.state.is_terminal:
+        return status
+    if runner_alive(paths, status):
+        result = load_result(paths) if paths.result.exists() else None
+        return _as_terminal(status, result) if result is not None else status
+    return repair(paths)
+
+
+def repair(paths: RunPaths) -> Status:
+    """Mark a run whose runner is dead as ended (idempotent; takes ``repair.lock``)."""
+    with exclusive(paths.repair_lock):
+        status = load_status(paths)
+        if status.state.is_terminal or runner_alive(paths, status):
+            return status
+        ended = end_strays(paths, status)
+        result = load_result(paths)
+        if result is None:
+            result = _crash_result(paths, status)
+            write_result(paths, result)
+        status = _as_terminal(status, result)
+        write_status(paths, status)
+        append_event(paths, "run.repaired", pid=status.pid, state=status.state.value, ended=ended)
+        return status
+
+
+def end_strays(paths: RunPaths, status: Status) -> list[int]:
+    """End every process left of the run's children; the pids that were found."""
+    pids: set[int] = set()
+    pgids: set[int] = set()
+    for step in status.steps:
+        if step.pid is not None and is_alive(step.pid, step.pid_start_time):
+            pids.add(step.pid)
+            if step.pgid is not None:
+                pgids.add(step.pgid)
+    pids.update(marked_processes(status.run_id))
+    if pids or pgids:
+        kill_all(pids, pgids=pgids, grace=1.0)
+    return sorted(pids)
+
+
+def _crash_result(paths: RunPaths, status: Status) -> Result:
+    tail = read_tail(paths.runner_log, 64 * 1024).decode("utf-8", "replace")
+    tail = "\n".join(tail.strip().splitlines()[-LOG_TAIL_LINES:])[-LOG_TAIL_CHARS:]
+    if status.pid is None:
+        message = "The runner never committed its startup (the launch was interrupted)."
+    else:
+        message = f"Runner process {status.pid} exited or disappeared before writing a result."
+    if tail:
+        message += f" runner.log ends with:\n{tail}"
+    try:
+        manifest = load_manifest(paths)
+        agent, task = manifest.agent.name, manifest.task
+    except ProtocolError:
+        agent, task = status.agent, ""
+    return make_result(
+        run_id=status.run_id,
+        state="failed",
+        agent=agent,
+        task=task,
+        exit_code=1,
+        output="",
+        error=ErrorInfo(code=ErrorCode.SUBAGENT_FAILED, message=message),
+        full_output=paths.output_log(0),
+    )
+
+
+def _as_terminal(status: Status, result: Result) -> Status:
+    state = RunState(result.state)
+    steps = []
+    for step in status.steps:
+        if step.status in (StepState.RUNNING, StepState.PENDING):
+            step.status = StepState(state.value)
+            step.ended_at = step.ended_at or result.ended_at
+        steps.append(step)
+    status.state = state
+    status.steps = steps
+    status.ended_at = status.ended_at or result.ended_at
+    status.error = status.error or result.details.error
+    status.updated_at = now_iso()
+    return status

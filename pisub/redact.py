@@ -1,0 +1,92 @@
+"""Redaction of secrets from everything pisub returns (results, previews, receipts).
+
+The run's own logs and events stay raw in their private files; only what pisub hands
+back to a caller goes through :func:`redact`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from functools import cache
+
+MASK = "[REDACTED]"
+MAX_STACK_LINES = 5
+"""Consecutive stack-trace lines kept; the rest of a trace is replaced by a note."""
+
+_NAMED = (
+    r"(?:[A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Z0-9_]*"
+    r"|(?:[a-z0-9]+_)*(?:key|token|secret|password|passwd)(?:_[a-z0-9]+)*)"
+)
+"""NAME of a ``NAME=value`` assignment whose value is masked: upper-case env-style names
+containing KEY/TOKEN/SECRET/PASSWORD, or lower-case names where it is a whole ``_`` word."""
+
+_PATTERNS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"(?i)(authorization\s*:\s*)(?:(?:bearer|basic|token)\s+)?[^\s\"',;]+"), r"\1" + MASK),
+    (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1" + MASK),
+    (re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,}"), MASK),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{20,}"), MASK),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), MASK),
+    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"), MASK),
+    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), MASK),
+    (
+        re.compile(r"(?i)\b(aws_?secret_?(?:access_?)?key\s*[=:]\s*)[\"']?[A-Za-z0-9/+=]{20,}[\"']?"),
+        r"\1" + MASK,
+    ),
+    (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), MASK),
+    (re.compile(rf"\b({_NAMED})(\s*[=:]\s*)(?:\"[^\"]*\"|'[^']*'|[^\s\"',;]+)"), r"\1\2" + MASK),
+]
+
+_STACK_LINE = re.compile(r"^\s+at\s+\S|^\s+File \"[^\"]+\", line \d+")
+_PY_FRAME = re.compile(r"^\s+File \"")
+
+
+@cache
+def _home_patterns() -> list[tuple[re.Pattern[str], str]]:
+    pats: list[tuple[re.Pattern[str], str]] = []
+    home = os.path.expanduser("~")
+    if home and home not in ("/", "~"):
+        pats.append((re.compile(r"(?<![\w./~-])" + re.escape(home.rstrip("/")) + r"(?![\w.-])"), "~"))
+    pats.append((re.compile(r"(?<![\w./~-])/home/[A-Za-z0-9._-]+"), "~"))
+    pats.append((re.compile(r"(?i)C:\\Users\\[^\\\s]+"), "~"))
+    return pats
+
+
+def redact(text: str) -> str:
+    """``text`` with secrets masked, the user's home shortened to ``~`` and long stack
+    traces cut to :data:`MAX_STACK_LINES` lines."""
+    for pattern, repl in _PATTERNS:
+        text = pattern.sub(repl, text)
+    for pattern, repl in _home_patterns():
+        text = pattern.sub(repl, text)
+    return _cut_stack_traces(text)
+
+
+def _cut_stack_traces(text: str) -> str:
+    lines = text.split("\n")
+    out: list[str] = []
+    run = 0
+    dropped = 0
+    after_frame = False
+    for line in lines:
+        stacky = bool(_STACK_LINE.match(line)) or (after_frame and line.startswith("    "))
+        after_frame = bool(_PY_FRAME.match(line))
+        if stacky:
+            run += 1
+            if run > MAX_STACK_LINES:
+                dropped += 1
+                continue
+        else:
+            if dropped:
+                out.append(f"    [... {dropped} stack lines omitted]")
+            run = dropped = 0
+        out.append(line)
+    if dropped:
+        out.append(f"    [... {dropped} stack lines omitted]")
+    return "\n".join(out)
+
+
+def preview(text: str, limit: int = 160) -> str:
+    """A redacted one-line preview of at most ``limit`` characters."""
+    flat = " ".join(redact(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

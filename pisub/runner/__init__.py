@@ -1,0 +1,1 @@
+"""The detached runner: one process per run that supervises its child."""

@@ -1,0 +1,296 @@
+"""The supervision loop: start the child, enforce limits, write the result.
+
+One thread, one selector: the child's pipes, its pidfd and a signal wake-up pipe are
+all watched by ``select`` with a timeout that is the nearest deadline (runtime, idle,
+KILL escalation, coalesced status write). The outcome is narrated: a timeout, a
+flood, a stop and an ordinary exit each end with their own code and message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pisub.children.base import Child, ChildOutcome
+from pisub.children.external_cli import ExternalCliChild, child_env
+from pisub.paths import RunPaths
+from pisub.procs import boot_id, descendants, kill_all, reap_adopted, start_time
+from pisub.protocol.codec import now_iso
+from pisub.protocol.manifest import Manifest
+from pisub.protocol.result import ErrorCode, ErrorInfo
+from pisub.protocol.status import RunState, StepState, StepStatus
+from pisub.results import make_result
+from pisub.runner.recorder import Recorder
+from pisub.store import load_status, write_result
+
+DRAIN_AFTER_EXIT_S = 0.5
+"""How long output is still read after the child exits while descendants hold its pipes."""
+
+Report = Callable[[dict[str, object]], None]
+
+
+@dataclass
+class Verdict:
+    """The run's final state and how it is explained."""
+
+    state: RunState
+    exit_code: int
+    error: ErrorInfo | None = None
+    timeout_reason: str | None = None
+
+
+class Supervisor:
+    """Runs one child to its end under the run's limits."""
+
+    def __init__(self, paths: RunPaths, manifest: Manifest, report: Report) -> None:
+        self.paths = paths
+        self.manifest = manifest
+        self.report = report
+        self.limits = manifest.limits
+        self.sel = selectors.DefaultSelector()
+        self.recorder: Recorder | None = None
+        self.child: Child | None = None
+        self.started = time.monotonic()
+        self.last_activity = self.started
+        self.output_total = 0
+        self.ending: str | None = None
+        self.kill_at: float | None = None
+        self.exited_at: float | None = None
+        self.signalled: int | None = None
+
+    # -- hooks the child calls ---------------------------------------------------
+    def activity(self, child: int) -> None:
+        self.last_activity = time.monotonic()
+        assert self.recorder is not None
+        self.recorder.step(child).last_activity_at = now_iso()
+        self.recorder.touch()
+
+    def output(self, child: int, nbytes: int, truncated: bool) -> None:
+        assert self.recorder is not None
+        self.output_total += nbytes
+        step = self.recorder.step(child)
+        step.output_bytes += nbytes
+        step.output_truncated = step.output_truncated or truncated
+
+    def event(self, type_: str, child: int | None = None, **data: object) -> None:
+        assert self.recorder is not None
+        self.recorder.event(type_, child, **data)
+
+    # -- the run ------------------------------------------------------------------
+    def run(self) -> int:
+        """Supervise the run to its end; the runner's exit code."""
+        self._install_signals()
+        if not self._startup():
+            return 1
+        self._loop()
+        self._finish()
+        return 0
+
+    def _install_signals(self) -> None:
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        self.sel.register(wake_r, selectors.EVENT_READ, lambda _m: _drain(wake_r))
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.signalled = signum
+
+    def _startup(self) -> bool:
+        status = load_status(self.paths)
+        status.state = RunState.RUNNING
+        status.pid = os.getpid()
+        status.pid_start_time = start_time(os.getpid())
+        status.boot_id = boot_id()
+        status.steps = [StepStatus(index=0, status=StepState.PENDING)]
+        self.recorder = Recorder(self.paths, status)
+        child = ExternalCliChild(
+            0, self, self.manifest, self.paths, child_env(os.environ, self.manifest.run_id, self.paths.root)
+        )
+        try:
+            child.start()
+        except OSError as exc:
+            message = f"cannot start {self.manifest.agent.command!r}: {exc.strerror or exc}"
+            self._fail_startup(message)
+            return False
+        self.child = child
+        child.register(self.sel)
+        step = self.recorder.step(0)
+        step.status = StepState.RUNNING
+        step.pid = step.pgid = child.pid
+        step.pid_start_time = start_time(child.pid) if child.pid else None
+        step.started_at = step.last_activity_at = now_iso()
+        self.recorder.commit()
+        self.event("run.started", pid=os.getpid())
+        self.event("child.started", 0, pid=child.pid, argv0=self.manifest.agent.command)
+        self.report({"ok": True, "pid": os.getpid()})
+        return True
+
+    def _fail_startup(self, message: str) -> None:
+        assert self.recorder is not None
+        verdict = _verdict(RunState.FAILED, 127, ErrorCode.SUBAGENT_FAILED, message)
+        self.recorder.step(0).status = StepState.FAILED
+        self._write_end(verdict, ChildOutcome(exit_code=127, error=message))
+        self.report({"ok": False, "error": message})
+
+    def _loop(self) -> None:
+        child = self.child
+        assert child is not None and self.recorder is not None
+        while True:
+            now = time.monotonic()
+            if child.poll() is not None:
+                if self.exited_at is None:
+                    self.exited_at = now
+                if not child.streams_open or now - self.exited_at >= DRAIN_AFTER_EXIT_S:
+                    return
+            elif self.ending is None:
+                self._check_limits(now)
+            elif self.kill_at is not None and now >= self.kill_at:
+                self.event("child.killed", 0, reason=self.ending)
+                child.kill()
+                self.kill_at = None
+            for key, mask in self.sel.select(self._next_timeout(now)):
+                key.data(mask)
+            self.recorder.flush_due()
+            reap_adopted(child.pid)
+
+    def _check_limits(self, now: float) -> None:
+        lim = self.limits
+        if self.signalled is not None:
+            self._end("signal")
+        elif lim.timeout is not None and now - self.started >= lim.timeout:
+            self._end("runtime")
+        elif lim.idle_timeout is not None and now - self.last_activity >= lim.idle_timeout:
+            self._end("idle")
+        elif self.output_total > lim.output_hard_cap:
+            self._end("output")
+
+    def _end(self, reason: str) -> None:
+        assert self.child is not None
+        self.ending = reason
+        self.event("child.ending", 0, reason=reason)
+        self.child.terminate()
+        self.kill_at = time.monotonic() + self.limits.grace
+
+    def _next_timeout(self, now: float) -> float:
+        candidates = [1.0]
+        lim = self.limits
+        if self.exited_at is not None:
+            candidates.append(self.exited_at + DRAIN_AFTER_EXIT_S - now)
+        elif self.ending is None:
+            if lim.timeout is not None:
+                candidates.append(self.started + lim.timeout - now)
+            if lim.idle_timeout is not None:
+                candidates.append(self.last_activity + lim.idle_timeout - now)
+            if self.signalled is not None or self.output_total > lim.output_hard_cap:
+                candidates.append(0.0)
+        elif self.kill_at is not None:
+            candidates.append(self.kill_at - now)
+        assert self.recorder is not None
+        flush = self.recorder.next_flush_in()
+        if flush is not None:
+            candidates.append(flush)
+        return max(0.0, min(candidates))
+
+    def _finish(self) -> None:
+        child = self.child
+        assert child is not None
+        self._end_leftovers(child)
+        outcome = child.outcome()
+        child.close(self.sel)
+        verdict = self._judge(outcome)
+        self.event("child.exited", 0, exitCode=outcome.exit_code, signal=outcome.signal)
+        self._write_end(verdict, outcome)
+
+    def _end_leftovers(self, child: Child) -> None:
+        """No process of the child outlives it: its group and every adopted descendant."""
+        strays = descendants(os.getpid())
+        pgid = child.pid
+        if strays or (pgid is not None and _group_alive(pgid)):
+            survivors = kill_all(strays, pgids=[pgid] if pgid else [], grace=self.limits.grace)
+            self.event("child.leftovers_ended", 0, pids=strays, survivors=survivors)
+        reap_adopted(None)
+        # Whatever the killed descendants still had in the pipes.
+        deadline = time.monotonic() + DRAIN_AFTER_EXIT_S
+        while child.streams_open and time.monotonic() < deadline:
+            for key, mask in self.sel.select(0.05):
+                key.data(mask)
+
+    def _judge(self, outcome: ChildOutcome) -> Verdict:
+        lim = self.limits
+        if self.ending == "signal":
+            msg = f"Subagent stopped: the runner received signal {self.signalled}."
+            return _verdict(RunState.STOPPED, outcome.exit_code, ErrorCode.SUBAGENT_FAILED, msg)
+        if self.ending == "runtime":
+            msg = f"Subagent exceeded maximum runtime after {lim.timeout:g}s."
+            return _verdict(RunState.FAILED, 124, ErrorCode.SUBAGENT_TIMEOUT, msg, "runtime")
+        if self.ending == "idle":
+            msg = f"Subagent timed out after {lim.idle_timeout:g}s without activity."
+            return _verdict(RunState.FAILED, 124, ErrorCode.SUBAGENT_TIMEOUT, msg, "idle")
+        if self.ending == "output":
+            msg = f"Subagent child output exceeded {lim.output_hard_cap} bytes and was stopped."
+            return _verdict(RunState.FAILED, 1, ErrorCode.SUBAGENT_OUTPUT_TRUNCATED, msg)
+        if outcome.exit_code == 0 and outcome.error is None:
+            return Verdict(RunState.COMPLETE, 0)
+        msg = outcome.error or f"Subagent exited with code {outcome.exit_code}"
+        return _verdict(RunState.FAILED, outcome.exit_code, ErrorCode.SUBAGENT_FAILED, msg)
+
+    def _write_end(self, verdict: Verdict, outcome: ChildOutcome) -> None:
+        rec = self.recorder
+        assert rec is not None
+        result = make_result(
+            run_id=self.manifest.run_id,
+            state=verdict.state.value,
+            agent=self.manifest.agent.name,
+            task=self.manifest.task,
+            exit_code=verdict.exit_code,
+            output=outcome.output,
+            error=verdict.error,
+            usage=outcome.usage,
+            timeout_reason=verdict.timeout_reason,
+            session_file=outcome.session_file,
+            full_output=self.paths.output_log(0),
+        )
+        write_result(self.paths, result)
+        step = rec.step(0)
+        if step.status == StepState.RUNNING:
+            step.status = _step_state(verdict.state)
+        step.exit_code = verdict.exit_code
+        step.signal = outcome.signal
+        step.ended_at = now_iso()
+        rec.status.state = verdict.state
+        rec.status.error = verdict.error
+        rec.status.ended_at = result.ended_at
+        rec.event("run.finished", state=verdict.state.value, exitCode=verdict.exit_code)
+        rec.commit()
+        rec.close()
+
+
+def _verdict(
+    state: RunState, exit_code: int, code: ErrorCode, message: str, timeout_reason: str | None = None
+) -> Verdict:
+    return Verdict(state, exit_code, ErrorInfo(code=code, message=message), timeout_reason)
+
+
+def _step_state(state: RunState) -> StepState:
+    return StepState(state.value)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _drain(fd: int) -> None:
+    with contextlib.suppress(BlockingIOError):
+        while os.read(fd, 512):
+            pass

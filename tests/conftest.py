@@ -1,0 +1,138 @@
+"""Shared fixtures: a private PISUB_HOME per test, agent files, waiting on conditions."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--stress", action="store_true", default=False, help="run the long stress modes")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--stress"):
+        return
+    skip = pytest.mark.skip(reason="long mode: run with --stress")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+def wait_for(
+    predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02, what: str = ""
+) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+def processes_of(root: Path) -> list[int]:
+    """Pids of live processes whose command line or environment mentions ``root``."""
+    needle = str(root).encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as fh:
+                cmd = fh.read()
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                env = fh.read()
+        except OSError:
+            continue
+        if (needle in cmd or needle in env) and pid_alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh pisub home, exported as PISUB_HOME; its processes are ended afterwards."""
+    root = tmp_path / "home"
+    monkeypatch.setenv("PISUB_HOME", str(root))
+    monkeypatch.chdir(tmp_path)
+    yield root
+    import psutil
+
+    procs = []
+    for pid in processes_of(root):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            procs.append(psutil.Process(pid))
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    psutil.wait_procs(procs, timeout=5)
+
+
+AgentMaker = Callable[..., Path]
+
+
+@pytest.fixture
+def make_agent(home: Path) -> AgentMaker:
+    """Write a user-scope agent file; ``python`` is a script run by this interpreter."""
+
+    def make(
+        name: str,
+        *,
+        python: str | None = None,
+        command: str | None = None,
+        args: list[str] | None = None,
+        body: str = "",
+        **extra: object,
+    ) -> Path:
+        if python is not None:
+            command, args = sys.executable, ["-c", textwrap.dedent(python)]
+        lines = ["---", f"name: {name}", f"command: {json.dumps(command)}", f"args: {json.dumps(args or [])}"]
+        lines += [f"{key}: {json.dumps(value)}" for key, value in extra.items()]
+        lines += ["---", body]
+        path = home / "agents" / f"{name}.md"
+        home.mkdir(mode=0o700, exist_ok=True)
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    return make
+
+
+def pisub_cli(
+    *args: str, timeout: float = 60, env: dict[str, str] | None = None, check: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI (``python -m pisub``) in a subprocess."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pisub", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or dict(os.environ),
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"pisub {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
+    return proc
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")

@@ -1,0 +1,104 @@
+"""Every bad input gets one clear line, a non-zero exit, and leaves nothing running."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import AgentMaker, pisub_cli, processes_of
+
+
+def _no_runs(home: Path) -> None:
+    runs = home / "runs"
+    assert not runs.exists() or not os.listdir(runs)
+    assert not processes_of(home)
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "text"),
+    [
+        (["run", "--agent", "nope", "task"], "UNKNOWN_AGENT", "Available agents: echo"),
+        (
+            ["run", "--agent", "ghost", "task"],
+            "SUBAGENT_FAILED",
+            "command not found on PATH: no-such-cmd-xyz",
+        ),
+        (["run", "--agent", "echo", ""], "INVALID_INPUT", "the task is empty"),
+        (["run", "--agent", "echo", "   "], "INVALID_INPUT", "the task is empty"),
+        (["run", "--agent", "echo", "--timeout", "0", "x"], "INVALID_INPUT", "timeout must be a positive"),
+        (["run", "--agent", "echo", "--cwd", "/does/not/exist", "x"], "INVALID_INPUT", "does not exist"),
+    ],
+)
+def test_bad_launch(home: Path, make_agent: AgentMaker, args: list[str], code: str, text: str) -> None:
+    make_agent("echo", command="cat")
+    make_agent("ghost", command="no-such-cmd-xyz")
+    proc = pisub_cli(*args)
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and code in lines[0] and text in lines[0], proc.stderr
+    _no_runs(home)
+
+
+@pytest.mark.parametrize("ref", ["../x", "/abs", "", "abc", "../../etc/passwd", "0123456g", "a" * 37])
+def test_bad_run_ids_refused_before_disk(home: Path, ref: str) -> None:
+    proc = pisub_cli("status", ref)
+    assert proc.returncode == 1
+    assert "INVALID_INPUT" in proc.stderr, proc.stderr
+
+
+def test_unknown_and_ambiguous_prefix(home: Path) -> None:
+    runs = home / "runs"
+    runs.mkdir(parents=True, mode=0o700)
+    os.chmod(home, 0o700)
+    for suffix in ("1", "2"):
+        (runs / f"aaaaaaaa-0000-4000-8000-00000000000{suffix}").mkdir()
+    proc = pisub_cli("status", "aaaaaaaa")
+    assert proc.returncode == 1 and "AMBIGUOUS_RUN" in proc.stderr
+    assert "aaaaaaaa-0000-4000-8000-000000000001" in proc.stderr
+    assert "aaaaaaaa-0000-4000-8000-000000000002" in proc.stderr
+    missing = pisub_cli("status", "bbbbbbbb")
+    assert missing.returncode == 1 and "RUN_NOT_FOUND" in missing.stderr
+
+
+def test_unusable_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    monkeypatch.setenv("PISUB_HOME", str(afile))
+    proc = pisub_cli("list")
+    assert proc.returncode == 1 and "HOME_UNUSABLE" in proc.stderr and "not a directory" in proc.stderr
+    foreign = tmp_path / "foreign"
+    foreign.mkdir(mode=0o700)
+    os.chown(foreign, 12345, 12345)
+    monkeypatch.setenv("PISUB_HOME", str(foreign))
+    proc = pisub_cli("list")
+    assert proc.returncode == 1 and "HOME_UNUSABLE" in proc.stderr and "uid 12345" in proc.stderr
+    monkeypatch.setenv("PISUB_HOME", str(tmp_path / "under-file" / "x"))
+    (tmp_path / "under-file").write_text("")
+    proc = pisub_cli("list")
+    assert proc.returncode == 1 and "HOME_UNUSABLE" in proc.stderr
+
+
+def test_loose_home_is_tightened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    os.chmod(loose, 0o755)
+    monkeypatch.setenv("PISUB_HOME", str(loose))
+    proc = pisub_cli("list")
+    assert proc.returncode == 0
+    assert "tightened" in proc.stderr
+    assert stat.S_IMODE(loose.stat().st_mode) == 0o700
+
+
+def test_bad_agent_file_is_reported(home: Path) -> None:
+    agents = home / "agents"
+    agents.mkdir(parents=True, mode=0o700)
+    os.chmod(home, 0o700)
+    (agents / "typo.md").write_text("---\nname: typo\ncommand: cat\nargz: [1]\n---\n")
+    proc = pisub_cli("run", "--agent", "typo", "x")
+    assert proc.returncode == 1 and "UNKNOWN_AGENT" in proc.stderr
+    listing = pisub_cli("agents", "list")
+    assert "argz" in listing.stderr

@@ -1,0 +1,140 @@
+"""kill -9 of the runner is detected by the next reader, exactly once; a live runner never is."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pisub
+from pisub.protocol import RunState, Status, decode, encode_pretty
+from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for
+
+SLEEPER = """
+import os, subprocess, time
+g = subprocess.Popen(["sleep", "300"], start_new_session=True)
+open(os.environ["PISUB_RUN_DIR"] + "/pids.json", "w").write("[%d, %d]" % (os.getpid(), g.pid))
+print("working", flush=True)
+time.sleep(300)
+"""
+
+
+def _child_pids(run: pisub.Run) -> list[int]:
+    path = run.dir / "pids.json"
+    pids: list[int] = wait_for(lambda: path.exists() and json.loads(path.read_text() or "null"))
+    return pids
+
+
+def _events(run: pisub.Run) -> list[str]:
+    return [json.loads(line)["type"] for line in (run.dir / "events.jsonl").read_text().splitlines()]
+
+
+def test_kill9_runner_detected_once_by_concurrent_readers(home: Path, make_agent: AgentMaker) -> None:
+    make_agent("sleeper", python=SLEEPER)
+    run = pisub.launch("sleeper", "x")
+    children = _child_pids(run)
+    runner_pid = run.status().pid
+    assert runner_pid is not None
+    os.kill(runner_pid, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(runner_pid), what="the runner to die")
+    readers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "pisub", "status", run.id, "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(6)
+    ]
+    states = []
+    for reader in readers:
+        out, errs = reader.communicate(timeout=60)
+        assert reader.returncode == 0, errs
+        states.append(json.loads(out)["state"])
+    assert states == ["failed"] * 6
+    assert _events(run).count("run.repaired") == 1
+    result = run.result()
+    assert result is not None and result.state == "failed"
+    assert result.details.error is not None
+    assert f"Runner process {runner_pid} exited or disappeared" in result.details.error.message
+    for pid in children:
+        assert not pid_alive(pid), f"child process {pid} outlived its crashed runner"
+    assert pisub_cli("wait", run.id, "--timeout", "5").returncode == 1
+
+
+def test_zombie_runner_is_dead(home: Path, make_agent: AgentMaker) -> None:
+    """A SIGKILLed runner that nobody has reaped yet (state Z) counts as dead."""
+    make_agent("sleeper", python=SLEEPER)
+    script = textwrap.dedent("""
+        import ctypes, json, os, signal, time
+        ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)   # become a subreaper: the runner is ours, unreaped
+        import pisub
+        run = pisub.launch("sleeper", "x")
+        pid = run.status().pid
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        state = "?"
+        while time.monotonic() < deadline:
+            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+            if state == "Z":
+                break
+            time.sleep(0.01)
+        st = run.status()
+        print(json.dumps({"proc": state, "state": st.state, "still_zombie":
+              open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report == {"proc": "Z", "state": "failed", "still_zombie": True}
+
+
+def test_pid_reuse_is_not_trusted(home: Path, make_agent: AgentMaker) -> None:
+    """A recorded runner pid that now belongs to another process (other start time) is dead."""
+    make_agent("sleeper", python=SLEEPER)
+    run = pisub.launch("sleeper", "x")
+    _child_pids(run)
+    status = run.status()
+    assert status.pid is not None
+    os.kill(status.pid, signal.SIGKILL)
+    dead = status.pid
+    wait_for(lambda: not pid_alive(dead), what="the runner to die")
+    impostor = subprocess.Popen(["sleep", "30"])
+    try:
+        status.pid = impostor.pid  # alive, but started at another time
+        (run.dir / "status.json").write_bytes(encode_pretty(status))
+        assert run.status().state == RunState.FAILED
+    finally:
+        impostor.kill()
+        impostor.wait()
+
+
+def test_live_runner_is_never_marked_dead(home: Path, make_agent: AgentMaker) -> None:
+    make_agent("sleeper", python=SLEEPER)
+    run = pisub.launch("sleeper", "x")
+    _child_pids(run)
+    for _ in range(20):
+        assert run.status().state == RunState.RUNNING
+    # Even with a pid that proves nothing, the held runner.lock keeps it alive.
+    status = decode((run.dir / "status.json").read_bytes(), Status, "status")
+    status.pid = 999_999_999
+    (run.dir / "status.json").write_bytes(encode_pretty(status))
+    assert run.status().state == RunState.RUNNING
+    assert "run.repaired" not in _events(run)
+
+
+def test_runner_sigterm_stops_the_run(home: Path, make_agent: AgentMaker) -> None:
+    make_agent("sleeper", python=SLEEPER)
+    run = pisub.launch("sleeper", "x")
+    children = _child_pids(run)
+    pid = run.status().pid
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)
+    result = run.wait(timeout=30)
+    assert result.state == "stopped"
+    for child in children:
+        assert not pid_alive(child)

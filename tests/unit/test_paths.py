@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pisub.errors import InvalidInput
+from pisub.paths import RunPaths, default_home, is_run_id, validate_run_ref
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "",
+        "  ",
+        "../x",
+        "/abs",
+        "abc",
+        "1234567",
+        "zzzzzzzz",
+        "a" * 37,
+        "12345678/..",
+        "12345678\n",
+        "-12345678",
+    ],
+)
+def test_invalid_refs(ref: str) -> None:
+    with pytest.raises(InvalidInput):
+        validate_run_ref(ref)
+
+
+@pytest.mark.parametrize(
+    "ref", ["12345678", "ABCDEF12", "3f2a1b4c-1234", "3f2a1b4c-1234-4abc-8def-0123456789ab"]
+)
+def test_valid_refs(ref: str) -> None:
+    assert validate_run_ref(ref) == ref.lower()
+
+
+def test_is_run_id() -> None:
+    assert is_run_id("3f2a1b4c-1234-4abc-8def-0123456789ab")
+    assert not is_run_id("3f2a1b4c")
+    assert not is_run_id(".creating-3f2a1b4c-1234-4abc-8def-0123456789ab")
+
+
+def test_default_home() -> None:
+    assert default_home({"PISUB_HOME": "/x/y"}) == Path("/x/y")
+    assert default_home({"XDG_STATE_HOME": "/state"}) == Path("/state/pisub")
+    assert default_home({"XDG_STATE_HOME": "relative"}) == Path.home() / ".local/state/pisub"
+    assert default_home({}) == Path.home() / ".local/state/pisub"
+
+
+def test_run_paths_names() -> None:
+    paths = RunPaths(Path("/h/runs/r"))
+    assert paths.output_log(0).name == "output-0.log"
+    assert paths.stderr_log(3).name == "stderr-3.log"
+    assert [p.name for p in paths.control_dirs()] == ["inbox", "tmp", "new", "outbox"]

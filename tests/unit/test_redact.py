@@ -1,0 +1,70 @@
+"""One test per redaction pattern."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pisub.redact import MASK, preview, redact
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("key sk-abcdefghijklmnopqrstuvwxyz123456 here", "sk-abcdefghijklmnopqrstuvwxyz123456"),
+        ("ant sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWx", "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWx"),
+        ("gh ghp_abcdefghijklmnopqrstuvwxyz0123456789", "ghp_abcdefghijklmnopqrstuvwxyz0123456789"),
+        ("gho_ABCDEFGHIJKLMNOPQRSTUVWXYZ01 token", "gho_ABCDEFGHIJKLMNOPQRSTUVWXYZ01"),
+        (
+            "pat github_pat_11ABCDEFG0123456789_abcdefghijklmnop",
+            "github_pat_11ABCDEFG0123456789_abcdefghijklmnop",
+        ),
+        ("aws AKIAIOSFODNN7EXAMPLE id", "AKIAIOSFODNN7EXAMPLE"),
+        ("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI/K7MDENG"),
+        ("slack xoxb-1234567890-abcdefghij", "xoxb-1234567890-abcdefghij"),
+        ("Authorization: Basic dXNlcjpwYXNz", "dXNlcjpwYXNz"),
+        ("curl -H 'Bearer abcdef123456789xyz'", "abcdef123456789xyz"),
+        ("OPENAI_API_KEY=short1", "short1"),
+        ("export MY_TOKEN=abc123", "abc123"),
+        ("DB_PASSWORD: 'hunter2'", "hunter2"),
+        ('client_secret="s3cr3t value"', "s3cr3t value"),
+    ],
+)
+def test_secret_patterns(text: str, secret: str) -> None:
+    out = redact(text)
+    assert secret not in out
+    assert MASK in out
+
+
+def test_home_path_is_shortened() -> None:
+    home = os.path.expanduser("~")
+    out = redact(f"open {home}/project/file.py and /home/alice/x but not /srv/home/runs")
+    assert home + "/" not in out
+    assert "~/project/file.py" in out
+    assert "/home/alice" not in out
+    assert "/srv/home/runs" in out
+
+
+def test_long_stack_traces_are_cut() -> None:
+    js = "Error: boom\n" + "\n".join(f"    at fn{i} (/app/x.js:{i}:1)" for i in range(40))
+    out = redact(js)
+    assert out.count("    at fn") == 5
+    assert "35 stack lines omitted" in out
+    py = (
+        "Traceback (most recent call last):\n"
+        + "\n".join(f'  File "/app/m{i}.py", line {i}, in f\n    call()' for i in range(10))
+        + "\nValueError: bad"
+    )
+    out = redact(py)
+    assert "omitted" in out and out.endswith("ValueError: bad")
+
+
+def test_plain_text_untouched() -> None:
+    text = "The key insight: tokens are cheap.\n    indented code stays\nsk-short monkey=banana"
+    assert redact(text) == text
+
+
+def test_preview_is_redacted_and_bounded() -> None:
+    p = preview("use sk-abcdefghijklmnopqrstuvwxyz123456 " + "word " * 100)
+    assert "sk-abc" not in p and len(p) == 160
