@@ -45,6 +45,12 @@ class Agent:
             args=list(fm.args),
             system_prompt=self.system_prompt,
             source=str(self.path),
+            model=fm.model,
+            tools=list(fm.tools) if fm.tools is not None else None,
+            thinking=fm.thinking,
+            extensions=fm.extensions,
+            skills=fm.skills,
+            prompt_templates=fm.prompt_templates,
         )
 
 
@@ -101,6 +107,10 @@ def _check(fm: AgentFrontmatter, path: Path) -> None:
         raise InvalidInput(f"{path}: agent name {fm.name!r} must match {NAME_RE.pattern}")
     if fm.runner == "external-cli" and not fm.command:
         raise InvalidInput(f"{path}: an external-cli agent needs a 'command'")
+    if fm.runner == "external-cli":
+        pi_only = [k for k in ("model", "tools", "thinking") if getattr(fm, k) is not None]
+        if pi_only:
+            raise InvalidInput(f"{path}: {', '.join(pi_only)} only apply to runner: pi")
     for key in ("timeout", "idle_timeout"):
         value = getattr(fm, key)
         if value is not None and value <= 0:

@@ -62,7 +62,12 @@ def launch(
     h = open_home(home)
     found = discover(h.agents, workdir).get(agent)
     spec = found.spec()
-    _check_command(spec.command, workdir)
+    if spec.runner == "pi":
+        from pisub.children.pi_rpc import find_pi
+
+        spec.command = find_pi()
+    else:
+        _check_command(spec.command, workdir)
     fm = found.frontmatter
     limits = Limits(
         timeout=timeout or fm.timeout or defaults.DEFAULT_TIMEOUT_S,

@@ -8,6 +8,9 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+echo "== pi CLI (pinned, into .pi-cli/)"
+PISUB_PI_BIN=$(bash scripts/install_pi.sh | tail -n 1)
+export PISUB_PI_BIN
 echo "== ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check pisub tests scripts --exclude pisub/testing --exclude scripts/record_pi_fixtures.py

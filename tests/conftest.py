@@ -15,6 +15,11 @@ from typing import Any
 
 import pytest
 
+from pisub.testing.fake_model import FakeModelServer, pi_env, write_pi_agent_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+PI_BIN_DEFAULT = ROOT / ".pi-cli" / "node_modules" / ".bin" / "pi"
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--stress", action="store_true", default=False, help="run the long stress modes")
@@ -136,3 +141,38 @@ def pid_alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state not in ("Z", "X")
+
+
+@pytest.fixture(scope="session")
+def pi_bin() -> str:
+    """The real pi CLI (installed by scripts/install_pi.sh); required under CI."""
+    path = os.environ.get("PISUB_PI_BIN") or str(PI_BIN_DEFAULT)
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        message = f"pi is not installed at {path}: run scripts/install_pi.sh"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture(scope="session")
+def model_server() -> Iterator[FakeModelServer]:
+    """One scripted OpenAI-compatible model server on 127.0.0.1 for the whole session."""
+    with FakeModelServer(slow_delay=0.1) as server:
+        yield server
+
+
+@pytest.fixture
+def pi_home(home: Path, pi_bin: str, model_server: FakeModelServer, monkeypatch: pytest.MonkeyPatch,
+            tmp_path: Path) -> Path:
+    """A home with a ``pi`` agent whose pi talks to the fake model server."""
+    agent_dir = tmp_path / "pi-agent"
+    write_pi_agent_dir(agent_dir, model_server.base_url)
+    for key, value in pi_env(agent_dir).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("PISUB_PI_BIN", pi_bin)
+    agents = home / "agents"
+    agents.mkdir(parents=True, mode=0o700, exist_ok=True)
+    os.chmod(home, 0o700)
+    (agents / "pi.md").write_text("---\nname: pi\nrunner: pi\ndescription: the real pi\n---\nBe terse.\n")
+    return home

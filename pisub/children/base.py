@@ -9,14 +9,16 @@ The runner owns the loop, the limits and every file except the child's own logs.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import selectors
 import signal
 import subprocess
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import IO, Protocol
 
 from pisub.protocol.result import Usage
 
@@ -36,6 +38,9 @@ class ChildHooks(Protocol):
     def event(self, type_: str, child: int | None = None, **data: object) -> None:
         """Append an event to ``events.jsonl``."""
 
+    def raw_event(self, child: int, kind: str, raw: bytes) -> None:
+        """Append one of the child's own events (``raw`` is its JSON object) to ``events.jsonl``."""
+
 
 @dataclass
 class ChildOutcome:
@@ -50,6 +55,82 @@ class ChildOutcome:
     session_file: str | None = None
 
 
+RECENT_LINES = 50
+
+
+@dataclass
+class Progress:
+    """Live progress a child reports; the runner copies it into ``status.json``."""
+
+    turns: int = 0
+    tools: int = 0
+    current_tool: str | None = None
+    recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_LINES))
+
+
+class PipeWriter:
+    """Non-blocking writes to a child's stdin through the runner's selector."""
+
+    def __init__(self, stream: IO[bytes], sel: selectors.BaseSelector) -> None:
+        self.stream = stream
+        self.sel = sel
+        self.fd = stream.fileno()
+        fcntl.fcntl(self.fd, fcntl.F_SETFL, fcntl.fcntl(self.fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+        self._pending = bytearray()
+        self._close_when_drained = False
+        self._registered = False
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        """Queue ``data``; it is written as the pipe accepts it."""
+        if self.closed or self._close_when_drained:
+            return
+        self._pending += data
+        self._flush()
+
+    def close(self) -> None:
+        """Close the pipe once everything queued is written."""
+        self._close_when_drained = True
+        self._flush()
+
+    def abort(self) -> None:
+        """Close the pipe now, dropping anything not yet written."""
+        self._pending.clear()
+        self._do_close()
+
+    def _flush(self, _mask: int = 0) -> None:
+        while self._pending and not self.closed:
+            try:
+                written = os.write(self.fd, self._pending[: 1 << 16])
+            except BlockingIOError:
+                break
+            except (BrokenPipeError, ConnectionResetError):
+                self._pending.clear()
+                self._do_close()
+                return
+            del self._pending[:written]
+        if self._pending and not self._registered:
+            self.sel.register(self.fd, selectors.EVENT_WRITE, self._flush)
+            self._registered = True
+        elif not self._pending:
+            self._unregister()
+            if self._close_when_drained:
+                self._do_close()
+
+    def _unregister(self) -> None:
+        if self._registered:
+            with contextlib.suppress(KeyError, ValueError):
+                self.sel.unregister(self.fd)
+            self._registered = False
+
+    def _do_close(self) -> None:
+        self._unregister()
+        if not self.closed:
+            self.closed = True
+            with contextlib.suppress(OSError):
+                self.stream.close()
+
+
 class Child(ABC):
     """One supervised child process."""
 
@@ -57,6 +138,8 @@ class Child(ABC):
         self.index = index
         self.hooks = hooks
         self.proc: subprocess.Popen[bytes] | None = None
+        self.progress = Progress()
+        self.session_file: str | None = None
         self._pidfd: int | None = None
         self._open_streams = 0
 

@@ -9,14 +9,13 @@ of each are kept for the result.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import selectors
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from pisub.children.base import Child, ChildHooks, ChildOutcome
+from pisub.children.base import Child, ChildHooks, ChildOutcome, PipeWriter
 from pisub.defaults import TAIL_BYTES
 from pisub.output import StreamSink
 from pisub.paths import RunPaths
@@ -43,7 +42,7 @@ class ExternalCliChild(Child):
         cap = manifest.limits.output_cap
         self.stdout = StreamSink(paths.output_log(index), cap, TAIL_BYTES)
         self.stderr = StreamSink(paths.stderr_log(index), cap, TAIL_BYTES)
-        self._pending = memoryview(build_prompt(manifest.agent.system_prompt, manifest.task))
+        self._prompt = build_prompt(manifest.agent.system_prompt, manifest.task)
         self._sel: selectors.BaseSelector | None = None
 
     def start(self) -> None:
@@ -71,9 +70,9 @@ class ExternalCliChild(Child):
             self.proc.stderr, selectors.EVENT_READ, self._reader(self.proc.stderr.fileno(), self.stderr)
         )
         self._open_streams = 2
-        stdin_fd = self.proc.stdin.fileno()
-        fcntl.fcntl(stdin_fd, fcntl.F_SETFL, fcntl.fcntl(stdin_fd, fcntl.F_GETFL) | os.O_NONBLOCK)
-        sel.register(self.proc.stdin, selectors.EVENT_WRITE, self._on_stdin)
+        stdin = PipeWriter(self.proc.stdin, sel)
+        stdin.write(self._prompt)
+        stdin.close()
 
     def _reader(self, fd: int, sink: StreamSink) -> object:
         def on_ready(_mask: int) -> None:
@@ -97,25 +96,6 @@ class ExternalCliChild(Child):
         with contextlib.suppress(KeyError, ValueError):
             self._sel.unregister(fd)
         self._open_streams -= 1
-
-    def _on_stdin(self, _mask: int) -> None:
-        assert self.proc and self.proc.stdin
-        try:
-            written = os.write(self.proc.stdin.fileno(), self._pending[: 1 << 16])
-            self._pending = self._pending[written:]
-        except BlockingIOError:
-            return
-        except (BrokenPipeError, ConnectionResetError):
-            self._pending = memoryview(b"")
-        if not self._pending:
-            self._close_stdin()
-
-    def _close_stdin(self) -> None:
-        assert self.proc and self.proc.stdin and self._sel
-        with contextlib.suppress(KeyError, ValueError):
-            self._sel.unregister(self.proc.stdin)
-        with contextlib.suppress(OSError):
-            self.proc.stdin.close()
 
     def close(self, sel: selectors.BaseSelector) -> None:
         super().close(sel)

@@ -51,10 +51,19 @@ def status_text(st: Status) -> str:
     for step in st.steps:
         extra = f"exit {step.exit_code}" if step.exit_code is not None else f"pid {step.pid}"
         trunc = ", log truncated" if step.output_truncated else ""
+        work = (
+            f"  turns {step.turn_count}  tools {step.tool_count}"
+            if step.turn_count or step.tool_count
+            else ""
+        )
         lines.append(
-            f"child {step.index}  {step.status}  {extra}  output {step.output_bytes} B{trunc}"
+            f"child {step.index}  {step.status}  {extra}  output {step.output_bytes} B{trunc}{work}"
             f"  last activity {age(step.last_activity_at)}"
         )
+        if step.current_tool:
+            lines.append(f"         running tool: {step.current_tool}")
+    if st.session_file:
+        lines.append(f"session  {st.session_file}")
     if st.error:
         lines.append(f"error    {st.error.code}: {st.error.message}")
     return "\n".join(lines)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pisub.protocol.codec import Record
-from pisub.protocol.manifest import RunnerKind
+from pisub.protocol.manifest import RunnerKind, ThinkingLevel
 
 
 class AgentFrontmatter(Record, kw_only=True):
@@ -18,3 +18,15 @@ class AgentFrontmatter(Record, kw_only=True):
     idle_timeout: float | None = None
     output_cap: int | None = None
     output_hard_cap: int | None = None
+    model: str | None = None
+    """pi only: ``provider/id`` (or any pattern pi's ``--model`` takes)."""
+    tools: list[str] | None = None
+    """pi only: allow-list of tool names (``--tools``)."""
+    thinking: ThinkingLevel | None = None
+    """pi only: thinking level (``--thinking``)."""
+    extensions: bool = False
+    """pi only: keep pi's extension discovery (off by default: extensions rewrite messages)."""
+    skills: bool = False
+    """pi only: keep pi's skills."""
+    prompt_templates: bool = False
+    """pi only: keep pi's prompt templates."""

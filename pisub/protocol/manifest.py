@@ -7,6 +7,7 @@ from typing import Literal
 from pisub.protocol.codec import Record
 
 RunnerKind = Literal["external-cli", "pi"]
+ThinkingLevel = Literal["off", "minimal", "low", "medium", "high", "xhigh"]
 
 
 class Limits(Record, kw_only=True):
@@ -31,10 +32,17 @@ class AgentSpec(Record, kw_only=True):
     description: str = ""
     runner: RunnerKind
     command: str | None = None
+    """The executable: the agent's command, or the resolved pi binary for ``runner: pi``."""
     args: list[str] = []
     system_prompt: str = ""
     source: str | None = None
     """Path of the agent file it came from."""
+    model: str | None = None
+    tools: list[str] | None = None
+    thinking: ThinkingLevel | None = None
+    extensions: bool = False
+    skills: bool = False
+    prompt_templates: bool = False
 
 
 class Manifest(Record, kw_only=True):

@@ -51,6 +51,12 @@ class StepStatus(Record, kw_only=True):
     last_activity_at: str | None = None
     output_bytes: int = 0
     output_truncated: bool = False
+    turn_count: int = 0
+    tool_count: int = 0
+    current_tool: str | None = None
+    """A redacted preview of the tool call in progress (``bash echo hi``)."""
+    recent_output: list[str] = []
+    """The last 50 lines of the child's output log, redacted."""
 
 
 class Status(Record, kw_only=True):
@@ -71,4 +77,6 @@ class Status(Record, kw_only=True):
     updated_at: str
     ended_at: str | None = None
     error: ErrorInfo | None = None
+    session_file: str | None = None
+    """Absolute path of the child's session (pi's ``session.jsonl``), for a later resume."""
     steps: list[StepStatus] = []

@@ -33,6 +33,10 @@ class Recorder:
     def event(self, type_: str, child: int | None = None, **data: object) -> None:
         self._events.append(encode(Event(v=1, ts=now_iso(), type=type_, child=child, data=data)))
 
+    def raw_line(self, line: bytes) -> None:
+        """Append an already-encoded event line."""
+        self._events.append(line)
+
     def touch(self) -> None:
         """Mark an activity-only change; it is written by the next :meth:`flush_due`."""
         self._dirty = True

@@ -16,8 +16,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pisub.children.base import Child, ChildOutcome
+from pisub.children.base import Child, ChildHooks, ChildOutcome
 from pisub.children.external_cli import ExternalCliChild, child_env
+from pisub.children.pi_rpc import PiChild, pi_event_line
 from pisub.paths import RunPaths
 from pisub.procs import boot_id, descendants, kill_all, reap_adopted, start_time
 from pisub.protocol.codec import now_iso
@@ -66,8 +67,14 @@ class Supervisor:
     # -- hooks the child calls ---------------------------------------------------
     def activity(self, child: int) -> None:
         self.last_activity = time.monotonic()
-        assert self.recorder is not None
-        self.recorder.step(child).last_activity_at = now_iso()
+        assert self.recorder is not None and self.child is not None
+        step = self.recorder.step(child)
+        step.last_activity_at = now_iso()
+        progress = self.child.progress
+        step.turn_count = progress.turns
+        step.tool_count = progress.tools
+        step.current_tool = progress.current_tool
+        step.recent_output = list(progress.recent)
         self.recorder.touch()
 
     def output(self, child: int, nbytes: int, truncated: bool) -> None:
@@ -80,6 +87,10 @@ class Supervisor:
     def event(self, type_: str, child: int | None = None, **data: object) -> None:
         assert self.recorder is not None
         self.recorder.event(type_, child, **data)
+
+    def raw_event(self, child: int, kind: str, raw: bytes) -> None:
+        assert self.recorder is not None
+        self.recorder.raw_line(pi_event_line(now_iso(), child, kind, raw))
 
     # -- the run ------------------------------------------------------------------
     def run(self) -> int:
@@ -110,17 +121,16 @@ class Supervisor:
         status.boot_id = boot_id()
         status.steps = [StepStatus(index=0, status=StepState.PENDING)]
         self.recorder = Recorder(self.paths, status)
-        child = ExternalCliChild(
-            0, self, self.manifest, self.paths, child_env(os.environ, self.manifest.run_id, self.paths.root)
-        )
+        child = make_child(self.manifest, self.paths, self)
+        self.child = child
         try:
             child.start()
         except OSError as exc:
             message = f"cannot start {self.manifest.agent.command!r}: {exc.strerror or exc}"
             self._fail_startup(message)
             return False
-        self.child = child
         child.register(self.sel)
+        status.session_file = child.session_file
         step = self.recorder.step(0)
         step.status = StepState.RUNNING
         step.pid = step.pgid = child.pid
@@ -270,6 +280,16 @@ class Supervisor:
         rec.event("run.finished", state=verdict.state.value, exitCode=verdict.exit_code)
         rec.commit()
         rec.close()
+
+
+def make_child(manifest: Manifest, paths: RunPaths, hooks: ChildHooks) -> Child:
+    """The child adapter for the manifest's runner kind."""
+    env = child_env(os.environ, manifest.run_id, paths.root)
+    kinds: dict[str, type[ExternalCliChild] | type[PiChild]] = {
+        "external-cli": ExternalCliChild,
+        "pi": PiChild,
+    }
+    return kinds[manifest.agent.runner](0, hooks, manifest, paths, env)
 
 
 def _verdict(

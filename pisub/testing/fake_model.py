@@ -583,6 +583,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"chunks in a SLOW reply without an explicit SLOW:<n> (default: {DEFAULT_SLOW_CHUNKS})",
     )
     parser.add_argument("--port-file", type=Path, help="also write the base URL to this file (atomically)")
+    parser.add_argument(
+        "--pi-agent-dir",
+        type=Path,
+        help="write pi's models.json and settings.json for this server into this directory",
+    )
     args = parser.parse_args(argv)
 
     done = threading.Event()
@@ -596,6 +601,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = FakeModelServer(args.port, slow_delay=args.slow_delay, slow_chunks=args.slow_chunks)
     server.start()
     try:
+        if args.pi_agent_dir is not None:
+            write_pi_agent_dir(args.pi_agent_dir, server.base_url)
         if args.port_file is not None:
             _write_atomic(args.port_file, server.base_url + "\n")
         print(server.base_url, flush=True)

@@ -1,0 +1,461 @@
+"""The ``pi`` coding agent as the child, driven through ``pi --mode rpc``.
+
+pi reads one JSON command per line on stdin and writes responses (matched by ``id``)
+and session events on stdout. The driver:
+
+1. sends ``get_state`` (pi prints nothing until it is ready), then
+   ``set_auto_retry false`` (so one ``agent_end`` really ends an attempt), then the task
+   as the first ``prompt``;
+2. mirrors every event except the high-volume ``message_update`` into ``events.jsonl``,
+   writes assistant text and one ``tool: <name> <preview>`` line per tool call to
+   ``output-<N>.log``, sums usage and tracks turns and tools;
+3. after each ``agent_end`` asks ``get_state``; when pi says ``isStreaming: false,
+   pendingMessageCount: 0`` and nothing started since, the child is finished and its
+   stdin is closed (pi exits at once; in RPC mode it never exits by itself).
+
+pi's own exit code says nothing about the outcome: the last assistant ``message_end``
+does (``stopReason`` ``error`` / ``aborted`` and ``errorMessage``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import msgspec
+
+from pisub.children.base import Child, ChildHooks, ChildOutcome, PipeWriter
+from pisub.defaults import TAIL_BYTES
+from pisub.errors import LaunchFailed
+from pisub.fsio import atomic_write
+from pisub.output import StreamSink
+from pisub.paths import RunPaths
+from pisub.protocol.manifest import AgentSpec, Manifest
+from pisub.protocol.result import Usage
+from pisub.redact import redact
+
+MAX_LINE = 16 * 1024 * 1024
+"""Longest stdout line read from pi; a longer one is skipped and reported."""
+
+READ_CHUNK = 256 * 1024
+PREVIEW_CHARS = 120
+INSTALL_HINT = "install it with: npm install -g @mariozechner/pi-coding-agent (or set PISUB_PI_BIN)"
+
+Json = dict[str, Any]
+ResponseHandler = Callable[[Json], None]
+_decode = msgspec.json.Decoder().decode
+
+
+def find_pi(env: Mapping[str, str] | None = None) -> str:
+    """The pi binary: ``$PISUB_PI_BIN``, else ``pi`` on PATH.
+
+    Raises:
+        LaunchFailed: with one line saying how to install pi.
+    """
+    env = os.environ if env is None else env
+    configured = env.get("PISUB_PI_BIN")
+    if configured:
+        path = Path(configured).expanduser()
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path.absolute())
+        raise LaunchFailed(f"PISUB_PI_BIN={configured} is not an executable file; {INSTALL_HINT}")
+    found = shutil.which("pi", path=env.get("PATH"))
+    if found is None:
+        raise LaunchFailed(f"the pi coding agent was not found on PATH; {INSTALL_HINT}")
+    return str(Path(found).absolute())
+
+
+def pi_argv(spec: AgentSpec, session_file: Path, system_prompt_file: Path | None) -> list[str]:
+    """The command line of a pi child (never through a shell)."""
+    assert spec.command, "the launcher resolves the pi binary into the manifest"
+    argv = [spec.command, "--mode", "rpc", "--session", str(session_file)]
+    if not spec.extensions:
+        argv.append("--no-extensions")
+    if not spec.skills:
+        argv.append("--no-skills")
+    if not spec.prompt_templates:
+        argv.append("--no-prompt-templates")
+    if spec.model:
+        argv += ["--model", spec.model]
+    if spec.tools is not None:
+        argv += ["--tools", ",".join(spec.tools)] if spec.tools else ["--no-tools"]
+    if spec.thinking:
+        argv += ["--thinking", spec.thinking]
+    if system_prompt_file is not None:
+        argv += ["--append-system-prompt", str(system_prompt_file)]
+    return [*argv, *spec.args]
+
+
+def tool_preview(name: str, args: object) -> str:
+    """``<name> <args preview>`` for a tool call, e.g. ``bash echo hi``."""
+    if isinstance(args, dict):
+        for key in ("command", "path", "file_path", "pattern", "query", "url"):
+            if isinstance(args.get(key), str):
+                text = str(args[key])
+                break
+        else:
+            text = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+    else:
+        text = "" if args is None else json.dumps(args, ensure_ascii=False)
+    text = " ".join(text.split())
+    if len(text) > PREVIEW_CHARS:
+        text = text[: PREVIEW_CHARS - 1] + "…"
+    return f"{name} {text}".rstrip()
+
+
+def message_text(message: Json) -> str:
+    """The text parts of an agent message, joined."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+
+
+class LineReader:
+    """Splits a byte stream on ``\\n`` only, bounding each line to ``max_line`` bytes."""
+
+    def __init__(self, max_line: int = MAX_LINE) -> None:
+        self.max_line = max_line
+        self._buf = bytearray()
+        self._skipping = False
+        self.oversized = 0
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        """The complete lines that ``data`` finishes."""
+        start = 0
+        while True:
+            nl = data.find(b"\n", start)
+            if nl < 0:
+                break
+            if self._skipping:
+                self._skipping = False
+            else:
+                self._buf += data[start:nl]
+                line = bytes(self._buf)
+                if line.strip():
+                    yield line
+            self._buf.clear()
+            start = nl + 1
+        if not self._skipping:
+            self._buf += data[start:]
+            if len(self._buf) > self.max_line:
+                self._buf.clear()
+                self._skipping = True
+                self.oversized += 1
+
+
+class UsageTotals:
+    """Running sums over assistant messages."""
+
+    def __init__(self) -> None:
+        self.usage = Usage()
+
+    def add(self, message: Json) -> None:
+        usage = message.get("usage")
+        self.usage.turns += 1
+        if not isinstance(usage, dict):
+            return
+        pairs = (
+            ("input", "input"),
+            ("output", "output"),
+            ("cacheRead", "cache_read"),
+            ("cacheWrite", "cache_write"),
+        )
+        for key, attr in pairs:
+            value = usage.get(key)
+            if isinstance(value, int):
+                setattr(self.usage, attr, getattr(self.usage, attr) + value)
+        cost = usage.get("cost")
+        total = cost.get("total") if isinstance(cost, dict) else cost
+        if isinstance(total, int | float):
+            self.usage.cost += float(total)
+
+
+class PiChild(Child):
+    """A pi coding-agent child in RPC mode."""
+
+    def __init__(
+        self, index: int, hooks: ChildHooks, manifest: Manifest, paths: RunPaths, env: Mapping[str, str]
+    ) -> None:
+        super().__init__(index, hooks)
+        self.manifest = manifest
+        self.paths = paths
+        self.env = dict(env)
+        self.session_path = paths.root / "session.jsonl"
+        self.session_file = str(self.session_path)
+        self.log = StreamSink(paths.output_log(index), manifest.limits.output_cap, TAIL_BYTES)
+        self.stderr = StreamSink(paths.stderr_log(index), manifest.limits.output_cap, TAIL_BYTES)
+        self.reader = LineReader()
+        self.stdin: PipeWriter | None = None
+        self._sel: selectors.BaseSelector | None = None
+        self._next_id = 0
+        self._handlers: dict[str, ResponseHandler] = {}
+        self._epoch = 0  # bumped by anything that starts work; invalidates idle checks
+        self._streaming = False
+        self.finished = False
+        self.prompt_answered = False
+        self.prompt_error: str | None = None
+        self.last_event: str | None = None
+        self.last_assistant: Json | None = None
+        self.final_text: str | None = None
+        self.totals = UsageTotals()
+
+    # -- process --------------------------------------------------------------------
+    def start(self) -> None:
+        spec = self.manifest.agent
+        prompt_file = None
+        if spec.system_prompt.strip():
+            prompt_file = self.paths.root / "system-prompt.md"
+            atomic_write(prompt_file, spec.system_prompt.encode("utf-8"))
+        self.proc = subprocess.Popen(
+            pi_argv(spec, self.session_path, prompt_file),
+            cwd=self.manifest.cwd,
+            env=self.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+    def register(self, sel: selectors.BaseSelector) -> None:
+        super().register(sel)
+        assert self.proc and self.proc.stdout and self.proc.stderr and self.proc.stdin
+        self._sel = sel
+        sel.register(self.proc.stdout, selectors.EVENT_READ, self._on_stdout)
+        sel.register(self.proc.stderr, selectors.EVENT_READ, self._on_stderr)
+        self._open_streams = 2
+        self.stdin = PipeWriter(self.proc.stdin, sel)
+        self.send({"type": "get_state"}, self._on_ready)
+
+    def send(self, command: Json, on_response: ResponseHandler | None = None) -> str:
+        """Send one RPC command; ``on_response`` gets its response (matched by id)."""
+        self._next_id += 1
+        cid = f"pisub-{self._next_id}"
+        if on_response is not None:
+            self._handlers[cid] = on_response
+        assert self.stdin is not None
+        self.stdin.write(json.dumps({"id": cid, **command}, ensure_ascii=False).encode("utf-8") + b"\n")
+        return cid
+
+    def finish(self) -> None:
+        """The work is done: close stdin so that pi exits."""
+        if not self.finished:
+            self.finished = True
+            self.hooks.event("child.finishing", self.index, reason="idle")
+            if self.stdin is not None:
+                self.stdin.close()
+
+    # -- the start-up sequence ------------------------------------------------------------
+    def _on_ready(self, _resp: Json) -> None:
+        self.send({"type": "set_auto_retry", "enabled": False}, self._on_retry_off)
+
+    def _on_retry_off(self, _resp: Json) -> None:
+        self._epoch += 1
+        self.send({"type": "prompt", "message": self.manifest.task}, self._on_prompt)
+
+    def _on_prompt(self, resp: Json) -> None:
+        self.prompt_answered = True
+        if not resp.get("success", False):
+            self.prompt_error = str(resp.get("error") or "pi refused the prompt")
+            self.finish()
+
+    # -- reading ------------------------------------------------------------------
+    def _on_stdout(self, _mask: int) -> None:
+        assert self.proc and self.proc.stdout
+        try:
+            data = os.read(self.proc.stdout.fileno(), READ_CHUNK)
+        except BlockingIOError:
+            return
+        if not data:
+            self._close_stream(self.proc.stdout)
+            return
+        before = self.reader.oversized
+        for line in self.reader.feed(data):
+            self._on_line(line)
+        if self.reader.oversized != before:
+            self.hooks.event("child.line_too_long", self.index, limit=MAX_LINE)
+
+    def _on_stderr(self, _mask: int) -> None:
+        assert self.proc and self.proc.stderr
+        try:
+            data = os.read(self.proc.stderr.fileno(), READ_CHUNK)
+        except BlockingIOError:
+            return
+        if not data:
+            self._close_stream(self.proc.stderr)
+            return
+        self.stderr.feed(data)
+        self.hooks.output(self.index, len(data), self.stderr.truncated)
+
+    def _close_stream(self, stream: IO[bytes]) -> None:
+        assert self._sel is not None
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.unregister(stream)
+        self._open_streams -= 1
+
+    def _on_line(self, line: bytes) -> None:
+        if line.startswith(b'{"type":"message_update"'):
+            self.hooks.activity(self.index)  # the stream is alive; deltas are not kept
+            return
+        try:
+            obj = _decode(line)
+        except msgspec.DecodeError:
+            self.hooks.event("child.bad_line", self.index, preview=line[:200].decode("utf-8", "replace"))
+            return
+        if not isinstance(obj, dict):
+            self.hooks.event("child.bad_line", self.index, preview=line[:200].decode("utf-8", "replace"))
+            return
+        kind = str(obj.get("type"))
+        if kind == "response":
+            self._on_response(obj)
+        elif kind != "message_update":
+            self.last_event = kind
+            self.hooks.raw_event(self.index, kind, line)
+            self._on_event(kind, obj)
+        self.hooks.activity(self.index)
+
+    def _on_response(self, resp: Json) -> None:
+        cid = resp.get("id")
+        handler = self._handlers.pop(cid, None) if isinstance(cid, str) else None
+        if handler is not None:
+            handler(resp)
+        elif not resp.get("success", True):
+            self.hooks.event(
+                "child.rpc_error", self.index, command=resp.get("command"), error=resp.get("error")
+            )
+
+    # -- events ---------------------------------------------------------------------
+    def _on_event(self, kind: str, ev: Json) -> None:
+        handler = _EVENT_HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, ev)
+
+    def _agent_start(self, _ev: Json) -> None:
+        self._streaming = True
+        self._epoch += 1
+
+    def _work_started(self, _ev: Json) -> None:
+        self._epoch += 1
+
+    def _turn_start(self, _ev: Json) -> None:
+        self.progress.turns += 1
+
+    def _message_end(self, ev: Json) -> None:
+        message = ev.get("message")
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            return
+        self.totals.add(message)
+        self.last_assistant = message
+        text = message_text(message)
+        if message.get("stopReason") != "error" and text.strip():
+            self.final_text = text
+        if text.strip():
+            self._log(text)
+
+    def _tool_start(self, ev: Json) -> None:
+        preview = tool_preview(str(ev.get("toolName", "?")), ev.get("args"))
+        self.progress.tools += 1
+        self.progress.current_tool = redact(preview)
+        self._log(f"tool: {preview}")
+
+    def _tool_end(self, _ev: Json) -> None:
+        self.progress.current_tool = None
+
+    def _agent_end(self, _ev: Json) -> None:
+        self._streaming = False
+        epoch = self._epoch
+        self.send({"type": "get_state"}, lambda resp: self._check_idle(resp, epoch))
+
+    def _check_idle(self, resp: Json, epoch: int) -> None:
+        data = resp.get("data")
+        if not isinstance(data, dict) or epoch != self._epoch or self._streaming:
+            return
+        if data.get("isStreaming") is False and data.get("pendingMessageCount") == 0:
+            self.finish()
+
+    def _log(self, text: str) -> None:
+        data = (text if text.endswith("\n") else text + "\n").encode("utf-8")
+        newly = self.log.feed(data)
+        if newly:
+            self.hooks.event("child.output_truncated", self.index, log=str(self.log.path), cap=self.log.cap)
+        self.hooks.output(self.index, len(data), self.log.truncated)
+        for line in text.splitlines():
+            if line.strip():
+                self.progress.recent.append(redact(line)[:500])
+
+    # -- the end ------------------------------------------------------------------
+    def close(self, sel: selectors.BaseSelector) -> None:
+        super().close(sel)
+        if self.proc:
+            for stream in (self.proc.stdout, self.proc.stderr):
+                if stream is not None:
+                    with contextlib.suppress(KeyError, ValueError):
+                        sel.unregister(stream)
+                    with contextlib.suppress(OSError):
+                        stream.close()
+        if self.stdin is not None:
+            self.stdin.abort()
+        self.log.close()
+        self.stderr.close()
+
+    def outcome(self) -> ChildOutcome:
+        assert self.proc is not None and self.proc.returncode is not None
+        rc = self.proc.returncode
+        sig = -rc if rc < 0 else None
+        error = self._error(rc, sig)
+        output = self.final_text if self.final_text is not None else self._diagnostic()
+        return ChildOutcome(
+            exit_code=0 if error is None else 1,
+            signal=sig,
+            output=output,
+            error=error,
+            usage=self.totals.usage,
+            session_file=self.session_file if self.session_path.exists() else None,
+        )
+
+    def _error(self, rc: int, sig: int | None) -> str | None:
+        if self.prompt_error is not None:
+            return f"pi refused the task: {self.prompt_error}"
+        last = self.last_assistant or {}
+        reason = last.get("stopReason")
+        if reason in ("error", "aborted"):
+            detail = last.get("errorMessage") or reason
+            return f"pi {'failed' if reason == 'error' else 'was aborted'}: {detail}"
+        if not self.finished:
+            how = f"was killed by signal {sig}" if sig else f"exited with code {rc}"
+            tail = self.stderr.tail_text().strip()[-2000:]
+            return f"pi {how} before the task finished" + (f": {tail}" if tail else "")
+        return None
+
+    def _diagnostic(self) -> str:
+        tail = self.stderr.tail_text().strip()[-1000:]
+        text = f"(pi produced no final text; last event: {self.last_event or 'none'}"
+        return text + (f"; stderr: {tail})" if tail else ")")
+
+
+_EVENT_HANDLERS: dict[str, Callable[[PiChild, Json], None]] = {
+    "agent_start": PiChild._agent_start,
+    "auto_retry_start": PiChild._work_started,
+    "compaction_start": PiChild._work_started,
+    "turn_start": PiChild._turn_start,
+    "message_end": PiChild._message_end,
+    "tool_execution_start": PiChild._tool_start,
+    "tool_execution_end": PiChild._tool_end,
+    "agent_end": PiChild._agent_end,
+}
+
+
+def pi_event_line(ts: str, child: int, kind: str, raw: bytes) -> bytes:
+    """An ``events.jsonl`` line carrying one raw pi event, without re-encoding it."""
+    head = json.dumps({"v": 1, "ts": ts, "type": f"pi.{kind}", "child": child}, separators=(",", ":"))
+    return head[:-1].encode() + b',"data":' + raw + b"}"

@@ -1,0 +1,174 @@
+"""The pi event parser on recordings of the real pi (fixtures/pi/)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pisub.children.pi_rpc import LineReader, PiChild, message_text, pi_argv, tool_preview
+from pisub.protocol import AgentSpec, Limits, Manifest
+from pisub.paths import RunPaths
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "pi"
+
+
+class Hooks:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.raw: list[str] = []
+        self.activity_count = 0
+        self.output_bytes = 0
+
+    def activity(self, child: int) -> None:
+        self.activity_count += 1
+
+    def output(self, child: int, nbytes: int, truncated: bool) -> None:
+        self.output_bytes += nbytes
+
+    def event(self, type_: str, child: int | None = None, **data: object) -> None:
+        self.events.append((type_, data))
+
+    def raw_event(self, child: int, kind: str, raw: bytes) -> None:
+        json.loads(raw)
+        self.raw.append(kind)
+
+
+class Stdin:
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.sent.append(json.loads(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _child(tmp_path: Path) -> tuple[PiChild, Hooks, Stdin]:
+    spec = AgentSpec(name="pi", runner="pi", command="pi")
+    limits = Limits(timeout=None, idle_timeout=None, grace=1, output_cap=1 << 20, output_hard_cap=1 << 30)
+    manifest = Manifest(run_id="r", created_at="t", agent=spec, task="hello", cwd=str(tmp_path), limits=limits)
+    hooks = Hooks()
+    child = PiChild(0, hooks, manifest, RunPaths(tmp_path), {})
+    stdin = Stdin()
+    child.stdin = stdin  # type: ignore[assignment]
+    return child, hooks, stdin
+
+
+def _replay(tmp_path: Path, name: str) -> tuple[PiChild, Hooks, Stdin]:
+    child, hooks, stdin = _child(tmp_path)
+    reader = LineReader()
+    data = (FIXTURES / name).read_bytes()
+    for i in range(0, len(data), 997):  # odd chunk size: lines and UTF-8 split across reads
+        for line in reader.feed(data[i : i + 997]):
+            child._on_line(line)
+    return child, hooks, stdin
+
+
+def test_plain(tmp_path: Path) -> None:
+    child, hooks, _ = _replay(tmp_path, "rpc-plain.jsonl")
+    assert child.final_text == "Hello from the fake LLM. You said: hello"
+    assert child.totals.usage.input == 100 and child.totals.usage.turns == 1
+    assert child.progress.turns == 1
+    assert "message_update" not in hooks.raw and "agent_end" in hooks.raw
+    assert (tmp_path / "output-0.log").read_text() == "Hello from the fake LLM. You said: hello\n"
+
+
+def test_toolcall(tmp_path: Path) -> None:
+    child, _, _ = _replay(tmp_path, "rpc-toolcall.jsonl")
+    assert child.final_text == "Tool said: hi"
+    assert child.progress.tools == 1 and child.progress.turns == 2
+    log = (tmp_path / "output-0.log").read_text()
+    assert log == "Running a command.\ntool: bash echo hi\nTool said: hi\n"
+    assert list(child.progress.recent) == ["Running a command.", "tool: bash echo hi", "Tool said: hi"]
+
+
+def test_error500(tmp_path: Path) -> None:
+    child, _, _ = _replay(tmp_path, "rpc-error500.jsonl")
+    assert child.final_text is None
+    assert child.last_assistant is not None
+    assert child.last_assistant["stopReason"] == "error"
+    assert child._error(0, None) == "pi failed: 500 fake server error"
+    assert "last event: agent_end" in child._diagnostic()
+
+
+def test_abort(tmp_path: Path) -> None:
+    child, _, _ = _replay(tmp_path, "rpc-abort.jsonl")
+    assert child.last_assistant is not None and child.last_assistant["stopReason"] == "aborted"
+    assert (child._error(0, None) or "").startswith("pi was aborted")
+
+
+def test_steer_recording_counts_turns(tmp_path: Path) -> None:
+    child, hooks, _ = _replay(tmp_path, "rpc-steer.jsonl")
+    assert child.progress.turns == 2
+    assert "queue_update" in hooks.raw
+
+
+def test_agent_end_asks_get_state_then_finishes(tmp_path: Path) -> None:
+    child, _, stdin = _replay(tmp_path, "rpc-plain.jsonl")
+    asks = [m for m in stdin.sent if m["type"] == "get_state"]
+    assert asks, "agent_end must trigger a get_state idle check"
+    child._on_line(json.dumps({"id": asks[-1]["id"], "type": "response", "command": "get_state",
+                               "success": True, "data": {"isStreaming": False, "pendingMessageCount": 0}}).encode())
+    assert child.finished and stdin.closed
+
+
+def test_idle_check_ignored_when_work_started_since(tmp_path: Path) -> None:
+    child, _, stdin = _replay(tmp_path, "rpc-plain.jsonl")
+    ask = [m for m in stdin.sent if m["type"] == "get_state"][-1]
+    child._on_line(b'{"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":1,"errorMessage":"x"}')
+    child._on_line(json.dumps({"id": ask["id"], "type": "response", "command": "get_state", "success": True,
+                               "data": {"isStreaming": False, "pendingMessageCount": 0}}).encode())
+    assert not child.finished
+
+
+def test_bad_lines_are_logged_not_fatal(tmp_path: Path) -> None:
+    child, hooks, _ = _child(tmp_path)
+    child._on_line(b"not json at all")
+    child._on_line(b"[1, 2]")
+    child._on_line(b'{"type":"response","command":"parse","success":false,"error":"Failed to parse"}')
+    kinds = [k for k, _ in hooks.events]
+    assert kinds == ["child.bad_line", "child.bad_line", "child.rpc_error"]
+
+
+def test_line_reader_bounds_and_splits() -> None:
+    reader = LineReader(max_line=10)
+    assert list(reader.feed(b'{"a":"\xc3')) == []
+    assert list(reader.feed(b'\xa9"}\n')) == ['{"a":"é"}'.encode()]
+    assert list(reader.feed(b"x" * 25)) == []
+    assert reader.oversized == 1
+    assert list(reader.feed(b"yyy\nok\n")) == [b"ok"]
+    assert list(reader.feed(b"a\n\nb\n")) == [b"a", b"b"]
+
+
+def test_tool_preview_and_text() -> None:
+    assert tool_preview("bash", {"command": "echo   hi\nthere"}) == "bash echo hi there"
+    assert tool_preview("read", {"path": "/x/y.py"}) == "read /x/y.py"
+    assert tool_preview("custom", {"n": 1}) == 'custom {"n":1}'
+    assert len(tool_preview("bash", {"command": "x" * 500})) < 130
+    assert message_text({"content": [{"type": "text", "text": "a"}, {"type": "thinking"}, {"type": "text",
+                                                                                       "text": "b"}]}) == "ab"
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({}, ["--no-extensions", "--no-skills", "--no-prompt-templates"]),
+        ({"model": "anthropic/claude", "thinking": "high"}, ["--model", "anthropic/claude", "--thinking", "high"]),
+        ({"tools": ["read", "bash"]}, ["--tools", "read,bash"]),
+        ({"tools": []}, ["--no-tools"]),
+    ],
+)
+def test_pi_argv(fields: dict[str, Any], expected: list[str]) -> None:
+    spec = AgentSpec(name="p", runner="pi", command="/bin/pi", **fields)
+    argv = pi_argv(spec, Path("/r/session.jsonl"), None)
+    assert argv[:5] == ["/bin/pi", "--mode", "rpc", "--session", "/r/session.jsonl"]
+    joined = " ".join(argv)
+    assert " ".join(expected) in joined
+    spec = AgentSpec(name="p", runner="pi", command="/bin/pi", extensions=True, skills=True, prompt_templates=True)
+    assert "--no-extensions" not in pi_argv(spec, Path("/s"), Path("/p"))
+    assert pi_argv(spec, Path("/s"), Path("/p"))[-2:] == ["--append-system-prompt", "/p"]
