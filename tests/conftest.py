@@ -163,8 +163,9 @@ def model_server() -> Iterator[FakeModelServer]:
 
 
 @pytest.fixture
-def pi_home(home: Path, pi_bin: str, model_server: FakeModelServer, monkeypatch: pytest.MonkeyPatch,
-            tmp_path: Path) -> Path:
+def pi_home(
+    home: Path, pi_bin: str, model_server: FakeModelServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Path:
     """A home with a ``pi`` agent whose pi talks to the fake model server."""
     agent_dir = tmp_path / "pi-agent"
     write_pi_agent_dir(agent_dir, model_server.base_url)

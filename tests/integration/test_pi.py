@@ -113,8 +113,9 @@ def test_launcher_sigkilled_while_pi_runs(pi_home: Path) -> None:
         print(run.id, flush=True)
         time.sleep(300)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", launcher], stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", launcher], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     assert proc.stdout is not None
     run_id = proc.stdout.readline().strip()
     os.killpg(proc.pid, signal.SIGKILL)

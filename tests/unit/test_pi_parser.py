@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from pisub.children.pi_rpc import LineReader, PiChild, message_text, pi_argv, tool_preview
-from pisub.protocol import AgentSpec, Limits, Manifest
 from pisub.paths import RunPaths
+from pisub.protocol import AgentSpec, Limits, Manifest
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "pi"
 
@@ -51,7 +51,9 @@ class Stdin:
 def _child(tmp_path: Path) -> tuple[PiChild, Hooks, Stdin]:
     spec = AgentSpec(name="pi", runner="pi", command="pi")
     limits = Limits(timeout=None, idle_timeout=None, grace=1, output_cap=1 << 20, output_hard_cap=1 << 30)
-    manifest = Manifest(run_id="r", created_at="t", agent=spec, task="hello", cwd=str(tmp_path), limits=limits)
+    manifest = Manifest(
+        run_id="r", created_at="t", agent=spec, task="hello", cwd=str(tmp_path), limits=limits
+    )
     hooks = Hooks()
     child = PiChild(0, hooks, manifest, RunPaths(tmp_path), {})
     stdin = Stdin()
@@ -112,8 +114,17 @@ def test_agent_end_asks_get_state_then_finishes(tmp_path: Path) -> None:
     child, _, stdin = _replay(tmp_path, "rpc-plain.jsonl")
     asks = [m for m in stdin.sent if m["type"] == "get_state"]
     assert asks, "agent_end must trigger a get_state idle check"
-    child._on_line(json.dumps({"id": asks[-1]["id"], "type": "response", "command": "get_state",
-                               "success": True, "data": {"isStreaming": False, "pendingMessageCount": 0}}).encode())
+    child._on_line(
+        json.dumps(
+            {
+                "id": asks[-1]["id"],
+                "type": "response",
+                "command": "get_state",
+                "success": True,
+                "data": {"isStreaming": False, "pendingMessageCount": 0},
+            }
+        ).encode()
+    )
     assert child.finished and stdin.closed
 
 
@@ -121,8 +132,17 @@ def test_idle_check_ignored_when_work_started_since(tmp_path: Path) -> None:
     child, _, stdin = _replay(tmp_path, "rpc-plain.jsonl")
     ask = [m for m in stdin.sent if m["type"] == "get_state"][-1]
     child._on_line(b'{"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":1,"errorMessage":"x"}')
-    child._on_line(json.dumps({"id": ask["id"], "type": "response", "command": "get_state", "success": True,
-                               "data": {"isStreaming": False, "pendingMessageCount": 0}}).encode())
+    child._on_line(
+        json.dumps(
+            {
+                "id": ask["id"],
+                "type": "response",
+                "command": "get_state",
+                "success": True,
+                "data": {"isStreaming": False, "pendingMessageCount": 0},
+            }
+        ).encode()
+    )
     assert not child.finished
 
 
@@ -150,15 +170,22 @@ def test_tool_preview_and_text() -> None:
     assert tool_preview("read", {"path": "/x/y.py"}) == "read /x/y.py"
     assert tool_preview("custom", {"n": 1}) == 'custom {"n":1}'
     assert len(tool_preview("bash", {"command": "x" * 500})) < 130
-    assert message_text({"content": [{"type": "text", "text": "a"}, {"type": "thinking"}, {"type": "text",
-                                                                                       "text": "b"}]}) == "ab"
+    assert (
+        message_text(
+            {"content": [{"type": "text", "text": "a"}, {"type": "thinking"}, {"type": "text", "text": "b"}]}
+        )
+        == "ab"
+    )
 
 
 @pytest.mark.parametrize(
     ("fields", "expected"),
     [
         ({}, ["--no-extensions", "--no-skills", "--no-prompt-templates"]),
-        ({"model": "anthropic/claude", "thinking": "high"}, ["--model", "anthropic/claude", "--thinking", "high"]),
+        (
+            {"model": "anthropic/claude", "thinking": "high"},
+            ["--model", "anthropic/claude", "--thinking", "high"],
+        ),
         ({"tools": ["read", "bash"]}, ["--tools", "read,bash"]),
         ({"tools": []}, ["--no-tools"]),
     ],
@@ -169,6 +196,8 @@ def test_pi_argv(fields: dict[str, Any], expected: list[str]) -> None:
     assert argv[:5] == ["/bin/pi", "--mode", "rpc", "--session", "/r/session.jsonl"]
     joined = " ".join(argv)
     assert " ".join(expected) in joined
-    spec = AgentSpec(name="p", runner="pi", command="/bin/pi", extensions=True, skills=True, prompt_templates=True)
+    spec = AgentSpec(
+        name="p", runner="pi", command="/bin/pi", extensions=True, skills=True, prompt_templates=True
+    )
     assert "--no-extensions" not in pi_argv(spec, Path("/s"), Path("/p"))
     assert pi_argv(spec, Path("/s"), Path("/p"))[-2:] == ["--append-system-prompt", "/p"]
