@@ -6,6 +6,7 @@ working directory or its git root. On a name clash the project wins.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,7 +71,9 @@ class Catalog:
         if name in self.agents:
             return self.agents[name]
         available = ", ".join(sorted(self.agents)) or "(none)"
-        raise UnknownAgent(f"Unknown agent: {name}. Available agents: {available}")
+        broken = [f"{path}: {why}" for path, why in self.problems.items() if path.stem == name]
+        hint = f" (unreadable: {'; '.join(broken)})" if broken else ""
+        raise UnknownAgent(f"Unknown agent: {name}. Available agents: {available}{hint}")
 
 
 def parse_agent(text: str, path: Path, scope: Scope = "user") -> Agent:
@@ -113,8 +116,14 @@ def _check(fm: AgentFrontmatter, path: Path) -> None:
             raise InvalidInput(f"{path}: {', '.join(pi_only)} only apply to runner: pi")
     for key in ("timeout", "idle_timeout"):
         value = getattr(fm, key)
-        if value is not None and value <= 0:
+        if value is not None and not (math.isfinite(value) and value > 0):
             raise InvalidInput(f"{path}: {key} must be a positive number of seconds")
+    for key in ("output_cap", "output_hard_cap"):
+        value = getattr(fm, key)
+        if value is not None and value <= 0:
+            raise InvalidInput(f"{path}: {key} must be a positive number of bytes")
+    if any("\0" in arg for arg in [fm.command or "", *fm.args]):
+        raise InvalidInput(f"{path}: command and args must not contain NUL bytes")
 
 
 def project_agent_dirs(cwd: Path) -> list[Path]:

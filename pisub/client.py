@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 from pisub import defaults
 from pisub.agents import Catalog, discover
 from pisub.errors import InvalidInput, LaunchFailed, WaitTimeout
-from pisub.paths import Home, RunPaths, open_home
+from pisub.paths import Home, RunPaths, open_home, validate_run_ref
 from pisub.protocol.codec import now_iso
 from pisub.protocol.manifest import Limits, Manifest
 from pisub.protocol.result import Result
@@ -54,7 +55,7 @@ def launch(
     if len(task.encode("utf-8")) > MAX_TASK_BYTES:
         raise InvalidInput(f"the task is larger than {MAX_TASK_BYTES} bytes")
     for name, value in (("timeout", timeout), ("idle timeout", idle_timeout)):
-        if value is not None and value <= 0:
+        if value is not None and not (math.isfinite(value) and value > 0):
             raise InvalidInput(f"the {name} must be a positive number of seconds")
     workdir = Path(cwd or os.getcwd()).resolve()
     if not workdir.is_dir():
@@ -77,9 +78,22 @@ def launch(
         output_hard_cap=fm.output_hard_cap or defaults.DEFAULT_OUTPUT_HARD_CAP,
     )
     manifest = Manifest(
-        run_id=str(uuid.uuid4()), created_at=now_iso(), agent=spec, task=task, cwd=str(workdir), limits=limits
+        v=1,
+        run_id=str(uuid.uuid4()),
+        created_at=now_iso(),
+        agent=spec,
+        task=task,
+        cwd=str(workdir),
+        umask=_current_umask(),
+        limits=limits,
     )
     return _start(h, manifest)
+
+
+def _current_umask() -> int:
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
 
 
 def _check_command(command: str | None, cwd: Path) -> None:
@@ -103,7 +117,10 @@ def _start(home: Home, manifest: Manifest) -> Run:
     except LaunchFailed:
         os.close(lock_fd)
         lock_fd = -1
-        observe(paths)  # a runner that died before its commit leaves no "starting" run behind
+        # The failing runner may hold runner.lock for a moment more; once it is free, the
+        # repair marks the run failed, so a failed launch never leaves a "starting" run.
+        _wait_unlocked(paths.runner_lock, defaults.STARTUP_TIMEOUT_S)
+        observe(paths)
         raise
     finally:
         if lock_fd >= 0:
@@ -111,10 +128,19 @@ def _start(home: Home, manifest: Manifest) -> Run:
     return Run(paths.run_id, home=home.root)
 
 
+def _wait_unlocked(lock: Path, timeout: float) -> None:
+    from pisub.locks import is_held
+
+    deadline = time.monotonic() + timeout
+    while is_held(lock) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 class Run:
     """A handle on one run, found by id or unique prefix."""
 
     def __init__(self, ref: str, *, home: Path | None = None) -> None:
+        validate_run_ref(ref)  # refused before the disk is touched
         self.home = open_home(home)
         self.paths: RunPaths = RunStore(self.home).resolve(ref)
 

@@ -60,7 +60,7 @@ def repair(paths: RunPaths) -> Status:
             write_result(paths, result)
         status = _as_terminal(status, result)
         write_status(paths, status)
-        append_event(paths, "run.repaired", pid=status.pid, state=status.state.value, ended=ended)
+        append_event(paths, "run.repaired", pid=status.pid, state=status.state.value, ended=ended, sync=True)
         return status
 
 

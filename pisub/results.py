@@ -76,6 +76,7 @@ def make_result(
     )
     content = text if state == "complete" or error is None else _failure_text(error, text)
     return Result(
+        v=1,
         state=state,  # type: ignore[arg-type]
         ended_at=now_iso(),
         content=[TextContent(type="text", text=content)],

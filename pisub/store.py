@@ -7,10 +7,11 @@ when its manifest and first status exist, so a reader never sees half a run.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import TypeVar
 
-from pisub.errors import AmbiguousRun, ProtocolError, RunNotFound
+from pisub.errors import AmbiguousRun, HomeUnusable, ProtocolError, RunNotFound
 from pisub.fsio import JsonlAppender, atomic_write, fsync_dir, private_mkdir, read_bytes
 from pisub.locks import try_lock
 from pisub.paths import Home, RunPaths, is_run_id, validate_run_ref
@@ -41,14 +42,22 @@ class RunStore:
         """
         final = self.home.run(manifest.run_id)
         staging = RunPaths(self.home.runs / f".creating-{manifest.run_id}")
+        try:
+            return self._create(manifest, staging, final)
+        except OSError as exc:
+            shutil.rmtree(staging.root, ignore_errors=True)
+            raise HomeUnusable(f"cannot create a run in {self.home.runs}: {exc.strerror or exc}") from exc
+
+    def _create(self, manifest: Manifest, staging: RunPaths, final: RunPaths) -> tuple[RunPaths, int]:
         private_mkdir(staging.root)
         for directory in staging.control_dirs():
             private_mkdir(directory)
         lock_fd = try_lock(staging.runner_lock)
         assert lock_fd is not None, "a fresh run's lock cannot be held"
         try:
-            atomic_write(staging.manifest, encode_pretty(manifest), durable=False)
+            atomic_write(staging.manifest, encode_pretty(manifest))
             status = Status(
+                v=1,
                 run_id=manifest.run_id,
                 state=RunState.STARTING,
                 agent=manifest.agent.name,
@@ -57,8 +66,8 @@ class RunStore:
                 started_at=manifest.created_at,
                 updated_at=manifest.created_at,
             )
-            atomic_write(staging.status, encode_pretty(status), durable=False)
-            append_event(staging, "run.created", agent=manifest.agent.name, pid=os.getpid())
+            atomic_write(staging.status, encode_pretty(status))
+            append_event(staging, "run.created", agent=manifest.agent.name, pid=os.getpid(), sync=True)
             fsync_dir(staging.root)
             os.rename(staging.root, final.root)
             fsync_dir(self.home.runs)
@@ -132,10 +141,14 @@ def write_result(paths: RunPaths, result: Result) -> None:
     atomic_write(paths.result, encode_pretty(result))
 
 
-def append_event(paths: RunPaths, type_: str, child: int | None = None, **data: object) -> None:
+def append_event(
+    paths: RunPaths, type_: str, child: int | None = None, *, sync: bool = False, **data: object
+) -> None:
     """Append one event (for writers that append rarely; the runner keeps its own appender)."""
     appender = JsonlAppender(paths.events)
     try:
         appender.append(encode(Event(v=1, ts=now_iso(), type=type_, child=child, data=data)))
+        if sync:
+            appender.sync()
     finally:
         appender.close()

@@ -141,6 +141,7 @@ class Child(ABC):
         self.progress = Progress()
         self.session_file: str | None = None
         self._pidfd: int | None = None
+        self._pidfd_sel: selectors.BaseSelector | None = None
         self._open_streams = 0
 
     # -- lifecycle -------------------------------------------------------------
@@ -161,9 +162,15 @@ class Child(ABC):
             self._pidfd = None
         if self._pidfd is not None:
             sel.register(self._pidfd, selectors.EVENT_READ, self._on_exit)
+            self._pidfd_sel = sel
 
     def _on_exit(self, _mask: int) -> None:
-        self.poll()
+        # A pidfd stays readable once the process has exited: stop watching it, or the
+        # selector spins while descendants still hold the child's pipes.
+        if self.poll() is not None and self._pidfd is not None and self._pidfd_sel is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self._pidfd_sel.unregister(self._pidfd)
+            self._pidfd_sel = None
 
     @property
     def pid(self) -> int | None:

@@ -57,6 +57,7 @@ class ExternalCliChild(Child):
             stderr=subprocess.PIPE,
             start_new_session=True,
             close_fds=True,
+            umask=self.manifest.umask,
         )
 
     def register(self, sel: selectors.BaseSelector) -> None:

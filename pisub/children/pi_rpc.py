@@ -225,6 +225,7 @@ class PiChild(Child):
             stderr=subprocess.PIPE,
             start_new_session=True,
             close_fds=True,
+            umask=self.manifest.umask,
         )
 
     def register(self, sel: selectors.BaseSelector) -> None:

@@ -48,10 +48,12 @@ class AgentSpec(Record, kw_only=True):
 class Manifest(Record, kw_only=True):
     """The launch request. Never changed after the run directory appears."""
 
-    v: Literal[1] = 1
+    v: Literal[1]
     run_id: str
     created_at: str
     agent: AgentSpec
     task: str
     cwd: str
+    umask: int
+    """The launcher's umask, given to the child (the runner itself uses 077)."""
     limits: Limits

@@ -79,7 +79,7 @@ class Details(Record, kw_only=True, omit_defaults=True):
 class Result(Record, kw_only=True):
     """The final result, written before the terminal status."""
 
-    v: Literal[1] = 1
+    v: Literal[1]
     state: Literal["complete", "failed", "stopped", "paused"]
     ended_at: str
     content: list[TextContent]

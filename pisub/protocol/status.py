@@ -62,7 +62,7 @@ class StepStatus(Record, kw_only=True):
 class Status(Record, kw_only=True):
     """The run's current state, replaced atomically on every change."""
 
-    v: Literal[1] = 1
+    v: Literal[1]
     run_id: str
     state: RunState
     agent: str

@@ -9,9 +9,11 @@ with the reason it could not start. EOF without an answer means it died.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -54,9 +56,16 @@ def spawn_runner(paths: RunPaths, lock_fd: int, timeout: float = STARTUP_TIMEOUT
     finally:
         os.close(ready_w)
         os.close(log_fd)
+    deadline = time.monotonic() + timeout
     try:
         proc.wait(timeout=timeout)
-        message = _read_answer(ready_r, timeout)
+        message = _read_answer(ready_r, deadline)
+    except (subprocess.TimeoutExpired, TimeoutError):
+        # The runner never leaves the process group its setsid made: end it whole.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise LaunchFailed(f"the runner did not commit its startup within {timeout:g}s") from None
     finally:
         os.close(ready_r)
     if message is None:
@@ -70,13 +79,12 @@ def spawn_runner(paths: RunPaths, lock_fd: int, timeout: float = STARTUP_TIMEOUT
     return pid
 
 
-def _read_answer(fd: int, timeout: float) -> dict[str, object] | None:
-    deadline = time.monotonic() + timeout
+def _read_answer(fd: int, deadline: float) -> dict[str, object] | None:
     buf = b""
     while b"\n" not in buf:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise LaunchFailed(f"the runner did not commit its startup within {timeout:g}s")
+            raise TimeoutError
         ready, _, _ = select.select([fd], [], [], left)
         if not ready:
             continue

@@ -12,6 +12,7 @@ import contextlib
 import os
 import selectors
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -106,7 +107,9 @@ class Supervisor:
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         self.sel.register(wake_r, selectors.EVENT_READ, lambda _m: _drain(wake_r))
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        # A no-op handler, not SIG_IGN: handlers reset to the default on exec, so the child
+        # does not inherit an ignored SIGHUP.
+        signal.signal(signal.SIGHUP, _ignore)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
 
@@ -125,8 +128,9 @@ class Supervisor:
         self.child = child
         try:
             child.start()
-        except OSError as exc:
-            message = f"cannot start {self.manifest.agent.command!r}: {exc.strerror or exc}"
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            message = f"cannot start {self.manifest.agent.command!r}: {reason}"
             self._fail_startup(message)
             return False
         child.register(self.sel)
@@ -277,8 +281,8 @@ class Supervisor:
         rec.status.state = verdict.state
         rec.status.error = verdict.error
         rec.status.ended_at = result.ended_at
-        rec.event("run.finished", state=verdict.state.value, exitCode=verdict.exit_code)
         rec.commit()
+        rec.event("run.finished", state=verdict.state.value, exitCode=verdict.exit_code)
         rec.close()
 
 
@@ -300,6 +304,10 @@ def _verdict(
 
 def _step_state(state: RunState) -> StepState:
     return StepState(state.value)
+
+
+def _ignore(_signum: int, _frame: object) -> None:
+    return None
 
 
 def _group_alive(pgid: int) -> bool:

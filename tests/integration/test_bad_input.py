@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -44,10 +45,52 @@ def test_bad_launch(home: Path, make_agent: AgentMaker, args: list[str], code: s
 
 
 @pytest.mark.parametrize("ref", ["../x", "/abs", "", "abc", "../../etc/passwd", "0123456g", "a" * 37])
-def test_bad_run_ids_refused_before_disk(home: Path, ref: str) -> None:
-    proc = pisub_cli("status", ref)
+@pytest.mark.parametrize("command", ["status", "wait", "result", "logs", "path"])
+def test_bad_run_ids_refused_before_disk(home: Path, ref: str, command: str) -> None:
+    proc = pisub_cli(command, ref)
     assert proc.returncode == 1
     assert "INVALID_INPUT" in proc.stderr, proc.stderr
+    assert not home.exists(), "the home was touched before the id was checked"
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])
+def test_non_finite_limits_refused(home: Path, make_agent: AgentMaker, value: str) -> None:
+    make_agent("echo", command="cat")
+    for option in ("--timeout", "--idle-timeout"):
+        proc = pisub_cli("run", "--agent", "echo", option, value, "x")
+        assert proc.returncode == 1 and "INVALID_INPUT" in proc.stderr, proc.stderr
+    _no_runs(home)
+
+
+def test_child_that_cannot_start_leaves_a_failed_run(
+    home: Path, make_agent: AgentMaker, tmp_path: Path
+) -> None:
+    script = tmp_path / "broken-interpreter"
+    script.write_text("#!/nonexistent/interpreter\n")
+    script.chmod(0o755)
+    make_agent("broken", command=str(script))
+    proc = pisub_cli("run", "--agent", "broken", "x")
+    assert proc.returncode == 1
+    assert "cannot start" in proc.stderr and "SUBAGENT_FAILED" in proc.stderr
+    (run_id,) = os.listdir(home / "runs")
+    raw = (home / "runs" / run_id / "status.json").read_text()
+    assert '"state": "failed"' in raw, "the runner itself marks a failed start"
+    assert not processes_of(home)
+
+
+def test_unwritable_runs_dir_is_one_line(home: Path, make_agent: AgentMaker) -> None:
+    make_agent("echo", command="cat")
+    (home / "runs").mkdir(mode=0o700)
+    if subprocess.run(["chattr", "+i", str(home / "runs")], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available on this filesystem")
+    try:
+        proc = pisub_cli("run", "--agent", "echo", "x")
+    finally:
+        subprocess.run(["chattr", "-i", str(home / "runs")], check=True)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "HOME_UNUSABLE" in lines[0], proc.stderr
+    assert os.listdir(home / "runs") == []
 
 
 def test_unknown_and_ambiguous_prefix(home: Path) -> None:
@@ -100,5 +143,6 @@ def test_bad_agent_file_is_reported(home: Path) -> None:
     (agents / "typo.md").write_text("---\nname: typo\ncommand: cat\nargz: [1]\n---\n")
     proc = pisub_cli("run", "--agent", "typo", "x")
     assert proc.returncode == 1 and "UNKNOWN_AGENT" in proc.stderr
+    assert "typo.md" in proc.stderr and "argz" in proc.stderr
     listing = pisub_cli("agents", "list")
     assert "argz" in listing.stderr

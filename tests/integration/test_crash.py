@@ -8,10 +8,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pisub
+from pisub.paths import RunPaths
 from pisub.protocol import RunState, Status, decode, encode_pretty
+from pisub.store import write_status
 from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for
 
 SLEEPER = """
@@ -119,11 +122,16 @@ def test_live_runner_is_never_marked_dead(home: Path, make_agent: AgentMaker) ->
     _child_pids(run)
     for _ in range(20):
         assert run.status().state == RunState.RUNNING
+    # Wait until the runner has written the child's activity, so that no coalesced
+    # status write of its own replaces the forged one below.
+    wait_for(lambda: run.status().steps[0].last_activity_at is not None)
+    wait_for(lambda: not (run.dir / "status.json").stat().st_mtime > time.time() - 0.6, what="a quiet status")
     # Even with a pid that proves nothing, the held runner.lock keeps it alive.
     status = decode((run.dir / "status.json").read_bytes(), Status, "status")
     status.pid = 999_999_999
-    (run.dir / "status.json").write_bytes(encode_pretty(status))
+    write_status(RunPaths(run.dir), status)
     assert run.status().state == RunState.RUNNING
+    assert run.status().pid == 999_999_999, "the check went through the lock, not the pid"
     assert "run.repaired" not in _events(run)
 
 

@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 
 import pisub
-from pisub.protocol import RunState
+from pisub.protocol import RunState, Status, decode
 from tests.conftest import AgentMaker, pisub_cli, wait_for
 
 ECHO = """
@@ -163,3 +163,51 @@ def test_list_filters_by_state(home: Path, make_agent: AgentMaker) -> None:
     bad = pisub_cli("list", "--state", "bogus")
     assert bad.returncode == 1 and "INVALID_INPUT" in bad.stderr
     wait_for(lambda: live.status().state == RunState.RUNNING)
+
+
+def test_child_gets_the_callers_umask_and_default_sighup(home: Path, make_agent: AgentMaker) -> None:
+    make_agent(
+        "probe",
+        python="""
+        import os, signal
+        mask = os.umask(0); os.umask(mask)
+        print(oct(mask), signal.getsignal(signal.SIGHUP) == signal.SIG_DFL)
+    """,
+    )
+    old = os.umask(0o022)
+    try:
+        run = pisub.launch("probe", "x")
+    finally:
+        os.umask(old)
+    result = run.wait(timeout=30)
+    assert result.details.results[0].output == "0o22 True\n"
+
+
+def test_nul_in_agent_args_is_refused(home: Path, make_agent: AgentMaker) -> None:
+    make_agent("nul", command="cat", args=["a\u0000b"])
+    proc = pisub_cli("run", "--agent", "nul", "x")
+    assert proc.returncode == 1 and "UNKNOWN_AGENT" in proc.stderr and "NUL" in proc.stderr
+
+
+def test_status_polled_while_the_runner_rewrites_it(home: Path, make_agent: AgentMaker) -> None:
+    """Readers never see a torn status.json written by a live runner."""
+    make_agent(
+        "chatty",
+        python="""
+        import time
+        end = time.monotonic() + 3
+        while time.monotonic() < end:
+            print("tick", flush=True)
+            time.sleep(0.01)
+    """,
+    )
+    run = pisub.launch("chatty", "x")
+    seen = set()
+    reads = 0
+    while True:
+        status = decode((run.dir / "status.json").read_bytes(), Status, "status.json")
+        seen.add(status.updated_at)
+        reads += 1
+        if status.state.is_terminal:
+            break
+    assert reads > 200 and len(seen) > 5

@@ -51,7 +51,7 @@ def test_runtime_timeout_ends_every_process(home: Path, make_agent: AgentMaker) 
 
 
 def test_idle_timeout(home: Path, make_agent: AgentMaker) -> None:
-    make_agent("quiet", python=spawner("quiet"), idleTimeout=1)
+    make_agent("quiet", python=spawner("quiet"), idleTimeout=2.5)
     run = pisub.launch("quiet", "x")
     pids = _pids(run)
     result = run.wait(timeout=30)

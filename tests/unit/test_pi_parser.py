@@ -52,7 +52,7 @@ def _child(tmp_path: Path) -> tuple[PiChild, Hooks, Stdin]:
     spec = AgentSpec(name="pi", runner="pi", command="pi")
     limits = Limits(timeout=None, idle_timeout=None, grace=1, output_cap=1 << 20, output_hard_cap=1 << 30)
     manifest = Manifest(
-        run_id="r", created_at="t", agent=spec, task="hello", cwd=str(tmp_path), limits=limits
+        v=1, run_id="r", created_at="t", agent=spec, task="hello", cwd=str(tmp_path), umask=18, limits=limits
     )
     hooks = Hooks()
     child = PiChild(0, hooks, manifest, RunPaths(tmp_path), {})
