@@ -19,6 +19,7 @@ from pisub.agents import Catalog, discover
 from pisub.errors import InvalidInput, LaunchFailed, WaitTimeout
 from pisub.paths import Home, RunPaths, open_home, validate_run_ref
 from pisub.protocol.codec import now_iso
+from pisub.protocol.control import FollowUp, Interrupt, Receipt, ReceiptState, Request, Steer, Stop
 from pisub.protocol.manifest import Limits, Manifest
 from pisub.protocol.result import Result
 from pisub.protocol.status import RunState, Status
@@ -178,6 +179,60 @@ class Run:
         result = self.result()
         assert result is not None, "a terminal run always has a result"
         return result
+
+    # -- control ------------------------------------------------------------------------
+    def send(self, request: Request) -> str:
+        """Publish a control request into the run's inbox; its id.
+
+        Raises:
+            InboxClosed: the run has finished (the request was not written, or withdrawn).
+        """
+        from pisub.mailbox import write_request
+
+        return write_request(self.paths, request)
+
+    def send_steer(
+        self, message: str, *, mode: str = "steer", child: int | None = None, source: str | None = "pisub"
+    ) -> str:
+        """Steer the child (``mode``: ``steer``, ``follow_up`` or ``auto``); the request id."""
+        return self.send(Steer(v=1, message=message, mode=mode, child=child, source=source))  # type: ignore[arg-type]
+
+    def send_follow_up(self, message: str, *, child: int | None = None, source: str | None = "pisub") -> str:
+        return self.send(FollowUp(v=1, message=message, child=child, source=source))
+
+    def send_interrupt(self, *, reason: str | None = None, source: str | None = "pisub") -> str:
+        return self.send(Interrupt(v=1, reason=reason, source=source))
+
+    def send_stop(
+        self, *, child: int | None = None, reason: str | None = None, source: str | None = "pisub"
+    ) -> str:
+        return self.send(Stop(v=1, child=child, reason=reason, source=source))
+
+    def receipt(self, request_id: str) -> Receipt | None:
+        """The receipt of a request, or None while there is none."""
+        from pisub.mailbox import read_receipt
+
+        return read_receipt(self.paths, request_id)
+
+    def wait_for_receipt(self, request_id: str, timeout: float) -> Receipt | None:
+        """Wait until the request's receipt is past ``pending``; the latest receipt (None if none).
+
+        A run that ends meanwhile answers every request, so this never waits on a dead run
+        longer than the crash check takes.
+        """
+        deadline = time.monotonic() + timeout
+        next_check = time.monotonic() + 0.5
+        while True:
+            receipt = self.receipt(request_id)
+            if receipt is not None and receipt.state != ReceiptState.PENDING:
+                return receipt
+            now = time.monotonic()
+            if now >= deadline:
+                return receipt
+            if now >= next_check:  # a crashed runner's requests are answered by the repair
+                self.status()
+                next_check = now + 0.5
+            time.sleep(0.005 if now - (deadline - timeout) < 0.2 else 0.02)
 
     def wait_until_terminal(self, timeout: float | None = None) -> Status:
         deadline = None if timeout is None else time.monotonic() + timeout

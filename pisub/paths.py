@@ -171,4 +171,4 @@ class RunPaths:
 
     def control_dirs(self) -> list[Path]:
         """The inbox and outbox folders created with the run."""
-        return [self.inbox, self.inbox / "tmp", self.inbox / "new", self.outbox]
+        return [self.inbox, *(self.inbox / box for box in ("tmp", "new", "cur", "rejected")), self.outbox]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pisub.errors import ProtocolError
 from pisub.fsio import read_tail
 from pisub.locks import exclusive, is_held
+from pisub.mailbox import FINISHED_REASON, answer_leftovers, close_inbox, is_closed, pending_files
 from pisub.paths import RunPaths
 from pisub.procs import boot_id, is_alive, kill_all, marked_processes
 from pisub.protocol.codec import now_iso
@@ -20,6 +21,7 @@ from pisub.protocol.status import RunState, Status, StepState
 from pisub.results import make_result
 from pisub.store import append_event, load_manifest, load_result, load_status, write_result, write_status
 
+RUNNER_DIED_REASON = "the runner died before the request was consumed"
 LOG_TAIL_LINES = 30
 LOG_TAIL_CHARS = 4000
 
@@ -40,6 +42,8 @@ def observe(paths: RunPaths) -> Status:
     """
     status = load_status(paths)
     if status.state.is_terminal:
+        if pending_files(paths, "new"):
+            _answer_closed_inbox(paths, status)
         return status
     if runner_alive(paths, status):
         result = load_result(paths) if paths.result.exists() else None
@@ -54,6 +58,9 @@ def repair(paths: RunPaths) -> Status:
         if status.state.is_terminal or runner_alive(paths, status):
             return status
         ended = end_strays(paths, status)
+        if not is_closed(paths):
+            close_inbox(paths, "failed")
+        answer_leftovers(paths, status.run_id, RUNNER_DIED_REASON)
         result = load_result(paths)
         if result is None:
             result = _crash_result(paths, status)
@@ -62,6 +69,12 @@ def repair(paths: RunPaths) -> Status:
         write_status(paths, status)
         append_event(paths, "run.repaired", pid=status.pid, state=status.state.value, ended=ended, sync=True)
         return status
+
+
+def _answer_closed_inbox(paths: RunPaths, status: Status) -> None:
+    """Requests written by hand into the inbox of a finished run are answered ``failed``."""
+    with exclusive(paths.repair_lock):
+        answer_leftovers(paths, status.run_id, FINISHED_REASON)
 
 
 def end_strays(paths: RunPaths, status: Status) -> list[int]:

@@ -19,6 +19,7 @@ LAYERS: dict[str, int] = {
     "procs": 1,
     "redact": 1,
     "store": 2,
+    "mailbox": 2,
     "agents": 2,
     "output": 2,
     "results": 2,

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Protocol
 
+from pisub.protocol.control import ReceiptState
 from pisub.protocol.result import Usage
 
 Callback = Callable[[int], None]
@@ -40,6 +41,9 @@ class ChildHooks(Protocol):
 
     def raw_event(self, child: int, kind: str, raw: bytes) -> None:
         """Append one of the child's own events (``raw`` is its JSON object) to ``events.jsonl``."""
+
+    def steer_update(self, request_id: str, state: ReceiptState, reason: str | None = None) -> None:
+        """A steering request advanced (``queued``, ``delivered``) or failed."""
 
 
 @dataclass
@@ -143,6 +147,18 @@ class Child(ABC):
         self._pidfd: int | None = None
         self._pidfd_sel: selectors.BaseSelector | None = None
         self._open_streams = 0
+
+    # -- control ------------------------------------------------------------------
+    def steer(self, request_id: str, message: str, behavior: str) -> str | None:
+        """Deliver ``message`` (``behavior``: ``steer`` or ``followUp``); None when accepted for
+        delivery (progress comes through :meth:`ChildHooks.steer_update`), else why not."""
+        return f"steering is not supported by the {self.kind} runner"
+
+    def abort(self) -> bool:
+        """Abort the current work gracefully; False when the runner must signal instead."""
+        return False
+
+    kind = "external-cli"
 
     # -- lifecycle -------------------------------------------------------------
     @abstractmethod

@@ -26,6 +26,7 @@ import selectors
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -37,6 +38,7 @@ from pisub.errors import LaunchFailed
 from pisub.fsio import atomic_write
 from pisub.output import StreamSink
 from pisub.paths import RunPaths
+from pisub.protocol.control import ReceiptState
 from pisub.protocol.manifest import AgentSpec, Manifest
 from pisub.protocol.result import Usage
 from pisub.redact import redact
@@ -180,8 +182,18 @@ class UsageTotals:
             self.usage.cost += float(total)
 
 
+@dataclass
+class _Steer:
+    request_id: str
+    text: str
+    behavior: str
+    state: str = "held"  # held → sent → queued → (delivered: removed)
+
+
 class PiChild(Child):
     """A pi coding-agent child in RPC mode."""
+
+    kind = "pi"
 
     def __init__(
         self, index: int, hooks: ChildHooks, manifest: Manifest, paths: RunPaths, env: Mapping[str, str]
@@ -208,6 +220,9 @@ class PiChild(Child):
         self.last_assistant: Json | None = None
         self.final_text: str | None = None
         self.totals = UsageTotals()
+        self._steers: list[_Steer] = []
+        self._task_seen = False
+        self._abort_wanted = False
 
     # -- process --------------------------------------------------------------------
     def start(self) -> None:
@@ -269,6 +284,70 @@ class PiChild(Child):
         if not resp.get("success", False):
             self.prompt_error = str(resp.get("error") or "pi refused the prompt")
             self.finish()
+            return
+        # pi drops steers and aborts sent before it answered the first prompt: they waited.
+        if self._abort_wanted:
+            self._send_abort()
+        for item in self._steers:
+            if item.state == "held":
+                self._send_steer(item)
+
+    # -- control ------------------------------------------------------------------
+    def steer(self, request_id: str, message: str, behavior: str) -> str | None:
+        if self.finished or self._abort_wanted:
+            return "the child has finished its work"
+        item = _Steer(request_id, message, behavior)
+        self._steers.append(item)
+        if self.prompt_answered:
+            self._send_steer(item)
+        return None
+
+    def _send_steer(self, item: _Steer) -> None:
+        # ``prompt`` with a streamingBehavior steers (or queues a follow-up) while pi works
+        # and starts a new turn when it is idle, decided inside pi: no race with agent_end.
+        item.state = "sent"
+        self._epoch += 1
+        command = {"type": "prompt", "message": item.text, "streamingBehavior": item.behavior}
+        self.send(command, lambda resp: self._on_steer_response(item, resp))
+
+    def _on_steer_response(self, item: _Steer, resp: Json) -> None:
+        if not resp.get("success", False) and item in self._steers:
+            self._steers.remove(item)
+            self.hooks.steer_update(
+                item.request_id, ReceiptState.FAILED, str(resp.get("error") or "pi refused it")
+            )
+
+    def abort(self) -> bool:
+        if self.finished:
+            return True
+        self._abort_wanted = True
+        if self.prompt_answered:
+            self._send_abort()
+        return True
+
+    def _send_abort(self) -> None:
+        self._epoch += 1
+        self.send({"type": "abort"}, lambda _resp: self.finish())
+
+    def _queue_update(self, ev: Json) -> None:
+        listed = [t for key in ("steering", "followUp") for t in ev.get(key) or [] if isinstance(t, str)]
+        for text in listed:
+            for item in self._steers:
+                if item.state == "sent" and item.text == text:
+                    item.state = "queued"
+                    self.hooks.steer_update(item.request_id, ReceiptState.QUEUED)
+                    break
+
+    def _user_message(self, message: Json) -> None:
+        text = message_text(message)
+        if not self._task_seen and text == self.manifest.task:
+            self._task_seen = True
+            return
+        for item in self._steers:
+            if item.state in ("sent", "queued") and item.text == text:
+                self._steers.remove(item)
+                self.hooks.steer_update(item.request_id, ReceiptState.DELIVERED)
+                return
 
     # -- reading ------------------------------------------------------------------
     def _on_stdout(self, _mask: int) -> None:
@@ -353,7 +432,12 @@ class PiChild(Child):
 
     def _message_end(self, ev: Json) -> None:
         message = ev.get("message")
-        if not isinstance(message, dict) or message.get("role") != "assistant":
+        if not isinstance(message, dict):
+            return
+        if message.get("role") == "user":
+            self._user_message(message)
+            return
+        if message.get("role") != "assistant":
             return
         self.totals.add(message)
         self.last_assistant = message
@@ -449,6 +533,7 @@ _EVENT_HANDLERS: dict[str, Callable[[PiChild, Json], None]] = {
     "auto_retry_start": PiChild._work_started,
     "compaction_start": PiChild._work_started,
     "turn_start": PiChild._turn_start,
+    "queue_update": PiChild._queue_update,
     "message_end": PiChild._message_end,
     "tool_execution_start": PiChild._tool_start,
     "tool_execution_end": PiChild._tool_end,

@@ -12,6 +12,7 @@ import sys
 import typer
 
 from pisub.cli import agents as _agents
+from pisub.cli import control as _control
 from pisub.cli import runs as _runs
 from pisub.errors import PisubError
 
@@ -24,6 +25,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 _runs.register(app)
+_control.register(app)
 app.add_typer(_agents.app, name="agents")
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import enum
 from typing import Literal
 
+import msgspec
+
 from pisub.protocol.codec import Record
+from pisub.protocol.control import InboxInfo, Ledger
 from pisub.protocol.result import ErrorInfo
 
 
@@ -79,4 +82,8 @@ class Status(Record, kw_only=True):
     error: ErrorInfo | None = None
     session_file: str | None = None
     """Absolute path of the child's session (pi's ``session.jsonl``), for a later resume."""
+    inbox: InboxInfo | None = None
+    """How the runner watches its inbox (null until it does)."""
+    steering: Ledger = msgspec.field(default_factory=Ledger)
+    """Monotonic counters of control requests and the last 20 of them."""
     steps: list[StepStatus] = []

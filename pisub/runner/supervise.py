@@ -23,12 +23,18 @@ from pisub.children.pi_rpc import PiChild, pi_event_line
 from pisub.paths import RunPaths
 from pisub.procs import boot_id, descendants, kill_all, reap_adopted, start_time
 from pisub.protocol.codec import now_iso
+from pisub.protocol.control import ReceiptState
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import ErrorCode, ErrorInfo
 from pisub.protocol.status import RunState, StepState, StepStatus
 from pisub.results import make_result
+from pisub.runner.dispatch import Dispatcher
+from pisub.runner.inbox import InboxWatcher
 from pisub.runner.recorder import Recorder
 from pisub.store import load_status, write_result
+
+ABORT_CONFIRM_S = 3.0
+"""How long pi has to end its work after an abort before it is TERMed."""
 
 DRAIN_AFTER_EXIT_S = 0.5
 """How long output is still read after the child exits while descendants hold its pipes."""
@@ -47,7 +53,7 @@ class Verdict:
 
 
 class Supervisor:
-    """Runs one child to its end under the run's limits."""
+    """Runs one child to its end under the run's limits and control requests."""
 
     def __init__(self, paths: RunPaths, manifest: Manifest, report: Report) -> None:
         self.paths = paths
@@ -57,13 +63,20 @@ class Supervisor:
         self.sel = selectors.DefaultSelector()
         self.recorder: Recorder | None = None
         self.child: Child | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.watcher: InboxWatcher | None = None
         self.started = time.monotonic()
         self.last_activity = self.started
         self.output_total = 0
-        self.ending: str | None = None
+        self.causes: set[str] = set()
+        """Why the child is being ended: stop, signal, runtime, idle, output, interrupt."""
+        self.terminating = False
         self.kill_at: float | None = None
+        self.abort_deadline: float | None = None
         self.exited_at: float | None = None
         self.signalled: int | None = None
+        self.scan_due = True
+        self.next_scan = 0.0
 
     # -- hooks the child calls ---------------------------------------------------
     def activity(self, child: int) -> None:
@@ -93,12 +106,56 @@ class Supervisor:
         assert self.recorder is not None
         self.recorder.raw_line(pi_event_line(now_iso(), child, kind, raw))
 
+    def steer_update(self, request_id: str, state: ReceiptState, reason: str | None = None) -> None:
+        assert self.dispatcher is not None
+        self.dispatcher.update(request_id, state, reason=reason)
+
+    # -- the controller the dispatcher calls ------------------------------------------
+    def _usable_child(self, index: int | None) -> tuple[Child | None, str | None]:
+        if index not in (None, 0):
+            return None, f"no child {index} (this run has one child, 0)"
+        if self.child is None or self.child.poll() is not None:
+            return None, "the child has already exited"
+        if self.terminating:
+            return None, "the child is being ended"
+        return self.child, None
+
+    def steer(self, child: int, request_id: str, message: str, behavior: str) -> str | None:
+        found, why = self._usable_child(child)
+        if found is None:
+            return why
+        if "interrupt" in self.causes:
+            return "the child was interrupted"
+        return found.steer(request_id, message, behavior)
+
+    def interrupt(self, child: int | None, reason: str | None) -> str | None:
+        found, why = self._usable_child(child)
+        if found is None:
+            return why
+        self.causes.add("interrupt")
+        self.event("child.interrupt", 0, reason=reason)
+        if found.abort():
+            self.abort_deadline = time.monotonic() + ABORT_CONFIRM_S
+        else:
+            self._end("interrupt")
+        return None
+
+    def stop(self, child: int | None, reason: str | None) -> str | None:
+        if child not in (None, 0):
+            return f"no child {child} (this run has one child, 0)"
+        if self.child is None or self.child.poll() is not None:
+            return "the child has already exited"
+        self.event("child.stop", 0, reason=reason)
+        self._end("stop")
+        return None
+
     # -- the run ------------------------------------------------------------------
     def run(self) -> int:
         """Supervise the run to its end; the runner's exit code."""
         self._install_signals()
         if not self._startup():
             return 1
+        self._start_inbox()
         self._loop()
         self._finish()
         return 0
@@ -146,6 +203,22 @@ class Supervisor:
         self.report({"ok": True, "pid": os.getpid()})
         return True
 
+    def _start_inbox(self) -> None:
+        """Watch the inbox (after the startup commit, so that launching stays fast)."""
+        assert self.recorder is not None
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.sel.register(wake_r, selectors.EVENT_READ, lambda _m: self._inbox_woke(wake_r))
+        self.watcher = InboxWatcher(self.paths.inbox / "new", wake_w)
+        self.recorder.status.inbox = self.watcher.start()
+        self.dispatcher = Dispatcher(
+            self.paths, self.manifest.run_id, self.recorder.status.steering, self, self.recorder.touch
+        )
+        self.recorder.commit()
+
+    def _inbox_woke(self, fd: int) -> None:
+        _drain(fd)
+        self.scan_due = True
+
     def _fail_startup(self, message: str) -> None:
         assert self.recorder is not None
         verdict = _verdict(RunState.FAILED, 127, ErrorCode.SUBAGENT_FAILED, message)
@@ -163,31 +236,50 @@ class Supervisor:
                     self.exited_at = now
                 if not child.streams_open or now - self.exited_at >= DRAIN_AFTER_EXIT_S:
                     return
-            elif self.ending is None:
+            else:
                 self._check_limits(now)
-            elif self.kill_at is not None and now >= self.kill_at:
-                self.event("child.killed", 0, reason=self.ending)
-                child.kill()
-                self.kill_at = None
+            self._scan_inbox(now)
             for key, mask in self.sel.select(self._next_timeout(now)):
                 key.data(mask)
             self.recorder.flush_due()
             reap_adopted(child.pid)
 
+    def _scan_inbox(self, now: float) -> None:
+        if self.dispatcher is None or self.watcher is None:
+            return
+        if self.scan_due or now >= self.next_scan:
+            self.scan_due = False
+            self.next_scan = now + self.watcher.poll_interval
+            self.dispatcher.scan()
+
     def _check_limits(self, now: float) -> None:
         lim = self.limits
         if self.signalled is not None:
             self._end("signal")
-        elif lim.timeout is not None and now - self.started >= lim.timeout:
+        if lim.timeout is not None and now - self.started >= lim.timeout:
             self._end("runtime")
         elif lim.idle_timeout is not None and now - self.last_activity >= lim.idle_timeout:
             self._end("idle")
-        elif self.output_total > lim.output_hard_cap:
+        if self.output_total > lim.output_hard_cap:
             self._end("output")
+        if self.abort_deadline is not None and now >= self.abort_deadline:
+            self.abort_deadline = None
+            self._end("interrupt")
+        if self.kill_at is not None and now >= self.kill_at:
+            self.event("child.killed", 0, reasons=sorted(self.causes))
+            assert self.child is not None
+            self.child.kill()
+            self.kill_at = None
 
     def _end(self, reason: str) -> None:
+        """End the child with TERM (to its group), then KILL after the grace period."""
         assert self.child is not None
-        self.ending = reason
+        if reason in self.causes and self.terminating:
+            return
+        self.causes.add(reason)
+        if self.terminating:
+            return
+        self.terminating = True
         self.event("child.ending", 0, reason=reason)
         self.child.terminate()
         self.kill_at = time.monotonic() + self.limits.grace
@@ -197,15 +289,19 @@ class Supervisor:
         lim = self.limits
         if self.exited_at is not None:
             candidates.append(self.exited_at + DRAIN_AFTER_EXIT_S - now)
-        elif self.ending is None:
-            if lim.timeout is not None:
-                candidates.append(self.started + lim.timeout - now)
-            if lim.idle_timeout is not None:
-                candidates.append(self.last_activity + lim.idle_timeout - now)
+        else:
+            if not self.terminating:
+                if lim.timeout is not None:
+                    candidates.append(self.started + lim.timeout - now)
+                if lim.idle_timeout is not None:
+                    candidates.append(self.last_activity + lim.idle_timeout - now)
             if self.signalled is not None or self.output_total > lim.output_hard_cap:
                 candidates.append(0.0)
-        elif self.kill_at is not None:
-            candidates.append(self.kill_at - now)
+            for deadline in (self.kill_at, self.abort_deadline):
+                if deadline is not None:
+                    candidates.append(deadline - now)
+        if self.watcher is not None:
+            candidates.append(0.0 if self.scan_due else self.next_scan - now)
         assert self.recorder is not None
         flush = self.recorder.next_flush_in()
         if flush is not None:
@@ -220,6 +316,12 @@ class Supervisor:
         child.close(self.sel)
         verdict = self._judge(outcome)
         self.event("child.exited", 0, exitCode=outcome.exit_code, signal=outcome.signal)
+        if self.dispatcher is not None:
+            # pi's queue lived in its memory: whatever it still held is lost with it.
+            self.dispatcher.fail_open("the child ended before the message was delivered")
+            self.dispatcher.close(verdict.state.value)
+        if self.watcher is not None:
+            self.watcher.stop()
         self._write_end(verdict, outcome)
 
     def _end_leftovers(self, child: Child) -> None:
@@ -237,19 +339,26 @@ class Supervisor:
                 key.data(mask)
 
     def _judge(self, outcome: ChildOutcome) -> Verdict:
-        lim = self.limits
-        if self.ending == "signal":
+        """Precedence: stopped > timed out > flooded > interrupted (paused) > the child's outcome."""
+        lim, causes = self.limits, self.causes
+        if "stop" in causes:
+            return _verdict(
+                RunState.STOPPED, outcome.exit_code, ErrorCode.SUBAGENT_FAILED, "Subagent stopped by request."
+            )
+        if "signal" in causes:
             msg = f"Subagent stopped: the runner received signal {self.signalled}."
             return _verdict(RunState.STOPPED, outcome.exit_code, ErrorCode.SUBAGENT_FAILED, msg)
-        if self.ending == "runtime":
+        if "runtime" in causes:
             msg = f"Subagent exceeded maximum runtime after {lim.timeout:g}s."
             return _verdict(RunState.FAILED, 124, ErrorCode.SUBAGENT_TIMEOUT, msg, "runtime")
-        if self.ending == "idle":
+        if "idle" in causes:
             msg = f"Subagent timed out after {lim.idle_timeout:g}s without activity."
             return _verdict(RunState.FAILED, 124, ErrorCode.SUBAGENT_TIMEOUT, msg, "idle")
-        if self.ending == "output":
+        if "output" in causes:
             msg = f"Subagent child output exceeded {lim.output_hard_cap} bytes and was stopped."
             return _verdict(RunState.FAILED, 1, ErrorCode.SUBAGENT_OUTPUT_TRUNCATED, msg)
+        if "interrupt" in causes:
+            return Verdict(RunState.PAUSED, 0)
         if outcome.exit_code == 0 and outcome.error is None:
             return Verdict(RunState.COMPLETE, 0)
         msg = outcome.error or f"Subagent exited with code {outcome.exit_code}"

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pisub
+from pisub.locks import is_held
 from pisub.paths import RunPaths
 from pisub.protocol import RunState, Status, decode, encode_pretty
 from pisub.store import write_status
@@ -32,6 +33,12 @@ def _child_pids(run: pisub.Run) -> list[int]:
     return pids
 
 
+def _wait_dead(run: pisub.Run, pid: int) -> None:
+    """SIGKILL is asynchronous: wait until the runner is gone and its lock released (a
+    multi-threaded process holds its files until its last thread has exited)."""
+    wait_for(lambda: not pid_alive(pid) and not is_held(run.dir / "runner.lock"), what="the runner to die")
+
+
 def _events(run: pisub.Run) -> list[str]:
     return [json.loads(line)["type"] for line in (run.dir / "events.jsonl").read_text().splitlines()]
 
@@ -43,7 +50,7 @@ def test_kill9_runner_detected_once_by_concurrent_readers(home: Path, make_agent
     runner_pid = run.status().pid
     assert runner_pid is not None
     os.kill(runner_pid, signal.SIGKILL)
-    wait_for(lambda: not pid_alive(runner_pid), what="the runner to die")
+    _wait_dead(run, runner_pid)
     readers = [
         subprocess.Popen(
             [sys.executable, "-m", "pisub", "status", run.id, "--json"],
@@ -86,7 +93,11 @@ def test_zombie_runner_is_dead(home: Path, make_agent: AgentMaker) -> None:
             if state == "Z":
                 break
             time.sleep(0.01)
-        st = run.status()
+        while time.monotonic() < deadline:   # its other threads may still be exiting
+            st = run.status()
+            if st.state != "running":
+                break
+            time.sleep(0.01)
         print(json.dumps({"proc": state, "state": st.state, "still_zombie":
               open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"}))
     """)
@@ -105,7 +116,7 @@ def test_pid_reuse_is_not_trusted(home: Path, make_agent: AgentMaker) -> None:
     assert status.pid is not None
     os.kill(status.pid, signal.SIGKILL)
     dead = status.pid
-    wait_for(lambda: not pid_alive(dead), what="the runner to die")
+    _wait_dead(run, dead)
     impostor = subprocess.Popen(["sleep", "30"])
     try:
         status.pid = impostor.pid  # alive, but started at another time

@@ -53,4 +53,4 @@ def test_run_paths_names() -> None:
     paths = RunPaths(Path("/h/runs/r"))
     assert paths.output_log(0).name == "output-0.log"
     assert paths.stderr_log(3).name == "stderr-3.log"
-    assert [p.name for p in paths.control_dirs()] == ["inbox", "tmp", "new", "outbox"]
+    assert [p.name for p in paths.control_dirs()] == ["inbox", "tmp", "new", "cur", "rejected", "outbox"]

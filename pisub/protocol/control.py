@@ -1,0 +1,166 @@
+"""Control requests (``inbox/new/<name>.json``) and their receipts (``outbox/<id>.json``)."""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Annotated, Literal
+
+import msgspec
+
+from pisub.errors import ProtocolError
+from pisub.protocol.codec import Record
+
+REQUEST_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
+"""A request id (and a request file's name without ``.json``)."""
+
+MAX_MESSAGE_BYTES = 128 * 1024
+"""Largest ``message`` of a steer or follow-up, in UTF-8 bytes."""
+
+MAX_REQUEST_BYTES = 256 * 1024
+"""Largest request file the runner reads; a larger one is rejected unread."""
+
+RequestId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")]
+Message = Annotated[str, msgspec.Meta(min_length=1)]
+ChildIndex = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
+ShortText = Annotated[str, msgspec.Meta(max_length=1000)]
+
+
+class RequestBase(Record, kw_only=True, tag_field="type", omit_defaults=True):
+    """Fields every request has. ``id`` defaults to the file name without ``.json``."""
+
+    v: Literal[1]
+    id: RequestId | None = None
+    child: ChildIndex | None = None
+    """Only this child (by index); all running children when absent."""
+    reason: ShortText | None = None
+    source: ShortText | None = None
+
+
+class Steer(RequestBase, tag="steer", kw_only=True, omit_defaults=True):
+    """Correct the child while it works (pi: applied at the next turn boundary)."""
+
+    message: Message
+    mode: Literal["steer", "follow_up", "auto"] = "steer"
+
+
+class FollowUp(RequestBase, tag="follow_up", kw_only=True, omit_defaults=True):
+    """Queue more work for after the child's current work."""
+
+    message: Message
+
+
+class Interrupt(RequestBase, tag="interrupt", kw_only=True, omit_defaults=True):
+    """Abort the child's current work; the run ends ``paused`` (resumable)."""
+
+
+class Stop(RequestBase, tag="stop", kw_only=True, omit_defaults=True):
+    """End the child (TERM, grace, KILL); the run ends ``stopped`` (not resumable)."""
+
+
+Request = Steer | FollowUp | Interrupt | Stop
+RequestType = Literal["steer", "follow_up", "interrupt", "stop"]
+
+
+_request_decoder: msgspec.json.Decoder[Request] = msgspec.json.Decoder(Request)
+
+
+def decode_request(data: bytes) -> Request:
+    """Decode a request strictly.
+
+    Raises:
+        ProtocolError: naming the bad field.
+    """
+    try:
+        return _request_decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise ProtocolError(str(exc)) from exc
+    except msgspec.DecodeError as exc:
+        raise ProtocolError(f"not valid JSON ({exc})") from exc
+
+
+def request_type(request: Request) -> str:
+    """The ``type`` tag of a request (``steer``, ``follow_up``, ``interrupt``, ``stop``)."""
+    return str(type(request).__struct_config__.tag)
+
+
+class ReceiptState(enum.StrEnum):
+    """What became of a request."""
+
+    DELIVERED = "delivered"
+    """Acted on: the child took the message (pi emitted it as a user message), or the
+    signal / abort was sent."""
+    QUEUED = "queued"
+    """The child accepted the message into its queue; ``delivered`` follows."""
+    SCHEDULED = "scheduled"
+    """Kept for later (a brief for the next resume)."""
+    PENDING = "pending"
+    """Claimed by the runner, not yet accepted by the child."""
+    PARTIAL = "partial"
+    """Some targets succeeded and some failed."""
+    RECOVERED = "recovered"
+    """Delivered to a replacement run (``replacementRunId``)."""
+    FAILED = "failed"
+    """Could not be carried out; ``reason`` says why."""
+    REJECTED = "rejected"
+    """The request itself was invalid; ``reason`` names the bad field."""
+
+    @property
+    def is_final(self) -> bool:
+        return self not in (ReceiptState.PENDING, ReceiptState.QUEUED)
+
+
+class Target(Record, kw_only=True, omit_defaults=True):
+    """One child a request was routed to."""
+
+    child: int
+    state: ReceiptState
+    reason: str | None = None
+    delivered_at: str | None = None
+
+
+class Receipt(Record, kw_only=True):
+    """The one answer to one request, replaced atomically as the request advances."""
+
+    v: Literal[1]
+    request_id: str
+    run_id: str
+    type: str
+    state: ReceiptState
+    delivery_status: Literal["delivered", "queued"]
+    targets: list[Target] = []
+    reason: str | None = None
+    replacement_run_id: str | None = None
+    created_at: str
+    updated_at: str
+
+
+class LedgerEntry(Record, kw_only=True):
+    """One of the last requests, as shown in ``status.json``."""
+
+    id: str
+    type: str
+    state: ReceiptState
+    preview: str
+    """The message, redacted, at most 160 characters."""
+    requested_at: str
+    updated_at: str
+
+
+class Ledger(Record, kw_only=True):
+    """The steering ledger of a run: monotonic counters and the last 20 requests."""
+
+    requested: int = 0
+    delivered: int = 0
+    queued: int = 0
+    failed: int = 0
+    rejected: int = 0
+    recent: list[LedgerEntry] = []
+
+
+class InboxInfo(Record, kw_only=True):
+    """How the runner watches its inbox."""
+
+    watch: Literal["inotify", "polling"]
+    reason: str | None = None
+    """Why inotify is not used, when polling."""
