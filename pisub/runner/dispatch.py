@@ -72,12 +72,14 @@ class Dispatcher:
         ledger: Ledger,
         controller: Controller,
         on_change: Callable[[], None],
+        on_event: Callable[..., None],
     ) -> None:
         self.paths = paths
         self.run_id = run_id
         self.ledger = ledger
         self.controller = controller
         self.on_change = on_change
+        self.on_event = on_event
         self.open: dict[str, Receipt] = {}
         self._seen: set[str] = set()
         self._dirty_dir = False
@@ -106,6 +108,7 @@ class Dispatcher:
         self._seen.add(rid)
         if parsed.request is None:
             reject_file(self.paths, cur, parsed.error or "invalid request")
+            self.on_event("control.rejected", id=rid, reason=parsed.error)
             self._count("rejected")
             self._final(
                 make_receipt(self.run_id, rid, "unknown", ReceiptState.REJECTED, reason=parsed.error),
@@ -114,6 +117,7 @@ class Dispatcher:
             return
         request = parsed.request
         self.ledger.requested += 1
+        self.on_event("control.received", id=rid, request=request_type(request))
         if self.closed:
             self._answer(request, rid, ReceiptState.FAILED, FINISHED_REASON)
             return

@@ -211,7 +211,12 @@ class Supervisor:
         self.watcher = InboxWatcher(self.paths.inbox / "new", wake_w)
         self.recorder.status.inbox = self.watcher.start()
         self.dispatcher = Dispatcher(
-            self.paths, self.manifest.run_id, self.recorder.status.steering, self, self.recorder.touch
+            self.paths,
+            self.manifest.run_id,
+            self.recorder.status.steering,
+            self,
+            self.recorder.touch,
+            self.event,
         )
         self.recorder.commit()
 

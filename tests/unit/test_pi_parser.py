@@ -11,6 +11,7 @@ import pytest
 from pisub.children.pi_rpc import LineReader, PiChild, message_text, pi_argv, tool_preview
 from pisub.paths import RunPaths
 from pisub.protocol import AgentSpec, Limits, Manifest
+from pisub.protocol.control import ReceiptState
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "pi"
 
@@ -21,6 +22,7 @@ class Hooks:
         self.raw: list[str] = []
         self.activity_count = 0
         self.output_bytes = 0
+        self.steers: list[tuple[str, str]] = []
 
     def activity(self, child: int) -> None:
         self.activity_count += 1
@@ -34,6 +36,9 @@ class Hooks:
     def raw_event(self, child: int, kind: str, raw: bytes) -> None:
         json.loads(raw)
         self.raw.append(kind)
+
+    def steer_update(self, request_id: str, state: ReceiptState, reason: str | None = None) -> None:
+        self.steers.append((request_id, state.value))
 
 
 class Stdin:
@@ -201,3 +206,15 @@ def test_pi_argv(fields: dict[str, Any], expected: list[str]) -> None:
     )
     assert "--no-extensions" not in pi_argv(spec, Path("/s"), Path("/p"))
     assert pi_argv(spec, Path("/s"), Path("/p"))[-2:] == ["--append-system-prompt", "/p"]
+
+
+def test_steer_matching_queued_then_delivered(tmp_path: Path) -> None:
+    """Replay of rpc-steer: the steer is queued on queue_update and delivered on its user message."""
+    child, hooks, stdin = _child(tmp_path)
+    child.prompt_answered = True
+    assert child.steer("r1", "STEER: now say hi", "steer") is None
+    assert stdin.sent[-1]["type"] == "prompt" and stdin.sent[-1]["streamingBehavior"] == "steer"
+    reader = LineReader()
+    for line in reader.feed((FIXTURES / "rpc-steer.jsonl").read_bytes()):
+        child._on_line(line)
+    assert hooks.steers == [("r1", "queued"), ("r1", "delivered")]

@@ -1,0 +1,297 @@
+"""The control plane with real runners: requests in, exactly one receipt out."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import pisub
+from pisub.client import Run
+from pisub.mailbox import InboxClosed, write_request
+from pisub.paths import open_home
+from pisub.protocol import Limits, Manifest, RunState, now_iso
+from pisub.protocol.control import Stop
+from pisub.runner.spawn import spawn_runner
+from pisub.store import RunStore
+from tests.conftest import ROOT, AgentMaker, pid_alive, pisub_cli, processes_of, wait_for
+
+SLEEPER = """
+import os, subprocess, time
+g = subprocess.Popen(["sleep", "300"], start_new_session=True)
+open(os.environ["PISUB_RUN_DIR"] + "/pids.json", "w").write("[%d, %d]" % (os.getpid(), g.pid))
+print("working", flush=True)
+time.sleep(300)
+"""
+
+
+def _sleeper(make_agent: AgentMaker) -> Run:
+    make_agent("sleeper", python=SLEEPER)
+    run = pisub.launch("sleeper", "x")
+    wait_for(lambda: (run.dir / "pids.json").exists() and (run.dir / "pids.json").read_text())
+    return run
+
+
+def _receipts(run: Run) -> dict[str, dict[str, object]]:
+    return {p.stem: json.loads(p.read_text()) for p in (run.dir / "outbox").glob("*.json")}
+
+
+def test_stop_ends_everything(home: Path, make_agent: AgentMaker) -> None:
+    run = _sleeper(make_agent)
+    pids = json.loads((run.dir / "pids.json").read_text())
+    proc = pisub_cli("stop", run.id, "--json")
+    assert proc.returncode == 0, proc.stderr
+    receipt = json.loads(proc.stdout)
+    assert receipt["state"] == "delivered" and receipt["type"] == "stop" and receipt["runId"] == run.id
+    assert receipt["deliveryStatus"] == "delivered" and receipt["targets"][0]["child"] == 0
+    result = run.wait(timeout=30)
+    assert result.state == "stopped"
+    for pid in pids:
+        assert not pid_alive(pid)
+    assert (run.dir / "inbox" / "closed").exists()
+    assert run.status().steering.requested == 1  # the terminal status is written at once
+
+
+def test_interrupt_external_cli_pauses(home: Path, make_agent: AgentMaker) -> None:
+    run = _sleeper(make_agent)
+    proc = pisub_cli("interrupt", run.id)
+    assert proc.returncode == 0 and proc.stdout.startswith("delivered: interrupt")
+    assert run.wait(timeout=30).state == "paused"
+    assert run.status().state == RunState.PAUSED
+
+
+def test_steer_external_cli_fails_with_reason(home: Path, make_agent: AgentMaker) -> None:
+    run = _sleeper(make_agent)
+    proc = pisub_cli("steer", run.id, "change course", "--json")
+    assert proc.returncode == 2
+    receipt = json.loads(proc.stdout)
+    assert receipt["state"] == "failed"
+    assert receipt["reason"] == "steering is not supported by the external-cli runner"
+    bad_child = pisub_cli("stop", run.id, "--child", "3")
+    assert bad_child.returncode == 2 and "no child 3" in bad_child.stdout
+    assert run.status().state == RunState.RUNNING
+    wait_for(lambda: run.status().steering.failed == 2, what="the coalesced ledger")
+    ledger = run.status().steering
+    assert (ledger.requested, ledger.failed) == (2, 2)
+    assert [e.preview for e in ledger.recent] == ["change course", ""]
+
+
+def test_wait_zero_returns_at_once(home: Path, make_agent: AgentMaker) -> None:
+    run = _sleeper(make_agent)
+    proc = pisub_cli("steer", run.id, "hi", "--wait", "0")
+    assert proc.returncode == 0
+    rid = proc.stdout.strip()
+    receipt = wait_for(lambda: run.receipt(rid))
+    assert receipt.state == "failed"
+
+
+def test_request_written_before_the_runner_starts(home: Path, make_agent: AgentMaker) -> None:
+    """A request already in inbox/new when the runner starts is handled by its first scan."""
+    make_agent("sleeper", python=SLEEPER)
+    spec = pisub.agents().get("sleeper").spec()
+    limits = Limits(timeout=60, idle_timeout=None, grace=1, output_cap=1 << 20, output_hard_cap=1 << 26)
+    manifest = Manifest(
+        v=1,
+        run_id="0123abcd-0000-4000-8000-000000000001",
+        created_at=now_iso(),
+        agent=spec,
+        task="x",
+        cwd=str(home.parent),
+        umask=0o022,
+        limits=limits,
+    )
+    paths, lock_fd = RunStore(open_home()).create(manifest)
+    rid = write_request(paths, Stop(v=1, reason="early"))
+    try:
+        spawn_runner(paths, lock_fd)
+    finally:
+        os.close(lock_fd)
+    run = Run(paths.run_id)
+    assert run.wait(timeout=30).state == "stopped"
+    receipt = run.receipt(rid)
+    assert receipt is not None and receipt.state == "delivered"
+
+
+WRITER = textwrap.dedent("""
+    import sys
+    from pisub.client import Run
+    run = Run(sys.argv[1])
+    writer = sys.argv[2]
+    ids = [run.send_steer(f"{writer}:{i}") for i in range(int(sys.argv[3]))]
+    print("\\n".join(ids))
+""")
+
+
+@pytest.mark.parametrize(("writers", "each"), [(10, 100)])
+def test_concurrent_writers_every_request_one_receipt(
+    home: Path, make_agent: AgentMaker, writers: int, each: int
+) -> None:
+    run = _sleeper(make_agent)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, run.id, f"w{n}", str(each)], stdout=subprocess.PIPE, text=True
+        )
+        for n in range(writers)
+    ]
+    ids: dict[str, list[str]] = {}
+    for n, proc in enumerate(procs):
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0
+        ids[f"w{n}"] = out.split()
+    total = writers * each
+    wait_for(
+        lambda: len(list((run.dir / "outbox").glob("*.json"))) >= total, timeout=120, what="all receipts"
+    )
+    receipts = _receipts(run)
+    assert len(receipts) == total
+    assert {r["state"] for r in receipts.values()} == {"failed"}  # external-cli cannot be steered
+    assert sorted(receipts) == sorted(i for v in ids.values() for i in v)
+    # The runner handled each writer's requests in the order they were written.
+    events = [json.loads(line) for line in (run.dir / "events.jsonl").read_text().splitlines()]
+    handled = [e["data"]["id"] for e in events if e["type"] == "control.received"]
+    assert len(handled) == total and len(set(handled)) == total
+    for writer_ids in ids.values():
+        positions = [handled.index(i) for i in writer_ids]
+        assert positions == sorted(positions)
+    wait_for(lambda: run.status().steering.failed == total, what="the coalesced ledger")
+    ledger = run.status().steering
+    assert ledger.requested == total and ledger.failed == total and len(ledger.recent) == 20
+
+
+def _drop(run: Run, name: str, data: bytes) -> None:
+    """Publish a file the way a shell script would: write in tmp/, rename into new/."""
+    tmp = run.dir / "inbox" / "tmp" / name
+    tmp.write_bytes(data)
+    os.rename(tmp, run.dir / "inbox" / "new" / name)
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "why"),
+    [
+        ("garbage.json", b"\x00\xff not json", "not valid JSON"),
+        ("array.json", b"[1, 2, 3]", "Expected `object`"),
+        ("unknown.json", b'{"v":1,"type":"dance"}', "Invalid value 'dance'"),
+        ("extra.json", b'{"v":1,"type":"stop","bogus":1}', "unknown field `bogus`"),
+        ("wrongtype.json", b'{"v":1,"type":"stop","child":"0"}', "$.child"),
+        ("blank.json", b'{"v":1,"type":"steer","message":"   "}', "blank"),
+        ("noversion.json", b'{"type":"stop"}', "missing required field `v`"),
+        ("empty.json", b"", "not valid JSON"),
+        ("big.json", b'{"v":1,"type":"steer","message":"' + b"x" * 300_000 + b'"}', "larger than"),
+        ("msg.json", b'{"v":1,"type":"steer","message":"' + b"x" * 140_000 + b'"}', "larger than 131072"),
+        ("bad id.json", b'{"v":1,"type":"stop"}', "not a valid request id"),
+        ("idbad.json", b'{"v":1,"type":"stop","id":"../../x"}', "$.id"),
+    ],
+)
+def test_malformed_requests_rejected_between_good_ones(
+    home: Path, make_agent: AgentMaker, name: str, data: bytes, why: str
+) -> None:
+    run = _sleeper(make_agent)
+    _drop(run, "a-before.json", b'{"v":1,"type":"steer","message":"first"}')
+    _drop(run, name, data)
+    _drop(run, "z-after.json", b'{"v":1,"type":"steer","message":"last"}')
+    wait_for(lambda: len(list((run.dir / "outbox").glob("*.json"))) == 3, what="three receipts")
+    receipts = _receipts(run)
+    assert receipts["a-before"]["state"] == "failed" and receipts["z-after"]["state"] == "failed"
+    (bad_id,) = [k for k in receipts if k not in ("a-before", "z-after")]
+    bad = receipts[bad_id]
+    assert bad["state"] == "rejected" and why in str(bad["reason"]), bad
+    rejected = sorted(p.name for p in (run.dir / "inbox" / "rejected").iterdir())
+    assert len(rejected) == 2 and rejected[1] == rejected[0] + ".reason"
+    assert run.status().state == RunState.RUNNING, "a bad request never crashes the runner"
+    wait_for(lambda: run.status().steering.rejected == 1, what="the ledger (status writes are coalesced)")
+
+
+def test_duplicate_id_rejected_first_receipt_kept(home: Path, make_agent: AgentMaker) -> None:
+    run = _sleeper(make_agent)
+    _drop(run, "dup.json", b'{"v":1,"type":"steer","message":"one"}')
+    wait_for(lambda: (run.dir / "outbox" / "dup.json").exists())
+    first = (run.dir / "outbox" / "dup.json").read_bytes()
+    _drop(run, "dup.json", b'{"v":1,"type":"stop"}')
+    wait_for(lambda: (run.dir / "inbox" / "rejected" / "dup.json.reason").exists())
+    assert "duplicate" in (run.dir / "inbox" / "rejected" / "dup.json.reason").read_text()
+    assert (run.dir / "outbox" / "dup.json").read_bytes() == first
+    assert run.status().state == RunState.RUNNING
+
+
+def test_symlink_and_foreign_owner_rejected(home: Path, make_agent: AgentMaker, tmp_path: Path) -> None:
+    run = _sleeper(make_agent)
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"v":1,"type":"stop"}')
+    os.symlink(secret, run.dir / "inbox" / "new" / "link.json")
+    foreign = run.dir / "inbox" / "tmp" / "foreign.json"
+    foreign.write_text('{"v":1,"type":"stop"}')
+    os.chown(foreign, 12345, 12345)
+    os.rename(foreign, run.dir / "inbox" / "new" / "foreign.json")
+    wait_for(lambda: len(_receipts(run)) == 2)
+    receipts = _receipts(run)
+    assert receipts["link"]["state"] == "rejected" and "symlink" in str(receipts["link"]["reason"])
+    assert receipts["foreign"]["state"] == "rejected" and "uid 12345" in str(receipts["foreign"]["reason"])
+    assert run.status().state == RunState.RUNNING
+
+
+def test_closed_inbox_requests_are_answered(home: Path, make_agent: AgentMaker) -> None:
+    make_agent("quick", python="print('done')")
+    run = pisub.launch("quick", "x")
+    run.wait(timeout=30)
+    with pytest.raises(InboxClosed):
+        run.send_stop()
+    proc = pisub_cli("steer", run.id, "too late", "--json")
+    assert proc.returncode == 2 and json.loads(proc.stdout)["state"] == "failed"
+    _drop(run, "by-hand.json", b'{"v":1,"type":"follow_up","message":"late"}')
+    assert run.status().state == RunState.COMPLETE  # the reader answers it
+    receipt = run.receipt("by-hand")
+    assert receipt is not None and receipt.state == "failed"
+    assert receipt.reason == "the run finished before the request was consumed"
+
+
+def test_killed_runner_leaves_no_request_unanswered(home: Path, make_agent: AgentMaker) -> None:
+    import signal
+
+    from pisub.locks import is_held
+
+    run = _sleeper(make_agent)
+    pid = run.status().pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)  # frozen: requests pile up unclaimed
+    try:
+        for n in range(5):
+            _drop(run, f"req-{n}.json", b'{"v":1,"type":"steer","message":"hello"}')
+        _drop(run, "broken.json", b"{")
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(pid) and not is_held(run.dir / "runner.lock"))
+    assert run.status().state == RunState.FAILED
+    receipts = _receipts(run)
+    assert sorted(receipts) == ["broken", *[f"req-{n}" for n in range(5)]]
+    assert receipts["broken"]["state"] == "rejected"
+    for n in range(5):
+        assert receipts[f"req-{n}"]["state"] == "failed"
+        assert receipts[f"req-{n}"]["reason"] == "the runner died before the request was consumed"
+    assert not processes_of(home)
+
+
+def test_shell_scripts(home: Path, make_agent: AgentMaker) -> None:
+    run = _sleeper(make_agent)
+    steer = subprocess.run(
+        ["sh", str(ROOT / "scripts" / "steer.sh"), str(run.dir), 'say "hi"\\ and\tgo'],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert steer.returncode == 2, steer.stderr  # an external CLI cannot be steered: failed
+    receipt = json.loads(steer.stdout)
+    assert receipt["state"] == "failed" and receipt["type"] == "steer"
+    wait_for(lambda: run.status().steering.failed == 1, what="the coalesced ledger")
+    ledger = run.status().steering
+    assert ledger.recent[-1].preview == 'say "hi"\\ and go'
+    stop = subprocess.run(
+        ["sh", str(ROOT / "scripts" / "stop.sh"), str(run.dir)], capture_output=True, text=True, timeout=30
+    )
+    assert stop.returncode == 0, stop.stderr
+    assert json.loads(stop.stdout)["state"] == "delivered"
+    assert run.wait(timeout=30).state == "stopped"
