@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from pisub.protocol.agent import AgentFrontmatter
+from pisub.protocol.control import Receipt, Request
 from pisub.protocol.events import Event
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import Result
@@ -19,6 +20,8 @@ SCHEMAS: dict[str, Any] = {
     "event": Event,
     "result": Result,
     "agent-frontmatter": AgentFrontmatter,
+    "request": Request,
+    "receipt": Receipt,
 }
 """File name (without ``.json``) → the type it describes."""
 
