@@ -137,6 +137,70 @@ def _wait_unlocked(lock: Path, timeout: float) -> None:
         time.sleep(0.01)
 
 
+def resume(
+    ref: str,
+    message: str,
+    *,
+    child: int | None = None,
+    timeout: float | None = None,
+    home: Path | None = None,
+) -> Run:
+    """Continue a finished pi run's session in a new run with ``message`` as the next turn.
+
+    The new run's runner takes the session's lease before pi starts; briefs stored by
+    ``follow-up`` are prepended to ``message``.
+
+    Raises:
+        NotResumable: the run is stopped, running, not a pi run, or has no session file.
+        LaunchFailed: e.g. another run holds the session's lease (named in the message).
+    """
+    from pisub.children.pi_rpc import find_pi
+
+    source = Run(ref, home=home)
+    status, manifest = source.status(), source.manifest()
+    session = _resumable_session(source.id, status, manifest.agent.runner)
+    if child not in (None, 0):
+        raise InvalidInput(f"run {source.id} has one child, 0")
+    if not message.strip():
+        raise InvalidInput("the message is empty")
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise InvalidInput("the timeout must be a positive number of seconds")
+    spec = manifest.agent
+    spec.command = find_pi()
+    limits = manifest.limits
+    if timeout is not None:
+        limits.timeout = timeout
+    new = Manifest(
+        v=1,
+        run_id=str(uuid.uuid4()),
+        created_at=now_iso(),
+        agent=spec,
+        task=message,
+        cwd=manifest.cwd,
+        umask=_current_umask(),
+        limits=limits,
+        resumed_from=source.id,
+        session_file=session,
+    )
+    return _start(source.home, new)
+
+
+def _resumable_session(run_id: str, status: Status, runner: str) -> str:
+    from pisub.errors import NotResumable
+
+    if runner != "pi":
+        raise NotResumable(f"run {run_id} is an {runner} run; only pi runs can be resumed")
+    if status.state == RunState.STOPPED:
+        raise NotResumable(f"run {run_id} is stopped; start a new run")
+    if not status.state.is_terminal:
+        raise NotResumable(f"run {run_id} is {status.state}; use steer")
+    if not status.session_file or not Path(status.session_file).exists():
+        raise NotResumable(
+            f"run {run_id} ({status.state}) has no session file: pi writes it only after its first reply"
+        )
+    return status.session_file
+
+
 class Run:
     """A handle on one run, found by id or unique prefix."""
 
@@ -207,6 +271,23 @@ class Run:
         self, *, child: int | None = None, reason: str | None = None, source: str | None = "pisub"
     ) -> str:
         return self.send(Stop(v=1, child=child, reason=reason, source=source))
+
+    def follow_up(self, message: str, *, child: int | None = None) -> tuple[str, Receipt | None]:
+        """A follow-up: a request to a running run, or a brief for a finished pi run.
+
+        Returns the request id and, for a brief, its ``scheduled`` receipt.
+
+        Raises:
+            NotResumable: the run is finished and cannot take briefs (stopped, not pi, no session).
+        """
+        status = self.status()
+        if not status.state.is_terminal:
+            return self.send_follow_up(message, child=child), None
+        from pisub.briefs import add_brief
+
+        session = _resumable_session(self.id, status, self.manifest().agent.runner)
+        receipt = add_brief(self.paths, self.home.leases, session, self.id, message)
+        return receipt.request_id, receipt
 
     def receipt(self, request_id: str) -> Receipt | None:
         """The receipt of a request, or None while there is none."""

@@ -11,7 +11,12 @@ Every error pisub raises on purpose is a :class:`PisubError` with a stable ``cod
     ├── HomeUnusable                 HOME_UNUSABLE       the pisub home cannot be used safely
     ├── ProtocolError                PROTOCOL_ERROR      a run file does not decode (names the field)
     ├── LaunchFailed                 SUBAGENT_FAILED     the runner or child could not be started
+    ├── NotResumable                 NOT_RESUMABLE       the run cannot be resumed (its state says why)
     └── WaitTimeout                  WAIT_TIMEOUT        a wait ran out before its condition held
+
+Elsewhere, beside the code that raises them: ``LockBusy`` (LOCK_BUSY), ``InboxClosed``
+(RUN_CLOSED), ``LeaseHeld`` (LEASE_HELD, busy: another run drives the session) and
+``StaleLease`` (STALE_LEASE, a fenced write with an old generation).
 
 Foreign exceptions (``OSError``, ``msgspec.ValidationError``, portalocker's) are
 translated into these at the seam where they enter, never further up.
@@ -75,6 +80,12 @@ class LaunchFailed(PisubError):
     """The runner could not be started or failed before its startup commit."""
 
     code = "SUBAGENT_FAILED"
+
+
+class NotResumable(PisubError):
+    """The run cannot be resumed: stopped, still running, not a pi run, or no session."""
+
+    code = "NOT_RESUMABLE"
 
 
 class WaitTimeout(PisubError):

@@ -60,6 +60,18 @@ def new_request_id() -> str:
     return f"{time.time_ns() // 1_000_000:013d}-{os.getpid()}-{next(_sequence):06d}-{secrets.token_hex(2)}"
 
 
+def recovery_claim(paths: RunPaths) -> str | None:
+    """The request id named by the run's pause-and-revive claim, if one exists."""
+    import json
+
+    try:
+        data = json.loads(read_bytes(paths.root / "recovery" / "claim.json", limit=4096))
+    except (FileNotFoundError, ValueError):
+        return None
+    rid = data.get("requestId") if isinstance(data, dict) else None
+    return rid if isinstance(rid, str) else None
+
+
 def is_closed(paths: RunPaths) -> bool:
     return (paths.inbox / CLOSED).exists()
 
@@ -295,6 +307,8 @@ def read_receipt_safe(paths: RunPaths, request_id: str) -> Receipt | None:
 
 
 def _fail_if_open(paths: RunPaths, run_id: str, request_id: str, type_: str | None, reason: str) -> int:
+    if request_id == recovery_claim(paths):
+        return 0  # pause-and-revive owns it: the recovering process writes its answer
     receipt = read_receipt_safe(paths, request_id)
     if receipt is not None and receipt.state.is_final:
         return 0

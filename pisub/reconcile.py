@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pisub.errors import ProtocolError
 from pisub.fsio import read_tail
+from pisub.leases import reclaim_if_dead
 from pisub.locks import exclusive, is_held
 from pisub.mailbox import FINISHED_REASON, answer_leftovers, close_inbox, is_closed, pending_files
 from pisub.paths import RunPaths
@@ -58,6 +59,8 @@ def repair(paths: RunPaths) -> Status:
         if status.state.is_terminal or runner_alive(paths, status):
             return status
         ended = end_strays(paths, status)
+        if status.session_file:
+            reclaim_if_dead(paths.root.parent.parent / "leases", status.session_file, status.run_id)
         if not is_closed(paths):
             close_inbox(paths, "failed")
         answer_leftovers(paths, status.run_id, RUNNER_DIED_REASON)

@@ -202,7 +202,9 @@ class PiChild(Child):
         self.manifest = manifest
         self.paths = paths
         self.env = dict(env)
-        self.session_path = paths.root / "session.jsonl"
+        self.session_path = Path(manifest.session_file or paths.root / "session.jsonl")
+        self.first_prompt = manifest.task
+        """The task, or for a resume the briefs followed by the message."""
         self.session_file = str(self.session_path)
         self.log = StreamSink(paths.output_log(index), manifest.limits.output_cap, TAIL_BYTES)
         self.stderr = StreamSink(paths.stderr_log(index), manifest.limits.output_cap, TAIL_BYTES)
@@ -277,7 +279,7 @@ class PiChild(Child):
 
     def _on_retry_off(self, _resp: Json) -> None:
         self._epoch += 1
-        self.send({"type": "prompt", "message": self.manifest.task}, self._on_prompt)
+        self.send({"type": "prompt", "message": self.first_prompt}, self._on_prompt)
 
     def _on_prompt(self, resp: Json) -> None:
         self.prompt_answered = True
@@ -340,7 +342,7 @@ class PiChild(Child):
 
     def _user_message(self, message: Json) -> None:
         text = message_text(message)
-        if not self._task_seen and text == self.manifest.task:
+        if not self._task_seen and text == self.first_prompt:
             self._task_seen = True
             return
         for item in self._steers:

@@ -1,4 +1,4 @@
-"""``pisub steer|follow-up|interrupt|stop``: write a request, wait for its receipt.
+"""``pisub steer|follow-up|interrupt|stop|resume``: write a request, wait for its receipt.
 
 Exit codes: 0 ``delivered`` / ``queued`` / ``scheduled`` / ``recovered`` (and ``--wait 0``),
 2 ``failed`` / ``rejected`` / ``partial``, 3 no answer within the wait.
@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import typer
 
 from pisub.cli.render import err, json_line, out
+
+if TYPE_CHECKING:
+    from pisub.client import Run
+    from pisub.protocol.control import Receipt
 
 JSON = typer.Option(False, "--json", help="Print the receipt object as in the outbox.")
 WAIT = typer.Option(3.0, "--wait", min=0, help="Seconds to wait for the receipt (0: do not wait).")
@@ -23,6 +28,7 @@ def register(app: typer.Typer) -> None:
     app.command("follow-up")(follow_up)
     app.command("interrupt")(interrupt)
     app.command("stop")(stop)
+    app.command("resume")(resume)
 
 
 def _message(text: str) -> str:
@@ -36,6 +42,11 @@ def steer(
     child: int | None = typer.Option(None, "--child", min=0),
     wait: float = WAIT,
     as_json: bool = JSON,
+    recover: bool = typer.Option(
+        True,
+        "--recover/--no-recover",
+        help="If pi does not take the steer in time: pause and resume with it.",
+    ),
 ) -> None:
     """Correct a running child; pi applies it at its next turn boundary."""
     from pisub.errors import InvalidInput
@@ -43,7 +54,15 @@ def steer(
     if mode not in ("steer", "follow_up", "auto"):
         raise InvalidInput(f"unknown mode {mode!r}; one of steer, follow_up, auto")
     text = _message(message)
-    _send(ref, lambda run: run.send_steer(text, mode=mode, child=child), "steer", wait, as_json)
+    revive = recover and mode == "steer" and child in (None, 0)
+    _send(
+        ref,
+        lambda run: run.send_steer(text, mode=mode, child=child),
+        "steer",
+        wait,
+        as_json,
+        recover_with=text if revive else None,
+    )
 
 
 def follow_up(
@@ -53,9 +72,19 @@ def follow_up(
     wait: float = WAIT,
     as_json: bool = JSON,
 ) -> None:
-    """Queue more work for after the child's current work."""
-    text = _message(message)
-    _send(ref, lambda run: run.send_follow_up(text, child=child), "follow_up", wait, as_json)
+    """Queue more work: for a running run, after its current work; for a finished pi run, as a
+    brief that its next resume delivers."""
+    from pisub.client import Run
+    from pisub.mailbox import InboxClosed
+
+    run = Run(ref)
+    try:
+        rid, brief = run.follow_up(_message(message), child=child)
+    except InboxClosed as exc:
+        _closed(run, "follow_up", exc.message, as_json)
+    if brief is not None:
+        _print_receipt(brief, "follow_up", rid, as_json)
+    _await(run, rid, "follow_up", wait, as_json, None)
 
 
 def interrupt(
@@ -79,7 +108,40 @@ def stop(
     _send(ref, lambda run: run.send_stop(child=child, reason=reason), "stop", wait, as_json)
 
 
-def _send(ref: str, write: Callable[..., str], type_: str, wait: float, as_json: bool) -> None:
+def resume(
+    ref: str = typer.Argument(..., metavar="RUN"),
+    message: str = typer.Argument(..., help="The next user turn ('-' reads it from stdin)."),
+    child: int | None = typer.Option(None, "--child", min=0),
+    timeout: float | None = typer.Option(None, "--timeout", help="Runtime limit of the new run."),
+    as_json: bool = JSON,
+) -> None:
+    """Continue a finished pi run's session in a new run (its briefs first, then MESSAGE)."""
+    from pisub.client import resume as do_resume
+
+    run = do_resume(ref, _message(message), child=child, timeout=timeout)
+    if as_json:
+        st = run.status()
+        json_line(
+            {
+                "runId": run.id,
+                "runDir": str(run.dir),
+                "state": st.state,
+                "pid": st.pid,
+                "resumedFrom": run.manifest().resumed_from,
+            }
+        )
+    else:
+        out(run.id)
+
+
+def _send(
+    ref: str,
+    write: Callable[[Run], str],
+    type_: str,
+    wait: float,
+    as_json: bool,
+    recover_with: str | None = None,
+) -> None:
     from pisub.client import Run
     from pisub.mailbox import InboxClosed
 
@@ -87,27 +149,46 @@ def _send(ref: str, write: Callable[..., str], type_: str, wait: float, as_json:
     try:
         rid = write(run)
     except InboxClosed as exc:
-        if as_json:
-            json_line(
-                {"requestId": None, "runId": run.id, "type": type_, "state": "failed", "reason": exc.message}
-            )
-        else:
-            err(f"pisub: failed: {exc.message}")
-        raise typer.Exit(2) from None
+        _closed(run, type_, exc.message, as_json)
+    _await(run, rid, type_, wait, as_json, recover_with)
+
+
+def _closed(run: Run, type_: str, reason: str, as_json: bool) -> None:
+    if as_json:
+        json_line({"requestId": None, "runId": run.id, "type": type_, "state": "failed", "reason": reason})
+    else:
+        err(f"pisub: failed: {reason}")
+    raise typer.Exit(2)
+
+
+def _await(run: Run, rid: str, type_: str, wait: float, as_json: bool, recover_with: str | None) -> None:
     if wait <= 0:
         json_line({"requestId": rid, "runId": run.id, "type": type_, "state": "written"}) if as_json else out(
             rid
         )
-        return
+        raise typer.Exit(0)
     receipt = run.wait_for_receipt(rid, wait)
+    if recover_with is not None and (receipt is None or receipt.state == "pending") and _revivable(run):
+        from pisub.revive import revive
+
+        err(f"pisub: pi did not take steer {rid} within {wait:g}s: pausing the run to resume with it")
+        receipt = revive(run, rid, recover_with) or run.receipt(rid)
     if receipt is None or receipt.state == "pending":
         if as_json and receipt is not None:
             json_line(receipt)
         err(f"pisub: no answer to {type_} {rid} within {wait:g}s" + (" (still pending)" if receipt else ""))
         raise typer.Exit(3)
+    _print_receipt(receipt, type_, rid, as_json)
+
+
+def _print_receipt(receipt: Receipt, type_: str, rid: str, as_json: bool) -> None:
     if as_json:
         json_line(receipt)
     else:
         reason = f": {receipt.reason}" if receipt.reason else ""
         out(f"{receipt.state}: {type_} {rid}{reason}")
     raise typer.Exit(0 if receipt.state in OK_STATES else 2)
+
+
+def _revivable(run: Run) -> bool:
+    return run.manifest().agent.runner == "pi" and not run.status().state.is_terminal

@@ -57,3 +57,7 @@ class Manifest(Record, kw_only=True):
     umask: int
     """The launcher's umask, given to the child (the runner itself uses 077)."""
     limits: Limits
+    resumed_from: str | None = None
+    """The run whose session this run continues (``pisub resume``)."""
+    session_file: str | None = None
+    """The pi session to continue; absent: a new session in ``<run>/session.jsonl``."""

@@ -9,6 +9,7 @@ import msgspec
 
 from pisub.protocol.agent import AgentFrontmatter
 from pisub.protocol.control import Receipt, Request
+from pisub.protocol.lease import Brief, LeaseOwner
 from pisub.protocol.events import Event
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import Result
@@ -22,6 +23,8 @@ SCHEMAS: dict[str, Any] = {
     "agent-frontmatter": AgentFrontmatter,
     "request": Request,
     "receipt": Receipt,
+    "lease": LeaseOwner,
+    "brief": Brief,
 }
 """File name (without ``.json``) → the type it describes."""
 

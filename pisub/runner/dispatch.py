@@ -24,6 +24,7 @@ from pisub.mailbox import (
     parse_request_file,
     pending_files,
     receipt_path,
+    recovery_claim,
     reject_file,
     write_receipt,
 )
@@ -45,6 +46,7 @@ from pisub.protocol.control import (
 from pisub.redact import preview
 
 LEDGER_SIZE = 20
+RECOVERY_REASON = "recovery in progress"
 
 SteerBehavior = str  # "steer" | "followUp" (pi's streamingBehavior)
 
@@ -169,9 +171,21 @@ class Dispatcher:
         self.on_change()
 
     def fail_open(self, reason: str) -> None:
-        """Fail every request that is not final yet (the child's queue died with it)."""
+        """Fail every request that is not final yet (the child's queue died with it).
+
+        A request named by a pause-and-revive claim stays ``pending`` ("recovery in
+        progress"): the recovering process writes its final receipt.
+        """
+        claimed = recovery_claim(self.paths)
         for rid in list(self.open):
-            self.update(rid, ReceiptState.FAILED, reason=reason)
+            if rid == claimed:
+                receipt = self.open[rid]
+                receipt.state = ReceiptState.PENDING
+                receipt.reason = RECOVERY_REASON
+                receipt.updated_at = now_iso()
+                write_receipt(self.paths, receipt)
+            else:
+                self.update(rid, ReceiptState.FAILED, reason=reason)
 
     def close(self, state: str) -> None:
         """Finish: tombstone first, then answer everything still waiting or open."""

@@ -17,13 +17,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pisub.briefs import compose, mark_delivered, pending_briefs
 from pisub.children.base import Child, ChildHooks, ChildOutcome
 from pisub.children.external_cli import ExternalCliChild, child_env
 from pisub.children.pi_rpc import PiChild, pi_event_line
+from pisub.leases import LeaseHeld, acquire, fenced, release
 from pisub.paths import RunPaths
 from pisub.procs import boot_id, descendants, kill_all, reap_adopted, start_time
 from pisub.protocol.codec import now_iso
 from pisub.protocol.control import ReceiptState
+from pisub.protocol.lease import LeaseOwner
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import ErrorCode, ErrorInfo
 from pisub.protocol.status import RunState, StepState, StepStatus
@@ -77,6 +80,8 @@ class Supervisor:
         self.signalled: int | None = None
         self.scan_due = True
         self.next_scan = 0.0
+        self.lease: LeaseOwner | None = None
+        self.leases_dir = paths.root.parent.parent / "leases"
 
     # -- hooks the child calls ---------------------------------------------------
     def activity(self, child: int) -> None:
@@ -183,6 +188,8 @@ class Supervisor:
         self.recorder = Recorder(self.paths, status)
         child = make_child(self.manifest, self.paths, self)
         self.child = child
+        if self.manifest.agent.runner == "pi" and not self._take_lease(child):
+            return False
         try:
             child.start()
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
@@ -202,6 +209,34 @@ class Supervisor:
         self.event("child.started", 0, pid=child.pid, argv0=self.manifest.agent.command)
         self.report({"ok": True, "pid": os.getpid()})
         return True
+
+    def _take_lease(self, child: Child) -> bool:
+        """Hold the session's lease for the runner's whole life (before pi starts)."""
+        assert child.session_file is not None
+        try:
+            self.lease = acquire(
+                self.leases_dir, child.session_file, self.manifest.run_id, self.manifest.resumed_from
+            )
+        except (LeaseHeld, OSError) as exc:
+            self._fail_startup(f"cannot drive the session: {exc}")
+            return False
+        self.event("lease.acquired", generation=self.lease.generation, session=self.lease.session_file)
+        source = self.manifest.resumed_from
+        if source is not None and isinstance(child, PiChild):
+            src = RunPaths(self.paths.root.parent / source)
+            with fenced(self.leases_dir, self.lease):
+                briefs = pending_briefs(src)
+                child.first_prompt = compose(briefs, self.manifest.task)
+                mark_delivered(src, briefs, self.manifest.run_id)
+            if briefs:
+                self.event("resume.briefs", ids=[b.id for b in briefs])
+        return True
+
+    def _release_lease(self) -> None:
+        if self.lease is not None:
+            released = release(self.leases_dir, self.lease)
+            self.event("lease.released", generation=self.lease.generation, released=released)
+            self.lease = None
 
     def _start_inbox(self) -> None:
         """Watch the inbox (after the startup commit, so that launching stays fast)."""
@@ -386,6 +421,7 @@ class Supervisor:
             full_output=self.paths.output_log(0),
         )
         write_result(self.paths, result)
+        self._release_lease()  # before the terminal status: a resume that sees it finds the lease free
         step = rec.step(0)
         if step.status == StepState.RUNNING:
             step.status = _step_state(verdict.state)

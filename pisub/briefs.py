@@ -1,0 +1,94 @@
+"""Briefs: follow-ups for a finished pi run, delivered by its next resume.
+
+``pisub follow-up`` on a finished run stores ``<run>/briefs/<id>.json`` (at most
+:data:`MAX_BRIEFS`, oldest first) and answers with a ``scheduled`` receipt in the run's
+outbox. The runner of the next resume, holding the session's lease, prepends them to its
+first prompt, moves them to ``briefs/delivered/`` and marks their receipts ``delivered``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from pisub.errors import InvalidInput, PisubError
+from pisub.fsio import atomic_write, private_mkdir, read_bytes
+from pisub.leases import unleased
+from pisub.mailbox import make_receipt, new_request_id, read_receipt_safe, write_receipt
+from pisub.paths import RunPaths
+from pisub.protocol.codec import decode, encode_pretty, now_iso
+from pisub.protocol.control import Receipt, ReceiptState
+from pisub.protocol.lease import Brief
+
+MAX_BRIEFS = 20
+
+
+def briefs_dir(paths: RunPaths) -> Path:
+    return paths.root / "briefs"
+
+
+def pending_briefs(paths: RunPaths) -> list[Brief]:
+    """Briefs waiting for the next resume, oldest first."""
+    directory = briefs_dir(paths)
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
+    except FileNotFoundError:
+        return []
+    briefs = []
+    for name in names:
+        with contextlib.suppress(FileNotFoundError, PisubError):
+            briefs.append(decode(read_bytes(directory / name), Brief, f"brief {name}"))
+    return briefs
+
+
+def add_brief(paths: RunPaths, leases_dir: Path, session_file: str, run_id: str, message: str) -> Receipt:
+    """Store a brief for the next resume; its ``scheduled`` receipt.
+
+    Raises:
+        InvalidInput: the message is blank or the run already holds 20 briefs.
+        LeaseHeld: a live run drives the session right now (steer that run instead).
+    """
+    if not message.strip():
+        raise InvalidInput("the message is blank")
+    with unleased(leases_dir, session_file) as generation:
+        if len(pending_briefs(paths)) >= MAX_BRIEFS:
+            raise InvalidInput(f"run {run_id} already holds {MAX_BRIEFS} briefs; resume it first")
+        directory = briefs_dir(paths)
+        private_mkdir(directory)
+        rid = new_request_id()
+        brief = Brief(v=1, id=rid, message=message, created_at=now_iso(), generation=generation)
+        atomic_write(directory / f"{rid}.json", encode_pretty(brief))
+        receipt = make_receipt(
+            run_id, rid, "follow_up", ReceiptState.SCHEDULED, reason="stored as a brief for the next resume"
+        )
+        write_receipt(paths, receipt)
+        return receipt
+
+
+def compose(briefs: list[Brief], message: str) -> str:
+    """The first prompt of a resume: the briefs, oldest first, then the message."""
+    if not briefs:
+        return message
+    lines = ["Follow-ups that were queued for you while you were away:"]
+    lines += [f"{n}. {b.message}" for n, b in enumerate(briefs, start=1)]
+    return "\n".join(lines) + "\n\n" + message
+
+
+def mark_delivered(paths: RunPaths, briefs: list[Brief], replacement_run_id: str) -> None:
+    """Move delivered briefs aside and mark their receipts (caller holds the lease, fenced)."""
+    delivered = briefs_dir(paths) / "delivered"
+    private_mkdir(delivered)
+    for brief in briefs:
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(briefs_dir(paths) / f"{brief.id}.json", delivered / f"{brief.id}.json")
+        receipt = read_receipt_safe(paths, brief.id)
+        if receipt is None:
+            continue
+        now = now_iso()
+        receipt.state = ReceiptState.DELIVERED
+        receipt.delivery_status = "delivered"
+        receipt.reason = f"delivered with resume {replacement_run_id}"
+        receipt.replacement_run_id = replacement_run_id
+        receipt.updated_at = now
+        write_receipt(paths, receipt)
