@@ -77,6 +77,8 @@ def compose(briefs: list[Brief], message: str) -> str:
 
 def mark_delivered(paths: RunPaths, briefs: list[Brief], replacement_run_id: str) -> None:
     """Move delivered briefs aside and mark their receipts (caller holds the lease, fenced)."""
+    if not briefs:
+        return
     delivered = briefs_dir(paths) / "delivered"
     private_mkdir(delivered)
     for brief in briefs:

@@ -9,8 +9,8 @@ import msgspec
 
 from pisub.protocol.agent import AgentFrontmatter
 from pisub.protocol.control import Receipt, Request
-from pisub.protocol.lease import Brief, LeaseOwner
 from pisub.protocol.events import Event
+from pisub.protocol.lease import Brief, LeaseOwner
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import Result
 from pisub.protocol.status import Status
