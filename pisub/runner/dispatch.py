@@ -130,10 +130,21 @@ class Dispatcher:
         assert isinstance(request, Steer | FollowUp)
         follow = isinstance(request, FollowUp) or request.mode == "follow_up"
         child = request.child or 0
-        self._record(rid, request, ReceiptState.PENDING, child=child)
+        # Open in memory first: a refusal is answered with one final receipt, no "pending" before it.
+        receipt = self._open(rid, request, child)
         refusal = self.controller.steer(child, rid, request.message, "followUp" if follow else "steer")
         if refusal is not None:
-            self.update(rid, ReceiptState.FAILED, reason=refusal)
+            self.open.pop(rid, None)
+            self._count("failed")
+            self._ledger_state(rid, ReceiptState.FAILED, now_iso())
+            receipt.state = ReceiptState.FAILED
+            receipt.reason = refusal
+            for target in receipt.targets:
+                target.state, target.reason = ReceiptState.FAILED, refusal
+            self._write_batched(receipt)
+        elif self.open.get(rid) is receipt and receipt.state == ReceiptState.PENDING:
+            write_receipt(self.paths, receipt, durable=True)
+            self.on_change()
 
     def handle_interrupt(self, request: Request, rid: str) -> None:
         assert isinstance(request, Interrupt)
@@ -194,15 +205,14 @@ class Dispatcher:
         self.scan()
         self.fail_open(FINISHED_REASON)
 
-    def _record(self, rid: str, request: Request, state: ReceiptState, child: int) -> Receipt:
+    def _open(self, rid: str, request: Request, child: int) -> Receipt:
+        state = ReceiptState.PENDING
         receipt = make_receipt(
             self.run_id, rid, request_type(request), state, targets=[Target(child=child, state=state)]
         )
         message = request.message if isinstance(request, Steer | FollowUp) else None
         self._ledger_add(rid, request_type(request), state, message, receipt.created_at)
         self.open[rid] = receipt
-        write_receipt(self.paths, receipt, durable=True)
-        self.on_change()
         return receipt
 
     def _answer(
@@ -223,6 +233,10 @@ class Dispatcher:
 
     def _final(self, receipt: Receipt, message: str | None) -> None:
         self._ledger_add(receipt.request_id, receipt.type, receipt.state, message, receipt.created_at)
+        self._write_batched(receipt)
+
+    def _write_batched(self, receipt: Receipt) -> None:
+        """Write a final receipt; the directory fsync is done once for the whole scan."""
         write_receipt(self.paths, receipt, durable=True, sync_dir=False)
         self._dirty_dir = True
         self.on_change()
