@@ -14,6 +14,7 @@ import typer
 from pisub.cli import agents as _agents
 from pisub.cli import control as _control
 from pisub.cli import leases as _leases
+from pisub.cli import ops as _ops
 from pisub.cli import runs as _runs
 from pisub.errors import PisubError
 
@@ -27,6 +28,7 @@ app = typer.Typer(
 )
 _runs.register(app)
 _control.register(app)
+_ops.register(app)
 app.add_typer(_agents.app, name="agents")
 app.add_typer(_leases.app, name="lease")
 

@@ -1,0 +1,55 @@
+"""``pisub doctor`` and ``pisub gc``."""
+
+from __future__ import annotations
+
+import typer
+
+from pisub.cli.render import out
+
+
+def register(app: typer.Typer) -> None:
+    app.command("doctor")(doctor)
+    app.command("gc")(gc)
+
+
+def doctor() -> None:
+    """Check the home, inotify limits, the pi binary, stuck runs and orphaned leases."""
+    from pisub.doctor import diagnose
+    from pisub.errors import PisubError
+    from pisub.paths import open_home
+
+    try:
+        from pisub.children.pi_rpc import find_pi
+
+        pi_bin: str | None = find_pi()
+    except PisubError:
+        pi_bin = None
+    report = diagnose(open_home(), pi_bin)
+    for check in report.checks:
+        out(f"{'ok ' if check.ok else 'BAD'}  {check.name:<8} {check.detail}")
+        if not check.ok and check.fix:
+            out(f"           fix: {check.fix}")
+    out("healthy" if report.healthy else "problems found")
+    raise typer.Exit(0 if report.healthy else 1)
+
+
+def gc(
+    older_than: str = typer.Option(
+        "30d", "--older-than", help="Age of finished runs to remove (30d, 12h, ...)."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be removed."),
+) -> None:
+    """Remove finished runs (never a live one) and sweep stale inbox/tmp files."""
+    from pisub.doctor import collect, parse_age
+    from pisub.paths import open_home
+
+    result = collect(open_home(), parse_age(older_than), dry_run)
+    verb = "would remove" if dry_run else "removed"
+    for run_id in result.removed:
+        out(f"{verb} run {run_id}")
+    for path in result.swept_tmp:
+        out(f"{verb} stale {path}")
+    out(
+        f"{verb} {len(result.removed)} run(s) and {len(result.swept_tmp)} temp file(s); "
+        f"kept {len(result.kept_live)} live run(s)"
+    )

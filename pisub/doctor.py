@@ -1,0 +1,249 @@
+"""Health checks of a pisub installation (``pisub doctor``) and garbage collection (``pisub gc``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pisub.errors import PisubError
+from pisub.leases import LeaseInfo
+from pisub.paths import Home, is_run_id
+from pisub.protocol.codec import parse_iso
+from pisub.store import load_status
+
+MIN_FREE_BYTES = 100 * 1024 * 1024
+INOTIFY = Path("/proc/sys/fs/inotify")
+TMP_MAX_AGE_S = 36 * 3600
+"""``inbox/tmp`` files older than this are left over from a crashed writer (Maildir's rule)."""
+
+
+@dataclass
+class Check:
+    """One finding: ``ok`` or a problem with the fix for it."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+@dataclass
+class Report:
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def add(self, name: str, ok: bool, detail: str, fix: str = "") -> None:
+        self.checks.append(Check(name, ok, detail, fix))
+
+
+def diagnose(home: Home, pi_bin: str | None) -> Report:
+    """Every check; never raises for a problem it can describe."""
+    report = Report()
+    _check_home(home, report)
+    _check_inotify(report)
+    _check_pi(pi_bin, report)
+    _check_runs(home, report)
+    _check_leases(home, report)
+    return report
+
+
+def _check_home(home: Home, report: Report) -> None:
+    try:
+        st = home.root.stat()
+    except OSError as exc:
+        report.add("home", False, f"{home.root}: {exc.strerror}", "create it, or set PISUB_HOME")
+        return
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077 or st.st_uid != os.getuid():
+        report.add(
+            "home",
+            False,
+            f"{home.root} is mode {mode:o}, uid {st.st_uid}",
+            f"chmod 700 {home.root} (and make sure it is yours)",
+        )
+    else:
+        report.add("home", True, f"{home.root} (mode 700)")
+    free = shutil.disk_usage(home.root).free
+    if free < MIN_FREE_BYTES:
+        report.add(
+            "disk",
+            False,
+            f"only {free // 2**20} MiB free under {home.root}",
+            "free space or run: pisub gc --older-than 7d",
+        )
+    else:
+        report.add("disk", True, f"{free // 2**20} MiB free")
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _check_inotify(report: Report) -> None:
+    instances = _read_int(INOTIFY / "max_user_instances")
+    watches = _read_int(INOTIFY / "max_user_watches")
+    queued = _read_int(INOTIFY / "max_queued_events")
+    if instances is None:
+        report.add(
+            "inotify",
+            False,
+            "no inotify on this system: runners poll their inboxes (slower control)",
+            "nothing to do; control requests still work by polling",
+        )
+        return
+    detail = f"max_user_instances={instances}, max_user_watches={watches}, max_queued_events={queued}"
+    if instances < 256:
+        report.add(
+            "inotify",
+            True,
+            detail + f": about {instances} runners can use inotify at once; "
+            "more runners poll their inboxes (every 0.2 s)",
+        )
+    else:
+        report.add("inotify", True, detail)
+
+
+def _check_pi(pi_bin: str | None, report: Report) -> None:
+    if pi_bin is None:
+        report.add(
+            "pi",
+            False,
+            "the pi coding agent was not found (PISUB_PI_BIN, PATH)",
+            "npm install -g @mariozechner/pi-coding-agent@0.73.1, or set PISUB_PI_BIN",
+        )
+        return
+    try:
+        proc = subprocess.run(
+            [pi_bin, "--version"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        report.add("pi", False, f"{pi_bin} --version failed: {exc}", "reinstall pi or fix PISUB_PI_BIN")
+        return
+    version = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["?"]
+    report.add(
+        "pi", proc.returncode == 0, f"{pi_bin} {version[0]}", "" if proc.returncode == 0 else "reinstall pi"
+    )
+
+
+def _check_runs(home: Home, report: Report) -> None:
+    from pisub.reconcile import runner_alive
+
+    stuck = []
+    try:
+        names = os.listdir(home.runs)
+    except FileNotFoundError:
+        names = []
+    for name in names:
+        if not is_run_id(name):
+            continue
+        paths = home.run(name)
+        try:
+            status = load_status(paths)
+        except PisubError:
+            continue
+        if not status.state.is_terminal and not runner_alive(paths, status):
+            stuck.append(name)
+    if stuck:
+        report.add(
+            "runs",
+            False,
+            f"{len(stuck)} run(s) say running but their runner is dead: {', '.join(stuck)}",
+            "pisub status RUN (or pisub list) marks them failed and ends what is left of them",
+        )
+    else:
+        report.add("runs", True, f"{len(names)} run directories, none stuck")
+
+
+def _check_leases(home: Home, report: Report) -> None:
+    from pisub.leases import list_leases
+
+    orphans = [i for i in list_leases(home.leases) if i.alive is not True]
+    if orphans:
+        detail = "; ".join(_lease_problem(i) for i in orphans)
+        report.add(
+            "leases",
+            False,
+            f"{len(orphans)} lease(s) without a live owner: {detail}",
+            "a dead owner is reclaimed by the next resume; for an unknown one: pisub lease break RUN --force",
+        )
+    else:
+        report.add("leases", True, "no orphaned leases")
+
+
+def _lease_problem(info: LeaseInfo) -> str:
+    owner = info.owner
+    if owner is None:
+        return f"{info.path.name}: {info.error}"
+    why = "is dead" if info.alive is False else "cannot be checked (other host or boot)"
+    return f"{info.path.name}: run {owner.run_id} (pid {owner.pid} on {owner.host}) {why}"
+
+
+# -- gc -----------------------------------------------------------------------------------
+
+
+@dataclass
+class GcResult:
+    removed: list[str] = field(default_factory=list)
+    kept_live: list[str] = field(default_factory=list)
+    swept_tmp: list[Path] = field(default_factory=list)
+
+
+def parse_age(text: str) -> float:
+    """Seconds in ``30d``, ``12h``, ``15m``, ``45s`` (or a bare number of seconds)."""
+    from pisub.errors import InvalidInput
+
+    units = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+    try:
+        if text and text[-1] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except ValueError:
+        raise InvalidInput(f"not an age: {text!r} (use e.g. 30d, 12h, 15m)") from None
+
+
+def collect(home: Home, older_than: float, dry_run: bool) -> GcResult:
+    """Remove finished runs that ended more than ``older_than`` seconds ago (never a live
+    one) and stale ``inbox/tmp`` files of the runs that stay."""
+    from pisub.reconcile import observe
+
+    result = GcResult()
+    now = time.time()
+    try:
+        names = sorted(os.listdir(home.runs))
+    except FileNotFoundError:
+        return result
+    for name in names:
+        if not is_run_id(name):
+            continue
+        paths = home.run(name)
+        try:
+            status = observe(paths)
+        except PisubError:
+            continue
+        if not status.state.is_terminal:
+            result.kept_live.append(name)
+        elif now - parse_iso(status.ended_at or status.updated_at) > older_than:
+            result.removed.append(name)
+            if not dry_run:
+                shutil.rmtree(paths.root)
+            continue
+        for tmp in (paths.inbox / "tmp").glob("*"):
+            try:
+                if now - tmp.lstat().st_mtime > TMP_MAX_AGE_S:
+                    result.swept_tmp.append(tmp)
+                    if not dry_run:
+                        tmp.unlink()
+            except FileNotFoundError:
+                continue
+    return result
