@@ -21,6 +21,9 @@ INOTIFY = Path("/proc/sys/fs/inotify")
 TMP_MAX_AGE_S = 36 * 3600
 """``inbox/tmp`` files older than this are left over from a crashed writer (Maildir's rule)."""
 
+STAGING_MAX_AGE_S = 3600
+"""A ``runs/.creating-<id>`` directory older than this was left by a killed launcher."""
+
 
 @dataclass
 class Check:
@@ -199,6 +202,17 @@ class GcResult:
     swept_tmp: list[Path] = field(default_factory=list)
 
 
+def _sweep_staging(path: Path, now: float, dry_run: bool, result: GcResult) -> None:
+    """A run directory whose launcher died while creating it (never visible to readers)."""
+    try:
+        if now - path.lstat().st_mtime > STAGING_MAX_AGE_S:
+            result.swept_tmp.append(path)
+            if not dry_run:
+                shutil.rmtree(path)
+    except FileNotFoundError:
+        return
+
+
 def parse_age(text: str) -> float:
     """Seconds in ``30d``, ``12h``, ``15m``, ``45s`` (or a bare number of seconds)."""
     from pisub.errors import InvalidInput
@@ -224,6 +238,8 @@ def collect(home: Home, older_than: float, dry_run: bool) -> GcResult:
     except FileNotFoundError:
         return result
     for name in names:
+        if name.startswith(".creating-"):
+            _sweep_staging(home.runs / name, now, dry_run, result)
         if not is_run_id(name):
             continue
         paths = home.run(name)
