@@ -84,7 +84,9 @@ def test_crash_injection(home: Path, make_agent: AgentMaker, request: pytest.Fix
         writer.join()
         run.status()
         assert status.state == "failed"
-        receipts = {p.stem: decode(p.read_bytes(), Receipt, p.name) for p in (run.dir / "outbox").glob("*.json")}
+        receipts = {
+            p.stem: decode(p.read_bytes(), Receipt, p.name) for p in (run.dir / "outbox").glob("*.json")
+        }
         for rid in written:
             assert rid in receipts, f"request {rid} has no receipt"
             assert receipts[rid].state.is_final, receipts[rid]
@@ -98,7 +100,9 @@ def test_crash_injection(home: Path, make_agent: AgentMaker, request: pytest.Fix
     assert counts["rounds"] == rounds
 
 
-def test_inbox_flood_overflows_inotify_and_every_request_is_answered(home: Path, make_agent: AgentMaker) -> None:
+def test_inbox_flood_overflows_inotify_and_every_request_is_answered(
+    home: Path, make_agent: AgentMaker
+) -> None:
     make_agent("sleepy", command="sleep", args=["600"])
     run = pisub.launch("sleepy", "x")
     total = 20_000
@@ -107,7 +111,12 @@ def test_inbox_flood_overflows_inotify_and_every_request_is_answered(home: Path,
         name = f"{i:08d}.json"
         (tmp / name).write_bytes(b'{"v":1,"type":"steer","message":"m"}')
         os.rename(tmp / name, new / name)
-    wait_for(lambda: len(os.listdir(run.dir / "outbox")) >= total, timeout=240, interval=0.2, what="20,000 receipts")
+    wait_for(
+        lambda: len(os.listdir(run.dir / "outbox")) >= total,
+        timeout=240,
+        interval=0.2,
+        what="20,000 receipts",
+    )
     assert len(os.listdir(run.dir / "outbox")) == total
     assert not os.listdir(new)
     status = run.status()
@@ -123,13 +132,19 @@ pisub.launch("short", "x")
 """
 
 
-def test_launcher_death_mid_launch(home: Path, make_agent: AgentMaker, request: pytest.FixtureRequest) -> None:
+def test_launcher_death_mid_launch(
+    home: Path, make_agent: AgentMaker, request: pytest.FixtureRequest
+) -> None:
     rounds = 40 if request.config.getoption("--stress") else 8
     make_agent("short", python="import time; time.sleep(0.3); print('ok')")
     rng = random.Random(99)
     for n in range(rounds):
-        launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER], start_new_session=True,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        launcher = subprocess.Popen(
+            [sys.executable, "-c", LAUNCHER],
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(rng.uniform(0.0, 0.5))
         os.killpg(launcher.pid, signal.SIGKILL if n % 2 else signal.SIGHUP)
         launcher.wait()
