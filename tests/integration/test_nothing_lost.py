@@ -5,6 +5,7 @@ CI runs a few rounds; ``--stress`` runs the long mode (200 crash rounds) and pri
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -78,7 +79,7 @@ def test_crash_injection(home: Path, make_agent: AgentMaker, request: pytest.Fix
         writer.start()
         time.sleep(rng.uniform(0.0, 0.4))
         os.kill(runner, signal.SIGKILL)
-        wait_for(lambda run=run, runner=runner: _dead(run, runner), what="the runner to die")
+        wait_for(functools.partial(_dead, run, runner), what="the runner to die")
         status = run.status()  # crash detection and repair, while the writer still writes
         stop.set()
         writer.join()
@@ -148,7 +149,6 @@ def test_launcher_death_mid_launch(
         time.sleep(rng.uniform(0.0, 0.5))
         os.killpg(launcher.pid, signal.SIGKILL if n % 2 else signal.SIGHUP)
         launcher.wait()
-    runs_dir = home / "runs"
 
     def settled() -> bool:
         listed = [json.loads(line) for line in pisub_cli("list", "--json", check=True).stdout.splitlines()]
