@@ -16,11 +16,12 @@ import os
 import secrets
 import stat
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pisub.errors import PisubError
+from pisub.errors import InvalidInput, PisubError
 from pisub.fsio import atomic_write, fsync_dir, read_bytes
 from pisub.paths import RunPaths
 from pisub.protocol.codec import decode, encode, encode_pretty, now_iso
@@ -145,15 +146,23 @@ def write_request(paths: RunPaths, request: Request) -> str:
     rid = request.id
     if is_closed(paths):
         raise InboxClosed(f"run {paths.run_id} has finished; it takes no more requests")
-    tmp = inbox_dir(paths, "tmp") / f"{rid}.json"
+    tmp = inbox_dir(paths, "tmp") / f"{rid}.{secrets.token_hex(4)}.tmp"
     final = inbox_dir(paths, "new") / f"{rid}.json"
+    if receipt_path(paths, rid).exists():
+        raise InvalidInput(f"request id {rid!r} was already used in run {paths.run_id}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         os.write(fd, encode(request))
         os.fsync(fd)
     finally:
         os.close(fd)
-    os.rename(tmp, final)
+    try:
+        # link, not rename: publishing never replaces an unclaimed request of the same name
+        os.link(tmp, final)
+    except FileExistsError:
+        raise InvalidInput(f"request id {rid!r} is already waiting in run {paths.run_id}") from None
+    finally:
+        os.unlink(tmp)
     fsync_dir(final.parent)
     if is_closed(paths) and _withdraw(final):
         raise InboxClosed(f"run {paths.run_id} finished while the request was written; it was withdrawn")
@@ -258,45 +267,84 @@ def pending_files(paths: RunPaths, box: str) -> list[str]:
     return sorted(n for n in names if n.endswith(".json"))
 
 
-def answer_leftovers(paths: RunPaths, run_id: str, reason: str) -> int:
-    """Answer every request of a run whose runner is gone; the number answered.
+def answer_leftovers(paths: RunPaths, run_id: str, reason: str) -> Counter[str]:
+    """Answer every request of a run whose runner is gone; how many got which answer.
 
     Requests still in ``new/`` are claimed and answered ``failed`` (or ``rejected``);
     claimed requests without a final receipt, and receipts left ``pending`` or
-    ``queued``, become ``failed`` with ``reason``.
+    ``queued``, become ``failed`` with ``reason``. Safe to repeat: a reader that dies halfway
+    leaves work that the next one finishes.
     """
-    answered = 0
+    counts: Counter[str] = Counter()
     cur = inbox_dir(paths, "cur")
     for name in pending_files(paths, "new"):
         try:
             os.rename(inbox_dir(paths, "new") / name, cur / name)
         except FileNotFoundError:
             continue
-        parsed = parse_request_file(cur / name)
-        if parsed.request is None:
-            if read_receipt_safe(paths, parsed.request_id) is None:
-                reject_file(paths, cur / name, parsed.error or "invalid")
-                write_receipt(
-                    paths,
-                    make_receipt(
-                        run_id, parsed.request_id, "unknown", ReceiptState.REJECTED, reason=parsed.error
-                    ),
-                )
-                answered += 1
-            continue
-        answered += _fail_if_open(paths, run_id, parsed.request_id, request_type(parsed.request), reason)
+        counts["claimed"] += 1
+        _answer_claimed(paths, run_id, cur / name, reason, counts, fresh=True)
     for name in pending_files(paths, "cur"):
-        parsed = parse_request_file(cur / name)
-        type_ = request_type(parsed.request) if parsed.request else "unknown"
-        answered += _fail_if_open(paths, run_id, parsed.request_id, type_, reason)
+        _answer_claimed(paths, run_id, cur / name, reason, counts, fresh=False)
     try:
         receipts = os.listdir(paths.outbox)
     except FileNotFoundError:
         receipts = []
     for name in receipts:
         if name.endswith(".json"):
-            answered += _fail_if_open(paths, run_id, name[: -len(".json")], None, reason)
-    return answered
+            counts["failed"] += _fail_if_open(paths, run_id, name[: -len(".json")], None, reason)
+    return counts
+
+
+def _answer_claimed(
+    paths: RunPaths, run_id: str, path: Path, reason: str, counts: Counter[str], *, fresh: bool
+) -> None:
+    """Answer one claimed request file unless it already has its final answer."""
+    parsed = parse_request_file(path)
+    existing = read_receipt_safe(paths, parsed.request_id)
+    if parsed.request is None:
+        if existing is None:
+            # The receipt first: a crash before the move leaves a claimed file with a final
+            # receipt, which the next reader skips.
+            write_receipt(
+                paths,
+                make_receipt(
+                    run_id, parsed.request_id, "unknown", ReceiptState.REJECTED, reason=parsed.error
+                ),
+            )
+            counts["rejected"] += 1
+        reject_file(paths, path, parsed.error or "invalid")
+        return
+    if fresh and existing is not None and existing.state.is_final:
+        reject_file(paths, path, f"duplicate request id {parsed.request_id!r}: it was already used")
+        return
+    counts["failed"] += _fail_if_open(paths, run_id, parsed.request_id, request_type(parsed.request), reason)
+
+
+ANSWERED = "answered"
+"""Marker in ``inbox/``: every request of the finished run has its final answer."""
+
+
+def mark_answered(paths: RunPaths) -> None:
+    atomic_write(paths.inbox / ANSWERED, b"", durable=False)
+
+
+def needs_answers(paths: RunPaths) -> bool:
+    """Whether a finished run may hold unanswered requests (new files, or an interrupted answer)."""
+    return bool(pending_files(paths, "new")) or not (paths.inbox / ANSWERED).exists()
+
+
+def settle_closed_inbox(paths: RunPaths, run_id: str, reason: str) -> Counter[str]:
+    """Answer what is left in a finished run's inbox (caller holds ``repair.lock``).
+
+    The marker is removed first and written last, so a reader that dies halfway leaves the
+    run marked as needing answers.
+    """
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(paths.inbox / ANSWERED)
+    counts = answer_leftovers(paths, run_id, reason)
+    mark_answered(paths)
+    return counts
 
 
 def read_receipt_safe(paths: RunPaths, request_id: str) -> Receipt | None:

@@ -13,7 +13,7 @@ from pisub.errors import ProtocolError
 from pisub.fsio import read_tail
 from pisub.leases import reclaim_if_dead
 from pisub.locks import exclusive, is_held
-from pisub.mailbox import FINISHED_REASON, answer_leftovers, close_inbox, is_closed, pending_files
+from pisub.mailbox import FINISHED_REASON, close_inbox, is_closed, needs_answers, settle_closed_inbox
 from pisub.paths import RunPaths
 from pisub.procs import boot_id, is_alive, kill_all, marked_processes
 from pisub.protocol.codec import now_iso
@@ -43,7 +43,7 @@ def observe(paths: RunPaths) -> Status:
     """
     status = load_status(paths)
     if status.state.is_terminal:
-        if pending_files(paths, "new"):
+        if needs_answers(paths):
             _answer_closed_inbox(paths, status)
         return status
     if runner_alive(paths, status):
@@ -63,7 +63,11 @@ def repair(paths: RunPaths) -> Status:
             reclaim_if_dead(paths.root.parent.parent / "leases", status.session_file, status.run_id)
         if not is_closed(paths):
             close_inbox(paths, "failed")
-        answer_leftovers(paths, status.run_id, RUNNER_DIED_REASON)
+        answered = settle_closed_inbox(paths, status.run_id, RUNNER_DIED_REASON)
+        ledger = status.steering
+        ledger.requested += answered["claimed"]
+        ledger.failed += answered["failed"]
+        ledger.rejected += answered["rejected"]
         result = load_result(paths)
         if result is None:
             result = _crash_result(paths, status)
@@ -77,7 +81,7 @@ def repair(paths: RunPaths) -> Status:
 def _answer_closed_inbox(paths: RunPaths, status: Status) -> None:
     """Requests written by hand into the inbox of a finished run are answered ``failed``."""
     with exclusive(paths.repair_lock):
-        answer_leftovers(paths, status.run_id, FINISHED_REASON)
+        settle_closed_inbox(paths, status.run_id, FINISHED_REASON)
 
 
 def end_strays(paths: RunPaths, status: Status) -> list[int]:

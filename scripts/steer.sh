@@ -6,37 +6,49 @@
 # POSIX sh with printf, mv, cat and date (and sleep between looks at the outbox). The request
 # is written in inbox/tmp/ and renamed into inbox/new/ (same filesystem: atomic), then the
 # script waits up to $PISUB_WAIT seconds (default 3) for outbox/<id>.json to leave "pending"
-# and prints it. Exit: 0 delivered/queued/scheduled/recovered, 2 failed/rejected/partial,
-# 3 no answer in time.
-set -eu
+# and prints it. A run that has finished (inbox/closed exists) takes no request.
+# Exit: 0 delivered/queued/scheduled/recovered, 1 the request could not be written,
+# 2 failed/rejected/partial (or the run has finished), 3 no answer in time.
 [ $# -ge 2 ] || { printf 'usage: %s RUN_DIR MESSAGE [MODE]\n' "$0" >&2; exit 64; }
 run=$1 msg=$2 mode=${3:-steer}
+case $mode in steer | follow_up | auto) ;; *) printf 'unknown mode: %s\n' "$mode" >&2; exit 64 ;; esac
 
+# JSON string escaping: copy runs of plain characters at once, escape the rest.
 nl='
 '
-tab=$(printf '\t')
-cr=$(printf '\r')
-escape() {  # JSON string body: backslash, quote, newline, tab, carriage return
+ctl=$(printf '\001\002\003\004\005\006\007\010\011\013\014\015\016\017\020\021\022\023\024\025\026\027\030\031\032\033\034\035\036\037')
+escape() {
     s=$1 out=
     while [ -n "$s" ]; do
+        plain=${s%%[\\\"$ctl$nl]*}
+        out=$out$plain
+        s=${s#"$plain"}
+        [ -n "$s" ] || break
         c=${s%"${s#?}"}
         s=${s#?}
         case $c in
             \\) out="$out\\\\" ;;
             \") out="$out\\\"" ;;
             "$nl") out="$out\\n" ;;
-            "$tab") out="$out\\t" ;;
-            "$cr") out="$out\\r" ;;
-            *) out="$out$c" ;;
+            *) out="$out$(printf '\\u%04x' "'$c")" ;;
         esac
     done
     printf '%s' "$out"
 }
 
+closed() {
+    printf '{"requestId": null, "type": "steer", "state": "failed", "reason": "%s"}\n' "$1"
+    exit 2
+}
+
+[ -e "$run/inbox/closed" ] && closed "the run has finished; it takes no more requests"
 id="sh-$(date +%s)-$$"
 printf '{"v":1,"id":"%s","type":"steer","mode":"%s","message":"%s","source":"steer.sh"}\n' \
-    "$id" "$mode" "$(escape "$msg")" > "$run/inbox/tmp/$id.json"
-mv "$run/inbox/tmp/$id.json" "$run/inbox/new/$id.json"
+    "$id" "$mode" "$(escape "$msg")" > "$run/inbox/tmp/$id.json" || exit 1
+mv "$run/inbox/tmp/$id.json" "$run/inbox/new/$id.json" || exit 1
+if [ -e "$run/inbox/closed" ] && mv "$run/inbox/new/$id.json" "$run/inbox/tmp/$id.withdrawn" 2>/dev/null; then
+    closed "the run finished while the request was written; it was withdrawn"
+fi
 
 receipt="$run/outbox/$id.json"
 end=$(( $(date +%s) + ${PISUB_WAIT:-3} ))

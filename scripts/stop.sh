@@ -3,13 +3,23 @@
 #
 #   scripts/stop.sh RUN_DIR
 #
-# Exit: 0 delivered, 2 failed/rejected, 3 no answer within $PISUB_WAIT seconds (default 3).
-set -eu
+# Exit: 0 delivered, 1 the request could not be written, 2 failed/rejected (or the run has
+# finished), 3 no answer within $PISUB_WAIT seconds (default 3).
 [ $# -ge 1 ] || { printf 'usage: %s RUN_DIR\n' "$0" >&2; exit 64; }
 run=$1
+
+closed() {
+    printf '{"requestId": null, "type": "stop", "state": "failed", "reason": "%s"}\n' "$1"
+    exit 2
+}
+
+[ -e "$run/inbox/closed" ] && closed "the run has finished; it takes no more requests"
 id="sh-$(date +%s)-$$"
-printf '{"v":1,"id":"%s","type":"stop","source":"stop.sh"}\n' "$id" > "$run/inbox/tmp/$id.json"
-mv "$run/inbox/tmp/$id.json" "$run/inbox/new/$id.json"
+printf '{"v":1,"id":"%s","type":"stop","source":"stop.sh"}\n' "$id" > "$run/inbox/tmp/$id.json" || exit 1
+mv "$run/inbox/tmp/$id.json" "$run/inbox/new/$id.json" || exit 1
+if [ -e "$run/inbox/closed" ] && mv "$run/inbox/new/$id.json" "$run/inbox/tmp/$id.withdrawn" 2>/dev/null; then
+    closed "the run finished while the request was written; it was withdrawn"
+fi
 
 receipt="$run/outbox/$id.json"
 end=$(( $(date +%s) + ${PISUB_WAIT:-3} ))

@@ -290,8 +290,13 @@ class PiChild(Child):
         # pi drops steers and aborts sent before it answered the first prompt: they waited.
         if self._abort_wanted:
             self._send_abort()
-        for item in self._steers:
-            if item.state == "held":
+        for item in list(self._steers):
+            if item.state != "held":
+                continue
+            if self._abort_wanted:  # interrupted before pi was ready: never start its turn
+                self._steers.remove(item)
+                self.hooks.steer_update(item.request_id, ReceiptState.FAILED, "the child was interrupted")
+            else:
                 self._send_steer(item)
 
     # -- control ------------------------------------------------------------------
@@ -318,6 +323,8 @@ class PiChild(Child):
             self.hooks.steer_update(
                 item.request_id, ReceiptState.FAILED, str(resp.get("error") or "pi refused it")
             )
+            if not self._streaming:  # the refused steer invalidated the idle check: ask again
+                self._ask_idle()
 
     def abort(self) -> bool:
         if self.finished:
@@ -460,6 +467,9 @@ class PiChild(Child):
 
     def _agent_end(self, _ev: Json) -> None:
         self._streaming = False
+        self._ask_idle()
+
+    def _ask_idle(self) -> None:
         epoch = self._epoch
         self.send({"type": "get_state"}, lambda resp: self._check_idle(resp, epoch))
 
@@ -467,7 +477,9 @@ class PiChild(Child):
         data = resp.get("data")
         if not isinstance(data, dict) or epoch != self._epoch or self._streaming:
             return
-        if data.get("isStreaming") is False and data.get("pendingMessageCount") == 0:
+        if data.get("isStreaming") is False:
+            # Idle with messages still queued (pi does not run a leftover queue by itself):
+            # they die with the child and their requests are answered failed.
             self.finish()
 
     def _log(self, text: str) -> None:

@@ -21,6 +21,7 @@ from pisub.mailbox import (
     delivery_status,
     inbox_dir,
     make_receipt,
+    mark_answered,
     parse_request_file,
     pending_files,
     receipt_path,
@@ -109,13 +110,13 @@ class Dispatcher:
             return
         self._seen.add(rid)
         if parsed.request is None:
-            reject_file(self.paths, cur, parsed.error or "invalid request")
             self.on_event("control.rejected", id=rid, reason=parsed.error)
             self._count("rejected")
             self._final(
                 make_receipt(self.run_id, rid, "unknown", ReceiptState.REJECTED, reason=parsed.error),
                 message=None,
             )
+            reject_file(self.paths, cur, parsed.error or "invalid request")  # after its receipt
             return
         request = parsed.request
         self.ledger.requested += 1
@@ -204,6 +205,7 @@ class Dispatcher:
         close_inbox(self.paths, state)
         self.scan()
         self.fail_open(FINISHED_REASON)
+        mark_answered(self.paths)
 
     def _open(self, rid: str, request: Request, child: int) -> Receipt:
         state = ReceiptState.PENDING

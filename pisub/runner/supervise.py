@@ -22,6 +22,7 @@ from pisub.children.base import Child, ChildHooks, ChildOutcome
 from pisub.children.external_cli import ExternalCliChild, child_env
 from pisub.children.pi_rpc import PiChild, pi_event_line
 from pisub.leases import LeaseHeld, acquire, fenced, release
+from pisub.mailbox import close_inbox, settle_closed_inbox
 from pisub.paths import RunPaths
 from pisub.procs import boot_id, descendants, kill_all, reap_adopted, start_time
 from pisub.protocol.codec import now_iso
@@ -140,7 +141,8 @@ class Supervisor:
         self.causes.add("interrupt")
         self.event("child.interrupt", 0, reason=reason)
         if found.abort():
-            self.abort_deadline = time.monotonic() + ABORT_CONFIRM_S
+            if self.abort_deadline is None:  # a second interrupt does not postpone the escalation
+                self.abort_deadline = time.monotonic() + ABORT_CONFIRM_S
         else:
             self._end("interrupt")
         return None
@@ -261,6 +263,8 @@ class Supervisor:
 
     def _fail_startup(self, message: str) -> None:
         assert self.recorder is not None
+        close_inbox(self.paths, "failed")  # requests written before the start are answered
+        settle_closed_inbox(self.paths, self.manifest.run_id, "the run failed to start")
         verdict = _verdict(RunState.FAILED, 127, ErrorCode.SUBAGENT_FAILED, message)
         self.recorder.step(0).status = StepState.FAILED
         self._write_end(verdict, ChildOutcome(exit_code=127, error=message))

@@ -295,3 +295,77 @@ def test_shell_scripts(home: Path, make_agent: AgentMaker) -> None:
     assert stop.returncode == 0, stop.stderr
     assert json.loads(stop.stdout)["state"] == "delivered"
     assert run.wait(timeout=30).state == "stopped"
+    late = subprocess.run(
+        ["sh", str(ROOT / "scripts" / "stop.sh"), str(run.dir)], capture_output=True, text=True, timeout=30
+    )
+    assert late.returncode == 2 and json.loads(late.stdout)["state"] == "failed"
+    odd = "\x1b[31mred\x0c and " + "x" * 5000
+    proc = subprocess.run(
+        ["sh", str(ROOT / "scripts" / "steer.sh"), str(run.dir), odd],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2  # the run has finished
+
+
+def test_steer_sh_escapes_every_control_character(home: Path, make_agent: AgentMaker) -> None:
+    run = _sleeper(make_agent)
+    message = "".join(chr(c) for c in range(1, 32)) + ' \\ " é ' + "y" * 20_000
+    proc = subprocess.run(
+        ["sh", str(ROOT / "scripts" / "steer.sh"), str(run.dir), message],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr  # valid JSON: failed only because external-cli cannot steer
+    receipt = json.loads(proc.stdout)
+    assert receipt["state"] == "failed" and "not supported" in receipt["reason"]
+
+
+def test_a_request_id_cannot_be_published_twice(home: Path, make_agent: AgentMaker) -> None:
+    import signal
+
+    from pisub.errors import InvalidInput
+    from pisub.protocol.control import Steer
+
+    run = _sleeper(make_agent)
+    pid = run.status().pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)  # nothing is claimed while both writers publish
+    try:
+        run.send(Steer(v=1, id="same", message="first"))
+        with pytest.raises(InvalidInput, match="already waiting"):
+            run.send(Stop(v=1, id="same"))
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    receipt = wait_for(lambda: run.receipt("same"))
+    assert receipt.type == "steer"
+    with pytest.raises(InvalidInput, match="already used"):
+        run.send(Stop(v=1, id="same"))
+    assert run.status().state == RunState.RUNNING
+
+
+def test_a_reader_dying_while_answering_leaves_work_for_the_next(
+    home: Path, make_agent: AgentMaker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pisub.mailbox as mailbox
+
+    make_agent("quick", python="print('done')")
+    run = pisub.launch("quick", "x")
+    run.wait(timeout=30)
+    _drop(run, "late.json", b'{"v":1,"type":"steer","message":"late"}')
+    _drop(run, "bad.json", b"{")
+
+    def crash(*_args: object, **_kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(mailbox, "write_receipt", crash)
+        with pytest.raises(KeyboardInterrupt):
+            run.status()
+    assert run.receipt("late") is None  # claimed, not answered: the reader died
+    run.status()
+    late, bad = run.receipt("late"), run.receipt("bad")
+    assert late is not None and late.state == "failed"
+    assert bad is not None and bad.state == "rejected"

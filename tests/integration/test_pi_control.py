@@ -35,7 +35,7 @@ def test_steer_mid_stream_queued_then_delivered_at_turn_boundary(
     pi_home: Path, model_server: FakeModelServer
 ) -> None:
     tag = uuid.uuid4().hex[:8]
-    run = pisub.launch("pi", f"SLOW:30 story {tag}")
+    run = pisub.launch("pi", f"SLOW:60 story {tag}")
     wait_for(lambda: _sent_with(model_server, tag), timeout=30, what="pi to call the model")
     steer_text = f"STEER {tag}: now say hi"
     proc = pisub_cli("steer", run.id, steer_text, "--json", "--wait", "10")
@@ -65,6 +65,20 @@ def test_steer_in_the_startup_window_is_still_delivered(pi_home: Path, model_ser
     assert result.details.results[0].output == f"Hello from the fake LLM. You said: EARLY {tag}"
     final = run.receipt(rid)
     assert final is not None and final.state == "delivered"
+    types = [json.loads(line)["type"] for line in (run.dir / "events.jsonl").read_text().splitlines()]
+    assert types.index("control.received") < types.index("pi.agent_start"), (
+        "the steer came before pi was ready"
+    )
+
+
+def test_steer_held_in_the_startup_window_is_not_sent_after_an_interrupt(pi_home: Path) -> None:
+    run = pisub.launch("pi", "SLOW:100 story")
+    held = run.send_steer("held steer")
+    stop = run.send_interrupt()
+    assert run.wait(timeout=60).state == "paused"
+    receipt = run.receipt(held)
+    assert receipt is not None and receipt.state == "failed"
+    assert run.receipt(stop) is not None
 
 
 def test_interrupt_pauses_and_fails_queued_steers(pi_home: Path, model_server: FakeModelServer) -> None:
