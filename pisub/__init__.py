@@ -1,9 +1,12 @@
-"""pisub: a file-based control plane for detached background runs of coding sub-agents."""
+"""pisub: a file-based control plane for detached background runs of coding sub-agents.
 
-from pisub.client import Run, agents, launch, list_runs
-from pisub.errors import PisubError
-from pisub.protocol.result import Result
-from pisub.protocol.status import RunState, Status
+The public names are loaded on first use, so that ``import pisub.<module>`` (the CLI, the
+runner) pays only for what it needs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
@@ -14,7 +17,34 @@ __all__ = [
     "RunState",
     "Status",
     "__version__",
-    "agents",
+    "agent_catalog",
     "launch",
     "list_runs",
 ]
+
+_HOMES = {
+    "Run": "pisub.client",
+    "agent_catalog": "pisub.client",
+    "launch": "pisub.client",
+    "list_runs": "pisub.client",
+    "PisubError": "pisub.errors",
+    "Result": "pisub.protocol.result",
+    "RunState": "pisub.protocol.status",
+    "Status": "pisub.protocol.status",
+}
+
+if TYPE_CHECKING:
+    from pisub.client import Run, agent_catalog, launch, list_runs
+    from pisub.errors import PisubError
+    from pisub.protocol.result import Result
+    from pisub.protocol.status import RunState, Status
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        import importlib
+
+        value = getattr(importlib.import_module(_HOMES[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'pisub' has no attribute {name!r}")

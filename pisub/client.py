@@ -10,12 +10,11 @@ import math
 import os
 import shutil
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pisub import defaults
-from pisub.agents import Catalog, discover
 from pisub.errors import InvalidInput, LaunchFailed, WaitTimeout
 from pisub.paths import Home, RunPaths, open_home, validate_run_ref
 from pisub.protocol.codec import now_iso
@@ -25,11 +24,22 @@ from pisub.protocol.result import Result
 from pisub.protocol.status import RunState, Status
 from pisub.store import RunStore, load_manifest, load_result
 
+if TYPE_CHECKING:
+    from pisub.agents import Catalog
+
 MAX_TASK_BYTES = 1024 * 1024
 
 
-def agents(*, home: Path | None = None, cwd: Path | None = None) -> Catalog:
+def _new_run_id() -> str:
+    import uuid
+
+    return str(uuid.uuid4())
+
+
+def agent_catalog(*, home: Path | None = None, cwd: Path | None = None) -> Catalog:
     """Every agent visible from ``cwd`` (user scope, then project scope)."""
+    from pisub.agents import discover
+
     h = open_home(home)
     return discover(h.agents, Path(cwd or os.getcwd()).resolve())
 
@@ -61,6 +71,8 @@ def launch(
     workdir = Path(cwd or os.getcwd()).resolve()
     if not workdir.is_dir():
         raise InvalidInput(f"working directory {workdir} does not exist")
+    from pisub.agents import discover
+
     h = open_home(home)
     found = discover(h.agents, workdir).get(agent)
     spec = found.spec()
@@ -80,7 +92,7 @@ def launch(
     )
     manifest = Manifest(
         v=1,
-        run_id=str(uuid.uuid4()),
+        run_id=_new_run_id(),
         created_at=now_iso(),
         agent=spec,
         task=task,
@@ -172,7 +184,7 @@ def resume(
         limits.timeout = timeout
     new = Manifest(
         v=1,
-        run_id=str(uuid.uuid4()),
+        run_id=_new_run_id(),
         created_at=now_iso(),
         agent=spec,
         task=message,

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -131,7 +130,7 @@ def acquire(leases_dir: Path, session_file: str | Path, run_id: str, source_run_
         atomic_write(lp.generation, f"{generation}\n".encode())
         owner = LeaseOwner(
             v=1,
-            token=secrets.token_hex(16),
+            token=os.urandom(16).hex(),
             generation=generation,
             session_file=canonical(session_file),
             run_id=run_id,

@@ -13,7 +13,6 @@ import contextlib
 import hashlib
 import itertools
 import os
-import secrets
 import stat
 import time
 from collections import Counter
@@ -58,7 +57,7 @@ _sequence = itertools.count()
 
 def new_request_id() -> str:
     """A unique id that sorts in write order for one writer: ``<ms>-<pid>-<seq>-<random>``."""
-    return f"{time.time_ns() // 1_000_000:013d}-{os.getpid()}-{next(_sequence):06d}-{secrets.token_hex(2)}"
+    return f"{time.time_ns() // 1_000_000:013d}-{os.getpid()}-{next(_sequence):06d}-{os.urandom(2).hex()}"
 
 
 def recovery_claim(paths: RunPaths) -> str | None:
@@ -89,6 +88,10 @@ def read_receipt(paths: RunPaths, request_id: str) -> Receipt | None:
     except FileNotFoundError:
         return None
     return decode(data, Receipt, f"receipt {request_id}")
+
+
+def encode_receipt(receipt: Receipt) -> bytes:
+    return encode_pretty(receipt)
 
 
 def write_receipt(paths: RunPaths, receipt: Receipt, *, durable: bool = True, sync_dir: bool = True) -> None:
@@ -146,7 +149,7 @@ def write_request(paths: RunPaths, request: Request) -> str:
     rid = request.id
     if is_closed(paths):
         raise InboxClosed(f"run {paths.run_id} has finished; it takes no more requests")
-    tmp = inbox_dir(paths, "tmp") / f"{rid}.{secrets.token_hex(4)}.tmp"
+    tmp = inbox_dir(paths, "tmp") / f"{rid}.{os.urandom(4).hex()}.tmp"
     final = inbox_dir(paths, "new") / f"{rid}.json"
     if receipt_path(paths, rid).exists():
         raise InvalidInput(f"request id {rid!r} was already used in run {paths.run_id}")
@@ -199,9 +202,12 @@ def receipt_name_for(name: str) -> str:
     return "invalid-" + hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
-def parse_request_file(path: Path) -> Parsed:
-    """Read and validate one claimed request file (never raises for a bad file)."""
-    name = path.name
+def parse_request_file(path: Path, name: str | None = None) -> Parsed:
+    """Read and validate one claimed request file (never raises for a bad file).
+
+    ``name`` is the name it was published under in ``new/`` (default: its own).
+    """
+    name = name or path.name
     fallback = receipt_name_for(name)
     if fallback != name[: -len(".json")]:
         return Parsed(name, fallback, None, f"file name {name!r} is not a valid request id")
@@ -247,15 +253,51 @@ def _check(request: Request) -> str | None:
     return None
 
 
-def reject_file(paths: RunPaths, src: Path, reason: str) -> None:
-    """Move a bad request to ``inbox/rejected/`` with a ``.reason`` file beside it."""
+def reject_file(paths: RunPaths, src: Path, reason: str, name: str | None = None) -> None:
+    """Move a bad request to ``inbox/rejected/<name>`` with a ``.reason`` file beside it."""
     rejected = inbox_dir(paths, "rejected")
-    dest = rejected / src.name
+    dest = rejected / (name or src.name)
     if dest.exists():
-        dest = rejected / f"{src.name}.{secrets.token_hex(3)}"
+        dest = rejected / f"{src.name}.{os.urandom(3).hex()}"
     with contextlib.suppress(FileNotFoundError):
         os.rename(src, dest)
     atomic_write(dest.with_name(dest.name + ".reason"), (reason + "\n").encode(), durable=False)
+
+
+def claim(paths: RunPaths, name: str) -> Path | None:
+    """Claim ``inbox/new/<name>`` into ``inbox/cur/``; the claimed path, or None if it is gone.
+
+    A claim is ``link`` into ``cur/`` then ``unlink`` from ``new/``: whoever removes the
+    ``new/`` entry wins, so a writer withdrawing its request (by unlinking it) and the runner
+    never both own it. Unlike a rename, this makes no "moved from" event in the watched
+    ``new/`` folder, so the runner is not woken by its own claims.
+    """
+    src, dst = inbox_dir(paths, "new") / name, inbox_dir(paths, "cur") / name
+    try:
+        os.link(src, dst)
+    except FileNotFoundError:
+        return None
+    except FileExistsError:
+        # A claim interrupted between link and unlink, or a name published again after its
+        # first request was claimed: keep the new file under a name of its own.
+        try:
+            if os.path.samefile(src, dst):
+                os.unlink(src)
+                return dst
+        except FileNotFoundError:
+            return None
+        dst = dst.with_name(f"{name}.{os.urandom(3).hex()}")
+        try:
+            os.rename(src, dst)
+        except FileNotFoundError:
+            return None
+        return dst
+    try:
+        os.unlink(src)
+    except FileNotFoundError:  # withdrawn by its writer in the meantime: not ours
+        os.unlink(dst)
+        return None
+    return dst
 
 
 def pending_files(paths: RunPaths, box: str) -> list[str]:
@@ -278,12 +320,11 @@ def answer_leftovers(paths: RunPaths, run_id: str, reason: str) -> Counter[str]:
     counts: Counter[str] = Counter()
     cur = inbox_dir(paths, "cur")
     for name in pending_files(paths, "new"):
-        try:
-            os.rename(inbox_dir(paths, "new") / name, cur / name)
-        except FileNotFoundError:
+        claimed = claim(paths, name)
+        if claimed is None:
             continue
         counts["claimed"] += 1
-        _answer_claimed(paths, run_id, cur / name, reason, counts, fresh=True)
+        _answer_claimed(paths, run_id, claimed, reason, counts, fresh=True, name=name)
     for name in pending_files(paths, "cur"):
         _answer_claimed(paths, run_id, cur / name, reason, counts, fresh=False)
     try:
@@ -297,10 +338,17 @@ def answer_leftovers(paths: RunPaths, run_id: str, reason: str) -> Counter[str]:
 
 
 def _answer_claimed(
-    paths: RunPaths, run_id: str, path: Path, reason: str, counts: Counter[str], *, fresh: bool
+    paths: RunPaths,
+    run_id: str,
+    path: Path,
+    reason: str,
+    counts: Counter[str],
+    *,
+    fresh: bool,
+    name: str | None = None,
 ) -> None:
     """Answer one claimed request file unless it already has its final answer."""
-    parsed = parse_request_file(path)
+    parsed = parse_request_file(path, name)
     existing = read_receipt_safe(paths, parsed.request_id)
     if parsed.request is None:
         if existing is None:
@@ -313,10 +361,12 @@ def _answer_claimed(
                 ),
             )
             counts["rejected"] += 1
-        reject_file(paths, path, parsed.error or "invalid")
+        reject_file(paths, path, parsed.error or "invalid", parsed.name)
         return
     if fresh and existing is not None and existing.state.is_final:
-        reject_file(paths, path, f"duplicate request id {parsed.request_id!r}: it was already used")
+        reject_file(
+            paths, path, f"duplicate request id {parsed.request_id!r}: it was already used", parsed.name
+        )
         return
     counts["failed"] += _fail_if_open(paths, run_id, parsed.request_id, request_type(parsed.request), reason)
 

@@ -12,7 +12,6 @@ import contextlib
 import ctypes
 import os
 import signal
-import socket
 import time
 from collections.abc import Iterable
 from functools import cache
@@ -68,7 +67,7 @@ def boot_id() -> str | None:
 
 @cache
 def host_name() -> str:
-    return socket.gethostname()
+    return os.uname().nodename
 
 
 def set_child_subreaper() -> bool:

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e .
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e . --config-settings editable_mode=compat
 export PATH="$PWD/.venv/bin:$PATH"
 PISUB_PI_BIN=$(bash scripts/install_pi.sh | tail -n 1)
 export PISUB_PI_BIN

@@ -7,7 +7,7 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' --config-settings editable_mode=compat
 echo "== pi CLI (pinned, into .pi-cli/)"
 PISUB_PI_BIN=$(bash scripts/install_pi.sh | tail -n 1)
 export PISUB_PI_BIN

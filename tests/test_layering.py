@@ -73,7 +73,17 @@ def test_no_upward_imports() -> None:
 
 def test_public_api() -> None:
     assert sorted(pisub.__all__) == sorted(
-        ["PisubError", "Result", "Run", "RunState", "Status", "__version__", "agents", "launch", "list_runs"]
+        [
+            "PisubError",
+            "Result",
+            "Run",
+            "RunState",
+            "Status",
+            "__version__",
+            "agent_catalog",
+            "launch",
+            "list_runs",
+        ]
     )
     for name in pisub.__all__:
         assert hasattr(pisub, name)

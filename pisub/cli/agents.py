@@ -12,9 +12,9 @@ app = typer.Typer(help="List and show agent definitions.", no_args_is_help=True,
 @app.command("list")
 def list_(as_json: bool = typer.Option(False, "--json", help="One JSON object per line.")) -> None:
     """List every agent visible from the current directory."""
-    from pisub.client import agents
+    from pisub.client import agent_catalog
 
-    catalog = agents()
+    catalog = agent_catalog()
     if as_json:
         for agent in sorted(catalog.agents.values(), key=lambda a: a.name):
             json_line(
@@ -39,9 +39,9 @@ def list_(as_json: bool = typer.Option(False, "--json", help="One JSON object pe
 @app.command()
 def show(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
     """Show one agent: its settings and system prompt."""
-    from pisub.client import agents
+    from pisub.client import agent_catalog
 
-    agent = agents().get(name)
+    agent = agent_catalog().get(name)
     if as_json:
         json_line({"scope": agent.scope, "path": str(agent.path), "spec": agent.spec()})
         return

@@ -10,16 +10,16 @@ leaving the first request's receipt alone.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Protocol
 
-from pisub.fsio import fsync_dir
+from pisub.fsio import BatchWriter
 from pisub.mailbox import (
     FINISHED_REASON,
+    claim,
     close_inbox,
     delivery_status,
-    inbox_dir,
+    encode_receipt,
     make_receipt,
     mark_answered,
     parse_request_file,
@@ -85,7 +85,7 @@ class Dispatcher:
         self.on_event = on_event
         self.open: dict[str, Receipt] = {}
         self._seen: set[str] = set()
-        self._dirty_dir = False
+        self.batch = BatchWriter(paths.outbox)
         self.closed = False
 
     # -- scanning ---------------------------------------------------------------------
@@ -98,15 +98,13 @@ class Dispatcher:
         return len(names)
 
     def _take(self, name: str) -> None:
-        cur = inbox_dir(self.paths, "cur") / name
-        try:
-            os.rename(inbox_dir(self.paths, "new") / name, cur)
-        except FileNotFoundError:
-            return  # claimed by someone else
-        parsed = parse_request_file(cur)
+        cur = claim(self.paths, name)
+        if cur is None:
+            return  # withdrawn, or claimed by someone else
+        parsed = parse_request_file(cur, name)
         rid = parsed.request_id
         if rid in self._seen or receipt_path(self.paths, rid).exists():
-            reject_file(self.paths, cur, f"duplicate request id {rid!r}: it was already used")
+            reject_file(self.paths, cur, f"duplicate request id {rid!r}: it was already used", name)
             return
         self._seen.add(rid)
         if parsed.request is None:
@@ -116,7 +114,7 @@ class Dispatcher:
                 make_receipt(self.run_id, rid, "unknown", ReceiptState.REJECTED, reason=parsed.error),
                 message=None,
             )
-            reject_file(self.paths, cur, parsed.error or "invalid request")  # after its receipt
+            reject_file(self.paths, cur, parsed.error or "invalid request", name)  # after its receipt
             return
         request = parsed.request
         self.ledger.requested += 1
@@ -144,8 +142,7 @@ class Dispatcher:
                 target.state, target.reason = ReceiptState.FAILED, refusal
             self._write_batched(receipt)
         elif self.open.get(rid) is receipt and receipt.state == ReceiptState.PENDING:
-            write_receipt(self.paths, receipt, durable=True)
-            self.on_change()
+            self._write_batched(receipt)
 
     def handle_interrupt(self, request: Request, rid: str) -> None:
         assert isinstance(request, Interrupt)
@@ -179,7 +176,10 @@ class Dispatcher:
         self._ledger_state(rid, state, now)
         if state.is_final:
             del self.open[rid]
-        write_receipt(self.paths, receipt, durable=True)
+        if receipt_path(self.paths, rid) in self.batch:  # not yet published: replace the queued copy
+            self.batch.add(receipt_path(self.paths, rid), encode_receipt(receipt))
+        else:
+            write_receipt(self.paths, receipt, durable=True)
         self.on_change()
 
     def fail_open(self, reason: str) -> None:
@@ -238,15 +238,13 @@ class Dispatcher:
         self._write_batched(receipt)
 
     def _write_batched(self, receipt: Receipt) -> None:
-        """Write a final receipt; the directory fsync is done once for the whole scan."""
-        write_receipt(self.paths, receipt, durable=True, sync_dir=False)
-        self._dirty_dir = True
+        """Queue a receipt of this scan; :meth:`_sync` publishes the batch with one filesystem
+        sync and one directory fsync (receipts appear only once they are durable)."""
+        self.batch.add(receipt_path(self.paths, receipt.request_id), encode_receipt(receipt))
         self.on_change()
 
     def _sync(self) -> None:
-        if self._dirty_dir:
-            fsync_dir(self.paths.outbox)
-            self._dirty_dir = False
+        self.batch.commit()
 
     # -- the ledger -------------------------------------------------------------------
     def _count(self, state: str) -> None:

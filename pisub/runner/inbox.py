@@ -40,7 +40,12 @@ class InboxWatcher:
     def start(self) -> InboxInfo:
         """Start watching; falls back to polling (and says why) when inotify fails."""
         try:
-            from watchdog.events import FileSystemEvent, FileSystemEventHandler
+            from watchdog.events import (
+                FileCreatedEvent,
+                FileMovedEvent,
+                FileSystemEvent,
+                FileSystemEventHandler,
+            )
             from watchdog.observers.inotify import InotifyObserver
         except ImportError as exc:  # not Linux, or watchdog without inotify
             self.info = InboxInfo(watch="polling", reason=f"inotify unavailable: {exc}")
@@ -55,7 +60,10 @@ class InboxWatcher:
         observer = None
         try:
             observer = InotifyObserver()
-            observer.schedule(Wake(), str(self.directory), recursive=False)
+            # Only arrivals: the kernel then reports no deletions, and no claims (link + unlink).
+            observer.schedule(
+                Wake(), str(self.directory), recursive=False, event_filter=[FileCreatedEvent, FileMovedEvent]
+            )
             observer.start()
         except OSError as exc:
             if observer is not None:

@@ -93,7 +93,7 @@ def test_wait_zero_returns_at_once(home: Path, make_agent: AgentMaker) -> None:
 def test_request_written_before_the_runner_starts(home: Path, make_agent: AgentMaker) -> None:
     """A request already in inbox/new when the runner starts is handled by its first scan."""
     make_agent("sleeper", python=SLEEPER)
-    spec = pisub.agents().get("sleeper").spec()
+    spec = pisub.agent_catalog().get("sleeper").spec()
     limits = Limits(timeout=60, idle_timeout=None, grace=1, output_cap=1 << 20, output_hard_cap=1 << 26)
     manifest = Manifest(
         v=1,

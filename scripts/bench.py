@@ -1,0 +1,657 @@
+"""Benchmarks of pisub against baselines run on the same machine, in the same run.
+
+    python scripts/bench.py            # the full set (several minutes)
+    python scripts/bench.py --quick    # under a minute; what CI runs to keep it working
+
+Prints a table and writes the figures to ``bench-results.json`` (``--out`` to change). Every
+figure has its baseline beside it so that the ratio holds on a noisy machine. Nothing is
+asserted: the aims are in the README's Performance section. A section whose tool is missing
+is skipped with a note. Runs in a temporary PISUB_HOME that is removed afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+Row = tuple[str, str, str, str]
+"""(section, measurement, pisub, baseline / ratio)."""
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f} ms"
+
+
+class Bench:
+    def __init__(self, quick: bool, home: Path) -> None:
+        self.quick = quick
+        self.home = home
+        self.rows: list[Row] = []
+        self.data: dict[str, Any] = {}
+        self.notes: list[str] = []
+
+    def row(self, section: str, what: str, value: str, baseline: str = "") -> None:
+        self.rows.append((section, what, value, baseline))
+        print(f"  {section:<10} {what:<44} {value:<22} {baseline}", flush=True)
+
+    def agent(self, name: str, command: str, args: list[str], runner: str = "external-cli") -> None:
+        agents = self.home / "agents"
+        agents.mkdir(parents=True, exist_ok=True, mode=0o700)
+        lines = ["---", f"name: {name}", f"runner: {runner}"]
+        if runner == "external-cli":
+            lines += [f"command: {json.dumps(command)}", f"args: {json.dumps(args)}"]
+        (agents / f"{name}.md").write_text("\n".join([*lines, "timeout: 3600", "---", ""]))
+
+
+def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([sys.executable, "-m", "pisub", *args], capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"pisub {' '.join(args)}: {proc.stderr}")
+    return proc
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+# -- 1. launch ---------------------------------------------------------------------------------
+
+
+def bench_launch(b: Bench) -> None:
+    import pisub
+
+    n = 5 if b.quick else 20
+    b.agent("sleeper", "sleep", ["3600"])
+    cli_times = [timed(lambda: cli("run", "--agent", "sleeper", "x")) for _ in range(n)]
+    api_times = [timed(lambda: pisub.launch("sleeper", "x")) for _ in range(n)]
+    bare = [
+        timed(lambda: subprocess.run(["sh", "-c", "setsid sh -c 'sleep 3600' >/dev/null 2>&1 &"]))
+        for _ in range(n)
+    ]
+    stop_all(b)
+    b.data["launch"] = {"cli_s": cli_times, "api_s": api_times, "bare_setsid_s": bare}
+    base = statistics.median(bare)
+    for label, times in (
+        ("pisub run (CLI) to committed running", cli_times),
+        ("pisub.launch() (API) to committed running", api_times),
+    ):
+        b.row(
+            "launch",
+            label + " p50 / p95",
+            f"{ms(statistics.median(times))} / {ms(pct(times, 95))}",
+            f"bare setsid {ms(base)}; +{ms(statistics.median(times) - base)}",
+        )
+    nq = shutil.which("nq")
+    if nq is None:
+        b.notes.append("launch: nq is not installed (apt install nq): its baseline was skipped")
+    else:
+        qdir = Path(tempfile.mkdtemp())
+        env = {**os.environ, "NQDIR": str(qdir)}
+        nq_times = [
+            timed(lambda: subprocess.run([nq, "sleep", "3600"], env=env, capture_output=True))
+            for _ in range(n)
+        ]
+        subprocess.run(["pkill", "-f", "sleep 3600"], check=False)
+        shutil.rmtree(qdir, ignore_errors=True)
+        b.data["launch"]["nq_s"] = nq_times
+        b.row("launch", "nq p50", ms(statistics.median(nq_times)))
+    # sleep 3600 started by the baseline: end them
+    subprocess.run(["pkill", "-f", "^sleep 3600$"], check=False)
+
+
+def stop_all(b: Bench) -> None:
+    import pisub
+
+    for status in pisub.list_runs(home=b.home):
+        if not status.state.is_terminal:
+            cli("stop", status.run_id, "--wait", "5", check=False)
+
+
+# -- 2/3. control latency and throughput ---------------------------------------------------------
+
+
+class OutboxWatch:
+    """Notes when each receipt file appears, through raw inotify (no batching or delays)."""
+
+    IN_MOVED_TO = 0x80
+    IN_CREATE = 0x100
+
+    def __init__(self, directory: Path) -> None:
+        import ctypes
+
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self.libc.inotify_init1(os.O_CLOEXEC)
+        if self.fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1")
+        if (
+            self.libc.inotify_add_watch(self.fd, str(directory).encode(), self.IN_MOVED_TO | self.IN_CREATE)
+            < 0
+        ):
+            raise OSError(ctypes.get_errno(), "inotify_add_watch")
+        self.seen: dict[str, float] = {}
+
+    def wait(self, name: str, timeout: float = 30.0) -> float:
+        import select
+        import struct
+
+        deadline = time.monotonic() + timeout
+        while name not in self.seen:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                raise TimeoutError(name)
+            data = os.read(self.fd, 1 << 16)
+            now = time.perf_counter()
+            pos = 0
+            while pos < len(data):
+                _wd, _mask, _cookie, size = struct.unpack_from("iIII", data, pos)
+                entry = data[pos + 16 : pos + 16 + size].rstrip(b"\0").decode()
+                self.seen.setdefault(entry, now)
+                pos += 16 + size
+        return self.seen[name]
+
+    def stop(self) -> None:
+        os.close(self.fd)
+
+
+def drop(inbox: Path, name: str, body: bytes) -> None:
+    """What ``printf > tmp/x && mv tmp/x new/`` does."""
+    tmp = inbox / "tmp" / name
+    with open(tmp, "wb") as fh:
+        fh.write(body)
+    os.rename(tmp, inbox / "new" / name)
+
+
+BASELINE_RESPONDER = r"""
+import os, sys, time
+from watchdog.events import FileSystemEventHandler
+from watchdog.observers.inotify import InotifyObserver
+inbox, outbox = sys.argv[1], sys.argv[2]
+def answer(name):
+    src = os.path.join(inbox, "new", name)
+    try:
+        os.rename(src, os.path.join(inbox, "cur", name))
+    except FileNotFoundError:
+        return
+    tmp = os.path.join(outbox, "." + name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.write(fd, b'{"state": "delivered"}\n')
+    os.fsync(fd)
+    os.close(fd)
+    os.rename(tmp, os.path.join(outbox, name))
+class H(FileSystemEventHandler):
+    def on_any_event(self, event):
+        name = os.path.basename(getattr(event, "dest_path", "") or event.src_path)
+        if name.endswith(".json"):
+            answer(name)
+o = InotifyObserver(); o.schedule(H(), os.path.join(inbox, "new")); o.start()
+print("ready", flush=True)
+sys.stdin.read()
+o.stop()
+"""
+
+
+@contextmanager
+def baseline_responder() -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp())
+    for d in ("inbox/tmp", "inbox/new", "inbox/cur", "outbox"):
+        (root / d).mkdir(parents=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BASELINE_RESPONDER, str(root / "inbox"), str(root / "outbox")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    try:
+        yield root
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=10)
+        assert proc.stdout is not None
+        proc.stdout.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def round_trips(inbox: Path, outbox: Path, n: int, body: bytes) -> list[float]:
+    watch = OutboxWatch(outbox)
+    times = []
+    try:
+        for i in range(n):
+            name = f"rt-{uuid.uuid4().hex[:12]}-{i:05d}.json"
+            start = time.perf_counter()
+            drop(inbox, name, body)
+            times.append(watch.wait(name) - start)
+    finally:
+        watch.stop()
+    return times
+
+
+STEER = b'{"v":1,"type":"steer","message":"benchmark"}'
+
+
+def bench_control(b: Bench) -> None:
+    import pisub
+
+    n = 200 if b.quick else 1000
+    b.agent("sleeper", "sleep", ["3600"])
+    run = pisub.launch("sleeper", "x")
+    pisub_rt = round_trips(run.dir / "inbox", run.dir / "outbox", n, STEER)
+    with baseline_responder() as root:
+        base_rt = round_trips(root / "inbox", root / "outbox", n, STEER)
+    b.data["control"] = {"pisub_s": pisub_rt, "baseline_s": base_rt}
+    for q in (50, 99):
+        b.row(
+            "control",
+            f"round trip p{q} (printf+mv → receipt)",
+            ms(pct(pisub_rt, q)),
+            f"watchdog+rename floor {ms(pct(base_rt, q))}; x{pct(pisub_rt, q) / pct(base_rt, q):.1f}",
+        )
+
+    total = 2000 if b.quick else 10_000
+    watch_dir = run.dir / "outbox"
+    before = len(os.listdir(watch_dir))
+    names = [f"burst-{i:06d}.json" for i in range(total)]
+    start = time.perf_counter()
+    for name in names:
+        drop(run.dir / "inbox", name, STEER)
+    written = time.perf_counter()
+    while len(os.listdir(watch_dir)) < before + total:
+        time.sleep(0.01)
+    done = time.perf_counter() - start
+    with baseline_responder() as root:
+        bstart = time.perf_counter()
+        for name in names:
+            drop(root / "inbox", name, STEER)
+        while len(os.listdir(root / "outbox")) < total:
+            time.sleep(0.01)
+        bdone = time.perf_counter() - bstart
+    b.data["throughput"] = {
+        "requests": total,
+        "pisub_s": done,
+        "write_s": written - start,
+        "baseline_s": bdone,
+    }
+    b.row(
+        "throughput",
+        f"{total:,} requests dropped at once → all receipted",
+        f"{total / done:,.0f} req/s",
+        f"floor {total / bdone:,.0f} req/s; {done:.2f} s vs {bdone:.2f} s",
+    )
+    cli("stop", run.id, "--wait", "5", check=False)
+
+
+# -- 4. footprint ---------------------------------------------------------------------------------
+
+
+def thread_switches(pid: int) -> int:
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for line in (task / "status").read_text().splitlines():
+            if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                total += int(line.split()[1])
+    return total
+
+
+def bench_footprint(b: Bench) -> None:
+    import psutil
+
+    import pisub
+
+    seconds = 10 if b.quick else 60
+    b.agent("sleeper", "sleep", ["3600"])
+    run = pisub.launch("sleeper", "x")
+    time.sleep(1.0)  # let start-up settle (watchdog import, first scan)
+    pid = run.status().pid
+    assert pid is not None
+    proc = psutil.Process(pid)
+    rss = proc.memory_info().rss
+    cpu0, sw0, t0 = sum(proc.cpu_times()[:2]), thread_switches(pid), time.monotonic()
+    time.sleep(seconds)
+    cpu1, sw1, t1 = sum(proc.cpu_times()[:2]), thread_switches(pid), time.monotonic()
+    wall = t1 - t0
+    py = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    time.sleep(0.5)
+    py_rss = psutil.Process(py.pid).memory_info().rss
+    py.kill()
+    py.wait()
+    b.data["footprint"] = {
+        "rss_bytes": rss,
+        "idle_cpu_s": cpu1 - cpu0,
+        "idle_wall_s": wall,
+        "wakeups": sw1 - sw0,
+        "bare_python_rss_bytes": py_rss,
+    }
+    b.row(
+        "footprint",
+        "runner RSS (without its child)",
+        f"{rss / 2**20:.1f} MiB",
+        f"bare python {py_rss / 2**20:.1f} MiB",
+    )
+    b.row(
+        "footprint",
+        f"idle runner CPU over {seconds} s",
+        f"{100 * (cpu1 - cpu0) / wall:.3f} %",
+        f"{sw1 - sw0} wake-ups ({(sw1 - sw0) / wall:.1f}/s)",
+    )
+    cli("stop", run.id, "--wait", "5", check=False)
+
+
+# -- 5. scale -------------------------------------------------------------------------------------
+
+
+def bench_scale(b: Bench) -> None:
+    import pisub
+
+    counts = [20] if b.quick else [100, 200]
+    b.agent("sleeper", "sleep", ["3600"])
+    for count in counts:
+        start = time.perf_counter()
+        runs = [pisub.launch("sleeper", "x") for _ in range(count)]
+        launched = time.perf_counter() - start
+        polling = sum(1 for r in runs if _watch(r) == "polling")
+        latencies = []
+        for r in runs:
+            t0 = time.perf_counter()
+            rid = r.send_steer("scale")
+            r.wait_for_receipt(rid, 30)
+            latencies.append(time.perf_counter() - t0)
+        b.data[f"scale_{count}"] = {"launch_all_s": launched, "receipt_s": latencies, "polling_runs": polling}
+        b.row(
+            "scale",
+            f"{count} runs: launch all",
+            f"{launched:.1f} s",
+            f"{launched / count * 1000:.0f} ms per run",
+        )
+        b.row(
+            "scale",
+            f"{count} runs: steer each, receipt p50 / p99",
+            f"{ms(pct(latencies, 50))} / {ms(pct(latencies, 99))}",
+            f"{polling} runs polling (no inotify left)",
+        )
+        stop_all(b)
+    bench_list(b, 1000 if b.quick else 10_000)
+
+
+def _watch(run: Any) -> str | None:
+    """How a run's runner watches its inbox (inotify or polling), once it says so."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        inbox = run.status().inbox
+        if inbox is not None:
+            return str(inbox.watch)
+        time.sleep(0.02)
+    return None
+
+
+def bench_list(b: Bench, count: int) -> None:
+    from pisub.paths import open_home
+    from pisub.protocol import AgentSpec, Limits, Manifest, RunState, now_iso
+    from pisub.results import make_result
+    from pisub.store import RunStore, write_result, write_status
+
+    other = Path(tempfile.mkdtemp()) / "home"
+    home = open_home(other)
+    store = RunStore(home)
+    spec = AgentSpec(name="fake", runner="external-cli", command="true")
+    limits = Limits(timeout=1, idle_timeout=None, grace=1, output_cap=1, output_hard_cap=1)
+    for _ in range(count):
+        manifest = Manifest(
+            v=1,
+            run_id=str(uuid.uuid4()),
+            created_at=now_iso(),
+            agent=spec,
+            task="t",
+            cwd="/",
+            umask=0o022,
+            limits=limits,
+        )
+        paths, fd = store.create(manifest)
+        os.close(fd)
+        from pisub.store import load_status
+
+        status = load_status(paths)
+        status.state = RunState.COMPLETE
+        status.ended_at = now_iso()
+        write_result(
+            paths,
+            make_result(
+                run_id=manifest.run_id, state="complete", agent="fake", task="t", exit_code=0, output="ok"
+            ),
+        )
+        write_status(paths, status, durable=False)
+        (paths.inbox / "answered").touch()
+    env = {**os.environ, "PISUB_HOME": str(other)}
+    times = [
+        timed(
+            lambda: subprocess.run(
+                [sys.executable, "-m", "pisub", "list", "--json"], env=env, capture_output=True, check=True
+            )
+        )
+        for _ in range(3)
+    ]
+    status_times = [
+        timed(
+            lambda: subprocess.run(
+                [sys.executable, "-m", "pisub", "status", next(iter(os.listdir(other / "runs"))), "--json"],
+                env=env,
+                capture_output=True,
+                check=True,
+            )
+        )
+        for _ in range(5)
+    ]
+    bare = [timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True)) for _ in range(5)]
+    shutil.rmtree(other.parent, ignore_errors=True)
+    b.data["list"] = {"runs": count, "list_s": times, "status_s": status_times, "python_pass_s": bare}
+    b.row(
+        "scale",
+        f"pisub list --json over {count:,} runs",
+        ms(statistics.median(times)),
+        f"python -c pass {ms(statistics.median(bare))}",
+    )
+    b.row(
+        "cli",
+        "pisub status --json (wall)",
+        ms(statistics.median(status_times)),
+        f"python -c pass {ms(statistics.median(bare))}",
+    )
+
+
+# -- 6. the real pi -----------------------------------------------------------------------------
+
+
+def bench_pi(b: Bench) -> None:
+    import psutil
+
+    import pisub
+    from pisub.testing.fake_model import FakeModelServer, pi_env, write_pi_agent_dir
+
+    pi_bin = os.environ.get("PISUB_PI_BIN") or str(ROOT / ".pi-cli" / "node_modules" / ".bin" / "pi")
+    if not os.access(pi_bin, os.X_OK):
+        b.notes.append(f"pi: not installed at {pi_bin} (scripts/install_pi.sh): section skipped")
+        return
+    n = 2 if b.quick else 5
+    with FakeModelServer(slow_delay=0.01) as server:
+        agent_dir = Path(tempfile.mkdtemp())
+        write_pi_agent_dir(agent_dir, server.base_url)
+        env_add = {**pi_env(agent_dir), "PISUB_PI_BIN": pi_bin}
+        os.environ.update(env_add)
+        b.agent("pi", "", [], runner="pi")
+        task = "please run TOOL: echo hi"
+        direct, direct_rss, through, through_rss = [], [], [], []
+        workdir = Path(tempfile.mkdtemp())
+        for _ in range(n):
+            start = time.perf_counter()
+            proc = subprocess.Popen(
+                [
+                    pi_bin,
+                    "--mode",
+                    "json",
+                    "--no-extensions",
+                    "--no-skills",
+                    "--no-prompt-templates",
+                    "--no-session",
+                    "-p",
+                    task,
+                ],
+                cwd=workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            direct_rss.append(peak_rss([proc.pid], functools.partial(exited, proc)))
+            direct.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            run = pisub.launch("pi", task, cwd=workdir)
+            pids = [run.status().pid or 0, run.status().steps[0].pid or 0]
+            through_rss.append(peak_rss(pids, functools.partial(ended, run)))
+            run.wait(timeout=60)
+            through.append(time.perf_counter() - start)
+        shutil.rmtree(agent_dir, ignore_errors=True)
+        shutil.rmtree(workdir, ignore_errors=True)
+    del psutil
+    b.data["pi"] = {
+        "direct_s": direct,
+        "pisub_s": through,
+        "direct_peak_rss": direct_rss,
+        "pisub_peak_rss": through_rss,
+    }
+    d, t = statistics.median(direct), statistics.median(through)
+    b.row(
+        "pi",
+        "tool call + answer: wall, pisub vs pi --mode json",
+        f"{t:.2f} s",
+        f"direct {d:.2f} s; overhead {100 * (t - d) / d:+.1f} %",
+    )
+    b.row(
+        "pi",
+        "peak RSS (runner + pi) vs pi alone",
+        f"{statistics.median(through_rss) / 2**20:.0f} MiB",
+        f"pi alone {statistics.median(direct_rss) / 2**20:.0f} MiB",
+    )
+
+
+def exited(proc: subprocess.Popen[bytes]) -> bool:
+    return proc.poll() is not None
+
+
+def ended(run: Any) -> bool:
+    return bool(run.status().state.is_terminal)
+
+
+def peak_rss(pids: list[int], done: Callable[[], bool]) -> int:
+    import psutil
+
+    peak = 0
+    while not done():
+        total = 0
+        for pid in pids:
+            with suppress(psutil.Error):
+                total += psutil.Process(pid).memory_info().rss
+        peak = max(peak, total)
+        time.sleep(0.02)
+    return peak
+
+
+# -- main ---------------------------------------------------------------------------------------
+
+
+def machine() -> str:
+    cpu = "?"
+    with suppress(OSError, StopIteration):
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+    system = f"{platform.system()} {platform.release()}"
+    return f"{system}, {os.cpu_count()} cores ({cpu}), Python {platform.python_version()}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes, under a minute (CI)")
+    parser.add_argument("--out", type=Path, default=Path("bench-results.json"))
+    parser.add_argument("--only", nargs="*", help="sections: launch control footprint scale pi")
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="pisub-bench-"))
+    home = tmp / "home"
+    home.mkdir(mode=0o700)
+    os.environ["PISUB_HOME"] = str(home)
+    b = Bench(args.quick, home)
+    print(f"pisub benchmark ({'quick' if args.quick else 'full'}) on {machine()}")
+    sections = {
+        "launch": bench_launch,
+        "control": bench_control,
+        "footprint": bench_footprint,
+        "scale": bench_scale,
+        "pi": bench_pi,
+    }
+    started = time.monotonic()
+    try:
+        for name, fn in sections.items():
+            if args.only and name not in args.only:
+                continue
+            fn(b)
+    finally:
+        stop_all(b)
+        cleanup(home)
+        shutil.rmtree(tmp, ignore_errors=True)
+    for note in b.notes:
+        print(f"note: {note}")
+    b.data["machine"] = machine()
+    b.data["quick"] = args.quick
+    b.data["seconds"] = time.monotonic() - started
+    args.out.write_text(json.dumps(b.data, indent=1) + "\n")
+    print("\n| section | measurement | pisub | baseline / ratio |\n|---|---|---|---|")
+    for row in b.rows:
+        print("| " + " | ".join(row) + " |")
+    print(f"\n{len(b.rows)} figures in {b.data['seconds']:.0f} s; written to {args.out}")
+    return 0
+
+
+def cleanup(home: Path) -> None:
+    """End every process that still belongs to this benchmark's home."""
+    needle = str(home).encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            env = Path(f"/proc/{name}/environ").read_bytes()
+        except OSError:
+            continue
+        if needle in env:
+            with suppress(ProcessLookupError):
+                os.kill(int(name), signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
