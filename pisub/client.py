@@ -354,14 +354,21 @@ def list_runs(
     A run whose files cannot be read is left out and described in ``problems``.
     """
     from pisub.errors import PisubError
+    from pisub.fsio import read_bytes
+    from pisub.mailbox import inbox_needs_answers
+    from pisub.protocol.codec import decode
     from pisub.reconcile import observe
 
     h = open_home(home)
-    store = RunStore(h)
+    runs = os.fspath(h.runs)
     statuses = []
-    for run_id in store.ids():
+    for run_id in RunStore(h).ids():
+        root = os.path.join(runs, run_id)
         try:
-            st = observe(h.run(run_id))
+            # Fast path for finished runs (most of them): one read, one decode, two stats.
+            st = decode(read_bytes(os.path.join(root, "status.json")), Status, run_id)
+            if not st.state.is_terminal or inbox_needs_answers(os.path.join(root, "inbox")):
+                st = observe(RunPaths(Path(root)))
         except PisubError as exc:
             if problems is not None:
                 problems.append(f"{run_id}: {exc}")

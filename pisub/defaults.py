@@ -32,7 +32,7 @@ STARTUP_TIMEOUT_S: float = 30.0
 STATUS_COALESCE_S: float = 0.25
 """Activity-only status changes are written at most this often."""
 
-READ_POLL_S: float = 0.05
+READ_POLL_S: float = 0.02
 """Poll interval of readers that wait for a file to change (wait, logs -f)."""
 
 MIN_PREFIX: int = 8

@@ -133,7 +133,7 @@ def create_exclusive(path: Path, data: bytes, *, mode: int = 0o600) -> None:
         os.close(fd)
 
 
-def read_bytes(path: Path, *, limit: int | None = None) -> bytes:
+def read_bytes(path: str | Path, *, limit: int | None = None) -> bytes:
     """Read a whole file without following a symlink at ``path``.
 
     Raises:

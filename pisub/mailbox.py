@@ -380,8 +380,24 @@ def mark_answered(paths: RunPaths) -> None:
 
 
 def needs_answers(paths: RunPaths) -> bool:
-    """Whether a finished run may hold unanswered requests (new files, or an interrupted answer)."""
-    return bool(pending_files(paths, "new")) or not (paths.inbox / ANSWERED).exists()
+    """Whether a finished run may hold unanswered requests (new files, or an interrupted answer).
+
+    Two ``stat`` calls in the common case: ``inbox/new`` has not changed since the marker was
+    written (its mtime is older), so nothing arrived after the last answer.
+    """
+    return inbox_needs_answers(os.fspath(paths.inbox))
+
+
+def inbox_needs_answers(inbox: str) -> bool:
+    """:func:`needs_answers` for an ``inbox`` path given as a string (the fast path of ``list``)."""
+    try:
+        marker = os.stat(os.path.join(inbox, ANSWERED)).st_mtime_ns
+    except FileNotFoundError:
+        return True
+    new = os.path.join(inbox, "new")
+    if os.stat(new).st_mtime_ns < marker:
+        return False
+    return any(name.endswith(".json") for name in os.listdir(new))
 
 
 def settle_closed_inbox(paths: RunPaths, run_id: str, reason: str) -> Counter[str]:

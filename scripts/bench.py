@@ -12,6 +12,7 @@ is skipped with a note. Runs in a temporary PISUB_HOME that is removed afterward
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -126,10 +127,15 @@ def bench_launch(b: Bench) -> None:
 
 def stop_all(b: Bench) -> None:
     import pisub
+    from pisub.mailbox import InboxClosed
 
-    for status in pisub.list_runs(home=b.home):
-        if not status.state.is_terminal:
-            cli("stop", status.run_id, "--wait", "5", check=False)
+    live = [pisub.Run(s.run_id) for s in pisub.list_runs(home=b.home) if not s.state.is_terminal]
+    for run in live:
+        with contextlib.suppress(InboxClosed):
+            run.send_stop()
+    for run in live:
+        with contextlib.suppress(Exception):
+            run.wait_until_terminal(30)
 
 
 # -- 2/3. control latency and throughput ---------------------------------------------------------
@@ -188,13 +194,13 @@ def drop(inbox: Path, name: str, body: bytes) -> None:
 
 BASELINE_RESPONDER = r"""
 import os, sys, time
-from watchdog.events import FileSystemEventHandler
+from watchdog.events import FileCreatedEvent, FileMovedEvent, FileSystemEventHandler
 from watchdog.observers.inotify import InotifyObserver
 inbox, outbox = sys.argv[1], sys.argv[2]
 def answer(name):
     src = os.path.join(inbox, "new", name)
     try:
-        os.rename(src, os.path.join(inbox, "cur", name))
+        os.unlink(src)  # consume (an unlink makes no event under this filter)
     except FileNotFoundError:
         return
     tmp = os.path.join(outbox, "." + name + ".tmp")
@@ -208,7 +214,9 @@ class H(FileSystemEventHandler):
         name = os.path.basename(getattr(event, "dest_path", "") or event.src_path)
         if name.endswith(".json"):
             answer(name)
-o = InotifyObserver(); o.schedule(H(), os.path.join(inbox, "new")); o.start()
+o = InotifyObserver()
+o.schedule(H(), os.path.join(inbox, "new"), event_filter=[FileCreatedEvent, FileMovedEvent])
+o.start()
 print("ready", flush=True)
 sys.stdin.read()
 o.stop()

@@ -16,26 +16,24 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pisub.briefs import compose, mark_delivered, pending_briefs
 from pisub.children.base import Child, ChildHooks, ChildOutcome
-from pisub.children.external_cli import ExternalCliChild, child_env
-from pisub.children.pi_rpc import PiChild, pi_event_line
-from pisub.leases import LeaseHeld, acquire, fenced, release
-from pisub.mailbox import close_inbox, settle_closed_inbox
+from pisub.children.external_cli import child_env
 from pisub.paths import RunPaths
 from pisub.procs import boot_id, descendants, kill_all, reap_adopted, start_time
 from pisub.protocol.codec import now_iso
 from pisub.protocol.control import ReceiptState
-from pisub.protocol.lease import LeaseOwner
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import ErrorCode, ErrorInfo
 from pisub.protocol.status import RunState, StepState, StepStatus
-from pisub.results import make_result
-from pisub.runner.dispatch import Dispatcher
-from pisub.runner.inbox import InboxWatcher
 from pisub.runner.recorder import Recorder
 from pisub.store import load_status, write_result
+
+if TYPE_CHECKING:  # imported where used: a launch waits only for what its start-up needs
+    from pisub.protocol.lease import LeaseOwner
+    from pisub.runner.dispatch import Dispatcher
+    from pisub.runner.inbox import InboxWatcher
 
 ABORT_CONFIRM_S = 3.0
 """How long pi has to end its work after an abort before it is TERMed."""
@@ -109,6 +107,8 @@ class Supervisor:
         self.recorder.event(type_, child, **data)
 
     def raw_event(self, child: int, kind: str, raw: bytes) -> None:
+        from pisub.children.pi_rpc import pi_event_line
+
         assert self.recorder is not None
         self.recorder.raw_line(pi_event_line(now_iso(), child, kind, raw))
 
@@ -214,6 +214,10 @@ class Supervisor:
 
     def _take_lease(self, child: Child) -> bool:
         """Hold the session's lease for the runner's whole life (before pi starts)."""
+        from pisub.briefs import compose, mark_delivered, pending_briefs
+        from pisub.children.pi_rpc import PiChild
+        from pisub.leases import LeaseHeld, acquire, fenced
+
         assert child.session_file is not None
         try:
             self.lease = acquire(
@@ -236,12 +240,17 @@ class Supervisor:
 
     def _release_lease(self) -> None:
         if self.lease is not None:
+            from pisub.leases import release
+
             released = release(self.leases_dir, self.lease)
             self.event("lease.released", generation=self.lease.generation, released=released)
             self.lease = None
 
     def _start_inbox(self) -> None:
         """Watch the inbox (after the startup commit, so that launching stays fast)."""
+        from pisub.runner.dispatch import Dispatcher
+        from pisub.runner.inbox import InboxWatcher
+
         assert self.recorder is not None
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.sel.register(wake_r, selectors.EVENT_READ, lambda _m: self._inbox_woke(wake_r))
@@ -262,6 +271,8 @@ class Supervisor:
         self.scan_due = True
 
     def _fail_startup(self, message: str) -> None:
+        from pisub.mailbox import close_inbox, settle_closed_inbox
+
         assert self.recorder is not None
         close_inbox(self.paths, "failed")  # requests written before the start are answered
         settle_closed_inbox(self.paths, self.manifest.run_id, "the run failed to start")
@@ -411,6 +422,8 @@ class Supervisor:
     def _write_end(self, verdict: Verdict, outcome: ChildOutcome) -> None:
         rec = self.recorder
         assert rec is not None
+        from pisub.results import make_result
+
         result = make_result(
             run_id=self.manifest.run_id,
             state=verdict.state.value,
@@ -443,6 +456,9 @@ class Supervisor:
 def make_child(manifest: Manifest, paths: RunPaths, hooks: ChildHooks) -> Child:
     """The child adapter for the manifest's runner kind."""
     env = child_env(os.environ, manifest.run_id, paths.root)
+    from pisub.children.external_cli import ExternalCliChild
+    from pisub.children.pi_rpc import PiChild
+
     kinds: dict[str, type[ExternalCliChild] | type[PiChild]] = {
         "external-cli": ExternalCliChild,
         "pi": PiChild,
