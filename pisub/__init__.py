@@ -20,6 +20,7 @@ __all__ = [
     "agent_catalog",
     "launch",
     "list_runs",
+    "resume",
 ]
 
 _HOMES = {
@@ -27,6 +28,7 @@ _HOMES = {
     "agent_catalog": "pisub.client",
     "launch": "pisub.client",
     "list_runs": "pisub.client",
+    "resume": "pisub.client",
     "PisubError": "pisub.errors",
     "Result": "pisub.protocol.result",
     "RunState": "pisub.protocol.status",
@@ -34,7 +36,7 @@ _HOMES = {
 }
 
 if TYPE_CHECKING:
-    from pisub.client import Run, agent_catalog, launch, list_runs
+    from pisub.client import Run, agent_catalog, launch, list_runs, resume
     from pisub.errors import PisubError
     from pisub.protocol.result import Result
     from pisub.protocol.status import RunState, Status

@@ -81,9 +81,7 @@ def test_public_api() -> None:
             "Status",
             "__version__",
             "agent_catalog",
-            "launch",
-            "list_runs",
-        ]
+            "launch", "list_runs", "resume"]
     )
     for name in pisub.__all__:
         assert hasattr(pisub, name)
