@@ -19,7 +19,7 @@ from pisub.errors import InvalidInput, LaunchFailed, WaitTimeout
 from pisub.paths import Home, RunPaths, open_home, validate_run_ref
 from pisub.protocol.codec import now_iso
 from pisub.protocol.control import FollowUp, Interrupt, Receipt, ReceiptState, Request, Steer, Stop
-from pisub.protocol.manifest import Limits, Manifest
+from pisub.protocol.manifest import AgentSpec, Limits, Manifest
 from pisub.protocol.result import Result
 from pisub.protocol.status import RunState, Status
 from pisub.store import RunStore, load_manifest, load_result
@@ -90,17 +90,32 @@ def launch(
         output_cap=fm.output_cap or defaults.DEFAULT_OUTPUT_CAP,
         output_hard_cap=fm.output_hard_cap or defaults.DEFAULT_OUTPUT_HARD_CAP,
     )
-    manifest = Manifest(
+    manifest = _manifest(spec, task, str(workdir), limits)
+    return _start(h, manifest)
+
+
+def _manifest(
+    spec: AgentSpec,
+    task: str,
+    cwd: str,
+    limits: Limits,
+    *,
+    resumed_from: str | None = None,
+    session_file: str | None = None,
+) -> Manifest:
+    """A new run's launch request: a fresh id, now, the caller's umask."""
+    return Manifest(
         v=1,
         run_id=_new_run_id(),
         created_at=now_iso(),
         agent=spec,
         task=task,
-        cwd=str(workdir),
+        cwd=cwd,
         umask=_current_umask(),
         limits=limits,
+        resumed_from=resumed_from,
+        session_file=session_file,
     )
-    return _start(h, manifest)
 
 
 def _current_umask() -> int:
@@ -182,18 +197,7 @@ def resume(
     limits = manifest.limits
     if timeout is not None:
         limits.timeout = timeout
-    new = Manifest(
-        v=1,
-        run_id=_new_run_id(),
-        created_at=now_iso(),
-        agent=spec,
-        task=message,
-        cwd=manifest.cwd,
-        umask=_current_umask(),
-        limits=limits,
-        resumed_from=source.id,
-        session_file=session,
-    )
+    new = _manifest(spec, message, manifest.cwd, limits, resumed_from=source.id, session_file=session)
     return _start(source.home, new)
 
 

@@ -146,6 +146,7 @@ class Child(ABC):
         self.session_file: str | None = None
         self._pidfd: int | None = None
         self._pidfd_sel: selectors.BaseSelector | None = None
+        self._sel: selectors.BaseSelector | None = None
         self._open_streams = 0
 
     # -- control ------------------------------------------------------------------
@@ -169,8 +170,42 @@ class Child(ABC):
     def outcome(self) -> ChildOutcome:
         """Describe how the child ended; called once it has exited and been drained."""
 
+    def spawn(self, argv: list[str], *, cwd: str, env: dict[str, str], umask: int) -> None:
+        """Start ``argv`` (never through a shell) with three pipes, in a session and process
+        group of its own, with no inherited descriptor and the caller's umask."""
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+            umask=umask,
+        )
+
+    def read_chunk(self, stream: IO[bytes] | None, size: int = 64 * 1024) -> bytes | None:
+        """Read what ``stream`` has; None when nothing is ready yet, b"" at EOF (then unwatched)."""
+        assert stream is not None
+        try:
+            data = os.read(stream.fileno(), size)
+        except BlockingIOError:
+            return None
+        if not data:
+            self.close_stream(stream)
+        return data
+
+    def close_stream(self, stream: IO[bytes]) -> None:
+        """Stop watching a stream that reached EOF."""
+        if self._sel is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self._sel.unregister(stream)
+        self._open_streams -= 1
+
     def register(self, sel: selectors.BaseSelector) -> None:
         """Register every fd the runner should watch; ``key.data`` is a :data:`Callback`."""
+        self._sel = sel
         assert self.proc is not None
         try:
             self._pidfd = os.pidfd_open(self.proc.pid)

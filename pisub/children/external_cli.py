@@ -9,11 +9,10 @@ of each are kept for the result.
 from __future__ import annotations
 
 import contextlib
-import os
 import selectors
-import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import IO
 
 from pisub.children.base import Child, ChildHooks, ChildOutcome, PipeWriter
 from pisub.defaults import TAIL_BYTES
@@ -43,60 +42,33 @@ class ExternalCliChild(Child):
         self.stdout = StreamSink(paths.output_log(index), cap, TAIL_BYTES)
         self.stderr = StreamSink(paths.stderr_log(index), cap, TAIL_BYTES)
         self._prompt = build_prompt(manifest.agent.system_prompt, manifest.task)
-        self._sel: selectors.BaseSelector | None = None
 
     def start(self) -> None:
         spec = self.manifest.agent
         assert spec.command
-        self.proc = subprocess.Popen(
-            [spec.command, *spec.args],
-            cwd=self.manifest.cwd,
-            env=self.env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            close_fds=True,
-            umask=self.manifest.umask,
-        )
+        self.spawn([spec.command, *spec.args], cwd=self.manifest.cwd, env=self.env, umask=self.manifest.umask)
 
     def register(self, sel: selectors.BaseSelector) -> None:
         super().register(sel)
         assert self.proc and self.proc.stdout and self.proc.stderr and self.proc.stdin
-        self._sel = sel
-        sel.register(
-            self.proc.stdout, selectors.EVENT_READ, self._reader(self.proc.stdout.fileno(), self.stdout)
-        )
-        sel.register(
-            self.proc.stderr, selectors.EVENT_READ, self._reader(self.proc.stderr.fileno(), self.stderr)
-        )
+        sel.register(self.proc.stdout, selectors.EVENT_READ, self._reader(self.proc.stdout, self.stdout))
+        sel.register(self.proc.stderr, selectors.EVENT_READ, self._reader(self.proc.stderr, self.stderr))
         self._open_streams = 2
         stdin = PipeWriter(self.proc.stdin, sel)
         stdin.write(self._prompt)
         stdin.close()
 
-    def _reader(self, fd: int, sink: StreamSink) -> object:
+    def _reader(self, stream: IO[bytes], sink: StreamSink) -> Callable[[int], None]:
         def on_ready(_mask: int) -> None:
-            try:
-                data = os.read(fd, READ_CHUNK)
-            except BlockingIOError:
-                return
+            data = self.read_chunk(stream, READ_CHUNK)
             if not data:
-                self._close_stream(fd)
                 return
-            newly = sink.feed(data)
-            if newly:
+            if sink.feed(data):
                 self.hooks.event("child.output_truncated", self.index, log=str(sink.path), cap=sink.cap)
             self.hooks.output(self.index, len(data), sink.truncated)
             self.hooks.activity(self.index)
 
         return on_ready
-
-    def _close_stream(self, fd: int) -> None:
-        assert self._sel is not None
-        with contextlib.suppress(KeyError, ValueError):
-            self._sel.unregister(fd)
-        self._open_streams -= 1
 
     def close(self, sel: selectors.BaseSelector) -> None:
         super().close(sel)

@@ -24,11 +24,10 @@ import json
 import os
 import selectors
 import shutil
-import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import msgspec
 
@@ -210,7 +209,6 @@ class PiChild(Child):
         self.stderr = StreamSink(paths.stderr_log(index), manifest.limits.output_cap, TAIL_BYTES)
         self.reader = LineReader()
         self.stdin: PipeWriter | None = None
-        self._sel: selectors.BaseSelector | None = None
         self._next_id = 0
         self._handlers: dict[str, ResponseHandler] = {}
         self._epoch = 0  # bumped by anything that starts work; invalidates idle checks
@@ -233,22 +231,12 @@ class PiChild(Child):
         if spec.system_prompt.strip():
             prompt_file = self.paths.root / "system-prompt.md"
             atomic_write(prompt_file, spec.system_prompt.encode("utf-8"))
-        self.proc = subprocess.Popen(
-            pi_argv(spec, self.session_path, prompt_file),
-            cwd=self.manifest.cwd,
-            env=self.env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            close_fds=True,
-            umask=self.manifest.umask,
-        )
+        argv = pi_argv(spec, self.session_path, prompt_file)
+        self.spawn(argv, cwd=self.manifest.cwd, env=self.env, umask=self.manifest.umask)
 
     def register(self, sel: selectors.BaseSelector) -> None:
         super().register(sel)
         assert self.proc and self.proc.stdout and self.proc.stderr and self.proc.stdin
-        self._sel = sel
         sel.register(self.proc.stdout, selectors.EVENT_READ, self._on_stdout)
         sel.register(self.proc.stderr, selectors.EVENT_READ, self._on_stderr)
         self._open_streams = 2
@@ -360,13 +348,9 @@ class PiChild(Child):
 
     # -- reading ------------------------------------------------------------------
     def _on_stdout(self, _mask: int) -> None:
-        assert self.proc and self.proc.stdout
-        try:
-            data = os.read(self.proc.stdout.fileno(), READ_CHUNK)
-        except BlockingIOError:
-            return
+        assert self.proc
+        data = self.read_chunk(self.proc.stdout, READ_CHUNK)
         if not data:
-            self._close_stream(self.proc.stdout)
             return
         before = self.reader.oversized
         for line in self.reader.feed(data):
@@ -375,22 +359,12 @@ class PiChild(Child):
             self.hooks.event("child.line_too_long", self.index, limit=MAX_LINE)
 
     def _on_stderr(self, _mask: int) -> None:
-        assert self.proc and self.proc.stderr
-        try:
-            data = os.read(self.proc.stderr.fileno(), READ_CHUNK)
-        except BlockingIOError:
-            return
+        assert self.proc
+        data = self.read_chunk(self.proc.stderr, READ_CHUNK)
         if not data:
-            self._close_stream(self.proc.stderr)
             return
         self.stderr.feed(data)
         self.hooks.output(self.index, len(data), self.stderr.truncated)
-
-    def _close_stream(self, stream: IO[bytes]) -> None:
-        assert self._sel is not None
-        with contextlib.suppress(KeyError, ValueError):
-            self._sel.unregister(stream)
-        self._open_streams -= 1
 
     def _on_line(self, line: bytes) -> None:
         if line.startswith(b'{"type":"message_update"'):
