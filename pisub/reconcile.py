@@ -23,6 +23,7 @@ from pisub.results import make_result
 from pisub.store import append_event, load_manifest, load_result, load_status, write_result, write_status
 
 RUNNER_DIED_REASON = "the runner died before the request was consumed"
+STRAY_SWEEPS = 5
 LOG_TAIL_LINES = 30
 LOG_TAIL_CHARS = 4000
 
@@ -93,10 +94,17 @@ def end_strays(paths: RunPaths, status: Status) -> list[int]:
             pids.add(step.pid)
             if step.pgid is not None:
                 pgids.add(step.pgid)
-    pids.update(marked_processes(status.run_id))
-    if pids or pgids:
+    found: set[int] = set()
+    # A child that forks while it is being ended can leave a new process behind the first
+    # sweep: sweep again (by the run's environment marker) until nothing is left.
+    for _ in range(STRAY_SWEEPS):
+        pids.update(marked_processes(status.run_id))
+        if not pids and not pgids:
+            break
         kill_all(pids, pgids=pgids, grace=1.0)
-    return sorted(pids)
+        found |= pids
+        pids, pgids = set(), set()
+    return sorted(found)
 
 
 def _crash_result(paths: RunPaths, status: Status) -> Result:

@@ -44,7 +44,9 @@ def wait_for(
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+            raise AssertionError(
+                f"timed out after {timeout}s waiting for {what or predicate} (last: {value!r})"
+            )
         time.sleep(interval)
 
 
@@ -65,6 +67,23 @@ def processes_of(root: Path) -> list[int]:
         if (needle in cmd or needle in env) and pid_alive(int(name)):
             found.append(int(name))
     return found
+
+
+def wait_no_processes(root: Path, timeout: float = 10.0) -> None:
+    """Wait until no process of ``root`` is left; on timeout, name the survivors."""
+    deadline = time.monotonic() + timeout
+    while (left := processes_of(root)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if left:
+        cmdlines = []
+        for pid in left:
+            try:
+                cmdlines.append(
+                    f"{pid}: " + Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                )
+            except OSError:
+                continue
+        raise AssertionError(f"processes left after {timeout}s: {cmdlines}")
 
 
 @pytest.fixture

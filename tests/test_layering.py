@@ -81,7 +81,10 @@ def test_public_api() -> None:
             "Status",
             "__version__",
             "agent_catalog",
-            "launch", "list_runs", "resume"]
+            "launch",
+            "list_runs",
+            "resume",
+        ]
     )
     for name in pisub.__all__:
         assert hasattr(pisub, name)

@@ -25,7 +25,7 @@ from pisub.locks import is_held
 from pisub.mailbox import InboxClosed
 from pisub.protocol import Manifest, Result, Status, decode
 from pisub.protocol.control import Receipt
-from tests.conftest import AgentMaker, pid_alive, pisub_cli, processes_of, wait_for
+from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for, wait_no_processes
 
 CHATTY = """
 import os, subprocess, sys, time
@@ -95,7 +95,7 @@ def test_crash_injection(home: Path, make_agent: AgentMaker, request: pytest.Fix
         counts["requests"] += len(written)
         counts.update(f"receipt {r.state}" for r in receipts.values())
         _parses(run)
-        wait_for(lambda: not processes_of(home), timeout=10, what="every process of the run to be gone")
+        wait_no_processes(home)
         counts["rounds"] += 1
     print(f"\ncrash injection: {dict(counts)}")
     assert counts["rounds"] == rounds
@@ -159,4 +159,4 @@ def test_launcher_death_mid_launch(
     states = Counter(json.loads(line)["state"] for line in pisub_cli("list", "--json").stdout.splitlines())
     print(f"\nlauncher death: {dict(states)} of {rounds} launches")
     assert set(states) <= {"complete", "failed"}
-    wait_for(lambda: not processes_of(home), timeout=10)
+    wait_no_processes(home)
