@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
@@ -153,7 +153,7 @@ def _send(
     _await(run, rid, type_, wait, as_json, recover_with)
 
 
-def _closed(run: Run, type_: str, reason: str, as_json: bool) -> None:
+def _closed(run: Run, type_: str, reason: str, as_json: bool) -> NoReturn:
     if as_json:
         json_line({"requestId": None, "runId": run.id, "type": type_, "state": "failed", "reason": reason})
     else:
@@ -181,7 +181,7 @@ def _await(run: Run, rid: str, type_: str, wait: float, as_json: bool, recover_w
     _print_receipt(receipt, type_, rid, as_json)
 
 
-def _print_receipt(receipt: Receipt, type_: str, rid: str, as_json: bool) -> None:
+def _print_receipt(receipt: Receipt, type_: str, rid: str, as_json: bool) -> NoReturn:
     if as_json:
         json_line(receipt)
     else:
