@@ -105,6 +105,17 @@ def current_generation(lp: LeasePaths) -> int:
         return 0
 
 
+def _owner_or_held(lp: LeasePaths, session_file: str | Path) -> LeaseOwner | None:
+    """The current owner; an unreadable record is never taken for a free lease (fail closed)."""
+    try:
+        return read_owner(lp)
+    except PisubError as exc:
+        raise LeaseHeld(
+            f"the session {canonical(session_file)} has an unreadable lease ({exc}); "
+            "if no run drives it, break it with: pisub lease break RUN --force"
+        ) from exc
+
+
 def acquire(leases_dir: Path, session_file: str | Path, run_id: str, source_run_id: str | None) -> LeaseOwner:
     """Take the lease on ``session_file`` for this process (the runner of ``run_id``).
 
@@ -114,13 +125,7 @@ def acquire(leases_dir: Path, session_file: str | Path, run_id: str, source_run_
     private_mkdir(leases_dir)
     lp = lease_paths(leases_dir, session_file)
     with exclusive(lp.lock, timeout=30):
-        try:
-            existing = read_owner(lp)
-        except PisubError as exc:
-            raise LeaseHeld(
-                f"the session {canonical(session_file)} has an unreadable lease ({exc}); "
-                "if no run drives it, break it with: pisub lease break RUN --force"
-            ) from exc
+        existing = _owner_or_held(lp, session_file)
         if existing is not None:
             if not proven_dead(existing):
                 where = "" if existing.host == host_name() else " (another host: not reclaimed automatically)"
@@ -208,10 +213,7 @@ def unleased(leases_dir: Path, session_file: str | Path) -> Iterator[int]:
     private_mkdir(leases_dir)
     lp = lease_paths(leases_dir, session_file)
     with exclusive(lp.lock, timeout=30):
-        try:
-            owner = read_owner(lp)
-        except PisubError as exc:
-            raise LeaseHeld(f"the session has an unreadable lease ({exc})") from exc
+        owner = _owner_or_held(lp, session_file)
         if owner is not None and not proven_dead(owner):
             raise LeaseHeld(f"the session is driven by {describe(owner)}")
         yield current_generation(lp)
