@@ -22,7 +22,7 @@ from pisub.protocol.control import FollowUp, Interrupt, Receipt, ReceiptState, R
 from pisub.protocol.manifest import AgentSpec, Limits, Manifest
 from pisub.protocol.result import Result
 from pisub.protocol.status import RunState, Status
-from pisub.store import RunStore, load_manifest, load_result
+from pisub.store import RunStore, load_manifest, load_result, load_status
 
 if TYPE_CHECKING:
     from pisub.agents import Catalog
@@ -340,8 +340,6 @@ class Run:
                 status = self.status()  # includes the liveness check
                 next_check = now + 0.5
             else:
-                from pisub.store import load_status
-
                 status = load_status(self.paths)
             if status.state.is_terminal:
                 return self.status()

@@ -38,14 +38,12 @@ def temp_name(target: Path) -> Path:
     return target.with_name(f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
 
 
-def atomic_write(
-    path: Path, data: bytes, *, mode: int = 0o600, durable: bool = True, sync_dir: bool = True
-) -> None:
+def atomic_write(path: Path, data: bytes, *, mode: int = 0o600, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` so that no reader ever sees a partial file.
 
     With ``durable`` the file and then its directory are fsynced (the file is on disk
-    when this returns); without, only the atomic rename is promised. ``sync_dir=False``
-    leaves the directory fsync to the caller, who batches several renames into one.
+    when this returns); without, only the atomic rename is promised. Many files of one
+    directory are cheaper through :class:`BatchWriter`.
     """
     tmp = temp_name(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode)
@@ -61,7 +59,7 @@ def atomic_write(
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    if durable and sync_dir:
+    if durable:
         fsync_dir(path.parent)
 
 

@@ -94,10 +94,9 @@ def encode_receipt(receipt: Receipt) -> bytes:
     return encode_pretty(receipt)
 
 
-def write_receipt(paths: RunPaths, receipt: Receipt, *, durable: bool = True, sync_dir: bool = True) -> None:
-    atomic_write(
-        receipt_path(paths, receipt.request_id), encode_pretty(receipt), durable=durable, sync_dir=sync_dir
-    )
+def write_receipt(paths: RunPaths, receipt: Receipt) -> None:
+    """Replace a receipt atomically and durably (fsync file and directory)."""
+    atomic_write(receipt_path(paths, receipt.request_id), encode_receipt(receipt))
 
 
 def make_receipt(
@@ -319,21 +318,24 @@ def answer_leftovers(paths: RunPaths, run_id: str, reason: str) -> Counter[str]:
     """
     counts: Counter[str] = Counter()
     cur = inbox_dir(paths, "cur")
+    recovering = recovery_claim(paths)  # read once, not once per request
     for name in pending_files(paths, "new"):
         claimed = claim(paths, name)
         if claimed is None:
             continue
         counts["claimed"] += 1
-        _answer_claimed(paths, run_id, claimed, reason, counts, fresh=True, name=name)
+        _answer_claimed(paths, run_id, claimed, reason, counts, recovering, fresh=True, name=name)
     for name in pending_files(paths, "cur"):
-        _answer_claimed(paths, run_id, cur / name, reason, counts, fresh=False)
+        _answer_claimed(paths, run_id, cur / name, reason, counts, recovering, fresh=False)
     try:
         receipts = os.listdir(paths.outbox)
     except FileNotFoundError:
         receipts = []
     for name in receipts:
         if name.endswith(".json"):
-            counts["failed"] += _fail_if_open(paths, run_id, name[: -len(".json")], None, reason)
+            rid = name[: -len(".json")]
+            receipt = read_receipt_safe(paths, rid)
+            counts["failed"] += _fail_if_open(paths, run_id, rid, None, reason, recovering, receipt)
     return counts
 
 
@@ -343,6 +345,7 @@ def _answer_claimed(
     path: Path,
     reason: str,
     counts: Counter[str],
+    recovering: str | None,
     *,
     fresh: bool,
     name: str | None = None,
@@ -368,7 +371,8 @@ def _answer_claimed(
             paths, path, f"duplicate request id {parsed.request_id!r}: it was already used", parsed.name
         )
         return
-    counts["failed"] += _fail_if_open(paths, run_id, parsed.request_id, request_type(parsed.request), reason)
+    type_ = request_type(parsed.request)
+    counts["failed"] += _fail_if_open(paths, run_id, parsed.request_id, type_, reason, recovering, existing)
 
 
 ANSWERED = "answered"
@@ -420,10 +424,18 @@ def read_receipt_safe(paths: RunPaths, request_id: str) -> Receipt | None:
         return None
 
 
-def _fail_if_open(paths: RunPaths, run_id: str, request_id: str, type_: str | None, reason: str) -> int:
-    if request_id == recovery_claim(paths):
+def _fail_if_open(
+    paths: RunPaths,
+    run_id: str,
+    request_id: str,
+    type_: str | None,
+    reason: str,
+    recovering: str | None,
+    receipt: Receipt | None,
+) -> int:
+    """Fail a request whose ``receipt`` (as already read) is missing or not final; 0 or 1."""
+    if request_id == recovering:
         return 0  # pause-and-revive owns it: the recovering process writes its answer
-    receipt = read_receipt_safe(paths, request_id)
     if receipt is not None and receipt.state.is_final:
         return 0
     if receipt is None:

@@ -12,7 +12,6 @@ import contextlib
 import ctypes
 import os
 import signal
-import time
 from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
@@ -170,17 +169,3 @@ def reap_adopted(keep: int | None) -> None:
             return
         with contextlib.suppress(ChildProcessError):
             os.waitpid(info.si_pid, os.WNOHANG)
-
-
-def wait_gone(pids: Iterable[int], timeout: float) -> bool:
-    """Wait until none of ``pids`` is alive; whether that happened in time."""
-    deadline = time.monotonic() + timeout
-    pending = list(pids)
-    while pending:
-        pending = [p for p in pending if is_alive(p, None)]
-        if not pending:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
-    return True

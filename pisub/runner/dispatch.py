@@ -179,7 +179,7 @@ class Dispatcher:
         if receipt_path(self.paths, rid) in self.batch:  # not yet published: replace the queued copy
             self.batch.add(receipt_path(self.paths, rid), encode_receipt(receipt))
         else:
-            write_receipt(self.paths, receipt, durable=True)
+            write_receipt(self.paths, receipt)
         self.on_change()
 
     def fail_open(self, reason: str) -> None:
