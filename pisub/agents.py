@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pisub.errors import InvalidInput, PisubError, UnknownAgent
+from pisub.fsio import read_bytes
 from pisub.protocol.agent import AgentFrontmatter
 from pisub.protocol.codec import convert
 from pisub.protocol.manifest import AgentSpec
@@ -148,10 +149,16 @@ def discover(user_dir: Path, cwd: Path) -> Catalog:
             continue
         for path in sorted(directory.glob("*.md")):
             try:
-                text = path.read_bytes()[:MAX_AGENT_FILE].decode("utf-8")
-                agent = parse_agent(text, path, scope)
-            except (OSError, UnicodeDecodeError, InvalidInput) as exc:
-                catalog.problems[path] = str(exc)
+                data = read_bytes(path, limit=MAX_AGENT_FILE)
+                if len(data) > MAX_AGENT_FILE:
+                    raise InvalidInput(f"{path}: larger than {MAX_AGENT_FILE} bytes")
+                agent = parse_agent(data.decode("utf-8"), path, scope)
+            except OSError as exc:
+                catalog.problems[path] = f"cannot read: {exc.strerror or exc}"
+                continue
+            except (UnicodeDecodeError, RecursionError, InvalidInput) as exc:
+                why = str(exc) if isinstance(exc, InvalidInput) else f"{type(exc).__name__}: {exc}"
+                catalog.problems[path] = " ".join(why.split())  # one line, whatever YAML said
                 continue
             catalog.agents[agent.name] = agent
     return catalog

@@ -12,16 +12,17 @@ import contextlib
 import os
 from pathlib import Path
 
-from pisub.errors import InvalidInput, PisubError
-from pisub.fsio import atomic_write, private_mkdir, read_bytes
+from pisub.errors import InvalidInput, ProtocolError, storage_error
+from pisub.fsio import atomic_write, load_json, private_mkdir
 from pisub.leases import unleased
-from pisub.mailbox import make_receipt, new_request_id, read_receipt_safe, write_receipt
+from pisub.mailbox import make_receipt, new_request_id, quarantine, read_receipt_safe, write_receipt
 from pisub.paths import RunPaths
-from pisub.protocol.codec import decode, encode_pretty, now_iso
-from pisub.protocol.control import Receipt, ReceiptState
+from pisub.protocol.codec import encode_pretty, now_iso
+from pisub.protocol.control import Receipt, ReceiptState, advance
 from pisub.protocol.lease import Brief
 
 MAX_BRIEFS = 20
+MAX_BRIEF_FILE = 512 * 1024
 
 
 def briefs_dir(paths: RunPaths) -> Path:
@@ -29,16 +30,28 @@ def briefs_dir(paths: RunPaths) -> Path:
 
 
 def pending_briefs(paths: RunPaths) -> list[Brief]:
-    """Briefs waiting for the next resume, oldest first."""
+    """Briefs waiting for the next resume, oldest first. An entry that is not a readable brief
+    (a directory, symlink, FIFO, garbage) is moved to ``quarantine/`` with its reason."""
     directory = briefs_dir(paths)
     try:
         names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
     except FileNotFoundError:
         return []
+    except OSError as exc:
+        raise storage_error(exc, "list", directory) from exc
     briefs = []
     for name in names:
-        with contextlib.suppress(FileNotFoundError, PisubError):
-            briefs.append(decode(read_bytes(directory / name), Brief, f"brief {name}"))
+        try:
+            brief = load_json(directory / name, Brief, limit=MAX_BRIEF_FILE)
+        except FileNotFoundError:
+            continue
+        except ProtocolError as exc:
+            quarantine(paths, directory / name, f"unreadable brief: {exc}")
+            continue
+        if brief.id != name[: -len(".json")]:
+            quarantine(paths, directory / name, f"brief id {brief.id!r} does not match its file name")
+            continue
+        briefs.append(brief)
     return briefs
 
 
@@ -85,12 +98,9 @@ def mark_delivered(paths: RunPaths, briefs: list[Brief], replacement_run_id: str
         with contextlib.suppress(FileNotFoundError):
             os.rename(briefs_dir(paths) / f"{brief.id}.json", delivered / f"{brief.id}.json")
         receipt = read_receipt_safe(paths, brief.id)
-        if receipt is None:
+        if receipt is None or not advance(
+            receipt, ReceiptState.DELIVERED, f"delivered with resume {replacement_run_id}"
+        ):
             continue
-        now = now_iso()
-        receipt.state = ReceiptState.DELIVERED
-        receipt.delivery_status = "delivered"
-        receipt.reason = f"delivered with resume {replacement_run_id}"
         receipt.replacement_run_id = replacement_run_id
-        receipt.updated_at = now
         write_receipt(paths, receipt)

@@ -353,29 +353,37 @@ def list_runs(
 ) -> Iterator[Status]:
     """Statuses of every run (after crash repair), oldest first.
 
-    A run whose files cannot be read is left out and described in ``problems``.
+    A run whose files cannot be read is left out and described in ``problems``; a run removed
+    meanwhile (``pisub gc``) is left out silently.
     """
-    from pisub.errors import PisubError
-    from pisub.fsio import read_bytes
+    from pisub.errors import PisubError, RunNotFound
+    from pisub.fsio import load_json
     from pisub.mailbox import inbox_needs_answers
-    from pisub.protocol.codec import decode
     from pisub.reconcile import observe
+    from pisub.store import MAX_FILE
 
     h = open_home(home)
+    store = RunStore(h)
     runs = os.fspath(h.runs)
     statuses = []
-    for run_id in RunStore(h).ids():
+    for run_id in store.ids():
         root = os.path.join(runs, run_id)
         try:
             # Fast path for finished runs (most of them): one read, one decode, two stats.
-            st = decode(read_bytes(os.path.join(root, "status.json")), Status, run_id)
+            st = load_json(os.path.join(root, "status.json"), Status, limit=MAX_FILE)
             if not st.state.is_terminal or inbox_needs_answers(os.path.join(root, "inbox")):
                 st = observe(RunPaths(Path(root)))
+        except (FileNotFoundError, RunNotFound):
+            if os.path.isdir(root) and problems is not None:
+                problems.append(f"{run_id}: it has no status.json")
+            continue
         except PisubError as exc:
             if problems is not None:
                 problems.append(f"{run_id}: {exc}")
             continue
         if state is None or st.state == state:
             statuses.append(st)
+    if problems is not None:
+        problems += [f"{name}: not a run directory (a symlink or file in runs/)" for name in store.strays()]
     statuses.sort(key=lambda s: s.started_at)
     return iter(statuses)

@@ -7,12 +7,15 @@ import shutil
 import stat
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pisub.errors import PisubError
+from pisub.errors import PisubError, RunNotFound, translating
+from pisub.fsio import fsync_dir
 from pisub.leases import LeaseInfo
-from pisub.paths import Home, is_run_id
+from pisub.locks import exclusive, is_held
+from pisub.paths import Home, RunPaths, is_run_id
 from pisub.protocol.codec import parse_iso
 from pisub.store import load_status
 
@@ -50,11 +53,19 @@ class Report:
 def diagnose(home: Home, pi_bin: str | None) -> Report:
     """Every check; never raises for a problem it can describe."""
     report = Report()
-    _check_home(home, report)
-    _check_inotify(report)
-    _check_pi(pi_bin, report)
-    _check_runs(home, report)
-    _check_leases(home, report)
+    checks: list[tuple[str, Callable[[], None]]] = [
+        ("home", lambda: _check_home(home, report)),
+        ("inotify", lambda: _check_inotify(report)),
+        ("pi", lambda: _check_pi(pi_bin, report)),
+        ("runs", lambda: _check_runs(home, report)),
+        ("leases", lambda: _check_leases(home, report)),
+    ]
+    for name, check in checks:
+        try:
+            check()
+        except (PisubError, OSError) as exc:
+            detail = exc.message if isinstance(exc, PisubError) else f"{exc.strerror or exc}"
+            report.add(name, False, f"the check failed: {detail}", "see the message")
     return report
 
 
@@ -141,19 +152,19 @@ def _check_pi(pi_bin: str | None, report: Report) -> None:
 
 def _check_runs(home: Home, report: Report) -> None:
     from pisub.reconcile import runner_alive
+    from pisub.store import RunStore
 
-    stuck = []
-    try:
-        names = os.listdir(home.runs)
-    except FileNotFoundError:
-        names = []
+    store = RunStore(home)
+    names = store.ids()
+    stuck, unreadable = [], []
     for name in names:
-        if not is_run_id(name):
-            continue
         paths = home.run(name)
         try:
             status = load_status(paths)
-        except PisubError:
+        except RunNotFound:
+            continue  # removed meanwhile
+        except PisubError as exc:
+            unreadable.append(f"{name} ({exc.message})")
             continue
         if not status.state.is_terminal and not runner_alive(paths, status):
             stuck.append(name)
@@ -166,6 +177,14 @@ def _check_runs(home: Home, report: Report) -> None:
         )
     else:
         report.add("runs", True, f"{len(names)} run directories, none stuck")
+    strays = [f"{n} (not a directory)" for n in store.strays()]
+    if unreadable or strays:
+        report.add(
+            "runfiles",
+            False,
+            f"{len(unreadable) + len(strays)} run(s) cannot be read: {'; '.join(unreadable + strays)}",
+            "inspect them; pisub gc never removes what it cannot read",
+        )
 
 
 def _check_leases(home: Home, report: Report) -> None:
@@ -208,8 +227,8 @@ def _sweep_staging(path: Path, now: float, dry_run: bool, result: GcResult) -> N
         if now - path.lstat().st_mtime > STAGING_MAX_AGE_S:
             result.swept_tmp.append(path)
             if not dry_run:
-                shutil.rmtree(path)
-    except FileNotFoundError:
+                shutil.rmtree(path, ignore_errors=True)
+    except OSError:
         return
 
 
@@ -226,40 +245,103 @@ def parse_age(text: str) -> float:
         raise InvalidInput(f"not an age: {text!r} (use e.g. 30d, 12h, 15m)") from None
 
 
+GC_LOCK = "gc.lock"
+"""``<home>/gc.lock``: one ``gc`` at a time."""
+
+DELETING = ".deleting-"
+"""A run being removed is first renamed to ``runs/.deleting-<id>-<hex>`` (readers then find
+it gone at once), then deleted; a leftover of a killed ``gc`` is removed by the next one."""
+
+
+@translating("collect garbage in")
 def collect(home: Home, older_than: float, dry_run: bool) -> GcResult:
-    """Remove finished runs that ended more than ``older_than`` seconds ago (never a live
-    one) and stale ``inbox/tmp`` files of the runs that stay."""
+    """Remove finished runs that ended more than ``older_than`` seconds ago and stale
+    ``inbox/tmp`` files of the runs that stay.
+
+    A run is removed only when its own ``status.json`` is terminal and its ``runner.lock`` is
+    free, decided under its ``repair.lock`` (which crash-repairing readers take too), and
+    only one ``gc`` runs at a time (``<home>/gc.lock``). Ages are wall-clock: a stepped clock
+    can make a finished run look older or younger, never a live run removable.
+    """
     from pisub.reconcile import observe
 
     result = GcResult()
     now = time.time()
-    try:
-        names = sorted(os.listdir(home.runs))
-    except FileNotFoundError:
-        return result
-    for name in names:
-        if name.startswith(".creating-"):
-            _sweep_staging(home.runs / name, now, dry_run, result)
-        if not is_run_id(name):
-            continue
-        paths = home.run(name)
+    with exclusive(home.root / GC_LOCK, timeout=60):
         try:
-            status = observe(paths)
-        except PisubError:
-            continue
-        if not status.state.is_terminal:
-            result.kept_live.append(name)
-        elif now - parse_iso(status.ended_at or status.updated_at) > older_than:
-            result.removed.append(name)
-            if not dry_run:
-                shutil.rmtree(paths.root)
-            continue
-        for tmp in (paths.inbox / "tmp").glob("*"):
-            try:
-                if now - tmp.lstat().st_mtime > TMP_MAX_AGE_S:
-                    result.swept_tmp.append(tmp)
-                    if not dry_run:
-                        tmp.unlink()
-            except FileNotFoundError:
+            names = sorted(os.listdir(home.runs))
+        except FileNotFoundError:
+            return result
+        for name in names:
+            if name.startswith(".creating-"):
+                _sweep_staging(home.runs / name, now, dry_run, result)
+            elif name.startswith(DELETING):
+                result.swept_tmp.append(home.runs / name)
+                if not dry_run:
+                    shutil.rmtree(home.runs / name, ignore_errors=True)
+            if not is_run_id(name) or not _is_real_dir(home.runs / name):
                 continue
+            paths = home.run(name)
+            try:
+                observe(paths)  # a dead runner's run is repaired (and so finished) first
+                doomed = _claim_if_removable(paths, now, older_than, dry_run, result)
+            except PisubError:
+                continue
+            if doomed is not None:
+                shutil.rmtree(doomed, ignore_errors=True)
+            elif name not in result.removed:
+                _sweep_tmp(paths.inbox / "tmp", now, dry_run, result)
     return result
+
+
+def _claim_if_removable(
+    paths: RunPaths, now: float, older_than: float, dry_run: bool, result: GcResult
+) -> Path | None:
+    """Under the run's ``repair.lock``: decide, and rename a removable run out of ``runs/``;
+    the renamed directory to delete (None when kept, or for a dry run)."""
+    with exclusive(paths.repair_lock, timeout=10):
+        status = load_status(paths)
+        if not status.state.is_terminal or is_held(paths.runner_lock):
+            result.kept_live.append(paths.run_id)
+            return None
+        try:
+            ended = parse_iso(status.ended_at or status.updated_at)
+        except ValueError:
+            return None  # an unreadable time: keep it
+        if now - ended <= older_than:
+            return None
+        result.removed.append(paths.run_id)
+        if dry_run:
+            return None
+        doomed = paths.root.with_name(f"{DELETING}{paths.run_id}-{os.urandom(3).hex()}")
+        os.rename(paths.root, doomed)
+        fsync_dir(paths.root.parent)
+        return doomed
+
+
+def _sweep_tmp(tmp_dir: Path, now: float, dry_run: bool, result: GcResult) -> None:
+    """Remove what crashed writers left in ``inbox/tmp`` (older than :data:`TMP_MAX_AGE_S`)."""
+    try:
+        entries = list(os.scandir(tmp_dir))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if now - entry.stat(follow_symlinks=False).st_mtime <= TMP_MAX_AGE_S:
+                continue
+            result.swept_tmp.append(Path(entry.path))
+            if dry_run:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            continue
+
+
+def _is_real_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False

@@ -12,19 +12,29 @@ Every error pisub raises on purpose is a :class:`PisubError` with a stable ``cod
     ├── ProtocolError                PROTOCOL_ERROR      a run file does not decode (names the field)
     ├── LaunchFailed                 SUBAGENT_FAILED     the runner or child could not be started
     ├── NotResumable                 NOT_RESUMABLE       the run cannot be resumed (its state says why)
-    └── WaitTimeout                  WAIT_TIMEOUT        a wait ran out before its condition held
+    ├── WaitTimeout                  WAIT_TIMEOUT        a wait ran out before its condition held
+    ├── StorageError                 IO_ERROR            a file cannot be read or written (with the fix)
+    └── InternalError                INTERNAL_ERROR      a bug: anything else reaching a command's top
 
 Elsewhere, beside the code that raises them: ``LockBusy`` (LOCK_BUSY), ``InboxClosed``
 (RUN_CLOSED), ``LeaseHeld`` (LEASE_HELD, busy: another run drives the session) and
 ``StaleLease`` (STALE_LEASE, a fenced write with an old generation).
 
-Foreign exceptions (``OSError``, ``msgspec.ValidationError``, portalocker's) are
-translated into these at the seam where they enter, never further up.
+Foreign exceptions (``OSError``, ``msgspec.ValidationError``, ``RecursionError``, portalocker's)
+are translated into these at the seam where they enter (:func:`storage_error` for ``OSError``);
+the CLI's top level turns anything that still escapes into one ``INTERNAL_ERROR`` line.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+import errno
+import functools
+import os
+from collections.abc import Callable
+from typing import ClassVar, ParamSpec, TypeVar
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class PisubError(Exception):
@@ -92,3 +102,70 @@ class WaitTimeout(PisubError):
     """A wait ran out of time before its condition held."""
 
     code = "WAIT_TIMEOUT"
+
+
+class StorageError(PisubError):
+    """A file or directory could not be read or written (full disk, permissions, I/O error, ...).
+
+    ``errno`` is the operating system's error number when there was one.
+    """
+
+    code = "IO_ERROR"
+
+    def __init__(self, message: str, errno_: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno_
+
+
+class InternalError(PisubError):
+    """An unexpected exception reached the top of a command (a bug in pisub)."""
+
+    code = "INTERNAL_ERROR"
+
+
+_FIXES: dict[int, str] = {
+    errno.ENOSPC: "free disk space (e.g. pisub gc --older-than 7d) and retry",
+    errno.EDQUOT: "free space within your disk quota (e.g. pisub gc --older-than 7d) and retry",
+    errno.EACCES: "check the owner and permissions of the path (pisub doctor)",
+    errno.EPERM: "check the owner and permissions of the path (pisub doctor)",
+    errno.EROFS: "the filesystem is read-only: point PISUB_HOME at a writable one",
+    errno.ENAMETOOLONG: "use a shorter PISUB_HOME or name",
+    errno.ELOOP: "a symlink is in the way (pisub never follows one inside its home): remove it",
+    errno.EIO: "the disk reported an I/O error: check the filesystem (dmesg) and retry",
+    errno.ENOTDIR: "a file stands where pisub expects a directory: remove or rename it",
+    errno.EISDIR: "a directory stands where pisub expects a file: remove or rename it",
+    errno.EMFILE: "too many open files: raise the limit (ulimit -n) and retry",
+}
+
+
+def storage_error(exc: OSError, action: str, path: object = None) -> StorageError:
+    """Translate ``exc`` raised while doing ``action`` (e.g. "write") on ``path`` into one line
+    that names the path, the reason and the fix."""
+    where = path if path is not None else exc.filename
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    fix = _FIXES.get(exc.errno or 0, "check the path (pisub doctor)")
+    target = f" {printable(os.fsdecode(where))}" if isinstance(where, str | bytes | os.PathLike) else ""
+    return StorageError(f"cannot {action}{target}: {reason}; {fix}", exc.errno)
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print and to encode as JSON: undecodable bytes of file names (lone
+    surrogates) become ``\\udcXX`` escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def translating(action: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
+    """Decorate a function at a seam so that an ``OSError`` escaping it becomes a
+    :class:`StorageError` ("cannot <action> <path>: <reason>; <fix>")."""
+
+    def decorate(fn: Callable[P, T]) -> Callable[P, T]:
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+            try:
+                return fn(*args, **kwargs)
+            except OSError as exc:
+                raise storage_error(exc, action) from exc
+
+        return wrapper
+
+    return decorate

@@ -7,7 +7,11 @@ Rules every writer in pisub follows:
   target, then the directory is fsynced.
 * Logs are append-only; a JSON-lines writer repairs a torn last line before appending.
 * Files are created 0600 and directories 0700; paths inside a run are opened with
-  ``O_NOFOLLOW`` so a planted symlink is not followed.
+  ``O_NOFOLLOW`` so a planted symlink is not followed, and with ``O_NONBLOCK`` plus a
+  regular-file check so a FIFO, socket or device in place of a file never blocks or feeds a
+  reader (:func:`open_regular`).
+* A write may fail at any point (full disk, quota, I/O error): nothing half-written is ever
+  visible under a final name, and temp files are removed again.
 """
 
 from __future__ import annotations
@@ -16,12 +20,61 @@ import contextlib
 import errno
 import functools
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pisub.errors import ProtocolError, printable
+from pisub.protocol.codec import decode
+
+T = TypeVar("T")
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+TEMP_NAME_KEEP = 100
+"""Characters of a target's name kept in its temp name (so a long name cannot overflow 255 bytes)."""
+
+
+class NotRegularFile(OSError):
+    """A directory, symlink, FIFO, socket or device stands where a regular file is expected."""
+
+    def __init__(self, path: str | Path, kind: str) -> None:
+        super().__init__(errno.EINVAL, f"not a regular file ({kind})", os.fspath(path))
+        self.kind = kind
+
+
+def file_kind(mode: int) -> str:
+    """A word for the type of a file mode (``directory``, ``FIFO``, ...)."""
+    for test, word in (
+        (stat.S_ISREG, "regular file"),
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISLNK, "symlink"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+    ):
+        if test(mode):
+            return word
+    return "unknown file type"
+
+
+def open_regular(path: str | Path, flags: int = os.O_RDONLY, mode: int = 0o600) -> int:
+    """Open ``path`` only if it is a regular file: never follows a symlink (``ELOOP``), never
+    blocks on a FIFO, and refuses anything that is not a regular file (:class:`NotRegularFile`).
+    """
+    fd = os.open(path, flags | _NOFOLLOW | _NONBLOCK | _CLOEXEC, mode)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(path, file_kind(st.st_mode))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def fsync_dir(path: Path) -> None:
@@ -34,8 +87,8 @@ def fsync_dir(path: Path) -> None:
 
 
 def temp_name(target: Path) -> Path:
-    """A unique temp path beside ``target`` that never ends in ``.json``."""
-    return target.with_name(f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    """A unique temp path beside ``target`` that never ends in ``.json`` (and stays short)."""
+    return target.with_name(f".{target.name[:TEMP_NAME_KEEP]}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
 
 
 def atomic_write(path: Path, data: bytes, *, mode: int = 0o600, durable: bool = True) -> None:
@@ -49,7 +102,7 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o600, durable: bool = 
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode)
     try:
         try:
-            _write_all(fd, data)
+            write_all(fd, data)
             if durable:
                 os.fsync(fd)
         finally:
@@ -83,62 +136,120 @@ def sync_filesystem(path: Path) -> None:
 class BatchWriter:
     """Atomic replacement of many files in one directory for the price of two syncs.
 
-    :meth:`add` writes each file's temp copy; :meth:`commit` flushes the filesystem once
-    (``syncfs``), renames every temp file over its target, then fsyncs the directory once.
-    No target is visible before its content is durable.
+    :meth:`add` keeps each file's content in memory; :meth:`commit` writes the temp copies,
+    flushes them (one ``fsync`` for a single file, else one ``syncfs``), renames every temp file
+    over its target, then fsyncs the directory once. No target is visible before its content is
+    durable. When a write fails (full disk, I/O error) the temp files are removed, nothing is
+    published, everything stays pending and the error is raised: a later :meth:`commit` retries.
     """
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._pending: dict[Path, Path] = {}
+        self._pending: dict[Path, bytes] = {}
 
-    def add(self, path: Path, data: bytes, *, mode: int = 0o600) -> None:
-        old = self._pending.pop(path, None)
-        if old is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(old)
-        tmp = temp_name(path)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode)
-        try:
-            _write_all(fd, data)
-        finally:
-            os.close(fd)
-        self._pending[path] = tmp
+    def add(self, path: Path, data: bytes) -> None:
+        self._pending[path] = data
 
     def __contains__(self, path: Path) -> bool:
         return path in self._pending
 
+    def __len__(self) -> int:
+        return len(self._pending)
+
     def commit(self) -> int:
-        """Publish everything added; how many files."""
+        """Publish everything added; how many files.
+
+        Raises:
+            OSError: a write failed: nothing was published and every file stays pending; or
+                a rename failed: that file stays pending, the others are published.
+        """
         if not self._pending:
             return 0
-        sync_filesystem(self.directory)
-        for path, tmp in self._pending.items():
-            os.replace(tmp, path)
-        fsync_dir(self.directory)
         count = len(self._pending)
-        self._pending.clear()
+        temps: dict[Path, Path] = {}
+        try:
+            for path, data in self._pending.items():
+                tmp = temp_name(path)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600)
+                temps[path] = tmp
+                try:
+                    write_all(fd, data)
+                    if len(self._pending) == 1:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+            if len(self._pending) > 1:
+                sync_filesystem(self.directory)
+        except BaseException:
+            for tmp in temps.values():
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            raise
+        failed: OSError | None = None
+        for path, tmp in temps.items():
+            try:
+                os.replace(tmp, path)
+            except OSError as exc:  # this one stays pending; the others are published
+                failed = failed or exc
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                continue
+            del self._pending[path]
+        fsync_dir(self.directory)
+        if failed is not None:
+            raise failed
         return count
 
 
 def create_exclusive(path: Path, data: bytes, *, mode: int = 0o600) -> None:
-    """Create ``path`` with ``data``; fail with FileExistsError if it exists."""
+    """Create ``path`` with ``data``; fail with FileExistsError if it exists. A failed write
+    removes the file again."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode)
     try:
-        _write_all(fd, data)
-        os.fsync(fd)
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+
+
+def publish_new(tmp_dir: Path, target: Path, data: bytes) -> None:
+    """Create ``target`` with ``data`` by hard-linking a complete, fsynced temp file written in
+    ``tmp_dir`` (same filesystem): ``target`` appears whole or not at all, and an existing
+    ``target`` is never replaced. The temp file is removed in every case.
+
+    Raises:
+        FileExistsError: ``target`` exists.
+        OSError: the write failed (nothing was published).
+    """
+    tmp = temp_name(tmp_dir / target.name)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600)
+    try:
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.link(tmp, target)
     finally:
-        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    fsync_dir(target.parent)
 
 
 def read_bytes(path: str | Path, *, limit: int | None = None) -> bytes:
-    """Read a whole file without following a symlink at ``path``.
+    """Read a whole regular file (see :func:`open_regular`); at most ``limit`` + 1 bytes.
 
     Raises:
         FileNotFoundError: the file does not exist.
-        OSError: ``ELOOP`` when ``path`` is a symlink.
+        NotRegularFile: a directory, FIFO, socket or device stands there.
+        OSError: ``ELOOP`` when ``path`` is a symlink; any read error.
     """
-    fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
+    fd = open_regular(path)
     try:
         chunks = []
         total = 0
@@ -155,16 +266,38 @@ def read_bytes(path: str | Path, *, limit: int | None = None) -> bytes:
         os.close(fd)
 
 
-def read_tail(path: Path, nbytes: int) -> bytes:
-    """The last ``nbytes`` of a file (all of it when shorter); b"" when missing."""
+def load_json(path: str | Path, type_: type[T], *, limit: int) -> T:
+    """Read and decode one JSON file written by pisub, translating every failure where it enters.
+
+    Raises:
+        FileNotFoundError: the file (or its directory) does not exist.
+        ProtocolError: it cannot be read (a symlink, FIFO, directory, permissions, I/O error),
+            is larger than ``limit`` bytes, or does not decode (naming the field).
+    """
+    shown = printable(os.fspath(path))
     try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
-    except FileNotFoundError:
+        data = read_bytes(path, limit=limit)
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise FileNotFoundError(errno.ENOENT, "no such file", os.fspath(path)) from exc
+    except OSError as exc:
+        raise ProtocolError(f"{shown}: cannot read: {exc.strerror or exc}") from exc
+    if len(data) > limit:
+        raise ProtocolError(f"{shown}: larger than {limit} bytes")
+    return decode(data, type_, shown)
+
+
+def read_tail(path: Path, nbytes: int) -> bytes:
+    """The last ``nbytes`` of a regular file (all of it when shorter); b"" when it is missing
+    or cannot be read (for diagnostics only)."""
+    try:
+        fd = open_regular(path)
+    except OSError:
         return b""
     try:
         size = os.fstat(fd).st_size
-        os.lseek(fd, max(0, size - nbytes), os.SEEK_SET)
-        return os.read(fd, nbytes)
+        return os.pread(fd, nbytes, max(0, size - nbytes))
+    except OSError:
+        return b""
     finally:
         os.close(fd)
 
@@ -181,9 +314,30 @@ def private_mkdir(path: Path) -> None:
 
 
 def open_append(path: Path, *, mode: int = 0o600, readable: bool = False) -> int:
-    """Open ``path`` for appending (created 0600, not following a symlink); returns an fd."""
+    """Open the regular file ``path`` for appending (created 0600; see :func:`open_regular`)."""
     access = os.O_RDWR if readable else os.O_WRONLY
-    return os.open(path, access | os.O_CREAT | os.O_APPEND | _NOFOLLOW | _CLOEXEC, mode)
+    fd = open_regular(path, access | os.O_CREAT | os.O_APPEND, mode)
+    # Writes to a regular file ignore O_NONBLOCK; clear it anyway for whoever inherits the fd.
+    os.set_blocking(fd, True)
+    return fd
+
+
+def reserve_space(fd: int, nbytes: int) -> bool:
+    """Allocate ``nbytes`` of disk beyond the end of ``fd``'s file without changing its size
+    (Linux ``fallocate(FALLOC_FL_KEEP_SIZE)``), so that appends up to that much succeed on a
+    full disk; whether it worked."""
+    libc = _libc()
+    fallocate = getattr(libc, "fallocate", None)
+    if fallocate is None:
+        return False
+    import ctypes
+
+    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+    try:
+        size = os.fstat(fd).st_size
+    except OSError:
+        return False
+    return int(fallocate(fd, 1, size, nbytes)) == 0  # 1 = FALLOC_FL_KEEP_SIZE
 
 
 def repair_torn_tail(fd: int) -> int:
@@ -220,8 +374,17 @@ class JsonlAppender:
         repair_torn_tail(self._fd)
 
     def append(self, line: bytes) -> None:
-        """Append one record; ``line`` must not contain a newline."""
-        _write_all(self._fd, line + b"\n")
+        """Append one record; ``line`` must not contain a newline.
+
+        A failed write (full disk) is cut back off, so no torn line stays behind for readers.
+        """
+        end = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            write_all(self._fd, line + b"\n")
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, end)
+            raise
 
     def sync(self) -> None:
         os.fsync(self._fd)
@@ -243,8 +406,11 @@ def iter_jsonl_lines(data: bytes) -> Iterator[tuple[int, bytes]]:
             yield number, line
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data``; a short write is continued, a write of 0 bytes is an error."""
     view = memoryview(data)
     while view:
         written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.EIO, "write made no progress")
         view = view[written:]

@@ -7,10 +7,12 @@ hard-linking a fully written, fsynced candidate into place, so a crash never lea
 or half-written owner. ``<key>.gen`` keeps the generation counter across releases; each
 acquire takes the next number, which fences writes tied to the session.
 
-A lease is reclaimed only when its owner is *proven* dead: same host and boot, and its pid
-gone, a zombie, or alive with another start time. An unreadable record, or one from another
-host or boot, is never reclaimed automatically (fail closed): ``pisub lease break`` is the
-manual way out.
+A lease is reclaimed only when its owner is *proven* dead: same host and boot, its pid gone,
+a zombie, or alive with another start (boot-relative ticks, never the wall clock), **and** the
+owner run's ``runner.lock`` is free. An unreadable record, or one from another host or boot,
+is never reclaimed automatically (fail closed): ``pisub lease break`` is the manual way out.
+
+Every function raises only :class:`~pisub.errors.PisubError` (``OSError`` is translated here).
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pisub.errors import PisubError
-from pisub.fsio import atomic_write, fsync_dir, private_mkdir, read_bytes, temp_name
-from pisub.locks import exclusive
-from pisub.procs import boot_id, host_name, is_alive, start_time
-from pisub.protocol.codec import decode, encode_pretty, now_iso
+from pisub.errors import PisubError, ProtocolError, storage_error, translating
+from pisub.fsio import atomic_write, fsync_dir, load_json, private_mkdir, publish_new, read_bytes
+from pisub.locks import exclusive, is_held
+from pisub.paths import is_run_id
+from pisub.procs import boot_id, host_name, is_alive, start_ticks, start_time
+from pisub.protocol.codec import encode_pretty, now_iso
 from pisub.protocol.lease import LeaseOwner
 
 
@@ -81,17 +84,21 @@ def read_owner(lp: LeasePaths) -> LeaseOwner | None:
         ProtocolError: the record exists but cannot be read (never treated as free).
     """
     try:
-        data = read_bytes(lp.owner, limit=64 * 1024)
+        return load_json(lp.owner, LeaseOwner, limit=64 * 1024)
     except FileNotFoundError:
         return None
-    return decode(data, LeaseOwner, f"lease {lp.owner}")
 
 
-def proven_dead(owner: LeaseOwner) -> bool:
-    """Whether the owner is provably gone (same host and boot, process gone or reused)."""
+def proven_dead(owner: LeaseOwner, leases_dir: Path) -> bool:
+    """Whether the owner is provably gone: same host and boot, its process gone or another one
+    (by start ticks), and its run's ``runner.lock`` free. Nothing here reads the wall clock."""
     if owner.host != host_name() or owner.boot_id is None or owner.boot_id != boot_id():
         return False
-    return not is_alive(owner.pid, owner.pid_start_time)
+    if is_alive(owner.pid, owner.pid_start_time, owner.pid_start_ticks):
+        return False
+    return not (
+        is_run_id(owner.run_id) and is_held(leases_dir.parent / "runs" / owner.run_id / "runner.lock")
+    )
 
 
 def describe(owner: LeaseOwner) -> str:
@@ -99,10 +106,18 @@ def describe(owner: LeaseOwner) -> str:
 
 
 def current_generation(lp: LeasePaths) -> int:
+    """The session's last generation (0 before the first acquire).
+
+    Raises:
+        ProtocolError: the counter exists but cannot be read.
+    """
     try:
-        return int(read_bytes(lp.generation).decode().strip() or 0)
+        text = read_bytes(lp.generation, limit=64).decode("ascii").strip()
+        return int(text or 0)
     except FileNotFoundError:
         return 0
+    except (OSError, ValueError) as exc:
+        raise ProtocolError(f"lease generation {lp.generation} is unreadable: {exc}") from exc
 
 
 def _owner_or_held(lp: LeasePaths, session_file: str | Path) -> LeaseOwner | None:
@@ -116,6 +131,7 @@ def _owner_or_held(lp: LeasePaths, session_file: str | Path) -> LeaseOwner | Non
         ) from exc
 
 
+@translating("take the session lease in")
 def acquire(leases_dir: Path, session_file: str | Path, run_id: str, source_run_id: str | None) -> LeaseOwner:
     """Take the lease on ``session_file`` for this process (the runner of ``run_id``).
 
@@ -127,11 +143,14 @@ def acquire(leases_dir: Path, session_file: str | Path, run_id: str, source_run_
     with exclusive(lp.lock, timeout=30):
         existing = _owner_or_held(lp, session_file)
         if existing is not None:
-            if not proven_dead(existing):
+            if not proven_dead(existing, leases_dir):
                 where = "" if existing.host == host_name() else " (another host: not reclaimed automatically)"
                 raise LeaseHeld(f"the session is driven by {describe(existing)}{where}")
             os.unlink(lp.owner)
-        generation = current_generation(lp) + 1
+        try:
+            generation = current_generation(lp) + 1
+        except ProtocolError as exc:
+            raise LeaseHeld(f"{exc}; remove it only if no run drives {canonical(session_file)}") from exc
         atomic_write(lp.generation, f"{generation}\n".encode())
         owner = LeaseOwner(
             v=1,
@@ -142,30 +161,16 @@ def acquire(leases_dir: Path, session_file: str | Path, run_id: str, source_run_
             source_run_id=source_run_id,
             pid=os.getpid(),
             pid_start_time=start_time(os.getpid()),
+            pid_start_ticks=start_ticks(os.getpid()),
             host=host_name(),
             boot_id=boot_id(),
             acquired_at=now_iso(),
         )
-        _place(lp.owner, encode_pretty(owner))
+        publish_new(leases_dir, lp.owner, encode_pretty(owner))
         return owner
 
 
-def _place(path: Path, data: bytes) -> None:
-    """Create ``path`` with ``data`` by linking a complete candidate; fails if it exists."""
-    candidate = temp_name(path)
-    fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.link(candidate, path)
-    finally:
-        os.unlink(candidate)
-    fsync_dir(path.parent)
-
-
+@translating("release the session lease in")
 def release(leases_dir: Path, owner: LeaseOwner) -> bool:
     """Give the lease up if ``owner`` still holds it (same token); whether it was removed."""
     lp = lease_paths(leases_dir, owner.session_file)
@@ -187,18 +192,22 @@ def fenced(leases_dir: Path, owner: LeaseOwner) -> Iterator[None]:
 
     Raises:
         StaleLease: the lease was broken or taken by a newer generation.
+        StorageError: a file could not be read or written (also inside the block).
     """
     lp = lease_paths(leases_dir, owner.session_file)
-    with exclusive(lp.lock, timeout=30):
-        try:
-            current = read_owner(lp)
-        except PisubError as exc:
-            raise StaleLease(f"lease of {owner.session_file} is unreadable") from exc
-        if current is None or current.token != owner.token or current.generation != owner.generation:
-            raise StaleLease(
-                f"lease generation {owner.generation} of {owner.session_file} is no longer current"
-            )
-        yield
+    try:
+        with exclusive(lp.lock, timeout=30):
+            try:
+                current = read_owner(lp)
+            except PisubError as exc:
+                raise StaleLease(f"lease of {owner.session_file} is unreadable") from exc
+            if current is None or current.token != owner.token or current.generation != owner.generation:
+                raise StaleLease(
+                    f"lease generation {owner.generation} of {owner.session_file} is no longer current"
+                )
+            yield
+    except OSError as exc:
+        raise storage_error(exc, "write under the session lease in") from exc
 
 
 @contextmanager
@@ -209,14 +218,22 @@ def unleased(leases_dir: Path, session_file: str | Path) -> Iterator[int]:
 
     Raises:
         LeaseHeld: a live run drives the session.
+        StorageError: a file could not be read or written (also inside the block).
     """
-    private_mkdir(leases_dir)
-    lp = lease_paths(leases_dir, session_file)
-    with exclusive(lp.lock, timeout=30):
-        owner = _owner_or_held(lp, session_file)
-        if owner is not None and not proven_dead(owner):
-            raise LeaseHeld(f"the session is driven by {describe(owner)}")
-        yield current_generation(lp)
+    try:
+        private_mkdir(leases_dir)
+        lp = lease_paths(leases_dir, session_file)
+        with exclusive(lp.lock, timeout=30):
+            owner = _owner_or_held(lp, session_file)
+            if owner is not None and not proven_dead(owner, leases_dir):
+                raise LeaseHeld(f"the session is driven by {describe(owner)}")
+            try:
+                generation = current_generation(lp)
+            except ProtocolError as exc:
+                raise LeaseHeld(str(exc)) from exc
+            yield generation
+    except OSError as exc:
+        raise storage_error(exc, "write under the session lease in") from exc
 
 
 @dataclass
@@ -235,6 +252,8 @@ def list_leases(leases_dir: Path) -> list[LeaseInfo]:
         names = sorted(os.listdir(leases_dir))
     except FileNotFoundError:
         return []
+    except OSError as exc:
+        raise storage_error(exc, "list", leases_dir) from exc
     for name in names:
         if not name.endswith(".json"):
             continue
@@ -247,27 +266,29 @@ def list_leases(leases_dir: Path) -> list[LeaseInfo]:
         if owner is None:
             continue
         same_boot = owner.host == host_name() and owner.boot_id == boot_id()
-        alive = is_alive(owner.pid, owner.pid_start_time) if same_boot else None
+        alive = not proven_dead(owner, leases_dir) if same_boot else None
         infos.append(LeaseInfo(lp.owner, owner, None, alive))
     return infos
 
 
+@translating("reclaim the session lease in")
 def reclaim_if_dead(leases_dir: Path, session_file: str | Path, run_id: str) -> bool:
     """Remove the lease of a crashed run (its owner proven dead); whether it was removed."""
     lp = lease_paths(leases_dir, session_file)
-    if not lp.owner.exists():
+    if not os.path.lexists(lp.owner):
         return False
     with exclusive(lp.lock, timeout=30):
         try:
             owner = read_owner(lp)
         except PisubError:
             return False
-        if owner is None or owner.run_id != run_id or not proven_dead(owner):
+        if owner is None or owner.run_id != run_id or not proven_dead(owner, leases_dir):
             return False
         os.unlink(lp.owner)
         return True
 
 
+@translating("break the session lease in")
 def break_lease(leases_dir: Path, record: Path) -> None:
     """Remove a lease record by force (the documented manual way out)."""
     key = record.name[: -len(".json")]

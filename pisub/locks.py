@@ -12,6 +12,7 @@ locks, and launching or reading a run does not pay portalocker's ~20 ms import.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import time
@@ -19,10 +20,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pisub.errors import PisubError
-
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+from pisub.errors import PisubError, storage_error
+from pisub.fsio import NotRegularFile, open_regular
 
 
 class LockBusy(PisubError):
@@ -32,7 +31,23 @@ class LockBusy(PisubError):
 
 
 def _open_lockfile(path: Path) -> int:
-    return os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o600)
+    """Open (creating) a lock file. Something else in its place — a directory, symlink, FIFO
+    (planted, or left by a crash) — is moved aside once to ``.<name>.bad-<hex>`` and a fresh
+    lock file made, so a bad entry can never make a lock unusable for good.
+
+    Raises:
+        StorageError: the lock file cannot be created or opened.
+    """
+    try:
+        try:
+            return open_regular(path, os.O_RDWR | os.O_CREAT)
+        except OSError as exc:
+            if not isinstance(exc, NotRegularFile) and exc.errno not in (errno.ELOOP, errno.EISDIR):
+                raise
+            os.rename(path, path.with_name(f".{path.name}.bad-{os.urandom(3).hex()}"))
+            return open_regular(path, os.O_RDWR | os.O_CREAT)
+    except OSError as exc:
+        raise storage_error(exc, "open the lock", path) from exc
 
 
 def try_lock(path: Path) -> int | None:
@@ -50,10 +65,15 @@ def try_lock(path: Path) -> int | None:
 
 
 def is_held(path: Path) -> bool:
-    """Whether some live process holds the lock on ``path`` (False if the file is missing)."""
+    """Whether some live process holds the lock on ``path``.
+
+    False when the file is missing, or is not a regular file (a planted symlink or FIFO
+    cannot hold the runner's lock): the lock then proves nothing, and callers rely on their
+    other proof (the pid and its start ticks).
+    """
     try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
-    except FileNotFoundError:
+        fd = open_regular(path)
+    except OSError:
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)

@@ -1,29 +1,37 @@
 """The control inbox and outbox of a run, as files (Maildir-style).
 
-Writers create a request in ``inbox/tmp/`` and rename it into ``inbox/new/<name>.json``.
-The runner claims a request by renaming it into ``inbox/cur/`` and answers it with exactly
-one receipt, ``outbox/<id>.json``, replaced atomically as the request advances. Invalid
-requests end in ``inbox/rejected/`` beside a ``<name>.reason`` file. When the run
-finishes, the runner writes the tombstone ``inbox/closed`` and answers whatever is left.
+Writers create a request in ``inbox/tmp/`` and publish it as ``inbox/new/<name>.json``.
+The runner claims a request into ``inbox/cur/<key>.json`` and answers it with exactly one
+receipt, ``outbox/<id>.json``, replaced atomically as the request advances. Invalid requests
+end in ``inbox/rejected/<id>.json`` beside ``<id>.reason``. When the run finishes, the runner
+writes the tombstone ``inbox/closed`` and answers whatever is left.
+
+Every entry of ``new/``, ``cur/``, ``rejected/`` and ``outbox/`` may be anything — a directory,
+a symlink, a FIFO, a socket, 0 bytes, huge, unreadable, another user's, a 255-byte or
+undecodable name — and none of them may stop the runner or a reader, or cost a request its
+receipt: each function here either handles such an entry or raises only
+:class:`~pisub.errors.PisubError`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import itertools
 import os
+import re
 import stat
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from pisub.errors import InvalidInput, PisubError
-from pisub.fsio import atomic_write, fsync_dir, read_bytes
+from pisub.errors import InvalidInput, PisubError, ProtocolError, printable, storage_error
+from pisub.fsio import atomic_write, file_kind, load_json, private_mkdir, publish_new, read_bytes
 from pisub.paths import RunPaths
-from pisub.protocol.codec import decode, encode, encode_pretty, now_iso
+from pisub.protocol.codec import encode, encode_pretty, now_iso
 from pisub.protocol.control import (
     MAX_MESSAGE_BYTES,
     MAX_REQUEST_BYTES,
@@ -31,17 +39,32 @@ from pisub.protocol.control import (
     FollowUp,
     Receipt,
     ReceiptState,
+    RecoveryClaim,
     Request,
     Steer,
     Target,
+    advance,
     decode_request,
     request_type,
 )
+from pisub.redact import scrub
 
 CLOSED = "closed"
 """The tombstone in ``inbox/``: the runner no longer consumes requests."""
 
+ANSWERED = "answered"
+"""Marker in ``inbox/``: every request of the finished run has its final answer."""
+
 FINISHED_REASON = "the run finished before the request was consumed"
+
+_INVALID_KEY_RE = re.compile(r"invalid-[0-9a-f]{16}")
+"""Keys of files whose name is not a valid request id (reserved: such a name is itself invalid)."""
+
+UNCLAIMABLE_ERRNOS = frozenset({errno.EXDEV, errno.EBUSY, errno.EINVAL, errno.EMLINK, errno.ENOTEMPTY})
+"""Errors that say an entry of ``inbox/new`` itself can never be moved (a mount point, ...):
+it is answered ``rejected`` once and left where it is. Any other failure to claim (a full
+disk, a permission or read-only change, an I/O error) is about the folder or the disk, not
+the entry: the claim is retried later."""
 
 
 def inbox_dir(paths: RunPaths, box: str) -> Path:
@@ -50,6 +73,35 @@ def inbox_dir(paths: RunPaths, box: str) -> Path:
 
 def receipt_path(paths: RunPaths, request_id: str) -> Path:
     return paths.outbox / f"{request_id}.json"
+
+
+def new_key(name: str) -> str:
+    """The key of a file published as ``inbox/new/<name>``: its name without ``.json`` when that
+    is a valid request id, else ``invalid-<16 hex of SHA-256 of the name>``. The key names the
+    file once claimed and, unless its content carries an ``id``, its receipt."""
+    stem = name[: -len(".json")] if name.endswith(".json") else name
+    if REQUEST_ID_RE.fullmatch(stem) and not _INVALID_KEY_RE.fullmatch(stem):
+        return stem
+    return "invalid-" + hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def claimed_key(name: str) -> str:
+    """The key of a file in ``cur/`` or ``rejected/``, named ``<key>.json`` or ``<key>~<hex>.json``
+    (anything else found there — put by hand — is keyed like an invalid name)."""
+    stem = name[: -len(".json")] if name.endswith(".json") else name
+    key = stem.split("~", 1)[0]
+    if REQUEST_ID_RE.fullmatch(key):
+        return key
+    return "invalid-" + hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def _unique(directory: Path, key: str) -> Path:
+    return directory / f"{key}~{os.urandom(3).hex()}.json"
+
+
+def _shown(name: str, limit: int = 80) -> str:
+    text = printable(repr(name))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 _sequence = itertools.count()
@@ -61,37 +113,57 @@ def new_request_id() -> str:
 
 
 def recovery_claim(paths: RunPaths) -> str | None:
-    """The request id named by the run's pause-and-revive claim, if one exists."""
-    import json
-
+    """The request id named by the run's pause-and-revive claim, if a readable one exists."""
     try:
-        data = json.loads(read_bytes(paths.root / "recovery" / "claim.json", limit=4096))
-    except (FileNotFoundError, ValueError):
+        claim_ = load_json(paths.root / "recovery" / "claim.json", RecoveryClaim, limit=4096)
+    except (FileNotFoundError, ProtocolError):
         return None
-    rid = data.get("requestId") if isinstance(data, dict) else None
-    return rid if isinstance(rid, str) else None
+    return claim_.request_id
 
 
 def is_closed(paths: RunPaths) -> bool:
-    return (paths.inbox / CLOSED).exists()
+    return os.path.lexists(paths.inbox / CLOSED)
 
 
 def close_inbox(paths: RunPaths, state: str) -> None:
-    """Write the tombstone (runner only)."""
+    """Write the tombstone (runner, or the repair of a dead one)."""
     atomic_write(paths.inbox / CLOSED, f"{now_iso()} {state}\n".encode())
 
 
 def read_receipt(paths: RunPaths, request_id: str) -> Receipt | None:
-    """The receipt of ``request_id``, or None while there is none."""
+    """The receipt of ``request_id``, or None while there is none.
+
+    Raises:
+        ProtocolError: the receipt exists but cannot be read or decoded.
+    """
     try:
-        data = read_bytes(receipt_path(paths, request_id), limit=MAX_REQUEST_BYTES)
+        return load_json(receipt_path(paths, request_id), Receipt, limit=MAX_REQUEST_BYTES)
     except FileNotFoundError:
         return None
-    return decode(data, Receipt, f"receipt {request_id}")
+
+
+def read_receipt_or_quarantine(paths: RunPaths, request_id: str) -> Receipt | None:
+    """:func:`read_receipt`, where an entry in the receipt's place that is not a readable
+    receipt (a directory, symlink, FIFO, garbage) is moved to ``quarantine/`` — it was never
+    pisub's answer, and the request is then answered as if it had none."""
+    try:
+        return read_receipt(paths, request_id)
+    except ProtocolError as exc:
+        quarantine(paths, receipt_path(paths, request_id), f"not a readable receipt: {exc}")
+        return None
+
+
+def read_receipt_safe(paths: RunPaths, request_id: str) -> Receipt | None:
+    """:func:`read_receipt`, with an unreadable receipt taken as none."""
+    try:
+        return read_receipt(paths, request_id)
+    except PisubError:
+        return None
 
 
 def encode_receipt(receipt: Receipt) -> bytes:
-    return encode_pretty(receipt)
+    """A receipt as written for readers (its reasons redacted)."""
+    return encode_pretty(scrub(receipt))
 
 
 def write_receipt(paths: RunPaths, receipt: Receipt) -> None:
@@ -115,7 +187,7 @@ def make_receipt(
         run_id=run_id,
         type=type_,
         state=state,
-        delivery_status=delivery_status(state),
+        delivery_status=state.delivery_status,
         targets=targets or [],
         reason=reason,
         created_at=now,
@@ -123,8 +195,9 @@ def make_receipt(
     )
 
 
-def delivery_status(state: ReceiptState) -> Literal["delivered", "queued"]:
-    return "delivered" if state in (ReceiptState.DELIVERED, ReceiptState.RECOVERED) else "queued"
+def rejected_receipt(run_id: str, request_id: str, reason: str | None) -> Receipt:
+    """The final answer to a request that is not valid (its type may be unknown)."""
+    return make_receipt(run_id, request_id, "unknown", ReceiptState.REJECTED, reason=reason)
 
 
 # -- the writer's side -----------------------------------------------------------------
@@ -142,36 +215,32 @@ def write_request(paths: RunPaths, request: Request) -> str:
     If the inbox is closed before the write, nothing is written and :class:`InboxClosed`
     is raised. If it closes right after, the request is withdrawn when the runner has not
     claimed it (and :class:`InboxClosed` raised); otherwise the runner answers it.
+
+    Raises:
+        InvalidInput: the id is already waiting or was already used.
+        StorageError: the request could not be written (nothing is left behind).
     """
     if request.id is None:
         request.id = new_request_id()
     rid = request.id
     if is_closed(paths):
         raise InboxClosed(f"run {paths.run_id} has finished; it takes no more requests")
-    tmp = inbox_dir(paths, "tmp") / f"{rid}.{os.urandom(4).hex()}.tmp"
     final = inbox_dir(paths, "new") / f"{rid}.json"
-    if receipt_path(paths, rid).exists():
+    if os.path.lexists(receipt_path(paths, rid)):
         raise InvalidInput(f"request id {rid!r} was already used in run {paths.run_id}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        os.write(fd, encode(request))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
     try:
         # link, not rename: publishing never replaces an unclaimed request of the same name
-        os.link(tmp, final)
+        publish_new(inbox_dir(paths, "tmp"), final, encode(request))
     except FileExistsError:
         raise InvalidInput(f"request id {rid!r} is already waiting in run {paths.run_id}") from None
-    finally:
-        os.unlink(tmp)
-    fsync_dir(final.parent)
-    if is_closed(paths) and _withdraw(final):
+    except OSError as exc:
+        raise storage_error(exc, "write the request into", final.parent) from exc
+    if is_closed(paths) and withdraw(final):
         raise InboxClosed(f"run {paths.run_id} finished while the request was written; it was withdrawn")
     return rid
 
 
-def _withdraw(path: Path) -> bool:
+def withdraw(path: Path) -> bool:
     """Take an unclaimed request back; False when the runner already claimed it."""
     try:
         os.unlink(path)
@@ -193,40 +262,52 @@ class Parsed:
     error: str | None
 
 
-def receipt_name_for(name: str) -> str:
-    """The id used for a file's receipt when it has no readable id of its own."""
-    stem = name[: -len(".json")] if name.endswith(".json") else name
-    if REQUEST_ID_RE.fullmatch(stem):
-        return stem
-    return "invalid-" + hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+def run_owner(paths: RunPaths) -> int:
+    """The uid that owns the run (its directory); requests owned by it or by root are accepted."""
+    try:
+        return os.stat(paths.root).st_uid
+    except OSError:
+        return os.getuid()
 
 
-def parse_request_file(path: Path, name: str | None = None) -> Parsed:
+def parse_request_file(
+    path: Path, key: str | None = None, published_as: str | None = None, owner: int | None = None
+) -> Parsed:
     """Read and validate one claimed request file (never raises for a bad file).
 
-    ``name`` is the name it was published under in ``new/`` (default: its own).
+    ``key`` is the file's key (default: from its own name as if published in ``new/``);
+    ``published_as`` the name it had in ``new/``, for messages. A file owned by another uid
+    than ``owner`` (default: ours) or root is rejected.
     """
-    name = name or path.name
-    fallback = receipt_name_for(name)
-    if fallback != name[: -len(".json")]:
-        return Parsed(name, fallback, None, f"file name {name!r} is not a valid request id")
+    name = published_as or path.name
+    key = key or new_key(name)
+
+    def bad(why: str, request_id: str = key) -> Parsed:
+        return Parsed(name, request_id, None, why)
+
+    if _INVALID_KEY_RE.fullmatch(key):
+        shown = f"file name {_shown(name)}" if published_as or key == new_key(path.name) else "its file name"
+        return bad(f"{shown} is not a valid request id (expected {REQUEST_ID_RE.pattern}.json)")
+    owner = os.getuid() if owner is None else owner
     try:
         st = os.lstat(path)
-        if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
-            return Parsed(name, fallback, None, "not a regular file (symlinks are not followed)")
-        if st.st_uid != os.getuid():
-            return Parsed(name, fallback, None, f"owned by uid {st.st_uid}, not by the run's owner")
+        if not stat.S_ISREG(st.st_mode):
+            return bad(f"not a regular file ({file_kind(st.st_mode)}; symlinks are not followed)")
+        if st.st_uid not in (owner, 0):
+            return bad(f"owned by uid {st.st_uid}, not by the run's owner (uid {owner}) or root")
         if st.st_size > MAX_REQUEST_BYTES:
-            return Parsed(name, fallback, None, f"file is larger than {MAX_REQUEST_BYTES} bytes")
+            return bad(f"file is larger than {MAX_REQUEST_BYTES} bytes")
         data = read_bytes(path, limit=MAX_REQUEST_BYTES)
     except OSError as exc:
-        return Parsed(name, fallback, None, f"cannot read: {exc.strerror or exc}")
+        return bad(f"cannot read: {exc.strerror or exc}")
+    if len(data) > MAX_REQUEST_BYTES:
+        return bad(f"file is larger than {MAX_REQUEST_BYTES} bytes")
     try:
         request = decode_request(data)
     except PisubError as exc:
-        return Parsed(name, _id_hint(data) or fallback, None, str(exc))
+        return bad(str(exc), _id_hint(data) or key)
     if request.id is None:
-        request.id = fallback
+        request.id = key
     problem = _check(request)
     return Parsed(name, request.id, None if problem else request, problem)
 
@@ -240,38 +321,54 @@ def _id_hint(data: bytes) -> str | None:
     except (ValueError, RecursionError):
         return None
     rid = obj.get("id") if isinstance(obj, dict) else None
-    return rid if isinstance(rid, str) and REQUEST_ID_RE.fullmatch(rid) else None
-
-
-def _check(request: Request) -> str | None:
-    if isinstance(request, Steer | FollowUp):
-        if not request.message.strip():
-            return "`message` is blank - at `$.message`"
-        if len(request.message.encode("utf-8")) > MAX_MESSAGE_BYTES:
-            return f"`message` is larger than {MAX_MESSAGE_BYTES} bytes - at `$.message`"
+    if isinstance(rid, str) and REQUEST_ID_RE.fullmatch(rid) and not _INVALID_KEY_RE.fullmatch(rid):
+        return rid
     return None
 
 
-def reject_file(paths: RunPaths, src: Path, reason: str, name: str | None = None) -> None:
-    """Move a bad request to ``inbox/rejected/<name>`` with a ``.reason`` file beside it."""
+def _check(request: Request) -> str | None:
+    if isinstance(request, Steer | FollowUp) and len(request.message.encode("utf-8", "surrogatepass")) > (
+        MAX_MESSAGE_BYTES
+    ):
+        return f"`message` is larger than {MAX_MESSAGE_BYTES} bytes - at `$.message`"
+    if request.id is not None and _INVALID_KEY_RE.fullmatch(request.id):
+        return f"`id` {request.id!r} is reserved (invalid-<hex> names files with invalid names) - at `$.id`"
+    return None
+
+
+def reject_file(paths: RunPaths, src: Path, reason: str, request_id: str) -> bool:
+    """Move a bad (or duplicate) request to ``inbox/rejected/<id>.json`` (``<id>~<hex>.json``
+    when taken) with its reason in ``<id>.reason`` beside it. Best effort: the request's
+    receipt is what counts; whether the file was moved."""
     rejected = inbox_dir(paths, "rejected")
-    dest = rejected / (name or src.name)
-    if dest.exists():
-        dest = rejected / f"{src.name}.{os.urandom(3).hex()}"
-    with contextlib.suppress(FileNotFoundError):
+    dest = rejected / f"{request_id}.json"
+    if os.path.lexists(dest):
+        dest = _unique(rejected, request_id)
+    try:
         os.rename(src, dest)
-    atomic_write(dest.with_name(dest.name + ".reason"), (reason + "\n").encode(), durable=False)
+    except OSError:
+        return False
+    with contextlib.suppress(OSError):
+        atomic_write(dest.with_suffix(".reason"), (reason + "\n").encode(), durable=False)
+    return True
 
 
 def claim(paths: RunPaths, name: str) -> Path | None:
-    """Claim ``inbox/new/<name>`` into ``inbox/cur/``; the claimed path, or None if it is gone.
+    """Claim ``inbox/new/<name>`` into ``inbox/cur/<key>.json``; the claimed path, or None if it is gone.
 
     A claim is ``link`` into ``cur/`` then ``unlink`` from ``new/``: whoever removes the
     ``new/`` entry wins, so a writer withdrawing its request (by unlinking it) and the runner
     never both own it. Unlike a rename, this makes no "moved from" event in the watched
-    ``new/`` folder, so the runner is not woken by its own claims.
+    ``new/`` folder, so the runner is not woken by its own claims. What cannot be hard-linked
+    (a directory; another user's file under ``fs.protected_hardlinks``) is renamed instead,
+    which has the same "whoever removes it owns it" rule.
+
+    Raises:
+        OSError: the entry can be neither linked nor renamed (see :data:`UNCLAIMABLE_ERRNOS`
+            for the errors that will never pass).
     """
-    src, dst = inbox_dir(paths, "new") / name, inbox_dir(paths, "cur") / name
+    key = new_key(name)
+    src, dst = inbox_dir(paths, "new") / name, inbox_dir(paths, "cur") / f"{key}.json"
     try:
         os.link(src, dst)
     except FileNotFoundError:
@@ -280,128 +377,241 @@ def claim(paths: RunPaths, name: str) -> Path | None:
         # A claim interrupted between link and unlink, or a name published again after its
         # first request was claimed: keep the new file under a name of its own.
         try:
-            if os.path.samefile(src, dst):
-                os.unlink(src)
-                return dst
+            a, b = os.lstat(src), os.lstat(dst)
         except FileNotFoundError:
             return None
-        dst = dst.with_name(f"{name}.{os.urandom(3).hex()}")
-        try:
-            os.rename(src, dst)
-        except FileNotFoundError:
-            return None
-        return dst
+        if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
+            return dst if _unlink_claimed(src, None) else None
+        return _claim_by_rename(src, _unique(dst.parent, key))
+    except OSError:
+        return _claim_by_rename(src, _unique(dst.parent, key))
+    return dst if _unlink_claimed(src, dst) else None
+
+
+def _unlink_claimed(src: Path, dst: Path | None) -> bool:
     try:
         os.unlink(src)
     except FileNotFoundError:  # withdrawn by its writer in the meantime: not ours
-        os.unlink(dst)
+        if dst is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(dst)
+        return False
+    return True
+
+
+def _claim_by_rename(src: Path, dst: Path) -> Path | None:
+    try:
+        os.rename(src, dst)
+    except FileNotFoundError:
         return None
     return dst
 
 
 def pending_files(paths: RunPaths, box: str) -> list[str]:
-    """Request file names waiting in ``inbox/<box>/``, in name order."""
+    """Names ending in ``.json`` in ``inbox/<box>/``, in name order.
+
+    Raises:
+        StorageError: the folder exists but cannot be listed.
+    """
+    return _list_json(inbox_dir(paths, box))
+
+
+def _list_json(directory: Path) -> list[str]:
     try:
-        names = os.listdir(inbox_dir(paths, box))
+        names = os.listdir(directory)
     except FileNotFoundError:
         return []
+    except OSError as exc:
+        raise storage_error(exc, "list", directory) from exc
     return sorted(n for n in names if n.endswith(".json"))
+
+
+def quarantine(paths: RunPaths, path: Path, reason: str) -> Path | None:
+    """Move a bad file out of the way into ``<run>/quarantine/`` with ``<name>.reason`` beside
+    it, so that no later reader trips over it; where it went (None if it could not be moved)."""
+    directory = paths.root / "quarantine"
+    dest = directory / f"{os.urandom(3).hex()}-{path.parent.name}-{printable(path.name)[:80]}"
+    try:
+        private_mkdir(directory)
+        os.rename(path, dest)
+    except OSError:
+        return None
+    with contextlib.suppress(OSError):
+        atomic_write(dest.with_name(dest.name + ".reason"), (reason + "\n").encode(), durable=False)
+    return dest
 
 
 def answer_leftovers(paths: RunPaths, run_id: str, reason: str) -> Counter[str]:
     """Answer every request of a run whose runner is gone; how many got which answer.
 
-    Requests still in ``new/`` are claimed and answered ``failed`` (or ``rejected``);
-    claimed requests without a final receipt, and receipts left ``pending`` or
-    ``queued``, become ``failed`` with ``reason``. Safe to repeat: a reader that dies halfway
+    Requests still in ``new/`` are claimed and answered ``failed`` (or ``rejected``); claimed
+    requests without a receipt, and receipts left open (``pending``, ``queued``), become
+    ``failed`` with ``reason``; a rejected file without a receipt gets its ``rejected`` one;
+    an unreadable entry of the outbox is quarantined. Safe to repeat: a reader that dies halfway
     leaves work that the next one finishes.
+
+    Raises:
+        OSError: a receipt could not be written (the next reader retries).
+        StorageError: a folder cannot be listed.
     """
-    counts: Counter[str] = Counter()
-    cur = inbox_dir(paths, "cur")
-    recovering = recovery_claim(paths)  # read once, not once per request
-    for name in pending_files(paths, "new"):
-        claimed = claim(paths, name)
-        if claimed is None:
-            continue
-        counts["claimed"] += 1
-        _answer_claimed(paths, run_id, claimed, reason, counts, recovering, fresh=True, name=name)
-    for name in pending_files(paths, "cur"):
-        _answer_claimed(paths, run_id, cur / name, reason, counts, recovering, fresh=False)
+    return _Settler(paths, run_id, reason).run()
+
+
+@dataclass
+class _Settler:
+    """One pass of :func:`answer_leftovers` over a run's inbox and outbox."""
+
+    paths: RunPaths
+    run_id: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.owner = run_owner(self.paths)
+        self.recovering = recovery_claim(self.paths)  # read once, not once per request
+
+    def run(self) -> Counter[str]:
+        paths = self.paths
+        for name in pending_files(paths, "new"):
+            try:
+                claimed = claim(paths, name)
+            except OSError as exc:
+                if exc.errno not in UNCLAIMABLE_ERRNOS:
+                    raise
+                self.counts["rejected"] += answer_unclaimable(paths, self.run_id, name, exc)
+                continue
+            if claimed is not None:
+                self.counts["claimed"] += 1
+                self.answer_claimed(claimed, published_as=name)
+        for name in pending_files(paths, "cur"):
+            self.answer_claimed(inbox_dir(paths, "cur") / name)
+        for name in pending_files(paths, "rejected"):
+            self.counts["rejected"] += _answer_rejected(paths, self.run_id, name)
+        for name in _list_json(paths.outbox):
+            try:
+                receipt = load_json(paths.outbox / name, Receipt, limit=MAX_REQUEST_BYTES)
+            except FileNotFoundError:
+                continue
+            except ProtocolError as exc:
+                quarantine(paths, paths.outbox / name, f"unreadable receipt: {exc}")
+                continue
+            self.counts["failed"] += self.fail_if_open(receipt.request_id, None, receipt)
+        return self.counts
+
+    def answer_claimed(self, path: Path, *, published_as: str | None = None) -> None:
+        """Answer one claimed request file unless it already has its answer (``published_as``:
+        freshly claimed from ``new/`` under that name)."""
+        parsed = parse_request_file(path, claimed_key(path.name), published_as, self.owner)
+        rid = parsed.request_id
+        existing = read_receipt_or_quarantine(self.paths, rid)
+        if parsed.request is None:
+            if existing is None:
+                # The receipt first: a crash before the move leaves a claimed file with a final
+                # receipt, which the next reader skips.
+                write_receipt(self.paths, rejected_receipt(self.run_id, rid, parsed.error))
+                self.counts["rejected"] += 1
+            reject_file(self.paths, path, parsed.error or "invalid", rid)
+            return
+        if published_as is not None and existing is not None:
+            reject_file(self.paths, path, f"duplicate request id {rid!r}: it was already used", rid)
+            return
+        self.counts["failed"] += self.fail_if_open(rid, request_type(parsed.request), existing)
+
+    def fail_if_open(self, request_id: str, type_: str | None, receipt: Receipt | None) -> int:
+        """Fail a request whose ``receipt`` (as already read) is missing or open; 0 or 1."""
+        if request_id == self.recovering:
+            return 0  # pause-and-revive owns it: the recovering process writes its answer
+        if receipt is not None and not receipt.state.is_open:
+            return 0
+        if receipt is None:
+            if type_ is None:
+                return 0
+            receipt = make_receipt(self.run_id, request_id, type_, ReceiptState.FAILED, reason=self.reason)
+        else:
+            advance(receipt, ReceiptState.FAILED, self.reason)
+        write_receipt(self.paths, receipt)
+        return 1
+
+
+def answer_unclaimable(paths: RunPaths, run_id: str, name: str, exc: OSError) -> int:
+    """Answer, once, an entry of ``new/`` that can be neither linked nor renamed; 1 if answered now."""
+    key = new_key(name)
+    if os.path.lexists(receipt_path(paths, key)):
+        return 0
+    why = f"cannot be claimed: {exc.strerror or exc}"
+    write_receipt(paths, rejected_receipt(run_id, key, why))
+    return 1
+
+
+def _answer_rejected(paths: RunPaths, run_id: str, name: str) -> int:
+    """A file in ``rejected/`` always has its receipt (written before the move); restore a
+    missing one from the ``.reason`` beside it. 1 if one was written."""
+    key = claimed_key(name)
+    if not REQUEST_ID_RE.fullmatch(key) or os.path.lexists(receipt_path(paths, key)):
+        return 0
     try:
-        receipts = os.listdir(paths.outbox)
-    except FileNotFoundError:
-        receipts = []
-    for name in receipts:
-        if name.endswith(".json"):
-            rid = name[: -len(".json")]
-            receipt = read_receipt_safe(paths, rid)
-            counts["failed"] += _fail_if_open(paths, run_id, rid, None, reason, recovering, receipt)
-    return counts
-
-
-def _answer_claimed(
-    paths: RunPaths,
-    run_id: str,
-    path: Path,
-    reason: str,
-    counts: Counter[str],
-    recovering: str | None,
-    *,
-    fresh: bool,
-    name: str | None = None,
-) -> None:
-    """Answer one claimed request file unless it already has its final answer."""
-    parsed = parse_request_file(path, name)
-    existing = read_receipt_safe(paths, parsed.request_id)
-    if parsed.request is None:
-        if existing is None:
-            # The receipt first: a crash before the move leaves a claimed file with a final
-            # receipt, which the next reader skips.
-            write_receipt(
-                paths,
-                make_receipt(
-                    run_id, parsed.request_id, "unknown", ReceiptState.REJECTED, reason=parsed.error
-                ),
-            )
-            counts["rejected"] += 1
-        reject_file(paths, path, parsed.error or "invalid", parsed.name)
-        return
-    if fresh and existing is not None and existing.state.is_final:
-        reject_file(
-            paths, path, f"duplicate request id {parsed.request_id!r}: it was already used", parsed.name
-        )
-        return
-    type_ = request_type(parsed.request)
-    counts["failed"] += _fail_if_open(paths, run_id, parsed.request_id, type_, reason, recovering, existing)
-
-
-ANSWERED = "answered"
-"""Marker in ``inbox/``: every request of the finished run has its final answer."""
-
-
-def mark_answered(paths: RunPaths) -> None:
-    atomic_write(paths.inbox / ANSWERED, b"", durable=False)
+        why = read_bytes(inbox_dir(paths, "rejected") / (name[: -len(".json")] + ".reason"), limit=4096)
+        reason = why.decode("utf-8", "replace").strip() or "rejected"
+    except OSError:
+        reason = "rejected (its reason was lost)"
+    write_receipt(paths, rejected_receipt(run_id, key, reason))
+    return 1
 
 
 def needs_answers(paths: RunPaths) -> bool:
-    """Whether a finished run may hold unanswered requests (new files, or an interrupted answer).
-
-    Two ``stat`` calls in the common case: ``inbox/new`` has not changed since the marker was
-    written (its mtime is older), so nothing arrived after the last answer.
-    """
-    return inbox_needs_answers(os.fspath(paths.inbox))
+    """Whether a finished run may hold unanswered requests: the ``answered`` marker is missing,
+    or ``inbox/new`` holds a request. Exact (lists the folder); never decided by a clock."""
+    if not os.path.lexists(paths.inbox / ANSWERED):
+        return True
+    try:
+        return any(name.endswith(".json") for name in os.listdir(inbox_dir(paths, "new")))
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
 
 
 def inbox_needs_answers(inbox: str) -> bool:
-    """:func:`needs_answers` for an ``inbox`` path given as a string (the fast path of ``list``)."""
+    """:func:`needs_answers` for ``list`` over many runs: two ``stat`` calls when ``inbox/new``
+    has not changed since the marker was written (the marker carries ``new``'s mtime, compared
+    for equality — never for order, so a clock step costs at most an extra listing)."""
     try:
-        marker = os.stat(os.path.join(inbox, ANSWERED)).st_mtime_ns
-    except FileNotFoundError:
+        marker = os.stat(os.path.join(inbox, ANSWERED), follow_symlinks=False).st_mtime_ns
+        if os.stat(os.path.join(inbox, "new"), follow_symlinks=False).st_mtime_ns == marker:
+            return False
+    except OSError:
         return True
-    new = os.path.join(inbox, "new")
-    if os.stat(new).st_mtime_ns < marker:
-        return False
-    return any(name.endswith(".json") for name in os.listdir(new))
+    return needs_answers(RunPaths(Path(inbox).parent))
+
+
+def new_mtime(paths: RunPaths) -> int | None:
+    """``inbox/new``'s modification time, taken before a final scan (see :func:`mark_answered`)."""
+    try:
+        return os.stat(inbox_dir(paths, "new"), follow_symlinks=False).st_mtime_ns
+    except OSError:
+        return None
+
+
+def mark_answered(paths: RunPaths, new_mtime_ns: int | None) -> None:
+    """Write the ``answered`` marker carrying ``new``'s mtime as it was before the last scan that
+    claimed nothing, so that anything published since makes the two differ."""
+    marker = paths.inbox / ANSWERED
+    atomic_write(marker, b"", durable=False)
+    if new_mtime_ns is not None:
+        os.utime(marker, ns=(new_mtime_ns, new_mtime_ns), follow_symlinks=False)
+
+
+def answer_until_quiet(paths: RunPaths, answer: Callable[[], Counter[str]]) -> Counter[str]:
+    """Run ``answer`` (which claims from ``new/``) until a pass claims nothing, then write the
+    marker with ``new``'s mtime from before that quiet pass."""
+    total: Counter[str] = Counter()
+    while True:
+        before = new_mtime(paths)
+        counts = answer()
+        total.update(counts)
+        if not counts["claimed"]:
+            mark_answered(paths, before)
+            return total
 
 
 def settle_closed_inbox(paths: RunPaths, run_id: str, reason: str) -> Counter[str]:
@@ -412,44 +622,4 @@ def settle_closed_inbox(paths: RunPaths, run_id: str, reason: str) -> Counter[st
     """
     with contextlib.suppress(FileNotFoundError):
         os.unlink(paths.inbox / ANSWERED)
-    counts = answer_leftovers(paths, run_id, reason)
-    mark_answered(paths)
-    return counts
-
-
-def read_receipt_safe(paths: RunPaths, request_id: str) -> Receipt | None:
-    try:
-        return read_receipt(paths, request_id)
-    except PisubError:
-        return None
-
-
-def _fail_if_open(
-    paths: RunPaths,
-    run_id: str,
-    request_id: str,
-    type_: str | None,
-    reason: str,
-    recovering: str | None,
-    receipt: Receipt | None,
-) -> int:
-    """Fail a request whose ``receipt`` (as already read) is missing or not final; 0 or 1."""
-    if request_id == recovering:
-        return 0  # pause-and-revive owns it: the recovering process writes its answer
-    if receipt is not None and receipt.state.is_final:
-        return 0
-    if receipt is None:
-        if type_ is None:
-            return 0
-        receipt = make_receipt(run_id, request_id, type_, ReceiptState.FAILED, reason=reason)
-    else:
-        receipt.state = ReceiptState.FAILED
-        receipt.delivery_status = "queued"
-        receipt.reason = reason
-        receipt.updated_at = now_iso()
-        for target in receipt.targets:
-            if not target.state.is_final:
-                target.state = ReceiptState.FAILED
-                target.reason = reason
-    write_receipt(paths, receipt)
-    return 1
+    return answer_until_quiet(paths, lambda: answer_leftovers(paths, run_id, reason))

@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pisub.fsio import open_append
+from pisub.fsio import open_append, write_all
 
 
 class StreamSink:
     """One child stream: a log file capped at ``cap`` bytes and the last ``tail_size`` bytes.
 
-    Bytes past the cap are counted but not written; ``truncated`` says so.
+    Bytes past the cap are counted but not written; ``truncated`` says so. When the log cannot
+    be written (full disk) the bytes are still counted and kept in the tail, the log is left as
+    it is (``write_error`` says why) and ``truncated`` is set.
     """
 
     def __init__(self, path: Path, cap: int, tail_size: int) -> None:
@@ -21,6 +23,7 @@ class StreamSink:
         self.total = 0
         self.written = 0
         self.truncated = False
+        self.write_error: OSError | None = None
         self._tail = bytearray()
         self._fd = open_append(path)
 
@@ -32,9 +35,14 @@ class StreamSink:
             del self._tail[: len(self._tail) - self.tail_size]
         room = self.cap - self.written
         newly = False
-        if room > 0 and self._fd >= 0:
+        if room > 0 and self._fd >= 0 and self.write_error is None:
             part = data[:room]
-            os.write(self._fd, part)
+            try:
+                write_all(self._fd, part)
+            except OSError as exc:
+                self.write_error = exc
+                self.truncated = newly = True
+                return newly
             self.written += len(part)
             if len(part) < len(data):
                 self.truncated = newly = True

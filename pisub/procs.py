@@ -24,7 +24,11 @@ MARKER_ENV = "PISUB_RUN_ID"
 
 
 def start_time(pid: int) -> float | None:
-    """The start time of ``pid`` in seconds since the epoch, or None when it is gone."""
+    """The start time of ``pid`` in seconds since the epoch, or None when it is gone.
+
+    For people only: it is derived from the boot time, which moves when the wall clock is
+    stepped. Identity checks compare :func:`start_ticks`.
+    """
     import psutil
 
     try:
@@ -33,13 +37,55 @@ def start_time(pid: int) -> float | None:
         return None
 
 
-def is_alive(pid: int | None, started: float | None) -> bool:
-    """Whether the process ``(pid, started)`` still runs (a zombie counts as dead).
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """``(state, start ticks since boot)`` of ``pid`` from ``/proc/<pid>/stat``; None when gone."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as fh:
+            data = fh.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = data.rsplit(b")", 1)[-1].split()
+    try:
+        return fields[0].decode("ascii", "replace"), int(fields[19])
+    except (IndexError, ValueError):
+        return None
 
-    With ``started`` None only the pid and zombie state are checked.
+
+def start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (Linux); None when it is gone.
+
+    Unlike a start time in epoch seconds this never moves with the wall clock, so
+    ``(pid, start ticks, boot id)`` names one process for good.
+    """
+    stat = _proc_stat(pid)
+    return stat[1] if stat is not None else None
+
+
+def is_alive(pid: int | None, started: float | None = None, ticks: int | None = None) -> bool:
+    """Whether the process ``(pid, start)`` still runs (a zombie counts as dead).
+
+    ``ticks`` (boot-relative start ticks) is compared exactly when given; else ``started``
+    (epoch seconds, from records written by older versions) within a tolerance; with neither,
+    only the pid and zombie state are checked. A process that cannot be inspected counts as
+    alive (fail closed).
     """
     if pid is None or pid <= 0:
         return False
+    if _HAVE_PROC:
+        try:
+            stat = _proc_stat(pid)
+        except OSError:
+            return True  # cannot inspect (e.g. hidepid): fail closed
+        if stat is None:
+            return False
+        state, proc_ticks = stat
+        if state in ("Z", "X", "x"):
+            return False
+        if ticks is not None:
+            return proc_ticks == ticks
+        if started is None:
+            return True
     import psutil
 
     try:
@@ -53,6 +99,9 @@ def is_alive(pid: int | None, started: float | None) -> bool:
     except psutil.AccessDenied:
         return True
     return True
+
+
+_HAVE_PROC = os.path.exists("/proc/self/stat")
 
 
 @cache

@@ -1,19 +1,34 @@
 """Crash detection and repair, done by whichever reader notices first.
 
 A run that is not terminal is checked: its runner is alive when its pid still runs
-with the recorded start time on this boot, or when ``runner.lock`` is held. Otherwise
-the runner is proven dead, and the reader, under ``repair.lock``, ends every process
-left of the child, writes a ``failed`` result (with the tail of ``runner.log``) unless
-one exists, and writes the terminal status — exactly once.
+with the recorded start (boot-relative ticks; never the wall clock) on this boot, or when
+``runner.lock`` is held. Otherwise the runner is proven dead, and the reader, under
+``repair.lock``, ends every process left of the child, writes a ``failed`` result (with the
+tail of ``runner.log``) unless one exists, and writes the terminal status — exactly once.
+
+Every function here raises only :class:`~pisub.errors.PisubError`: an ``OSError`` (full disk,
+permissions) is translated into :class:`~pisub.errors.StorageError` where it enters.
 """
 
 from __future__ import annotations
 
-from pisub.errors import ProtocolError
+import functools
+import os
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+from pisub.errors import ProtocolError, RunNotFound, StorageError, storage_error
 from pisub.fsio import read_tail
 from pisub.leases import reclaim_if_dead
 from pisub.locks import exclusive, is_held
-from pisub.mailbox import FINISHED_REASON, close_inbox, is_closed, needs_answers, settle_closed_inbox
+from pisub.mailbox import (
+    FINISHED_REASON,
+    close_inbox,
+    is_closed,
+    needs_answers,
+    quarantine,
+    settle_closed_inbox,
+)
 from pisub.paths import RunPaths
 from pisub.procs import boot_id, is_alive, kill_all, marked_processes
 from pisub.protocol.codec import now_iso
@@ -22,20 +37,43 @@ from pisub.protocol.status import RunState, Status, StepState
 from pisub.results import make_result
 from pisub.store import append_event, load_manifest, load_result, load_status, write_result, write_status
 
+P = ParamSpec("P")
+T = TypeVar("T")
+
 RUNNER_DIED_REASON = "the runner died before the request was consumed"
 STRAY_SWEEPS = 5
 LOG_TAIL_LINES = 30
 LOG_TAIL_CHARS = 4000
 
 
+def _translated(fn: Callable[P, T]) -> Callable[P, T]:
+    """Translate an ``OSError`` escaping ``fn(paths, ...)`` into :class:`StorageError` — or into
+    :class:`RunNotFound` when the run directory itself is gone meanwhile (``pisub gc``)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        paths = args[0]
+        assert isinstance(paths, RunPaths)
+        try:
+            return fn(*args, **kwargs)
+        except (OSError, StorageError) as exc:
+            if not os.path.isdir(paths.root):
+                raise RunNotFound(f"run {paths.run_id} was removed (pisub gc) while it was read") from exc
+            if isinstance(exc, StorageError):
+                raise
+            raise storage_error(exc, "update the run files at", exc.filename) from exc
+
+    return wrapper
+
+
 def runner_alive(paths: RunPaths, status: Status) -> bool:
     """Whether the run's runner (or its launcher, before the commit) still lives."""
     same_boot = status.boot_id in (None, boot_id())
-    if status.pid is not None and same_boot and is_alive(status.pid, status.pid_start_time):
-        return True
-    return is_held(paths.runner_lock)
+    alive = same_boot and is_alive(status.pid, status.pid_start_time, status.pid_start_ticks)
+    return alive or is_held(paths.runner_lock)
 
 
+@_translated
 def observe(paths: RunPaths) -> Status:
     """The run's status after any crash repair.
 
@@ -48,11 +86,23 @@ def observe(paths: RunPaths) -> Status:
             _answer_closed_inbox(paths, status)
         return status
     if runner_alive(paths, status):
-        result = load_result(paths) if paths.result.exists() else None
+        result = _result_or_none(paths) if os.path.lexists(paths.result) else None
         return _as_terminal(status, result) if result is not None else status
     return repair(paths)
 
 
+def _result_or_none(paths: RunPaths, *, quarantine_bad: bool = False) -> Result | None:
+    """The run's result; None when there is none or it cannot be read (then moved aside to
+    ``quarantine/`` when ``quarantine_bad``, so the repair can write a good one)."""
+    try:
+        return load_result(paths)
+    except ProtocolError as exc:
+        if quarantine_bad:
+            quarantine(paths, paths.result, str(exc))
+        return None
+
+
+@_translated
 def repair(paths: RunPaths) -> Status:
     """Mark a run whose runner is dead as ended (idempotent; takes ``repair.lock``)."""
     with exclusive(paths.repair_lock):
@@ -69,7 +119,7 @@ def repair(paths: RunPaths) -> Status:
         ledger.requested += answered["claimed"]
         ledger.failed += answered["failed"]
         ledger.rejected += answered["rejected"]
-        result = load_result(paths)
+        result = _result_or_none(paths, quarantine_bad=True)
         if result is None:
             result = _crash_result(paths, status)
             write_result(paths, result)
@@ -90,7 +140,7 @@ def end_strays(paths: RunPaths, status: Status) -> list[int]:
     pids: set[int] = set()
     pgids: set[int] = set()
     for step in status.steps:
-        if step.pid is not None and is_alive(step.pid, step.pid_start_time):
+        if step.pid is not None and is_alive(step.pid, step.pid_start_time, step.pid_start_ticks):
             pids.add(step.pid)
             if step.pgid is not None:
                 pgids.add(step.pgid)
@@ -134,15 +184,17 @@ def _crash_result(paths: RunPaths, status: Status) -> Result:
 
 
 def _as_terminal(status: Status, result: Result) -> Status:
+    """``status`` as the terminal one that ``result`` implies (for a reader that meets the result
+    before the runner's terminal status, and for the repair): state, end, error, exit codes."""
     state = RunState(result.state)
-    steps = []
+    singles = result.details.results
     for step in status.steps:
         if step.status in (StepState.RUNNING, StepState.PENDING):
             step.status = StepState(state.value)
             step.ended_at = step.ended_at or result.ended_at
-        steps.append(step)
+        if step.exit_code is None and step.index < len(singles):
+            step.exit_code = singles[step.index].exit_code
     status.state = state
-    status.steps = steps
     status.ended_at = status.ended_at or result.ended_at
     status.error = status.error or result.details.error
     status.updated_at = now_iso()

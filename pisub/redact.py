@@ -1,14 +1,23 @@
-"""Redaction of secrets from everything pisub returns (results, previews, receipts).
+"""Redaction of secrets from everything that leaves a run directory.
 
-The run's own logs and events stay raw in their private files; only what pisub hands
-back to a caller goes through :func:`redact`.
+The run's own logs and events stay raw in their private files. Every text of a file written
+for readers — ``status.json`` (error message, tool preview, recent output, ledger previews),
+receipts (reasons) and ``result.json`` — goes through :func:`scrub` (or :func:`redact` when
+the result is built) at the one place that writes that file, and the CLI redacts every error
+line it prints.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from functools import cache
+from functools import cache, lru_cache
+from typing import TypeVar
+
+from pisub.protocol.control import Receipt
+from pisub.protocol.status import Status
+
+R = TypeVar("R", Status, Receipt)
 
 MASK = "[REDACTED]"
 MAX_STACK_LINES = 5
@@ -54,7 +63,21 @@ def _home_patterns() -> list[tuple[re.Pattern[str], str]]:
 
 def redact(text: str) -> str:
     """``text`` with secrets masked, the user's home shortened to ``~`` and long stack
-    traces cut to :data:`MAX_STACK_LINES` lines."""
+    traces cut to :data:`MAX_STACK_LINES` lines. Idempotent."""
+    return _redact_cached(text) if len(text) <= _CACHE_MAX_CHARS else _redact(text)
+
+
+_CACHE_MAX_CHARS = 2000
+"""Short texts (status previews, recent lines, reasons) are rewritten at every status write:
+their redaction is remembered."""
+
+
+@lru_cache(maxsize=4096)
+def _redact_cached(text: str) -> str:
+    return _redact(text)
+
+
+def _redact(text: str) -> str:
     for pattern, repl in _PATTERNS:
         text = pattern.sub(repl, text)
     for pattern, repl in _home_patterns():
@@ -90,3 +113,23 @@ def preview(text: str, limit: int = 160) -> str:
     """A redacted one-line preview of at most ``limit`` characters."""
     flat = " ".join(redact(text).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def scrub(record: R) -> R:
+    """Redact, in place, every free text of a status or receipt before it is written for readers."""
+    if isinstance(record, Status):
+        if record.error is not None:
+            record.error.message = redact(record.error.message)
+        for step in record.steps:
+            if step.current_tool is not None:
+                step.current_tool = redact(step.current_tool)
+            step.recent_output = [redact(line) for line in step.recent_output]
+        for entry in record.steering.recent:
+            entry.preview = redact(entry.preview)
+    else:
+        if record.reason is not None:
+            record.reason = redact(record.reason)
+        for target in record.targets:
+            if target.reason is not None:
+                target.reason = redact(target.reason)
+    return record

@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 from pisub.client import Run, resume
-from pisub.errors import PisubError
+from pisub.errors import PisubError, translating
 from pisub.fsio import create_exclusive, private_mkdir
-from pisub.mailbox import InboxClosed, make_receipt, write_receipt
+from pisub.mailbox import InboxClosed, make_receipt, withdraw, write_receipt
 from pisub.protocol.codec import encode, now_iso, parse_iso
-from pisub.protocol.control import Receipt, ReceiptState
+from pisub.protocol.control import Receipt, ReceiptState, RecoveryClaim, advance
 from pisub.protocol.status import RunState
 
 PAUSE_TIMEOUT_S = 15.0
@@ -31,6 +31,7 @@ def claim_path(run: Run) -> Path:
     return run.dir / "recovery" / "claim.json"
 
 
+@translating("recover the steer in")
 def revive(run: Run, request_id: str, message: str) -> Receipt | None:
     """Recover a steer that was not accepted; the request's receipt afterwards.
 
@@ -38,20 +39,22 @@ def revive(run: Run, request_id: str, message: str) -> Receipt | None:
     """
     private_mkdir(claim_path(run).parent)
     try:
-        create_exclusive(
-            claim_path(run), encode({"requestId": request_id, "pid": os.getpid(), "at": now_iso()})
-        )
+        claim = RecoveryClaim(request_id=request_id, pid=os.getpid(), at=now_iso())
+        create_exclusive(claim_path(run), encode(claim))
     except FileExistsError:
         return None
     receipt = run.receipt(request_id)
     if receipt is not None and receipt.state in (ReceiptState.QUEUED, ReceiptState.DELIVERED):
         os.unlink(claim_path(run))  # accepted after all: no recovery
         return receipt
+    interrupt_id = None
     with contextlib.suppress(InboxClosed):
-        run.send_interrupt(reason=f"steering recovery for {request_id}", source="steering-recovery")
+        interrupt_id = run.send_interrupt(
+            reason=f"steering recovery for {request_id}", source="steering-recovery"
+        )
     status = _wait_paused(run)
     if status is None:
-        return _fail(run, request_id, "the run did not pause in time; recovery abandoned (the claim stays)")
+        return _abandon(run, request_id, interrupt_id)
     remaining = _remaining_budget(run)
     if remaining is not None and remaining <= 0:
         return _fail(run, request_id, "no runtime budget left to resume the run")
@@ -60,16 +63,23 @@ def revive(run: Run, request_id: str, message: str) -> Receipt | None:
     except PisubError as exc:
         return _fail(run, request_id, f"could not resume the run: {exc.message}")
     final = run.receipt(request_id) or make_receipt(run.id, request_id, "steer", ReceiptState.PENDING)
-    final.state = ReceiptState.RECOVERED
-    final.delivery_status = "delivered"
-    final.reason = f"delivered to replacement run {replacement.id}"
-    final.replacement_run_id = replacement.id
-    final.updated_at = now_iso()
-    for target in final.targets:
-        target.state = ReceiptState.RECOVERED
-        target.reason = final.reason
-    write_receipt(run.paths, final)
+    if advance(final, ReceiptState.RECOVERED, f"delivered to replacement run {replacement.id}"):
+        final.replacement_run_id = replacement.id
+        write_receipt(run.paths, final)
     return final
+
+
+def _abandon(run: Run, request_id: str, interrupt_id: str | None) -> Receipt | None:
+    """The run did not pause in time: undo what the recovery started; the steer's receipt."""
+    if interrupt_id is not None:
+        withdraw(run.paths.inbox / "new" / f"{interrupt_id}.json")  # not paused later, if still unclaimed
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(claim_path(run))
+    receipt = run.receipt(request_id)
+    if receipt is not None and receipt.state.is_open and run.status().state.is_terminal:
+        # The runner finished while the claim held this answer back: nobody else will give it.
+        return _fail(run, request_id, "the run ended while its steering recovery was abandoned")
+    return receipt
 
 
 def _wait_paused(run: Run) -> RunState | None:
@@ -94,11 +104,6 @@ def _remaining_budget(run: Run) -> float | None:
 
 def _fail(run: Run, request_id: str, reason: str) -> Receipt:
     receipt = run.receipt(request_id) or make_receipt(run.id, request_id, "steer", ReceiptState.PENDING)
-    if receipt.state.is_final:
-        return receipt
-    receipt.state = ReceiptState.FAILED
-    receipt.delivery_status = "queued"
-    receipt.reason = reason
-    receipt.updated_at = now_iso()
-    write_receipt(run.paths, receipt)
+    if advance(receipt, ReceiptState.FAILED, reason):
+        write_receipt(run.paths, receipt)
     return receipt

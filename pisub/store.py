@@ -8,19 +8,26 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import TypeVar
 
-from pisub.errors import AmbiguousRun, HomeUnusable, ProtocolError, RunNotFound
-from pisub.fsio import JsonlAppender, atomic_write, fsync_dir, private_mkdir, read_bytes
+from pisub.errors import (
+    AmbiguousRun,
+    HomeUnusable,
+    RunNotFound,
+    storage_error,
+)
+from pisub.fsio import JsonlAppender, atomic_write, file_kind, fsync_dir, load_json, private_mkdir
 from pisub.locks import try_lock
 from pisub.paths import Home, RunPaths, is_run_id, validate_run_ref
 from pisub.procs import host_name
-from pisub.protocol.codec import decode, encode, encode_pretty, now_iso
+from pisub.protocol.codec import encode, encode_pretty, now_iso
 from pisub.protocol.events import Event
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import Result
 from pisub.protocol.status import RunState, Status
+from pisub.redact import scrub
 
 T = TypeVar("T")
 
@@ -77,11 +84,22 @@ class RunStore:
         return final, lock_fd
 
     def ids(self) -> list[str]:
-        """Every run id under the home (unordered)."""
+        """Every run under the home (unordered): entries named by a run id that are real
+        directories (a symlink named like a run is never followed; see :meth:`strays`)."""
+        return [name for name, real in self._entries() if real]
+
+    def strays(self) -> list[str]:
+        """Entries of ``runs/`` named like a run that are not directories (symlinks, files, ...)."""
+        return [name for name, real in self._entries() if not real]
+
+    def _entries(self) -> list[tuple[str, bool]]:
         try:
-            return [name for name in os.listdir(self.home.runs) if is_run_id(name)]
+            with os.scandir(self.home.runs) as it:
+                return [(e.name, _is_real_dir(e)) for e in it if is_run_id(e.name)]
         except FileNotFoundError:
             return []
+        except OSError as exc:
+            raise storage_error(exc, "list", self.home.runs) from exc
 
     def resolve(self, ref: str) -> RunPaths:
         """The run that ``ref`` (an id or a unique prefix of at least 8 characters) names.
@@ -94,9 +112,13 @@ class RunStore:
         norm = validate_run_ref(ref)
         if is_run_id(norm):
             paths = self.home.run(norm)
-            if paths.root.is_dir():
-                return paths
-            raise RunNotFound(f"no run {norm} in {self.home.runs}")
+            try:
+                mode = os.lstat(paths.root).st_mode
+            except OSError:
+                raise RunNotFound(f"no run {norm} in {self.home.runs}") from None
+            if not stat.S_ISDIR(mode):
+                raise RunNotFound(f"{paths.root} is a {file_kind(mode)}, not a run directory")
+            return paths
         matches = sorted(i for i in self.ids() if i.startswith(norm))
         if not matches:
             raise RunNotFound(f"no run matches {norm!r} in {self.home.runs}")
@@ -123,18 +145,14 @@ def load_result(paths: RunPaths) -> Result | None:
 
 def _load(path: Path, type_: type[T]) -> T:
     try:
-        data = read_bytes(path, limit=MAX_FILE)
+        return load_json(path, type_, limit=MAX_FILE)
     except FileNotFoundError as exc:
         raise RunNotFound(f"{path} does not exist") from exc
-    except OSError as exc:
-        raise ProtocolError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    if len(data) > MAX_FILE:
-        raise ProtocolError(f"{path}: larger than {MAX_FILE} bytes")
-    return decode(data, type_, str(path))
 
 
 def write_status(paths: RunPaths, status: Status, *, durable: bool = True) -> None:
-    atomic_write(paths.status, encode_pretty(status), durable=durable)
+    """Replace ``status.json`` (its free texts redacted: it is read outside the run)."""
+    atomic_write(paths.status, encode_pretty(scrub(status)), durable=durable)
 
 
 def write_result(paths: RunPaths, result: Result) -> None:
@@ -152,3 +170,10 @@ def append_event(
             appender.sync()
     finally:
         appender.close()
+
+
+def _is_real_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False

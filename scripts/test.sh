@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # Install pisub with its development tools into .venv, then lint, type-check and test.
 # Extra arguments go to pytest (e.g. scripts/test.sh --stress, scripts/test.sh -k crash).
+#
+# As root, the security and control tests also run as the ordinary user pisub-ci (created if
+# missing) from a copy of the project in a world-traversable temp dir, since root's
+# CAP_FOWNER, CAP_DAC_OVERRIDE and protected_hardlinks exemption hide real failures; the main
+# run gets PISUB_NONROOT_PYTHON / PISUB_NONROOT_USER / PISUB_NONROOT_TMPDIR for the tests that
+# drive pisub as that user (tests/nonroot.py). PISUB_NONROOT=0 skips all of it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -11,10 +17,103 @@ fi
 echo "== pi CLI (pinned, into .pi-cli/)"
 PISUB_PI_BIN=$(bash scripts/install_pi.sh | tail -n 1)
 export PISUB_PI_BIN
+
+NONROOT_USER=pisub-ci
+nonroot_dir=
+nonroot_cleanup() {
+    [ -n "$nonroot_dir" ] || return 0
+    # Processes left by an aborted run (detached runners and their children) name the dir.
+    local proc
+    for proc in /proc/[0-9]*; do
+        [ "${proc#/proc/}" != "$$" ] || continue
+        if grep -qsF -- "$nonroot_dir" "$proc/environ" "$proc/cmdline"; then
+            kill -KILL "${proc#/proc/}" 2>/dev/null || true
+        fi
+    done
+    rm -rf -- "$nonroot_dir"
+}
+# Run "$@" as the unprivileged user, in the copy, with a clean environment (pip and proxy
+# settings kept, for pip).
+as_nonroot() {
+    local keep=() var
+    for var in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY \
+        PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_CERT PIP_DEFAULT_TIMEOUT \
+        SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE CI; do
+        if [ -n "${!var:-}" ]; then keep+=("$var=${!var}"); fi
+    done
+    (
+        cd "$nonroot_dir/src"
+        exec setpriv --reuid="$(id -u "$NONROOT_USER")" --regid="$(id -g "$NONROOT_USER")" \
+            --clear-groups -- \
+            env -i PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 HOME="$nonroot_dir/home" \
+            USER="$NONROOT_USER" LOGNAME="$NONROOT_USER" TMPDIR="$nonroot_dir/tmp" \
+            PIP_CACHE_DIR="$nonroot_dir/pip-cache" PIP_DISABLE_PIP_VERSION_CHECK=1 "${keep[@]}" "$@"
+    )
+}
+if [ "$(id -u)" -eq 0 ] && [ "${PISUB_NONROOT:-1}" != 0 ]; then
+    echo "== unprivileged copy (user $NONROOT_USER)"
+    started=$SECONDS
+    trap nonroot_cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    if ! getent passwd "$NONROOT_USER" >/dev/null; then
+        useradd --system --no-create-home --shell /usr/sbin/nologin "$NONROOT_USER"
+    fi
+    nonroot_dir=$(mktemp -d /tmp/pisub-nonroot.XXXXXX)
+    chmod 755 "$nonroot_dir"
+    mkdir -m 700 "$nonroot_dir/home" "$nonroot_dir/tmp" "$nonroot_dir/pip-cache"
+    mkdir -m 755 "$nonroot_dir/src" "$nonroot_dir/shared"  # shared: root's tests put users' dirs here
+    # The working tree as git sees it: uncommitted and new files in, ignored ones (.venv, .pi-cli)
+    # out; a tracked file deleted in the tree is only warned about.
+    { git ls-files -z --cached --others --exclude-standard 2>/dev/null \
+        || printf '%s\0' pisub tests fixtures spec scripts .pisub pyproject.toml README.md; } \
+        | tar -cf - --exclude=__pycache__ --ignore-failed-read --null -T - \
+        | tar -xf - --no-same-owner -C "$nonroot_dir/src"
+    chown -R "$NONROOT_USER:" "$nonroot_dir"
+    chown root: "$nonroot_dir/shared"
+    as_nonroot /usr/bin/python3 -m venv "$nonroot_dir/venv"
+    as_nonroot "$nonroot_dir/venv/bin/python" -m pip install --quiet -e '.[dev]' \
+        --config-settings editable_mode=compat
+    echo "   ready in $((SECONDS - started)) s: $nonroot_dir"
+fi
+
 echo "== ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check pisub tests scripts --exclude pisub/testing --exclude scripts/record_pi_fixtures.py
 echo "== mypy --strict"
 .venv/bin/mypy
 echo "== pytest"
-.venv/bin/python -m pytest -q "$@"
+rc_main=0
+if [ -n "$nonroot_dir" ]; then
+    PISUB_NONROOT_PYTHON=$nonroot_dir/venv/bin/python PISUB_NONROOT_USER=$NONROOT_USER \
+        PISUB_NONROOT_TMPDIR=$nonroot_dir/shared .venv/bin/python -m pytest -q "$@" || rc_main=$?
+else
+    .venv/bin/python -m pytest -q "$@" || rc_main=$?
+fi
+
+# After a failed main run too: its failures and the unprivileged ones are often different.
+if [ -n "$nonroot_dir" ]; then
+    echo "== pytest as $NONROOT_USER (security and control tests, unprivileged)"
+    started=$SECONDS
+    shopt -s nullglob
+    nonroot_tests=(tests/integration/test_security.py tests/integration/test_control.py
+        tests/integration/test_bad_input.py tests/integration/test_crash.py
+        tests/integration/test_hardening*.py tests/integration/test_repros.py
+        tests/integration/test_hostile_entries.py tests/integration/test_no_traceback.py
+        tests/integration/test_faults.py
+        tests/integration/test_nonroot.py)
+    shopt -u nullglob
+    pi_env=()
+    if grep -qE '\bpi_(home|bin)\b|mark\.pi\b' "${nonroot_tests[@]}"; then
+        # Some of them need the pi CLI: hard links (else a copy) where the user can reach them.
+        cp -al .pi-cli "$nonroot_dir/src/" 2>/dev/null \
+            || { rm -rf "$nonroot_dir/src/.pi-cli" && cp -a .pi-cli "$nonroot_dir/src/"; }
+        pi_env=(PISUB_PI_BIN="$nonroot_dir/src/.pi-cli/node_modules/.bin/pi")
+    fi
+    rc_nonroot=0
+    as_nonroot "${pi_env[@]}" "$nonroot_dir/venv/bin/python" -m pytest -q -p no:cacheprovider \
+        "${nonroot_tests[@]}" "$@" || rc_nonroot=$?
+    echo "   as $NONROOT_USER: $((SECONDS - started)) s"
+    [ "$rc_main" -ne 0 ] || [ "$rc_nonroot" -eq 5 ] || rc_main=$rc_nonroot  # 5: extra arguments selected none
+fi
+exit "$rc_main"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from pisub.testing.fake_model import FakeModelServer, pi_env, write_pi_agent_dir
+from tests.nonroot import NonrootSetupError, Unprivileged, unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 PI_BIN_DEFAULT = ROOT / ".pi-cli" / "node_modules" / ".bin" / "pi"
@@ -93,16 +95,12 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("PISUB_HOME", str(root))
     monkeypatch.chdir(tmp_path)
     yield root
-    import psutil
-
-    procs = []
-    for pid in processes_of(root):
-        with contextlib.suppress(psutil.NoSuchProcess):
-            procs.append(psutil.Process(pid))
-    for proc in procs:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.kill()
-    psutil.wait_procs(procs, timeout=5)
+    left = processes_of(root)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    # A zombie counts as ended: orphans are reaped by PID 1, which here takes up to ~2 s.
+    wait_for(lambda: not any(map(pid_alive, left)), timeout=5, what=f"processes {left} to end")
 
 
 AgentMaker = Callable[..., Path]
@@ -196,3 +194,32 @@ def pi_home(
     os.chmod(home, 0o700)
     (agents / "pi.md").write_text("---\nname: pi\nrunner: pi\ndescription: the real pi\n---\nBe terse.\n")
     return home
+
+
+@pytest.fixture
+def unprivileged() -> Iterator[Unprivileged]:
+    """pisub as the ordinary user ``$PISUB_NONROOT_USER`` (``pisub-ci``), for a test running as root.
+
+    Gives a PISUB_HOME of that user in a world-traversable folder and ``.pisub(*args)``, which runs
+    ``$PISUB_NONROOT_PYTHON -m pisub`` as that user with a clean environment. Skips when not root
+    or when scripts/test.sh did not set PISUB_NONROOT_PYTHON; fails when that setup is broken.
+    """
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    try:
+        user = Unprivileged.create()
+    except NonrootSetupError as exc:
+        pytest.fail(f"the unprivileged setup is broken: {exc}")
+    try:
+        yield user
+    finally:
+        left = processes_of(user.base)
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        try:
+            # A zombie counts as ended: orphans are reaped by PID 1, which may take seconds.
+            wait_for(lambda: not any(map(pid_alive, left)), timeout=10, what=f"processes {left} to end")
+        finally:
+            user.remove()

@@ -57,19 +57,45 @@ class ChildOutcome:
     """A failure reported by the child (stderr tail, provider error), None on success."""
     usage: Usage = field(default_factory=Usage)
     session_file: str | None = None
+    process_exit: int | None = None
+    """The process's own exit status (128+N when signal N ended it), where it differs from
+    ``exit_code`` (pi: ``exit_code`` is the task's outcome)."""
 
 
 RECENT_LINES = 50
+RECENT_LINE_CHARS = 500
 
 
 @dataclass
 class Progress:
-    """Live progress a child reports; the runner copies it into ``status.json``."""
+    """Live progress a child reports; the runner copies it into ``status.json`` (where its
+    texts are redacted)."""
 
     turns: int = 0
     tools: int = 0
     current_tool: str | None = None
     recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_LINES))
+    _partial: bytearray = field(default_factory=bytearray)
+
+    def add_line(self, text: str) -> None:
+        """Keep ``text`` as one of the last :data:`RECENT_LINES` lines (if it is not blank)."""
+        if text.strip():
+            self.recent.append(text[:RECENT_LINE_CHARS])
+
+    def add_output(self, data: bytes) -> None:
+        """Keep the last lines of raw output; a partial last line waits for its newline."""
+        self._partial += data
+        *lines, rest = self._partial.split(b"\n")
+        self._partial = bytearray(rest[: RECENT_LINE_CHARS * 4])
+        kept: list[str] = []
+        for line in reversed(lines):  # only the last non-empty ones can stay
+            text = line.decode("utf-8", "replace")
+            if text.strip():
+                kept.append(text)
+                if len(kept) == RECENT_LINES:
+                    break
+        for text in reversed(kept):
+            self.add_line(text)
 
 
 class PipeWriter:

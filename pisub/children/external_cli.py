@@ -63,6 +63,8 @@ class ExternalCliChild(Child):
             data = self.read_chunk(stream, READ_CHUNK)
             if not data:
                 return
+            if sink is self.stdout:
+                self.progress.add_output(data)
             if sink.feed(data):
                 self.hooks.event("child.output_truncated", self.index, log=str(sink.path), cap=sink.cap)
             self.hooks.output(self.index, len(data), sink.truncated)
@@ -92,7 +94,13 @@ class ExternalCliChild(Child):
             tail = self.stderr.tail_text().strip()
             how = f"was killed by signal {sig}" if sig else f"exited with code {rc}"
             error = f"External CLI {how}" + (f": {tail[-4000:]}" if tail else "")
-        return ChildOutcome(exit_code=exit_code, signal=sig, output=self.stdout.tail_text(), error=error)
+        return ChildOutcome(
+            exit_code=exit_code,
+            process_exit=exit_code,
+            signal=sig,
+            output=self.stdout.tail_text(),
+            error=error,
+        )
 
 
 def child_env(base: Mapping[str, str], run_id: str, run_dir: Path) -> dict[str, str]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import selectors
 import shutil
 from collections.abc import Callable, Iterator, Mapping
@@ -34,18 +35,21 @@ import msgspec
 from pisub.children.base import Child, ChildHooks, ChildOutcome, PipeWriter
 from pisub.defaults import TAIL_BYTES
 from pisub.errors import LaunchFailed
-from pisub.fsio import atomic_write
+from pisub.fsio import atomic_write, open_regular
 from pisub.output import StreamSink
 from pisub.paths import RunPaths
 from pisub.protocol.control import ReceiptState
 from pisub.protocol.manifest import AgentSpec, Manifest
 from pisub.protocol.result import Usage
-from pisub.redact import redact
 
 MAX_LINE = 16 * 1024 * 1024
 """Longest stdout line read from pi; a longer one is skipped and reported."""
 
 READ_CHUNK = 256 * 1024
+MAX_TOKENS = 2**53
+"""Token counts above this are ignored (they would not survive JSON readers)."""
+MAX_COST = 1e12
+"""Costs above this (or not finite) are ignored."""
 PREVIEW_CHARS = 120
 INSTALL_HINT = "install it with: npm install -g @mariozechner/pi-coding-agent (or set PISUB_PI_BIN)"
 
@@ -95,30 +99,66 @@ def pi_argv(spec: AgentSpec, session_file: Path, system_prompt_file: Path | None
 
 
 def tool_preview(name: str, args: object) -> str:
-    """``<name> <args preview>`` for a tool call, e.g. ``bash echo hi``."""
+    """``<name> <args preview>`` for a tool call, e.g. ``bash echo hi`` (bounded in size and
+    depth, whatever the model sent)."""
+    text = ""
     if isinstance(args, dict):
-        for key in ("command", "path", "file_path", "pattern", "query", "url"):
-            if isinstance(args.get(key), str):
-                text = str(args[key])
-                break
-        else:
-            text = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
-    else:
-        text = "" if args is None else json.dumps(args, ensure_ascii=False)
-    text = " ".join(text.split())
+        text = next((v for k in _PREVIEW_KEYS if isinstance(v := args.get(k), str)), "")
+    if not text and args is not None:
+        text = compact(args, PREVIEW_CHARS + 1)
+    text = " ".join(text[: PREVIEW_CHARS * 4].split())
     if len(text) > PREVIEW_CHARS:
         text = text[: PREVIEW_CHARS - 1] + "…"
-    return f"{name} {text}".rstrip()
+    return f"{name[:PREVIEW_CHARS]} {text}".rstrip()
+
+
+_PREVIEW_KEYS = ("command", "path", "file_path", "pattern", "query", "url")
+_KIND_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+"""What a pi event's ``type`` must look like to name an ``events.jsonl`` type (``pi.<type>``)."""
+PREVIEW_DEPTH = 4
+
+
+def compact(value: object, limit: int, depth: int = PREVIEW_DEPTH) -> str:
+    """A short JSON-like rendering of ``value``: at most about ``limit`` characters, nesting
+    deeper than ``depth`` shown as ``…`` (never recursion-limited, whatever the input)."""
+    if isinstance(value, str):
+        return json.dumps(value[:limit], ensure_ascii=False)
+    if value is None or isinstance(value, bool | int | float):
+        return json.dumps(value)[:limit] if not isinstance(value, int) or abs(value) < 10**30 else "…"
+    if depth <= 0 or not isinstance(value, dict | list):
+        return "…"
+    items = list(value.items()) if isinstance(value, dict) else list(enumerate(value))
+    parts: list[str] = []
+    used = 2
+    for key, item in items:
+        if used >= limit:
+            parts.append("…")
+            break
+        head = f"{json.dumps(str(key)[:limit], ensure_ascii=False)}:" if isinstance(value, dict) else ""
+        part = head + compact(item, limit - used, depth - 1)
+        parts.append(part)
+        used += len(part) + 1
+    inner = ",".join(parts)
+    return ("{" + inner + "}") if isinstance(value, dict) else ("[" + inner + "]")
+
+
+def text_of(value: object) -> str | None:
+    """``value`` when it is a string, else None (pi's events are checked before use)."""
+    return value if isinstance(value, str) else None
 
 
 def message_text(message: Json) -> str:
-    """The text parts of an agent message, joined."""
+    """The text parts of an agent message, joined (parts that are not text are skipped)."""
     content = message.get("content")
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         return ""
-    return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return "".join(
+        text
+        for p in content
+        if isinstance(p, dict) and p.get("type") == "text" and (text := text_of(p.get("text"))) is not None
+    )
 
 
 class LineReader:
@@ -173,12 +213,12 @@ class UsageTotals:
         )
         for key, attr in pairs:
             value = usage.get(key)
-            if isinstance(value, int):
-                setattr(self.usage, attr, getattr(self.usage, attr) + value)
+            if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS:
+                setattr(self.usage, attr, min(MAX_TOKENS, getattr(self.usage, attr) + value))
         cost = usage.get("cost")
         total = cost.get("total") if isinstance(cost, dict) else cost
-        if isinstance(total, int | float):
-            self.usage.cost += float(total)
+        if isinstance(total, int | float) and not isinstance(total, bool) and 0 <= total <= MAX_COST:
+            self.usage.cost = min(MAX_COST, self.usage.cost + float(total))
 
 
 @dataclass
@@ -223,6 +263,7 @@ class PiChild(Child):
         self._steers: list[_Steer] = []
         self._task_seen = False
         self._abort_wanted = False
+        self._session_private = False
 
     # -- process --------------------------------------------------------------------
     def start(self) -> None:
@@ -249,8 +290,9 @@ class PiChild(Child):
         cid = f"pisub-{self._next_id}"
         if on_response is not None:
             self._handlers[cid] = on_response
-        assert self.stdin is not None
-        self.stdin.write(json.dumps({"id": cid, **command}, ensure_ascii=False).encode("utf-8") + b"\n")
+        line = json.dumps({"id": cid, **command}, ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n"
+        if self.stdin is not None:
+            self.stdin.write(line)
         return cid
 
     def finish(self) -> None:
@@ -272,7 +314,7 @@ class PiChild(Child):
     def _on_prompt(self, resp: Json) -> None:
         self.prompt_answered = True
         if not resp.get("success", False):
-            self.prompt_error = str(resp.get("error") or "pi refused the prompt")
+            self.prompt_error = (text_of(resp.get("error")) or "pi refused the prompt")[:2000]
             self.finish()
             return
         # pi drops steers and aborts sent before it answered the first prompt: they waited.
@@ -309,7 +351,7 @@ class PiChild(Child):
         if not resp.get("success", False) and item in self._steers:
             self._steers.remove(item)
             self.hooks.steer_update(
-                item.request_id, ReceiptState.FAILED, str(resp.get("error") or "pi refused it")
+                item.request_id, ReceiptState.FAILED, (text_of(resp.get("error")) or "pi refused it")[:2000]
             )
             if not self._streaming:  # the refused steer invalidated the idle check: ask again
                 self._ask_idle()
@@ -327,7 +369,13 @@ class PiChild(Child):
         self.send({"type": "abort"}, lambda _resp: self.finish())
 
     def _queue_update(self, ev: Json) -> None:
-        listed = [t for key in ("steering", "followUp") for t in ev.get(key) or [] if isinstance(t, str)]
+        listed = [
+            t
+            for key in ("steering", "followUp")
+            if isinstance(q := ev.get(key), list)
+            for t in q
+            if isinstance(t, str)
+        ]
         for text in listed:
             for item in self._steers:
                 if item.state == "sent" and item.text == text:
@@ -350,11 +398,20 @@ class PiChild(Child):
     def _on_stdout(self, _mask: int) -> None:
         assert self.proc
         data = self.read_chunk(self.proc.stdout, READ_CHUNK)
-        if not data:
-            return
+        if data:
+            self.feed(data)
+
+    def feed(self, data: bytes) -> None:
+        """Take a chunk of pi's stdout (the parser's public entry; never raises for what pi —
+        or a model steering it — writes: a line that cannot be handled is reported as
+        ``child.bad_line`` and skipped)."""
         before = self.reader.oversized
         for line in self.reader.feed(data):
-            self._on_line(line)
+            try:
+                self._on_line(line)
+            except (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError) as exc:
+                preview = line[:200].decode("utf-8", "replace")
+                self.hooks.event("child.bad_line", self.index, preview=preview, error=type(exc).__name__)
         if self.reader.oversized != before:
             self.hooks.event("child.line_too_long", self.index, limit=MAX_LINE)
 
@@ -372,13 +429,14 @@ class PiChild(Child):
             return
         try:
             obj = _decode(line)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             self.hooks.event("child.bad_line", self.index, preview=line[:200].decode("utf-8", "replace"))
             return
         if not isinstance(obj, dict):
             self.hooks.event("child.bad_line", self.index, preview=line[:200].decode("utf-8", "replace"))
             return
-        kind = str(obj.get("type"))
+        kind = text_of(obj.get("type")) or ""
+        kind = kind if _KIND_RE.fullmatch(kind) else "unknown"
         if kind == "response":
             self._on_response(obj)
         elif kind != "message_update":
@@ -392,10 +450,9 @@ class PiChild(Child):
         handler = self._handlers.pop(cid, None) if isinstance(cid, str) else None
         if handler is not None:
             handler(resp)
-        elif not resp.get("success", True):
-            self.hooks.event(
-                "child.rpc_error", self.index, command=resp.get("command"), error=resp.get("error")
-            )
+        elif resp.get("success", True) is not True:
+            command, error = text_of(resp.get("command")), text_of(resp.get("error"))
+            self.hooks.event("child.rpc_error", self.index, command=command, error=error and error[:2000])
 
     # -- events ---------------------------------------------------------------------
     def _on_event(self, kind: str, ev: Json) -> None:
@@ -424,6 +481,7 @@ class PiChild(Child):
             return
         self.totals.add(message)
         self.last_assistant = message
+        self._make_session_private()
         text = message_text(message)
         if message.get("stopReason") != "error" and text.strip():
             self.final_text = text
@@ -431,9 +489,9 @@ class PiChild(Child):
             self._log(text)
 
     def _tool_start(self, ev: Json) -> None:
-        preview = tool_preview(str(ev.get("toolName", "?")), ev.get("args"))
+        preview = tool_preview(text_of(ev.get("toolName")) or "?", ev.get("args"))
         self.progress.tools += 1
-        self.progress.current_tool = redact(preview)
+        self.progress.current_tool = preview
         self._log(f"tool: {preview}")
 
     def _tool_end(self, _ev: Json) -> None:
@@ -463,8 +521,7 @@ class PiChild(Child):
             self.hooks.event("child.output_truncated", self.index, log=str(self.log.path), cap=self.log.cap)
         self.hooks.output(self.index, len(data), self.log.truncated)
         for line in text.splitlines():
-            if line.strip():
-                self.progress.recent.append(redact(line)[:500])
+            self.progress.add_line(line)
 
     # -- the end ------------------------------------------------------------------
     def close(self, sel: selectors.BaseSelector) -> None:
@@ -487,8 +544,10 @@ class PiChild(Child):
         sig = -rc if rc < 0 else None
         error = self._error(rc, sig)
         output = self.final_text if self.final_text is not None else self._diagnostic()
+        self._make_session_private()
         return ChildOutcome(
             exit_code=0 if error is None else 1,
+            process_exit=128 + sig if sig else rc,
             signal=sig,
             output=output,
             error=error,
@@ -496,13 +555,30 @@ class PiChild(Child):
             session_file=self.session_file if self.session_path.exists() else None,
         )
 
+    def _make_session_private(self) -> None:
+        """pi creates ``session.jsonl`` with the child's umask (the user's, for the files it
+        writes in the project): make it 0600 like every file of a run, once it exists."""
+        if self._session_private:
+            return
+        try:
+            fd = open_regular(self.session_path)
+        except OSError:
+            return
+        try:
+            os.fchmod(fd, 0o600)
+            self._session_private = True
+        except OSError:
+            pass  # not ours: leave it
+        finally:
+            os.close(fd)
+
     def _error(self, rc: int, sig: int | None) -> str | None:
         if self.prompt_error is not None:
             return f"pi refused the task: {self.prompt_error}"
         last = self.last_assistant or {}
         reason = last.get("stopReason")
         if reason in ("error", "aborted"):
-            detail = last.get("errorMessage") or reason
+            detail = (text_of(last.get("errorMessage")) or reason)[:4000]
             return f"pi {'failed' if reason == 'error' else 'was aborted'}: {detail}"
         if not self.finished:
             how = f"was killed by signal {sig}" if sig else f"exited with code {rc}"

@@ -3,11 +3,19 @@
 Exit codes: 0 success; 1 a pisub error (one line on stderr, with its code); 2 a usage
 error; ``wait`` exits 1 for a run that ended other than ``complete`` and 3 when its
 ``--timeout`` ran out.
+
+No command prints a traceback: every error is one redacted line ``pisub: <message> [<CODE>]``.
+An ``OSError`` that escaped its seam becomes ``IO_ERROR``, anything else ``INTERNAL_ERROR``
+(``PISUB_DEBUG=1`` shows the traceback).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+import traceback
+from typing import NoReturn
 
 import typer
 
@@ -16,7 +24,7 @@ from pisub.cli import control as _control
 from pisub.cli import leases as _leases
 from pisub.cli import ops as _ops
 from pisub.cli import runs as _runs
-from pisub.errors import PisubError
+from pisub.errors import InternalError, PisubError, printable, storage_error
 
 app = typer.Typer(
     name="pisub",
@@ -38,7 +46,32 @@ def main() -> None:
     try:
         app(prog_name="pisub")
     except PisubError as exc:
-        print(f"pisub: {exc.message} [{exc.code}]", file=sys.stderr)
-        sys.exit(1)
+        _fail(exc)
     except KeyboardInterrupt:
         sys.exit(130)
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+    except OSError as exc:
+        _fail(storage_error(exc, "use"), exc)
+    except Exception as exc:
+        what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        _fail(InternalError(f"internal error (please report it): {what}"), exc)
+
+
+def _fail(error: PisubError, cause: BaseException | None = None) -> NoReturn:
+    """Print one line for ``error`` (redacted) and exit 1."""
+    from pisub.redact import redact
+
+    if cause is not None and os.environ.get("PISUB_DEBUG"):
+        traceback.print_exception(cause)
+    line = " ".join(redact(error.message).split())
+    print(f"pisub: {printable(line)} [{error.code}]", file=sys.stderr)
+    sys.exit(1)
+
+
+def _quiet_broken_pipe() -> NoReturn:
+    """The reader of our output went away (``pisub list | head``): exit without a word."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(141)

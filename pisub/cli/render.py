@@ -6,29 +6,52 @@ import sys
 import time
 from collections.abc import Iterable
 
+import msgspec
+
+from pisub.errors import printable
 from pisub.protocol.codec import encode, parse_iso
 from pisub.protocol.result import Result
 from pisub.protocol.status import Status
 
 
 def out(text: str) -> None:
+    """Print a line; undecodable bytes of file names are shown as ``\\udcXX`` escapes."""
+    text = printable(text)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
 def err(text: str) -> None:
+    text = printable(text)
     sys.stderr.write(text if text.endswith("\n") else text + "\n")
 
 
 def json_line(obj: object) -> None:
-    """One JSON object on one line (the documented ``--json`` output)."""
-    sys.stdout.buffer.write(encode(obj) + b"\n")
+    """One JSON object on one line (the documented ``--json`` output), always valid UTF-8."""
+    try:
+        data = encode(obj)
+    except UnicodeEncodeError:  # a file name that is not UTF-8: escape it, as out() does
+        data = encode(_printable_tree(msgspec.to_builtins(obj)))
+    sys.stdout.buffer.write(data + b"\n")
     sys.stdout.flush()
+
+
+def _printable_tree(value: object) -> object:
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, list):
+        return [_printable_tree(v) for v in value]
+    if isinstance(value, dict):
+        return {printable(str(k)): _printable_tree(v) for k, v in value.items()}
+    return value
 
 
 def age(iso: str | None) -> str:
     if not iso:
         return "-"
-    secs = max(0.0, time.time() - parse_iso(iso))
+    try:
+        secs = max(0.0, time.time() - parse_iso(iso))
+    except ValueError:
+        return "?"
     if secs < 60:
         return f"{secs:.0f}s ago"
     if secs < 3600:

@@ -83,16 +83,21 @@ def logs(
 
     handle = Run(ref)
     log = handle.paths.output_log(child)
-    if not log.exists() and not follow:
+    if not os.path.lexists(log) and not follow:
         raise InvalidInput(f"run {handle.id} has no output log for child {child}")
     _follow(handle, log) if follow else _copy(log, 0)
 
 
 def _copy(log: Path, offset: int) -> int:
+    from pisub.errors import storage_error
+    from pisub.fsio import open_regular
+
     try:
-        fd = os.open(log, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = open_regular(log)
     except FileNotFoundError:
         return offset
+    except OSError as exc:
+        raise storage_error(exc, "read", log) from exc
     try:
         os.lseek(fd, offset, os.SEEK_SET)
         while chunk := os.read(fd, 1 << 16):

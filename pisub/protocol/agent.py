@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from pisub.protocol.codec import Record
+from pisub.protocol.codec import StrictRecord
 from pisub.protocol.manifest import RunnerKind, ThinkingLevel
 
 
-class AgentFrontmatter(Record, kw_only=True):
+class AgentFrontmatter(StrictRecord, kw_only=True):
     """What an agent file's frontmatter may say; unknown keys are an error."""
 
     name: str

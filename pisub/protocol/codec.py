@@ -15,8 +15,14 @@ SCHEMA_VERSION = 1
 T = TypeVar("T")
 
 
-class Record(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
-    """Base of every file and message: camelCase on disk, unknown fields rejected."""
+class Record(msgspec.Struct, rename="camel", kw_only=True):
+    """Base of every file pisub writes for readers: camelCase on disk; a reader ignores fields
+    it does not know, so a newer pisub may add fields without breaking older readers."""
+
+
+class StrictRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
+    """Base of input from outside (control requests, agent files): unknown fields are errors
+    that name the field."""
 
 
 _encoder = msgspec.json.Encoder()
@@ -44,6 +50,8 @@ def decode(data: bytes | str, type_: type[T], what: str) -> T:
         raise ProtocolError(f"{what}: {exc}") from exc
     except msgspec.DecodeError as exc:
         raise ProtocolError(f"{what}: not valid JSON ({exc})") from exc
+    except RecursionError:
+        raise ProtocolError(f"{what}: nested too deeply") from None
 
 
 def convert(obj: Any, type_: type[T], what: str) -> T:
@@ -52,6 +60,8 @@ def convert(obj: Any, type_: type[T], what: str) -> T:
         return msgspec.convert(obj, type=type_, strict=True)
     except msgspec.ValidationError as exc:
         raise ProtocolError(f"{what}: {exc}") from exc
+    except RecursionError:
+        raise ProtocolError(f"{what}: nested too deeply") from None
 
 
 def now_iso() -> str:

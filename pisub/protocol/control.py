@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from pisub.errors import ProtocolError
-from pisub.protocol.codec import Record
+from pisub.protocol.codec import Record, StrictRecord, now_iso
 
 REQUEST_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
 """A request id (and a request file's name without ``.json``)."""
@@ -21,12 +21,14 @@ MAX_REQUEST_BYTES = 256 * 1024
 """Largest request file the runner reads; a larger one is rejected unread."""
 
 RequestId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")]
-Message = Annotated[str, msgspec.Meta(min_length=1)]
+Message = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_MESSAGE_BYTES, pattern=r"\S")]
+"""Non-blank; at most 131,072 characters here (the schema cannot count bytes) and at most
+:data:`MAX_MESSAGE_BYTES` bytes of UTF-8 (checked after decoding)."""
 ChildIndex = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
 ShortText = Annotated[str, msgspec.Meta(max_length=1000)]
 
 
-class RequestBase(Record, kw_only=True, tag_field="type", omit_defaults=True):
+class RequestBase(StrictRecord, kw_only=True, tag_field="type", omit_defaults=True):
     """Fields every request has. ``id`` defaults to the file name without ``.json``."""
 
     v: Literal[1]
@@ -74,9 +76,22 @@ def decode_request(data: bytes) -> Request:
     try:
         return _request_decoder.decode(data)
     except msgspec.ValidationError as exc:
-        raise ProtocolError(str(exc)) from exc
+        raise ProtocolError(_plain(str(exc))) from exc
     except msgspec.DecodeError as exc:
         raise ProtocolError(f"not valid JSON ({exc})") from exc
+
+
+_PLAIN = {
+    "Expected `str` matching regex '\\\\S' - at `$.message`": "`message` is blank - at `$.message`",
+    f"Expected `str` of length <= {MAX_MESSAGE_BYTES} - at `$.message`": (
+        f"`message` is larger than {MAX_MESSAGE_BYTES} characters - at `$.message`"
+    ),
+}
+
+
+def _plain(message: str) -> str:
+    """msgspec's wording of the message constraints, said plainly."""
+    return _PLAIN.get(message, message)
 
 
 def request_type(request: Request) -> str:
@@ -93,7 +108,7 @@ class ReceiptState(enum.StrEnum):
     QUEUED = "queued"
     """The child accepted the message into its queue; ``delivered`` follows."""
     SCHEDULED = "scheduled"
-    """Kept for later (a brief for the next resume)."""
+    """Kept for later (a brief for the next resume); ``delivered`` follows when it is taken."""
     PENDING = "pending"
     """Claimed by the runner, not yet accepted by the child."""
     PARTIAL = "partial"
@@ -107,7 +122,17 @@ class ReceiptState(enum.StrEnum):
 
     @property
     def is_final(self) -> bool:
-        return self not in (ReceiptState.PENDING, ReceiptState.QUEUED)
+        """No later state follows."""
+        return self not in (ReceiptState.PENDING, ReceiptState.QUEUED, ReceiptState.SCHEDULED)
+
+    @property
+    def is_open(self) -> bool:
+        """The runner still owes the request its answer (a dead runner's repair fails it)."""
+        return self in (ReceiptState.PENDING, ReceiptState.QUEUED)
+
+    @property
+    def delivery_status(self) -> Literal["delivered", "queued"]:
+        return "delivered" if self in (ReceiptState.DELIVERED, ReceiptState.RECOVERED) else "queued"
 
 
 class Target(Record, kw_only=True, omit_defaults=True):
@@ -158,9 +183,44 @@ class Ledger(Record, kw_only=True):
     recent: list[LedgerEntry] = []
 
 
+class RecoveryClaim(Record, kw_only=True):
+    """``<run>/recovery/claim.json``: a pause-and-revive owns this request's answer."""
+
+    v: int = 1
+    request_id: str
+    pid: int
+    at: str
+
+
 class InboxInfo(Record, kw_only=True):
     """How the runner watches its inbox."""
 
     watch: Literal["inotify", "polling"]
     reason: str | None = None
     """Why inotify is not used, when polling."""
+
+
+def advance(
+    receipt: Receipt, state: ReceiptState, reason: str | None = None, *, now: str | None = None
+) -> bool:
+    """Move ``receipt`` to ``state`` — the one way a receipt changes.
+
+    Sets ``deliveryStatus`` and ``updatedAt``, gives every target that is not final the same
+    state and reason (and ``deliveredAt`` when delivered). A final receipt never changes:
+    returns False and leaves it alone; True when it moved.
+    """
+    if receipt.state.is_final:
+        return False
+    at = now or now_iso()
+    receipt.state = state
+    receipt.delivery_status = state.delivery_status
+    receipt.reason = reason
+    receipt.updated_at = at
+    for target in receipt.targets:
+        if target.state.is_final:
+            continue
+        target.state = state
+        target.reason = reason
+        if state in (ReceiptState.DELIVERED, ReceiptState.RECOVERED):
+            target.delivered_at = target.delivered_at or at
+    return True

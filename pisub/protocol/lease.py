@@ -23,6 +23,9 @@ class LeaseOwner(Record, kw_only=True):
     """The run whose session it continues (resume), or None for a first run."""
     pid: int
     pid_start_time: float | None
+    pid_start_ticks: int | None = None
+    """The owner's start in clock ticks since boot; compared instead of ``pidStartTime``
+    (which moves with the wall clock) when present."""
     host: str
     boot_id: str | None
     acquired_at: str

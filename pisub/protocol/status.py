@@ -45,7 +45,11 @@ class StepStatus(Record, kw_only=True):
     status: StepState
     pid: int | None = None
     pid_start_time: float | None = None
-    """The child's process start time (seconds since the epoch), for pid-reuse checks."""
+    """The child's process start time (seconds since the epoch; for people: it moves when the
+    wall clock is stepped)."""
+    pid_start_ticks: int | None = None
+    """The child's start in clock ticks since boot (``/proc/<pid>/stat``): what pid-reuse
+    checks compare, immune to wall-clock steps."""
     pgid: int | None = None
     exit_code: int | None = None
     signal: int | None = None
@@ -73,7 +77,9 @@ class Status(Record, kw_only=True):
     pid: int | None = None
     """The runner's pid (None until the runner's startup commit)."""
     pid_start_time: float | None = None
-    """The runner's process start time (seconds since the epoch)."""
+    """The runner's process start time (seconds since the epoch; for people)."""
+    pid_start_ticks: int | None = None
+    """The runner's start in clock ticks since boot: what liveness checks compare."""
     host: str
     boot_id: str | None = None
     started_at: str

@@ -40,6 +40,17 @@ class _Reporter:
             self.fd = -1
 
 
+RESERVED_LOG_BYTES = 64 * 1024
+"""Disk space set aside beyond the end of ``runner.log`` (its stdout and stderr), so that the
+runner can still say why it could not write when the disk is full."""
+
+
+def _reserve_log_space() -> None:
+    from pisub.fsio import reserve_space
+
+    reserve_space(2, RESERVED_LOG_BYTES)  # best effort: the runner works without it
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     # Second fork: the launcher reaps the intermediate at once and the runner, not a
@@ -47,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.fork() > 0:
         os._exit(0)
     os.umask(0o077)
+    _reserve_log_space()
     for fd in (args.ready_fd, args.lock_fd):
         os.set_inheritable(fd, False)
     report = _Reporter(args.ready_fd)

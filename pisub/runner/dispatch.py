@@ -1,33 +1,44 @@
 """Claiming requests from the inbox and answering each with exactly one receipt.
 
-The runner lists ``inbox/new`` in name order, claims each file by renaming it into
-``inbox/cur/``, validates it and hands it to one ``handle_<type>`` function. Every
-request gets one receipt in ``outbox/<id>.json``; a receipt is rewritten (atomically) as
-its request advances (``pending`` → ``queued`` → ``delivered``) and never after it is
-final. A bad file is moved to ``inbox/rejected/`` with its reason; a duplicate id too,
-leaving the first request's receipt alone.
+The runner lists ``inbox/new`` in name order, claims each file into ``inbox/cur/``, validates
+it and hands it to one ``handle_<type>`` function. Every request gets one receipt in
+``outbox/<id>.json``; a receipt is rewritten (atomically) as its request advances (``pending``
+→ ``queued`` → ``delivered``) and never after it is final. A bad file, and a duplicate id, is
+moved to ``inbox/rejected/`` with its reason — only once its receipt is durable, so a crash
+never leaves a rejected file without its answer.
+
+Receipts wait in memory until they are published (:class:`~pisub.fsio.BatchWriter`): when a
+write fails (full disk), nothing is lost — they stay pending and every later scan retries, and
+the runner goes on supervising its child meanwhile.
 """
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol
 
+from pisub.errors import PisubError
 from pisub.fsio import BatchWriter
 from pisub.mailbox import (
     FINISHED_REASON,
+    UNCLAIMABLE_ERRNOS,
     claim,
     close_inbox,
-    delivery_status,
     encode_receipt,
     make_receipt,
     mark_answered,
+    new_key,
+    new_mtime,
     parse_request_file,
     pending_files,
+    read_receipt_or_quarantine,
     receipt_path,
     recovery_claim,
     reject_file,
-    write_receipt,
+    rejected_receipt,
+    run_owner,
 )
 from pisub.paths import RunPaths
 from pisub.protocol.codec import now_iso
@@ -42,6 +53,7 @@ from pisub.protocol.control import (
     Steer,
     Stop,
     Target,
+    advance,
     request_type,
 )
 from pisub.redact import preview
@@ -50,6 +62,8 @@ LEDGER_SIZE = 20
 RECOVERY_REASON = "recovery in progress"
 
 SteerBehavior = str  # "steer" | "followUp" (pi's streamingBehavior)
+ErrorHook = Callable[[str, OSError], None]
+"""Told what could not be done (``"publish receipts"``, ``"list the inbox"``...) and why."""
 
 
 class Controller(Protocol):
@@ -76,6 +90,7 @@ class Dispatcher:
         controller: Controller,
         on_change: Callable[[], None],
         on_event: Callable[..., None],
+        on_error: ErrorHook,
     ) -> None:
         self.paths = paths
         self.run_id = run_id
@@ -83,46 +98,91 @@ class Dispatcher:
         self.controller = controller
         self.on_change = on_change
         self.on_event = on_event
+        self.on_error = on_error
         self.open: dict[str, Receipt] = {}
         self._seen: set[str] = set()
+        self._stuck: set[str] = set()
+        """Names in ``new/`` that could be neither linked nor renamed (answered once)."""
+        self._moves: list[tuple[Path, str, str]] = []
+        """Rejected files to move once their receipts are published: (path, reason, id)."""
         self.batch = BatchWriter(paths.outbox)
+        self.owner = run_owner(paths)
         self.closed = False
+
+    @property
+    def unpublished(self) -> int:
+        """Receipts waiting for a write that failed (retried by every scan)."""
+        return len(self.batch)
 
     # -- scanning ---------------------------------------------------------------------
     def scan(self) -> int:
-        """Claim and handle every request waiting in ``inbox/new``; how many were taken."""
-        names = pending_files(self.paths, "new")
+        """Claim and handle every request waiting in ``inbox/new``, then publish the receipts;
+        how many files were claimed. Never raises for a bad entry or a failed write."""
+        try:
+            names = pending_files(self.paths, "new")
+        except PisubError:
+            names = []
+        claimed = 0
         for name in names:
-            self._take(name)
-        self._sync()
-        return len(names)
+            if name in self._stuck:
+                continue
+            try:
+                claimed += self._take(name)
+            except OSError as exc:  # the folder or the disk (full, read-only...): the next scan retries
+                self.on_error("claim a request", exc)
+                break
+        self.publish()
+        return claimed
 
-    def _take(self, name: str) -> None:
-        cur = claim(self.paths, name)
+    def _take(self, name: str) -> int:
+        try:
+            cur = claim(self.paths, name)
+        except OSError as exc:
+            if exc.errno not in UNCLAIMABLE_ERRNOS:
+                raise
+            self._unclaimable(name, exc)
+            return 0
         if cur is None:
-            return  # withdrawn, or claimed by someone else
-        parsed = parse_request_file(cur, name)
+            return 0  # withdrawn, or claimed by someone else
+        parsed = parse_request_file(cur, new_key(name), name, self.owner)
         rid = parsed.request_id
-        if rid in self._seen or receipt_path(self.paths, rid).exists():
-            reject_file(self.paths, cur, f"duplicate request id {rid!r}: it was already used", name)
-            return
+        if rid in self._seen or self._answered(rid):
+            self._moves.append((cur, f"duplicate request id {rid!r}: it was already used", rid))
+            return 1
         self._seen.add(rid)
         if parsed.request is None:
             self.on_event("control.rejected", id=rid, reason=parsed.error)
-            self._count("rejected")
-            self._final(
-                make_receipt(self.run_id, rid, "unknown", ReceiptState.REJECTED, reason=parsed.error),
-                message=None,
-            )
-            reject_file(self.paths, cur, parsed.error or "invalid request", name)  # after its receipt
-            return
+            self._count(ReceiptState.REJECTED)
+            self._final(rejected_receipt(self.run_id, rid, parsed.error), message=None)
+            self._moves.append((cur, parsed.error or "invalid request", rid))
+            return 1
         request = parsed.request
         self.ledger.requested += 1
         self.on_event("control.received", id=rid, request=request_type(request))
         if self.closed:
             self._answer(request, rid, ReceiptState.FAILED, FINISHED_REASON)
+        else:
+            HANDLERS[request_type(request)](self, request, rid)
+        return 1
+
+    def _answered(self, rid: str) -> bool:
+        """Whether ``rid`` already has a receipt (an unreadable file in its place is quarantined:
+        it is no answer)."""
+        return (
+            _exists(receipt_path(self.paths, rid)) and read_receipt_or_quarantine(self.paths, rid) is not None
+        )
+
+    def _unclaimable(self, name: str, exc: OSError) -> None:
+        """An entry that can be neither linked nor renamed stays in ``new/``: answered once."""
+        self._stuck.add(name)
+        key = new_key(name)
+        if key in self._seen or self._answered(key):
             return
-        HANDLERS[request_type(request)](self, request, rid)
+        self._seen.add(key)
+        reason = f"cannot be claimed: {exc.strerror or exc}"
+        self.on_event("control.rejected", id=key, reason=reason)
+        self._count(ReceiptState.REJECTED)
+        self._final(rejected_receipt(self.run_id, key, reason), message=None)
 
     # -- handlers -----------------------------------------------------------------------
     def handle_steer(self, request: Request, rid: str) -> None:
@@ -134,15 +194,12 @@ class Dispatcher:
         refusal = self.controller.steer(child, rid, request.message, "followUp" if follow else "steer")
         if refusal is not None:
             self.open.pop(rid, None)
-            self._count("failed")
-            self._ledger_state(rid, ReceiptState.FAILED, now_iso())
-            receipt.state = ReceiptState.FAILED
-            receipt.reason = refusal
-            for target in receipt.targets:
-                target.state, target.reason = ReceiptState.FAILED, refusal
-            self._write_batched(receipt)
+            self._count(ReceiptState.FAILED)
+            advance(receipt, ReceiptState.FAILED, refusal)
+            self._ledger_state(rid, ReceiptState.FAILED, receipt.updated_at)
+            self._write(receipt)
         elif self.open.get(rid) is receipt and receipt.state == ReceiptState.PENDING:
-            self._write_batched(receipt)
+            self._write(receipt)
 
     def handle_interrupt(self, request: Request, rid: str) -> None:
         assert isinstance(request, Interrupt)
@@ -160,27 +217,14 @@ class Dispatcher:
     def update(self, rid: str, state: ReceiptState, *, reason: str | None = None) -> None:
         """Advance an open request (called by children as pi reports progress)."""
         receipt = self.open.get(rid)
-        if receipt is None or receipt.state == state:
+        if receipt is None or receipt.state == state or not advance(receipt, state, reason):
             return
-        now = now_iso()
-        receipt.state = state
-        receipt.delivery_status = delivery_status(state)
-        receipt.reason = reason
-        receipt.updated_at = now
-        for target in receipt.targets:
-            target.state = state
-            target.reason = reason
-            if state == ReceiptState.DELIVERED:
-                target.delivered_at = now
-        self._count(state.value)
-        self._ledger_state(rid, state, now)
+        self._count(state)
+        self._ledger_state(rid, state, receipt.updated_at)
         if state.is_final:
             del self.open[rid]
-        if receipt_path(self.paths, rid) in self.batch:  # not yet published: replace the queued copy
-            self.batch.add(receipt_path(self.paths, rid), encode_receipt(receipt))
-        else:
-            write_receipt(self.paths, receipt)
-        self.on_change()
+        self._write(receipt)
+        self.publish()
 
     def fail_open(self, reason: str) -> None:
         """Fail every request that is not final yet (the child's queue died with it).
@@ -191,21 +235,29 @@ class Dispatcher:
         claimed = recovery_claim(self.paths)
         for rid in list(self.open):
             if rid == claimed:
-                receipt = self.open[rid]
+                receipt = self.open.pop(rid)
                 receipt.state = ReceiptState.PENDING
                 receipt.reason = RECOVERY_REASON
                 receipt.updated_at = now_iso()
-                write_receipt(self.paths, receipt)
+                self._write(receipt)
             else:
                 self.update(rid, ReceiptState.FAILED, reason=reason)
 
     def close(self, state: str) -> None:
-        """Finish: tombstone first, then answer everything still waiting or open."""
+        """Finish: tombstone first, then answer everything still waiting or open.
+
+        Raises:
+            OSError: something could not be written; calling again continues where it stopped.
+        """
         self.closed = True
         close_inbox(self.paths, state)
-        self.scan()
+        while True:
+            before = new_mtime(self.paths)
+            if not self.scan():
+                break
         self.fail_open(FINISHED_REASON)
-        mark_answered(self.paths)
+        self._commit()
+        mark_answered(self.paths, before)
 
     def _open(self, rid: str, request: Request, child: int) -> Receipt:
         state = ReceiptState.PENDING
@@ -229,27 +281,40 @@ class Dispatcher:
         receipt = make_receipt(
             self.run_id, rid, request_type(request), state, reason=reason, targets=[target]
         )
-        self._count(state.value)
+        self._count(state)
         message = request.message if isinstance(request, Steer | FollowUp) else None
         self._final(receipt, message=message)
 
     def _final(self, receipt: Receipt, message: str | None) -> None:
         self._ledger_add(receipt.request_id, receipt.type, receipt.state, message, receipt.created_at)
-        self._write_batched(receipt)
+        self._write(receipt)
 
-    def _write_batched(self, receipt: Receipt) -> None:
-        """Queue a receipt of this scan; :meth:`_sync` publishes the batch with one filesystem
-        sync and one directory fsync (receipts appear only once they are durable)."""
+    def _write(self, receipt: Receipt) -> None:
+        """Queue a receipt; :meth:`publish` makes the batch durable with one sync and one
+        directory fsync (a receipt appears only once it is durable)."""
         self.batch.add(receipt_path(self.paths, receipt.request_id), encode_receipt(receipt))
         self.on_change()
 
-    def _sync(self) -> None:
+    def publish(self) -> bool:
+        """Publish the pending receipts, then move the rejected files they answer; False (and
+        everything kept for the next try) when a write failed."""
+        try:
+            self._commit()
+        except OSError as exc:
+            self.on_error("publish receipts", exc)
+            return False
+        return True
+
+    def _commit(self) -> None:
         self.batch.commit()
+        moves, self._moves = self._moves, []
+        for path, reason, rid in moves:
+            reject_file(self.paths, path, reason, rid)
 
     # -- the ledger -------------------------------------------------------------------
-    def _count(self, state: str) -> None:
-        if state in ("delivered", "queued", "failed", "rejected"):
-            setattr(self.ledger, state, getattr(self.ledger, state) + 1)
+    def _count(self, state: ReceiptState) -> None:
+        if state.value in ("delivered", "queued", "failed", "rejected"):
+            setattr(self.ledger, state.value, getattr(self.ledger, state.value) + 1)
 
     def _ledger_add(self, rid: str, type_: str, state: ReceiptState, message: str | None, at: str) -> None:
         entry = LedgerEntry(
@@ -264,6 +329,14 @@ class Dispatcher:
                 entry.state = state
                 entry.updated_at = at
                 return
+
+
+def _exists(path: Path) -> bool:
+    try:
+        path.lstat()
+    except OSError as exc:
+        return exc.errno != errno.ENOENT
+    return True
 
 
 HANDLERS: dict[str, Callable[[Dispatcher, Request, str], None]] = {

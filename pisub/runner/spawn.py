@@ -19,7 +19,7 @@ import sys
 import time
 
 from pisub.defaults import STARTUP_TIMEOUT_S
-from pisub.errors import LaunchFailed
+from pisub.errors import LaunchFailed, storage_error
 from pisub.fsio import open_append, read_tail
 from pisub.paths import RunPaths
 
@@ -32,8 +32,11 @@ def spawn_runner(paths: RunPaths, lock_fd: int, timeout: float = STARTUP_TIMEOUT
     Raises:
         LaunchFailed: the runner reported an error, died, or did not commit in time.
     """
+    try:
+        log_fd = open_append(paths.runner_log)
+    except OSError as exc:
+        raise storage_error(exc, "open", paths.runner_log) from exc
     ready_r, ready_w = os.pipe()
-    log_fd = open_append(paths.runner_log)
     # A runner started from inside another run's child must not carry that run's marker.
     env = {k: v for k, v in os.environ.items() if k not in _MARKERS}
     argv = [sys.executable, "-m", "pisub.runner", str(paths.root)]

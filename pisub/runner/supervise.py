@@ -4,6 +4,11 @@ One thread, one selector: the child's pipes, its pidfd and a signal wake-up pipe
 all watched by ``select`` with a timeout that is the nearest deadline (runtime, idle,
 KILL escalation, coalesced status write). The outcome is narrated: a timeout, a
 flood, a stop and an ordinary exit each end with their own code and message.
+
+Nothing the runner fails to write stops it supervising: the limits are enforced from memory,
+failed writes are retried (:mod:`pisub.runner.recorder`), the final files get
+:data:`FINAL_WRITE_S` of retries, and an unexpected exception ends the child's whole tree
+before the runner exits, so no child ever runs on without a supervisor.
 """
 
 from __future__ import annotations
@@ -20,14 +25,15 @@ from typing import TYPE_CHECKING
 
 from pisub.children.base import Child, ChildHooks, ChildOutcome
 from pisub.children.external_cli import child_env
+from pisub.errors import StorageError, storage_error
 from pisub.paths import RunPaths
-from pisub.procs import boot_id, descendants, kill_all, reap_adopted, start_time
+from pisub.procs import boot_id, descendants, kill_all, reap_adopted, start_ticks, start_time
 from pisub.protocol.codec import now_iso
 from pisub.protocol.control import ReceiptState
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import ErrorCode, ErrorInfo
 from pisub.protocol.status import RunState, StepState, StepStatus
-from pisub.runner.recorder import Recorder
+from pisub.runner.recorder import Recorder, WriteTrouble, note
 from pisub.store import load_status, write_result
 
 if TYPE_CHECKING:  # imported where used: a launch waits only for what its start-up needs
@@ -40,6 +46,13 @@ ABORT_CONFIRM_S = 3.0
 
 DRAIN_AFTER_EXIT_S = 0.5
 """How long output is still read after the child exits while descendants hold its pipes."""
+
+FINAL_WRITE_S = 30.0
+"""How long the runner keeps retrying its final writes (full disk) before it exits and leaves
+the run to a reader's repair."""
+
+RETRY_S = 1.0
+"""How soon unpublished receipts are retried."""
 
 Report = Callable[[dict[str, object]], None]
 
@@ -81,6 +94,7 @@ class Supervisor:
         self.next_scan = 0.0
         self.lease: LeaseOwner | None = None
         self.leases_dir = paths.root.parent.parent / "leases"
+        self.trouble = WriteTrouble()
 
     # -- hooks the child calls ---------------------------------------------------
     def activity(self, child: int) -> None:
@@ -160,12 +174,23 @@ class Supervisor:
     def run(self) -> int:
         """Supervise the run to its end; the runner's exit code."""
         self._install_signals()
-        if not self._startup():
-            return 1
-        self._start_inbox()
-        self._loop()
-        self._finish()
-        return 0
+        try:
+            if not self._startup():
+                return 1
+            self._start_inbox()
+            self._loop()
+            return 0 if self._finish() else 1
+        except BaseException:
+            self._end_tree()
+            raise
+
+    def _end_tree(self) -> None:
+        """The runner is going down unexpectedly: end the child's whole tree first (a reader's
+        repair then answers the inbox and writes the result)."""
+        note("the runner is failing: ending the child and everything it started")
+        with contextlib.suppress(Exception):
+            pgid = self.child.pid if self.child is not None else None
+            kill_all(descendants(os.getpid()), pgids=[pgid] if pgid else [], grace=self.limits.grace)
 
     def _install_signals(self) -> None:
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -185,9 +210,10 @@ class Supervisor:
         status.state = RunState.RUNNING
         status.pid = os.getpid()
         status.pid_start_time = start_time(os.getpid())
+        status.pid_start_ticks = start_ticks(os.getpid())
         status.boot_id = boot_id()
         status.steps = [StepStatus(index=0, status=StepState.PENDING)]
-        self.recorder = Recorder(self.paths, status)
+        self.recorder = Recorder(self.paths, status, self.trouble)
         child = make_child(self.manifest, self.paths, self)
         self.child = child
         if self.manifest.agent.runner == "pi" and not self._take_lease(child):
@@ -205,8 +231,14 @@ class Supervisor:
         step.status = StepState.RUNNING
         step.pid = step.pgid = child.pid
         step.pid_start_time = start_time(child.pid) if child.pid else None
+        step.pid_start_ticks = start_ticks(child.pid) if child.pid else None
         step.started_at = step.last_activity_at = now_iso()
-        self.recorder.commit()
+        try:
+            self.recorder.commit(required=True)
+        except OSError as exc:
+            child.kill()
+            self.report({"ok": False, "error": storage_error(exc, "write", self.paths.status).message})
+            raise
         self.event("run.started", pid=os.getpid())
         self.event("child.started", 0, pid=child.pid, argv0=self.manifest.agent.command)
         self.report({"ok": True, "pid": os.getpid()})
@@ -263,6 +295,7 @@ class Supervisor:
             self,
             self.recorder.touch,
             self.event,
+            self.trouble,
         )
         self.recorder.commit()
 
@@ -304,8 +337,9 @@ class Supervisor:
             return
         if self.scan_due or now >= self.next_scan:
             self.scan_due = False
-            self.next_scan = now + self.watcher.poll_interval
             self.dispatcher.scan()
+            retry = RETRY_S if self.dispatcher.unpublished else self.watcher.poll_interval
+            self.next_scan = now + min(retry, self.watcher.poll_interval)
 
     def _check_limits(self, now: float) -> None:
         lim = self.limits
@@ -363,7 +397,9 @@ class Supervisor:
             candidates.append(flush)
         return max(0.0, min(candidates))
 
-    def _finish(self) -> None:
+    def _finish(self) -> bool:
+        """End the run: leftovers, verdict, inbox answered, result, terminal status. False when
+        the final files could not be written within :data:`FINAL_WRITE_S` (a reader repairs)."""
         child = self.child
         assert child is not None
         self._end_leftovers(child)
@@ -371,13 +407,32 @@ class Supervisor:
         child.close(self.sel)
         verdict = self._judge(outcome)
         self.event("child.exited", 0, exitCode=outcome.exit_code, signal=outcome.signal)
-        if self.dispatcher is not None:
+        deadline = time.monotonic() + FINAL_WRITE_S
+        dispatcher = self.dispatcher
+        if dispatcher is not None:
             # pi's queue lived in its memory: whatever it still held is lost with it.
-            self.dispatcher.fail_open("the child ended before the message was delivered")
-            self.dispatcher.close(verdict.state.value)
+            dispatcher.fail_open("the child ended before the message was delivered")
+            if not self._persist("answer the inbox", lambda: dispatcher.close(verdict.state.value), deadline):
+                return False
         if self.watcher is not None:
             self.watcher.stop()
-        self._write_end(verdict, outcome)
+        return self._write_end(verdict, outcome, deadline)
+
+    def _persist(self, what: str, write: Callable[[], object], deadline: float) -> bool:
+        """Run ``write`` until it stops failing with OSError (a full disk may free up), at most
+        until ``deadline``; whether it succeeded."""
+        delay = 0.05
+        while True:
+            try:
+                write()
+                return True
+            except (OSError, StorageError) as exc:
+                self.trouble(what, exc if isinstance(exc, OSError) else OSError(exc.errno, exc.message))
+                if time.monotonic() + delay > deadline:
+                    note(f"gave up trying to {what}; a reader will repair the run when it can write")
+                    return False
+            time.sleep(delay)  # a retry back-off while the disk is full, not a wait for an event
+            delay = min(delay * 2, 2.0)
 
     def _end_leftovers(self, child: Child) -> None:
         """No process of the child outlives it: its group and every adopted descendant."""
@@ -394,15 +449,20 @@ class Supervisor:
                 key.data(mask)
 
     def _judge(self, outcome: ChildOutcome) -> Verdict:
-        """Precedence: stopped > timed out > flooded > interrupted (paused) > the child's outcome."""
+        """Precedence: stopped > timed out > flooded > interrupted (paused) > the child's outcome.
+
+        Exit codes: a stopped or paused run reports the child process's own status (128+N when
+        signal N ended it); a timeout 124, a flood 1; otherwise the child's outcome (for pi: 0
+        success, 1 failure, since pi's own exit code says nothing)."""
         lim, causes = self.limits, self.causes
+        ended = outcome.process_exit if outcome.process_exit is not None else outcome.exit_code
         if "stop" in causes:
             return _verdict(
-                RunState.STOPPED, outcome.exit_code, ErrorCode.SUBAGENT_FAILED, "Subagent stopped by request."
+                RunState.STOPPED, ended, ErrorCode.SUBAGENT_FAILED, "Subagent stopped by request."
             )
         if "signal" in causes:
             msg = f"Subagent stopped: the runner received signal {self.signalled}."
-            return _verdict(RunState.STOPPED, outcome.exit_code, ErrorCode.SUBAGENT_FAILED, msg)
+            return _verdict(RunState.STOPPED, ended, ErrorCode.SUBAGENT_FAILED, msg)
         if "runtime" in causes:
             msg = f"Subagent exceeded maximum runtime after {lim.timeout:g}s."
             return _verdict(RunState.FAILED, 124, ErrorCode.SUBAGENT_TIMEOUT, msg, "runtime")
@@ -413,13 +473,13 @@ class Supervisor:
             msg = f"Subagent child output exceeded {lim.output_hard_cap} bytes and was stopped."
             return _verdict(RunState.FAILED, 1, ErrorCode.SUBAGENT_OUTPUT_TRUNCATED, msg)
         if "interrupt" in causes:
-            return Verdict(RunState.PAUSED, 0)
+            return Verdict(RunState.PAUSED, ended)
         if outcome.exit_code == 0 and outcome.error is None:
             return Verdict(RunState.COMPLETE, 0)
         msg = outcome.error or f"Subagent exited with code {outcome.exit_code}"
         return _verdict(RunState.FAILED, outcome.exit_code, ErrorCode.SUBAGENT_FAILED, msg)
 
-    def _write_end(self, verdict: Verdict, outcome: ChildOutcome) -> None:
+    def _write_end(self, verdict: Verdict, outcome: ChildOutcome, deadline: float | None = None) -> bool:
         rec = self.recorder
         assert rec is not None
         from pisub.results import make_result
@@ -437,8 +497,11 @@ class Supervisor:
             session_file=outcome.session_file,
             full_output=self.paths.output_log(0),
         )
-        write_result(self.paths, result)
-        self._release_lease()  # before the terminal status: a resume that sees it finds the lease free
+        deadline = deadline if deadline is not None else time.monotonic() + FINAL_WRITE_S
+        if not self._persist("write result.json", lambda: write_result(self.paths, result), deadline):
+            return False
+        # before the terminal status: a resume that sees it finds the lease free
+        self._persist("release the session lease", self._release_lease, deadline)
         step = rec.step(0)
         if step.status == StepState.RUNNING:
             step.status = _step_state(verdict.state)
@@ -448,9 +511,11 @@ class Supervisor:
         rec.status.state = verdict.state
         rec.status.error = verdict.error
         rec.status.ended_at = result.ended_at
-        rec.commit()
+        if not self._persist("write the terminal status.json", lambda: rec.commit(required=True), deadline):
+            return False
         rec.event("run.finished", state=verdict.state.value, exitCode=verdict.exit_code)
         rec.close()
+        return True
 
 
 def make_child(manifest: Manifest, paths: RunPaths, hooks: ChildHooks) -> Child:

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from pisub.errors import ProtocolError
 from pisub.protocol import Event, Manifest, Result, Status, decode
 from pisub.protocol.schema import SCHEMAS, render
 
@@ -33,15 +32,3 @@ def test_v1_fixtures_decode(name: str, type_: type) -> None:
 def test_v1_events_decode() -> None:
     for line in (ROOT / "fixtures" / "v1" / "events.jsonl").read_bytes().splitlines():
         decode(line, Event, "event")
-
-
-def test_strict_decoding_names_the_field() -> None:
-    raw = (ROOT / "fixtures" / "v1" / "status.json").read_bytes()
-    with pytest.raises(ProtocolError, match=r"unknown field `bogus`"):
-        decode(raw.replace(b'"v": 1,', b'"v": 1, "bogus": 2,'), Status, "status.json")
-    with pytest.raises(ProtocolError, match=r"\$\.state"):
-        decode(raw.replace(b'"state": "complete"', b'"state": "sleeping"'), Status, "status.json")
-    with pytest.raises(ProtocolError, match=r"Expected `int`.*\$\.steps\[0\]\.index"):
-        decode(raw.replace(b'"index": 0', b'"index": "0"'), Status, "status.json")
-    with pytest.raises(ProtocolError, match="not valid JSON"):
-        decode(raw[:20], Status, "status.json")

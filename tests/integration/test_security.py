@@ -58,7 +58,7 @@ def test_everything_returned_is_redacted(home: Path, make_agent: AgentMaker) -> 
         import time
         print("OPENAI_API_KEY=sk-{"x" * 30}")
         print("Authorization: Bearer {token}")
-        print("home is", __import__("os").path.expanduser("~") + "/secret/project")
+        print("home is", __import__("os").path.expanduser("~") + "/secret/project", flush=True)
         time.sleep(30)
     """,
     )
