@@ -30,6 +30,23 @@ if TYPE_CHECKING:
 MAX_TASK_BYTES = 1024 * 1024
 
 
+def _text(value: str, what: str) -> str:
+    """``value``, refused when it cannot be written as UTF-8 (undecodable bytes from argv)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"the {what} is not valid UTF-8 (it holds undecodable bytes)") from None
+    return value
+
+
+def _seconds(value: float | None, what: str) -> float | None:
+    """``value`` when it is None or a finite number of seconds >= 0 (never NaN: a NaN deadline
+    never comes)."""
+    if value is not None and not (math.isfinite(value) and value >= 0):
+        raise InvalidInput(f"the {what} must be a finite number of seconds >= 0")
+    return value
+
+
 def _new_run_id() -> str:
     import uuid
 
@@ -61,7 +78,7 @@ def launch(
         LaunchFailed: the command is missing or the runner could not start.
         HomeUnusable: the pisub home is not usable.
     """
-    if not task.strip():
+    if not _text(task, "task").strip():
         raise InvalidInput("the task is empty")
     if len(task.encode("utf-8")) > MAX_TASK_BYTES:
         raise InvalidInput(f"the task is larger than {MAX_TASK_BYTES} bytes")
@@ -71,6 +88,7 @@ def launch(
     workdir = Path(cwd or os.getcwd()).resolve()
     if not workdir.is_dir():
         raise InvalidInput(f"working directory {workdir} does not exist")
+    _text(str(workdir), "working directory's path")
     from pisub.agents import discover
 
     h = open_home(home)
@@ -188,10 +206,11 @@ def resume(
     session = _resumable_session(source.id, status, manifest.agent.runner)
     if child not in (None, 0):
         raise InvalidInput(f"run {source.id} has one child, 0")
-    if not message.strip():
+    if not _text(message, "message").strip():
         raise InvalidInput("the message is empty")
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise InvalidInput("the timeout must be a positive number of seconds")
+    _check_lease_free(source.home, session)
     spec = manifest.agent
     spec.command = find_pi()
     limits = manifest.limits
@@ -199,6 +218,15 @@ def resume(
         limits.timeout = timeout
     new = _manifest(spec, message, manifest.cwd, limits, resumed_from=source.id, session_file=session)
     return _start(source.home, new)
+
+
+def _check_lease_free(home: Home, session: str) -> None:
+    """Refuse a resume at once (``LEASE_HELD``, naming the owner) while a live run drives the
+    session, so no run is created for it; the new runner still takes the lease itself."""
+    from pisub.leases import unleased
+
+    with unleased(home.leases, session):
+        pass
 
 
 def _resumable_session(run_id: str, status: Status, runner: str) -> str:
@@ -255,7 +283,7 @@ class Run:
         Raises:
             WaitTimeout: the run was still going after ``timeout`` seconds.
         """
-        self.wait_until_terminal(timeout)
+        self.wait_until_terminal(_seconds(timeout, "timeout"))
         result = self.result()
         assert result is not None, "a terminal run always has a result"
         return result
@@ -269,6 +297,10 @@ class Run:
         """
         from pisub.mailbox import write_request
 
+        for what in ("message", "reason", "source"):
+            value = getattr(request, what, None)
+            if isinstance(value, str):
+                _text(value, what)
         return write_request(self.paths, request)
 
     def send_steer(
@@ -302,7 +334,7 @@ class Run:
         from pisub.briefs import add_brief
 
         session = _resumable_session(self.id, status, self.manifest().agent.runner)
-        receipt = add_brief(self.paths, self.home.leases, session, self.id, message)
+        receipt = add_brief(self.paths, self.home.leases, session, self.id, _text(message, "message"))
         return receipt.request_id, receipt
 
     def receipt(self, request_id: str) -> Receipt | None:
@@ -317,7 +349,7 @@ class Run:
         A run that ends meanwhile answers every request, so this never waits on a dead run
         longer than the crash check takes.
         """
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + (_seconds(timeout, "wait") or 0.0)
         next_check = time.monotonic() + 0.5
         while True:
             receipt = self.receipt(request_id)
@@ -332,7 +364,7 @@ class Run:
             time.sleep(0.005 if now - (deadline - timeout) < 0.2 else 0.02)
 
     def wait_until_terminal(self, timeout: float | None = None) -> Status:
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if _seconds(timeout, "timeout") is None else time.monotonic() + (timeout or 0.0)
         next_check = 0.0
         while True:
             now = time.monotonic()

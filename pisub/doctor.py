@@ -20,6 +20,7 @@ from pisub.protocol.codec import parse_iso
 from pisub.store import load_status
 
 MIN_FREE_BYTES = 100 * 1024 * 1024
+MIN_FREE_INODES = 10_000
 INOTIFY = Path("/proc/sys/fs/inotify")
 TMP_MAX_AGE_S = 36 * 3600
 """``inbox/tmp`` files older than this are left over from a crashed writer (Maildir's rule)."""
@@ -85,7 +86,8 @@ def _check_home(home: Home, report: Report) -> None:
         )
     else:
         report.add("home", True, f"{home.root} (mode 700)")
-    free = shutil.disk_usage(home.root).free
+    vfs = os.statvfs(home.root)
+    free = vfs.f_bavail * vfs.f_frsize
     if free < MIN_FREE_BYTES:
         report.add(
             "disk",
@@ -95,6 +97,15 @@ def _check_home(home: Home, report: Report) -> None:
         )
     else:
         report.add("disk", True, f"{free // 2**20} MiB free")
+    if vfs.f_files and vfs.f_favail < MIN_FREE_INODES:
+        report.add(
+            "inodes",
+            False,
+            f"only {vfs.f_favail} free inodes under {home.root} (every run needs about 20)",
+            "remove files or run: pisub gc --older-than 7d",
+        )
+    elif vfs.f_files:
+        report.add("inodes", True, f"{vfs.f_favail} free inodes")
 
 
 def _read_int(path: Path) -> int | None:
@@ -224,12 +235,12 @@ class GcResult:
 def _sweep_staging(path: Path, now: float, dry_run: bool, result: GcResult) -> None:
     """A run directory whose launcher died while creating it (never visible to readers)."""
     try:
-        if now - path.lstat().st_mtime > STAGING_MAX_AGE_S:
-            result.swept_tmp.append(path)
-            if not dry_run:
-                shutil.rmtree(path, ignore_errors=True)
+        if now - path.lstat().st_mtime <= STAGING_MAX_AGE_S:
+            return
     except OSError:
         return
+    if dry_run or _remove(path):
+        result.swept_tmp.append(path)
 
 
 def parse_age(text: str) -> float:
@@ -245,9 +256,6 @@ def parse_age(text: str) -> float:
         raise InvalidInput(f"not an age: {text!r} (use e.g. 30d, 12h, 15m)") from None
 
 
-GC_LOCK = "gc.lock"
-"""``<home>/gc.lock``: one ``gc`` at a time."""
-
 DELETING = ".deleting-"
 """A run being removed is first renamed to ``runs/.deleting-<id>-<hex>`` (readers then find
 it gone at once), then deleted; a leftover of a killed ``gc`` is removed by the next one."""
@@ -258,33 +266,34 @@ def collect(home: Home, older_than: float, dry_run: bool) -> GcResult:
     """Remove finished runs that ended more than ``older_than`` seconds ago and stale
     ``inbox/tmp`` files of the runs that stay.
 
-    A run is removed only when its own ``status.json`` is terminal and its ``runner.lock`` is
-    free, decided under its ``repair.lock`` (which crash-repairing readers take too), and
-    only one ``gc`` runs at a time (``<home>/gc.lock``). Ages are wall-clock: a stepped clock
-    can make a finished run look older or younger, never a live run removable.
+    A run is removed only when its own ``status.json`` is terminal, its ``runner.lock`` is free
+    and no live run drives a session stored in it (a resume of it may still be running),
+    decided under its repair lock (which crash-repairing readers take too); only one ``gc``
+    runs at a time (the lock on ``runs/``). No lock needs a new file, so ``gc`` works on a full
+    disk. Ages are wall-clock: a stepped clock can make a finished run look older or younger,
+    never a live run removable.
     """
     from pisub.reconcile import observe
 
     result = GcResult()
     now = time.time()
-    with exclusive(home.root / GC_LOCK, timeout=60):
+    with exclusive(home.gc_lock, timeout=60, directory=True):
         try:
             names = sorted(os.listdir(home.runs))
         except FileNotFoundError:
             return result
+        leased = _leased_sessions(home)
         for name in names:
             if name.startswith(".creating-"):
                 _sweep_staging(home.runs / name, now, dry_run, result)
-            elif name.startswith(DELETING):
+            elif name.startswith(DELETING) and (dry_run or _remove(home.runs / name)):
                 result.swept_tmp.append(home.runs / name)
-                if not dry_run:
-                    shutil.rmtree(home.runs / name, ignore_errors=True)
             if not is_run_id(name) or not _is_real_dir(home.runs / name):
                 continue
             paths = home.run(name)
             try:
                 observe(paths)  # a dead runner's run is repaired (and so finished) first
-                doomed = _claim_if_removable(paths, now, older_than, dry_run, result)
+                doomed = _claim_if_removable(paths, now, older_than, dry_run, result, leased)
             except PisubError:
                 continue
             if doomed is not None:
@@ -294,15 +303,43 @@ def collect(home: Home, older_than: float, dry_run: bool) -> GcResult:
     return result
 
 
+def _leased_sessions(home: Home) -> list[str]:
+    """Session files that a run not proven dead drives (a resume may be running on them)."""
+    from pisub.leases import list_leases
+
+    return [
+        i.owner.session_file for i in list_leases(home.leases) if i.owner is not None and i.alive is not False
+    ]
+
+
+def _remove(path: Path) -> bool:
+    """Remove what ``gc`` sweeps: a directory's tree, or the entry itself when it is a symlink or
+    a file (never what a symlink points to); whether it is gone."""
+    try:
+        if _is_real_dir(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
 def _claim_if_removable(
-    paths: RunPaths, now: float, older_than: float, dry_run: bool, result: GcResult
+    paths: RunPaths, now: float, older_than: float, dry_run: bool, result: GcResult, leased: list[str]
 ) -> Path | None:
-    """Under the run's ``repair.lock``: decide, and rename a removable run out of ``runs/``;
-    the renamed directory to delete (None when kept, or for a dry run)."""
-    with exclusive(paths.repair_lock, timeout=10):
+    """Under the run's repair lock: decide, and rename a removable run out of ``runs/``; the
+    renamed directory to delete (None when kept, or for a dry run)."""
+    with exclusive(paths.repair_lock, timeout=10, directory=True):
         status = load_status(paths)
         if not status.state.is_terminal or is_held(paths.runner_lock):
             result.kept_live.append(paths.run_id)
+            return None
+        inside = os.path.realpath(paths.root) + os.sep
+        if any(session.startswith(inside) for session in leased):
+            result.kept_live.append(paths.run_id)  # its session is driven by a live resume
             return None
         try:
             ended = parse_iso(status.ended_at or status.updated_at)

@@ -23,6 +23,9 @@ from pathlib import Path
 from pisub.errors import PisubError, storage_error
 from pisub.fsio import NotRegularFile, open_regular
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
 
 class LockBusy(PisubError):
     """A lock could not be taken before its deadline."""
@@ -84,19 +87,35 @@ def is_held(path: Path) -> bool:
     return False
 
 
+def _open_dir(path: Path) -> int:
+    """Open a directory (never through a symlink) to lock it: no file is created, so the lock
+    can be taken on a full disk.
+
+    Raises:
+        StorageError: it cannot be opened (missing, not a directory).
+    """
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | _CLOEXEC)
+    except OSError as exc:
+        raise storage_error(exc, "lock", path) from exc
+
+
 @contextmanager
-def exclusive(path: Path, timeout: float = 10.0) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` for the ``with`` block (portalocker).
+def exclusive(path: Path, timeout: float = 10.0, *, directory: bool = False) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` for the ``with`` block (portalocker). With
+    ``directory`` the lock is taken on the directory ``path`` itself.
 
     Raises:
         LockBusy: the lock was not free within ``timeout`` seconds.
+        StorageError: the lock file (or directory) cannot be opened.
     """
     import portalocker
 
+    opener = _open_dir if directory else _open_lockfile
     deadline = time.monotonic() + timeout
     delay = 0.002
     while True:
-        fd = _open_lockfile(path)
+        fd = opener(path)
         try:
             portalocker.lock(fd, portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING)
             break

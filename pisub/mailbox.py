@@ -105,11 +105,18 @@ def _shown(name: str, limit: int = 80) -> str:
 
 
 _sequence = itertools.count()
+_last_ms = 0
 
 
 def new_request_id() -> str:
-    """A unique id that sorts in write order for one writer: ``<ms>-<pid>-<seq>-<random>``."""
-    return f"{time.time_ns() // 1_000_000:013d}-{os.getpid()}-{next(_sequence):06d}-{os.urandom(2).hex()}"
+    """A unique id that sorts in write order for one writer: ``<ms>-<pid>-<seq>-<random>``.
+
+    The milliseconds never go back within a process, so a backward clock step cannot reorder
+    one writer's requests (across writers the order is the wall clock's, best effort).
+    """
+    global _last_ms
+    _last_ms = max(_last_ms, time.time_ns() // 1_000_000)
+    return f"{_last_ms:013d}-{os.getpid()}-{next(_sequence):06d}-{os.urandom(2).hex()}"
 
 
 def recovery_claim(paths: RunPaths) -> str | None:
@@ -306,6 +313,12 @@ def parse_request_file(
         request = decode_request(data)
     except PisubError as exc:
         return bad(str(exc), _id_hint(data) or key)
+    if request.id is not None and _INVALID_KEY_RE.fullmatch(request.id):
+        # Reserved for files with invalid names: answered under this file's own key, so it
+        # cannot take another file's receipt.
+        return bad(
+            f"`id` {request.id!r} is reserved (invalid-<hex> keys files with invalid names) - at `$.id`"
+        )
     if request.id is None:
         request.id = key
     problem = _check(request)
@@ -331,8 +344,6 @@ def _check(request: Request) -> str | None:
         MAX_MESSAGE_BYTES
     ):
         return f"`message` is larger than {MAX_MESSAGE_BYTES} bytes - at `$.message`"
-    if request.id is not None and _INVALID_KEY_RE.fullmatch(request.id):
-        return f"`id` {request.id!r} is reserved (invalid-<hex> names files with invalid names) - at `$.id`"
     return None
 
 
@@ -615,7 +626,7 @@ def answer_until_quiet(paths: RunPaths, answer: Callable[[], Counter[str]]) -> C
 
 
 def settle_closed_inbox(paths: RunPaths, run_id: str, reason: str) -> Counter[str]:
-    """Answer what is left in a finished run's inbox (caller holds ``repair.lock``).
+    """Answer what is left in a finished run's inbox (caller holds the run's repair lock).
 
     The marker is removed first and written last, so a reader that dies halfway leaves the
     run marked as needing answers.

@@ -6,6 +6,10 @@ import os
 from pathlib import Path
 
 from pisub.fsio import open_append, write_all
+from pisub.redact import redact
+
+OVERLAP = 4096
+"""Bytes kept beyond the shown tail, so redaction sees a secret that straddles the cut whole."""
 
 
 class StreamSink:
@@ -14,6 +18,10 @@ class StreamSink:
     Bytes past the cap are counted but not written; ``truncated`` says so. When the log cannot
     be written (full disk) the bytes are still counted and kept in the tail, the log is left as
     it is (``write_error`` says why) and ``truncated`` is set.
+
+    The tail is returned redacted (:meth:`tail_text`), and it is redacted **before** it is cut:
+    :data:`OVERLAP` more bytes are kept than shown, so a secret that straddles the cut is
+    recognised whole and never leaks as a headless fragment.
     """
 
     def __init__(self, path: Path, cap: int, tail_size: int) -> None:
@@ -31,8 +39,9 @@ class StreamSink:
         """Take a chunk; True when this chunk made the log hit its cap."""
         self.total += len(data)
         self._tail += data
-        if len(self._tail) > self.tail_size:
-            del self._tail[: len(self._tail) - self.tail_size]
+        keep = self.tail_size + OVERLAP
+        if len(self._tail) > keep:
+            del self._tail[: len(self._tail) - keep]
         room = self.cap - self.written
         newly = False
         if room > 0 and self._fd >= 0 and self.write_error is None:
@@ -51,15 +60,17 @@ class StreamSink:
         return newly
 
     def tail_text(self) -> str:
-        """The kept tail as text, with a note when earlier bytes were dropped."""
-        text = bytes(self._tail).decode("utf-8", "replace")
-        if self.total > len(self._tail):
-            dropped = self.total - len(self._tail)
+        """The last ``tail_size`` bytes as redacted text, with a note when earlier bytes were dropped."""
+        text = redact(bytes(self._tail).decode("utf-8", "replace"))
+        if self.total <= self.tail_size:
+            return text
+        cut = len(text) - self.tail_size
+        if cut > 0:
+            text = text[cut:]
             nl = text.find("\n")
-            if 0 <= nl < 200:
-                text = text[nl + 1 :]
-            text = f"[... {dropped} earlier bytes not shown; full output in {self.path}]\n" + text
-        return text
+            text = text[nl + 1 :] if 0 <= nl < 200 else text
+        dropped = max(0, self.total - self.tail_size)
+        return f"[... {dropped} earlier bytes not shown; full output in {self.path}]\n" + text
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -16,6 +16,10 @@ from pisub.errors import HomeUnusable, InvalidInput
 RUN_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _PREFIX_RE = re.compile(r"[0-9a-f][0-9a-f-]{0,35}")
 
+MAX_HOME_BYTES = 2048
+"""Longest home path: the deepest path pisub makes inside a run adds about 500 bytes to it
+(a 200-character request id, its collision suffix and temp name), and PATH_MAX is 4096."""
+
 
 def validate_run_ref(ref: str) -> str:
     """Check that ``ref`` is a run id or a prefix of one, before any disk access.
@@ -69,6 +73,11 @@ class Home:
     def leases(self) -> Path:
         return self.root / "leases"
 
+    @property
+    def gc_lock(self) -> Path:
+        """What ``pisub gc`` locks (one at a time): the ``runs`` directory itself."""
+        return self.runs
+
     def run(self, run_id: str) -> RunPaths:
         """The paths of run ``run_id`` (which must be a complete, valid id)."""
         if not is_run_id(run_id):
@@ -86,6 +95,12 @@ def open_home(root: Path | None = None, *, create: bool = True) -> Home:
         HomeUnusable: the home cannot be created, is not a directory, or is not ours.
     """
     home = Home(root if root is not None else default_home())
+    size = len(os.fsencode(home.root))
+    if size > MAX_HOME_BYTES:
+        raise HomeUnusable(
+            f"the pisub home path is {size} bytes long; it may be at most {MAX_HOME_BYTES} bytes, so that "
+            "every path inside a run stays within the system's limit: set PISUB_HOME to a shorter path"
+        )
     try:
         if create:
             _ensure_private_dir(home.root)
@@ -151,7 +166,9 @@ class RunPaths:
 
     @property
     def repair_lock(self) -> Path:
-        return self.root / "repair.lock"
+        """What crash repair and ``gc`` lock: the run directory itself (``flock`` on it needs
+        no file, so it works on a full disk)."""
+        return self.root
 
     @property
     def inbox(self) -> Path:

@@ -2,9 +2,10 @@
 
 A run that is not terminal is checked: its runner is alive when its pid still runs
 with the recorded start (boot-relative ticks; never the wall clock) on this boot, or when
-``runner.lock`` is held. Otherwise the runner is proven dead, and the reader, under
-``repair.lock``, ends every process left of the child, writes a ``failed`` result (with the
-tail of ``runner.log``) unless one exists, and writes the terminal status — exactly once.
+``runner.lock`` is held. Otherwise the runner is proven dead, and the reader, under the
+repair lock (a ``flock`` on the run directory), ends every process left of the child, writes
+a ``failed`` result (with the tail of ``runner.log``) unless one exists, and writes the
+terminal status — exactly once.
 
 Every function here raises only :class:`~pisub.errors.PisubError`: an ``OSError`` (full disk,
 permissions) is translated into :class:`~pisub.errors.StorageError` where it enters.
@@ -104,8 +105,8 @@ def _result_or_none(paths: RunPaths, *, quarantine_bad: bool = False) -> Result 
 
 @_translated
 def repair(paths: RunPaths) -> Status:
-    """Mark a run whose runner is dead as ended (idempotent; takes ``repair.lock``)."""
-    with exclusive(paths.repair_lock):
+    """Mark a run whose runner is dead as ended (idempotent; under the run's repair lock)."""
+    with exclusive(paths.repair_lock, directory=True):
         status = load_status(paths)
         if status.state.is_terminal or runner_alive(paths, status):
             return status
@@ -131,7 +132,7 @@ def repair(paths: RunPaths) -> Status:
 
 def _answer_closed_inbox(paths: RunPaths, status: Status) -> None:
     """Requests written by hand into the inbox of a finished run are answered ``failed``."""
-    with exclusive(paths.repair_lock):
+    with exclusive(paths.repair_lock, directory=True):
         settle_closed_inbox(paths, status.run_id, FINISHED_REASON)
 
 

@@ -14,7 +14,6 @@ from typing import TypeVar
 
 from pisub.errors import (
     AmbiguousRun,
-    HomeUnusable,
     RunNotFound,
     storage_error,
 )
@@ -53,7 +52,7 @@ class RunStore:
             return self._create(manifest, staging, final)
         except OSError as exc:
             shutil.rmtree(staging.root, ignore_errors=True)
-            raise HomeUnusable(f"cannot create a run in {self.home.runs}: {exc.strerror or exc}") from exc
+            raise storage_error(exc, "create a run in", self.home.runs) from exc
 
     def _create(self, manifest: Manifest, staging: RunPaths, final: RunPaths) -> tuple[RunPaths, int]:
         private_mkdir(staging.root)

@@ -1,75 +1,87 @@
 #!/usr/bin/env bash
-# Install the pinned pi coding agent CLI into the project-local folder .pi-cli/.
+# Install pinned pi coding agent CLIs into the project folder .pi-cli/ (nothing else changes).
 #
-# Usage: scripts/install_pi.sh
+# Usage: scripts/install_pi.sh [VERSION ...|all]
 #
-# Idempotent: does nothing when .pi-cli/node_modules/.bin/pi already reports the
-# pinned version. The last line printed on stdout is the absolute path of the pi
-# binary, so callers can do: PI="$(scripts/install_pi.sh | tail -n 1)".
+# Without arguments it installs the default pin (the first of scripts/pi-pins.sh); `all`
+# installs every pin. Each version goes to .pi-cli/<version>/, with a launcher
+# .pi-cli/<version>/bin/pi that runs it with a Node new enough for it: the system's when it is
+# >= NODE_MIN, else a Node from the npm registry installed once into .pi-cli/node.
+# Idempotent. The last line(s) on stdout are the absolute paths of the launchers, one per
+# version, so callers can do: PISUB_PI_BIN="$(scripts/install_pi.sh | tail -n 1)".
 # All diagnostics go to stderr.
 set -euo pipefail
 
-PI_PACKAGE="@mariozechner/pi-coding-agent"
-PI_VERSION="0.73.1"
-NODE_MIN_MAJOR=20
-NODE_MIN_MINOR=6
+die() { printf 'install_pi.sh: error: %s\n' "$*" >&2; exit 1; }
+note() { printf 'install_pi.sh: %s\n' "$*" >&2; }
 
-die() {
-    printf 'install_pi.sh: error: %s\n' "$*" >&2
-    exit 1
+project_dir="$(cd -- "$(dirname -- "${BASH_SOURCE[0]:-$0}")/.." && pwd -P)"
+# shellcheck source=scripts/pi-pins.sh
+. "$project_dir/scripts/pi-pins.sh"
+install_root="$project_dir/.pi-cli"
+
+command -v npm >/dev/null 2>&1 || die "npm not found on PATH; install Node.js and npm (https://nodejs.org/)"
+
+version_ge() {  # version_ge A B: A >= B (dotted numbers)
+    [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n 1)" = "$2" ]
 }
 
-note() {
-    printf 'install_pi.sh: %s\n' "$*" >&2
-}
-
-script_path="${BASH_SOURCE[0]:-$0}"
-case "$script_path" in
-    */*) script_dir="${script_path%/*}" ;;
-    *) script_dir="." ;;
-esac
-script_dir="$(cd -- "$script_dir" && pwd -P)"
-project_dir="$(cd -- "$script_dir/.." && pwd -P)"
-install_dir="$project_dir/.pi-cli"
-pi_bin="$install_dir/node_modules/.bin/pi"
-
-command -v node >/dev/null 2>&1 \
-    || die "node not found on PATH; install Node.js >= ${NODE_MIN_MAJOR}.${NODE_MIN_MINOR} (https://nodejs.org/)"
-command -v npm >/dev/null 2>&1 \
-    || die "npm not found on PATH; install npm (it ships with Node.js >= ${NODE_MIN_MAJOR}.${NODE_MIN_MINOR})"
-
-node_version="$(node --version 2>/dev/null || true)"   # e.g. v20.20.2
-node_version="${node_version#v}"
-node_major="${node_version%%.*}"
-node_rest="${node_version#*.}"
-node_minor="${node_rest%%.*}"
-case "$node_major$node_minor" in
-    '' | *[!0-9]*) die "cannot parse the Node.js version '${node_version}'" ;;
-esac
-if [ "$node_major" -lt "$NODE_MIN_MAJOR" ] \
-    || { [ "$node_major" -eq "$NODE_MIN_MAJOR" ] && [ "$node_minor" -lt "$NODE_MIN_MINOR" ]; }; then
-    die "Node.js ${node_version} is too old; ${PI_PACKAGE}@${PI_VERSION} needs Node.js >= ${NODE_MIN_MAJOR}.${NODE_MIN_MINOR}"
-fi
-
-installed_version() {
-    if [ -x "$pi_bin" ]; then
-        # pi 0.73.1 prints its version on stderr, not stdout.
-        "$pi_bin" --version </dev/null 2>&1 | tail -n 1 | tr -d '[:space:]' || true
+node_for_pi() {
+    local system
+    system="$(node --version 2>/dev/null || true)"
+    system="${system#v}"
+    if [ -n "$system" ] && version_ge "$system" "$NODE_MIN"; then
+        command -v node
+        return
     fi
+    local dir="$install_root/node" bin
+    bin="$dir/node_modules/${NODE_PIN%@*}/bin/node"
+    if [ ! -x "$bin" ] || [ "$("$bin" --version 2>/dev/null)" != "v${NODE_PIN##*@}" ]; then
+        note "system Node is ${system:-missing}; pi needs >= $NODE_MIN: installing $NODE_PIN into $dir"
+        mkdir -p "$dir"
+        npm install --prefix "$dir" --no-audit --no-fund --no-save "$NODE_PIN" 1>&2 \
+            || die "npm install of $NODE_PIN failed"
+        [ -x "$bin" ] || die "$NODE_PIN did not provide $bin"
+    fi
+    printf '%s\n' "$bin"
 }
 
-if [ "$(installed_version)" = "$PI_VERSION" ]; then
-    note "${PI_PACKAGE}@${PI_VERSION} already installed in ${install_dir}"
-else
-    note "installing ${PI_PACKAGE}@${PI_VERSION} into ${install_dir} (node ${node_version})"
-    mkdir -p "$install_dir"
-    # npm's own progress output goes to stderr so that stdout stays clean.
-    npm install --prefix "$install_dir" --no-audit --no-fund "${PI_PACKAGE}@${PI_VERSION}" 1>&2 \
-        || die "npm install of ${PI_PACKAGE}@${PI_VERSION} failed"
-    got="$(installed_version)"
-    [ "$got" = "$PI_VERSION" ] \
-        || die "after install, '${pi_bin} --version' printed '${got}', expected '${PI_VERSION}'"
-    note "installed ${PI_PACKAGE}@${PI_VERSION}"
-fi
+install_one() {  # install_one PACKAGE@VERSION NODE
+    local pin="$1" node="$2" package version dir launcher cli got
+    package="${pin%@*}"
+    version="${pin##*@}"
+    dir="$install_root/$version"
+    launcher="$dir/bin/pi"
+    if [ -x "$launcher" ] && got="$("$launcher" --version </dev/null 2>&1 | tail -n 1 | tr -d '[:space:]')" \
+        && [ "$got" = "$version" ] && grep -qF "$node" "$launcher"; then
+        note "$pin already installed in $dir"
+    else
+        note "installing $pin into $dir"
+        mkdir -p "$dir/bin"
+        npm install --prefix "$dir" --no-audit --no-fund --no-save --engine-strict=false "$pin" 1>&2 \
+            || die "npm install of $pin failed"
+        cli="$(readlink -f "$dir/node_modules/.bin/pi")" || die "$pin has no pi binary"
+        # The package's bin says `#!/usr/bin/env node`: the launcher names the Node to use.
+        printf '#!/bin/sh\n# pi %s (%s), run by the Node pisub installed or found for it.\nexec %q %q "$@"\n' \
+            "$version" "$package" "$node" "$cli" >"$launcher.tmp"
+        chmod 755 "$launcher.tmp"
+        mv "$launcher.tmp" "$launcher"
+        got="$("$launcher" --version </dev/null 2>&1 | tail -n 1 | tr -d '[:space:]')"
+        [ "$got" = "$version" ] || die "after install, '$launcher --version' printed '$got', expected '$version'"
+        note "installed $pin"
+    fi
+    printf '%s\n' "$launcher"
+}
 
-printf '%s\n' "$pi_bin"
+wanted=("$@")
+[ "${#wanted[@]}" -gt 0 ] || wanted=("${PI_PINS[0]##*@}")
+[ "${wanted[0]}" != all ] || wanted=("${PI_PINS[@]##*@}")
+node="$(node_for_pi)"
+for want in "${wanted[@]}"; do
+    pin=
+    for candidate in "${PI_PINS[@]}"; do
+        [ "${candidate##*@}" != "$want" ] || pin="$candidate"
+    done
+    [ -n "$pin" ] || die "pi $want is not pinned in scripts/pi-pins.sh (pinned: ${PI_PINS[*]##*@})"
+    install_one "$pin" "$node"
+done

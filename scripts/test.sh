@@ -100,7 +100,7 @@ if [ -n "$nonroot_dir" ]; then
         tests/integration/test_bad_input.py tests/integration/test_crash.py
         tests/integration/test_hardening*.py tests/integration/test_repros.py
         tests/integration/test_hostile_entries.py tests/integration/test_no_traceback.py
-        tests/integration/test_faults.py
+        tests/integration/test_faults.py tests/integration/test_outside_attack.py
         tests/integration/test_nonroot.py)
     shopt -u nullglob
     pi_env=()

@@ -22,6 +22,7 @@ from typing import IO, Protocol
 
 from pisub.protocol.control import ReceiptState
 from pisub.protocol.result import Usage
+from pisub.redact import redact
 
 Callback = Callable[[int], None]
 """Called with the selector event mask when a registered fd is ready."""
@@ -78,9 +79,10 @@ class Progress:
     _partial: bytearray = field(default_factory=bytearray)
 
     def add_line(self, text: str) -> None:
-        """Keep ``text`` as one of the last :data:`RECENT_LINES` lines (if it is not blank)."""
+        """Keep ``text`` as one of the last :data:`RECENT_LINES` lines (if it is not blank),
+        redacted before it is cut to :data:`RECENT_LINE_CHARS` (a cut secret is not recognised)."""
         if text.strip():
-            self.recent.append(text[:RECENT_LINE_CHARS])
+            self.recent.append(redact(text[: RECENT_LINE_CHARS * 4])[:RECENT_LINE_CHARS])
 
     def add_output(self, data: bytes) -> None:
         """Keep the last lines of raw output; a partial last line waits for its newline."""

@@ -65,7 +65,7 @@ def _fail(error: PisubError, cause: BaseException | None = None) -> NoReturn:
     if cause is not None and os.environ.get("PISUB_DEBUG"):
         traceback.print_exception(cause)
     line = " ".join(redact(error.message).split())
-    print(f"pisub: {printable(line)} [{error.code}]", file=sys.stderr)
+    print(f"pisub: {printable(line, one_line=True)} [{error.code}]", file=sys.stderr)
     sys.exit(1)
 
 

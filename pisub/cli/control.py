@@ -6,6 +6,7 @@ Exit codes: 0 ``delivered`` / ``queued`` / ``scheduled`` / ``recovered`` (and ``
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
@@ -77,6 +78,7 @@ def follow_up(
     from pisub.client import Run
     from pisub.mailbox import InboxClosed
 
+    _check_wait(wait)
     run = Run(ref)
     try:
         rid, brief = run.follow_up(_message(message), child=child)
@@ -145,12 +147,21 @@ def _send(
     from pisub.client import Run
     from pisub.mailbox import InboxClosed
 
+    _check_wait(wait)
     run = Run(ref)
     try:
         rid = write(run)
     except InboxClosed as exc:
         _closed(run, type_, exc.message, as_json)
     _await(run, rid, type_, wait, as_json, recover_with)
+
+
+def _check_wait(wait: float) -> None:
+    """Before anything is written: a NaN wait would never end."""
+    from pisub.errors import InvalidInput
+
+    if not math.isfinite(wait):
+        raise InvalidInput("--wait must be a finite number of seconds")
 
 
 def _closed(run: Run, type_: str, reason: str, as_json: bool) -> NoReturn:

@@ -21,8 +21,8 @@ def out(text: str) -> None:
 
 
 def err(text: str) -> None:
-    text = printable(text)
-    sys.stderr.write(text if text.endswith("\n") else text + "\n")
+    """Print one line on stderr (control characters and newlines escaped)."""
+    sys.stderr.write(printable(text.rstrip("\n"), one_line=True) + "\n")
 
 
 def json_line(obj: object) -> None:

@@ -407,6 +407,10 @@ class Supervisor:
         child.close(self.sel)
         verdict = self._judge(outcome)
         self.event("child.exited", 0, exitCode=outcome.exit_code, signal=outcome.signal)
+        # The outcome in runner.log first: where a reader's repair finds it if the files cannot
+        # be written (a full disk).
+        why = f": {verdict.error.code}: {verdict.error.message}" if verdict.error else ""
+        note(f"the run ends {verdict.state.value} (exit code {verdict.exit_code}){why}")
         deadline = time.monotonic() + FINAL_WRITE_S
         dispatcher = self.dispatcher
         if dispatcher is not None:

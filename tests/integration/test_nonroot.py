@@ -170,3 +170,34 @@ def test_user_reads_a_run_holding_a_root_only_request(unprivileged: Unprivileged
     receipt_path = run_dir / "outbox" / "root-only.json"
     assert receipt_path.exists(), "the root-owned request got no receipt"
     assert json.loads(receipt_path.read_text())["state"] in FINAL_STATES
+
+
+def test_root_stop_sh_never_follows_a_symlink_the_user_planted(unprivileged: Unprivileged) -> None:
+    """Outside attack 1: the user sprays symlinks named like stop.sh's temp files (to a root-only
+    file) into its own inbox/tmp; root's stop.sh must not overwrite the target, and still stops."""
+    user = unprivileged
+    victim = user.base / "victim"
+    victim.write_text("root's precious data\n")
+    os.chmod(victim, 0o600)
+    user.make_agent("sleeper", python=SLEEPER)
+    run_id, run_dir, runner = _launch(user, "sleeper")
+    tmp = run_dir / "inbox" / "tmp"
+    now = int(__import__("time").time())
+    for second in range(now, now + 4):
+        for pid in range(os.getpid(), os.getpid() + 200):
+            link = tmp / f"sh-{second}-{pid}.json"
+            with contextlib.suppress(FileExistsError):
+                os.symlink(victim, link)
+                os.chown(link, user.uid, user.gid, follow_symlinks=False)
+    proc = subprocess.run(
+        ["sh", str(ROOT / "scripts" / "stop.sh"), str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PISUB_WAIT": "30"},
+        check=False,
+    )
+    assert victim.read_text() == "root's precious data\n", "root's file was overwritten through a symlink"
+    assert proc.returncode == 0 and json.loads(proc.stdout)["state"] == "delivered", proc
+    assert json.loads(user.pisub("wait", run_id, "--json", timeout=60).stdout)["state"] == "stopped"
+    wait_for(lambda: not pid_alive(runner), what="the runner to end")

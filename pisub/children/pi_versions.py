@@ -1,0 +1,175 @@
+"""Which pi pisub drives, and every difference between the supported versions, in one table.
+
+pisub supports pi **0.85.x and 1.x** (``>= 0.85.0, < 2``). 1.x is the current line (the
+default pin); 0.85.x is the line the original pi-subagents extension requires. 0.73.1 (the
+last ``@mariozechner`` release) was dropped: its Node-20-era start-up takes 1.4 s, closing its
+stdin leaves the bash tool's processes alive, it has no ``clear_queue`` or ``--approve``, and
+testing it in CI would cost another two minutes for a version its users have left.
+
+The version is detected once per binary (:func:`detect_version`: the ``package.json`` beside
+the binary when it can be found, else ``pi --version``, cached by path, mtime and size under the
+home), recorded in the run's manifest, and turned into :class:`PiCaps` — the only place that
+knows how versions differ. Nothing else in pisub compares pi versions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from pisub.errors import LaunchFailed
+
+SUPPORTED = "pi 0.85.x or 1.x (>= 0.85.0, < 2.0.0)"
+"""The supported range, as refusals and ``pisub doctor`` say it."""
+
+MIN_VERSION = (0, 85, 0)
+MAX_VERSION_EXCLUSIVE = (2, 0, 0)
+INSTALL_HINT = (
+    "install a supported pi with scripts/install_pi.sh, or: npm install -g @earendil-works/pi-coding-agent@1 "
+    "(Node >= 22.19), and set PISUB_PI_BIN"
+)
+VERSION_TIMEOUT_S = 20.0
+_VERSION_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+
+
+class UnsupportedPi(LaunchFailed):
+    """The pi binary is of a version pisub does not drive, or does not run at all."""
+
+    code = "UNSUPPORTED_PI"
+
+
+@dataclass(frozen=True)
+class PiCaps:
+    """What a pi version can do, where versions differ."""
+
+    version: tuple[int, int, int]
+    clear_queue: bool = True
+    """``clear_queue`` RPC (0.84.4+): emptied before an abort, since 0.85 would otherwise start a
+    new run with the queued message."""
+    approve_flag: bool = True
+    """``--approve`` (0.85+): without it RPC mode ignores a project's ``.pi/`` resources."""
+    agent_settled: bool = True
+    """``agent_settled`` event (0.80.4+): a trigger for the idle check (always confirmed by
+    ``get_state``: 0.85+ also emits a stray one early in a run)."""
+    system_messages: bool = False
+    """``role: "system"`` messages (~8 KB each) in events (1.x): kept out of ``events.jsonl``."""
+
+    @property
+    def text(self) -> str:
+        return ".".join(map(str, self.version))
+
+
+def parse_version(text: str) -> tuple[int, int, int] | None:
+    match = _VERSION_RE.search(text)
+    return (int(match[1]), int(match[2]), int(match[3])) if match else None
+
+
+def caps_for(version: str) -> PiCaps:
+    """The capabilities of pi ``version``.
+
+    Raises:
+        UnsupportedPi: naming the supported range.
+    """
+    parsed = parse_version(version)
+    if parsed is None or not MIN_VERSION <= parsed < MAX_VERSION_EXCLUSIVE:
+        raise UnsupportedPi(f"pi {version or '(unknown version)'} is not supported: pisub drives {SUPPORTED}")
+    return PiCaps(version=parsed, system_messages=parsed >= (1, 0, 0))
+
+
+def detect_version(pi_bin: str, cache_dir: Path | None = None) -> str:
+    """The version of the pi at ``pi_bin``.
+
+    Raises:
+        UnsupportedPi: it does not run, or prints no version (e.g. pi 1.x under Node 20).
+    """
+    found = _version_from_package(pi_bin)
+    if found is not None:
+        return found
+    key = _cache_key(pi_bin)
+    cache = cache_dir / "pi-versions.json" if cache_dir is not None else None
+    cached = _read_cache(cache).get(key) if cache is not None and key else None
+    if isinstance(cached, str):
+        return cached
+    version = _run_version(pi_bin)
+    if cache is not None and key:
+        _write_cache(cache, key, version)
+    return version
+
+
+def _version_from_package(pi_bin: str) -> str | None:
+    """The ``version`` of the ``*pi-coding-agent`` package the binary belongs to (npm installs
+    link ``bin/pi`` to ``<package>/dist/...cli.js``)."""
+    try:
+        real = Path(os.path.realpath(pi_bin))
+    except OSError:
+        return None
+    for parent in list(real.parents)[:5]:
+        manifest = parent / "package.json"
+        try:
+            data = json.loads(manifest.read_bytes()[:1_000_000])
+        except (OSError, ValueError, RecursionError):
+            continue
+        if isinstance(data, dict) and str(data.get("name", "")).endswith("/pi-coding-agent"):
+            version = data.get("version")
+            return version if isinstance(version, str) else None
+    return None
+
+
+def _cache_key(pi_bin: str) -> str | None:
+    try:
+        real = os.path.realpath(pi_bin)
+        st = os.stat(real)
+    except OSError:
+        return None
+    return f"{real}\0{st.st_mtime_ns}\0{st.st_size}"
+
+
+def _read_cache(path: Path) -> dict[str, object]:
+    from pisub.fsio import read_bytes
+
+    try:
+        data = json.loads(read_bytes(path, limit=1_000_000))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_cache(path: Path, key: str, version: str) -> None:
+    """Remember a detected version (best effort: a failed write only costs the next detection)."""
+    from pisub.fsio import atomic_write, private_mkdir
+
+    entries = _read_cache(path)
+    entries[key] = version
+    try:
+        private_mkdir(path.parent)
+        atomic_write(path, json.dumps(dict(list(entries.items())[-64:])).encode(), durable=False)
+    except OSError:
+        pass
+
+
+def _run_version(pi_bin: str) -> str:
+    try:
+        proc = subprocess.run(
+            [pi_bin, "--version"],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=VERSION_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise UnsupportedPi(f"{pi_bin} --version failed: {exc}; {INSTALL_HINT}") from exc
+    # 1.x prints the version on stdout, older releases on stderr.
+    for text in (proc.stdout, proc.stderr):
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        if proc.returncode == 0 and lines and parse_version(lines[-1]):
+            return lines[-1]
+    why = " ".join((proc.stderr or proc.stdout).split())[-300:] or f"exit code {proc.returncode}"
+    if "enableCompileCache" in why:
+        why = f"it needs Node >= 22.19 ({why})"
+    raise UnsupportedPi(f"{pi_bin} does not run: {why}; {INSTALL_HINT}")
