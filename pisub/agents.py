@@ -53,6 +53,7 @@ class Agent:
             extensions=fm.extensions,
             skills=fm.skills,
             prompt_templates=fm.prompt_templates,
+            trust_project=fm.trust_project,
         )
 
 
@@ -113,6 +114,7 @@ def _check(fm: AgentFrontmatter, path: Path) -> None:
         raise InvalidInput(f"{path}: an external-cli agent needs a 'command'")
     if fm.runner == "external-cli":
         pi_only = [k for k in ("model", "tools", "thinking") if getattr(fm, k) is not None]
+        pi_only += ["trustProject"] if fm.trust_project else []
         if pi_only:
             raise InvalidInput(f"{path}: {', '.join(pi_only)} only apply to runner: pi")
     for key in ("timeout", "idle_timeout"):

@@ -95,9 +95,7 @@ def launch(
     found = discover(h.agents, workdir).get(agent)
     spec = found.spec()
     if spec.runner == "pi":
-        from pisub.children.pi_rpc import find_pi
-
-        spec.command = find_pi()
+        _resolve_pi(spec, h)
     else:
         _check_command(spec.command, workdir)
     fm = found.frontmatter
@@ -199,8 +197,6 @@ def resume(
         NotResumable: the run is stopped, running, not a pi run, or has no session file.
         LaunchFailed: e.g. another run holds the session's lease (named in the message).
     """
-    from pisub.children.pi_rpc import find_pi
-
     source = Run(ref, home=home)
     status, manifest = source.status(), source.manifest()
     session = _resumable_session(source.id, status, manifest.agent.runner)
@@ -212,12 +208,21 @@ def resume(
         raise InvalidInput("the timeout must be a positive number of seconds")
     _check_lease_free(source.home, session)
     spec = manifest.agent
-    spec.command = find_pi()
+    _resolve_pi(spec, source.home)
     limits = manifest.limits
     if timeout is not None:
         limits.timeout = timeout
     new = _manifest(spec, message, manifest.cwd, limits, resumed_from=source.id, session_file=session)
     return _start(source.home, new)
+
+
+def _resolve_pi(spec: AgentSpec, home: Home) -> None:
+    """Fill in the pi binary and its version (refused in one line when unsupported)."""
+    from pisub.children.pi_rpc import find_pi
+    from pisub.pi_versions import supported_version
+
+    spec.command = find_pi()
+    spec.pi_version = supported_version(spec.command, home.root / "cache")
 
 
 def _check_lease_free(home: Home, session: str) -> None:

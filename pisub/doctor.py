@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,7 +56,7 @@ def diagnose(home: Home, pi_bin: str | None) -> Report:
     checks: list[tuple[str, Callable[[], None]]] = [
         ("home", lambda: _check_home(home, report)),
         ("inotify", lambda: _check_inotify(report)),
-        ("pi", lambda: _check_pi(pi_bin, report)),
+        ("pi", lambda: _check_pi(pi_bin, home, report)),
         ("runs", lambda: _check_runs(home, report)),
         ("leases", lambda: _check_leases(home, report)),
     ]
@@ -139,26 +138,25 @@ def _check_inotify(report: Report) -> None:
         report.add("inotify", True, detail)
 
 
-def _check_pi(pi_bin: str | None, report: Report) -> None:
+def _check_pi(pi_bin: str | None, home: Home, report: Report) -> None:
+    from pisub.pi_versions import SUPPORTED, supported_version
+
     if pi_bin is None:
         report.add(
             "pi",
             False,
             "the pi coding agent was not found (PISUB_PI_BIN, PATH)",
-            "npm install -g @mariozechner/pi-coding-agent@0.73.1, or set PISUB_PI_BIN",
+            f"install {SUPPORTED}: scripts/install_pi.sh, or set PISUB_PI_BIN",
         )
         return
     try:
-        proc = subprocess.run(
-            [pi_bin, "--version"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL
+        version = supported_version(pi_bin, home.root / "cache")
+    except PisubError as exc:
+        report.add(
+            "pi", False, exc.message, "scripts/install_pi.sh installs a supported pi; set PISUB_PI_BIN to it"
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        report.add("pi", False, f"{pi_bin} --version failed: {exc}", "reinstall pi or fix PISUB_PI_BIN")
         return
-    version = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["?"]
-    report.add(
-        "pi", proc.returncode == 0, f"{pi_bin} {version[0]}", "" if proc.returncode == 0 else "reinstall pi"
-    )
+    report.add("pi", True, f"{pi_bin} {version} (pisub drives {SUPPORTED})")
 
 
 def _check_runs(home: Home, report: Report) -> None:

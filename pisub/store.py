@@ -6,6 +6,7 @@ when its manifest and first status exist, so a reader never sees half a run.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
@@ -14,6 +15,7 @@ from typing import TypeVar
 
 from pisub.errors import (
     AmbiguousRun,
+    HomeUnusable,
     RunNotFound,
     storage_error,
 )
@@ -52,6 +54,9 @@ class RunStore:
             return self._create(manifest, staging, final)
         except OSError as exc:
             shutil.rmtree(staging.root, ignore_errors=True)
+            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):  # the home, not the disk
+                why = exc.strerror or str(exc)
+                raise HomeUnusable(f"cannot create a run in {self.home.runs}: {why}") from exc
             raise storage_error(exc, "create a run in", self.home.runs) from exc
 
     def _create(self, manifest: Manifest, staging: RunPaths, final: RunPaths) -> tuple[RunPaths, int]:

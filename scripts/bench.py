@@ -497,8 +497,10 @@ def bench_list(b: Bench, count: int) -> None:
 def bench_pi(b: Bench) -> None:
     import pisub
     from pisub.testing.fake_model import FakeModelServer, pi_env, write_pi_agent_dir
+    from pisub.testing.pi_pins import pinned_pi_bins
 
-    pi_bin = os.environ.get("PISUB_PI_BIN") or str(ROOT / ".pi-cli" / "node_modules" / ".bin" / "pi")
+    default = next(iter(pinned_pi_bins(ROOT).values()), ROOT / ".pi-cli" / "bin" / "pi")
+    pi_bin = os.environ.get("PISUB_PI_BIN") or str(default)
     if not os.access(pi_bin, os.X_OK):
         b.notes.append(f"pi: not installed at {pi_bin} (scripts/install_pi.sh): section skipped")
         return
@@ -566,6 +568,46 @@ def bench_pi(b: Bench) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def bench_pi_versions(b: Bench) -> None:
+    """Per supported pi version: launch → the first model request, and pi's peak RSS."""
+    import pisub
+    from pisub.testing.fake_model import FakeModelServer, pi_env, write_pi_agent_dir
+    from pisub.testing.pi_pins import pinned_pi_bins
+
+    bins = pinned_pi_bins(ROOT)
+    if not bins:
+        b.notes.append("pi-versions: no pinned pi installed (scripts/install_pi.sh all): section skipped")
+        return
+    n = 1 if b.quick else 5
+    with FakeModelServer(slow_delay=0.05) as server:
+        agent_dir = Path(tempfile.mkdtemp())
+        write_pi_agent_dir(agent_dir, server.base_url)
+        os.environ.update(pi_env(agent_dir))
+        b.agent("pi", "", [], runner="pi")
+        workdir = Path(tempfile.mkdtemp())
+        b.data["pi_versions"] = {}
+        for version, pi_bin in bins.items():
+            os.environ["PISUB_PI_BIN"] = str(pi_bin)
+            first, rss = [], []
+            for _ in range(n):
+                seen = len(server.requests)
+                start = time.perf_counter()
+                run = pisub.launch("pi", "hello", cwd=workdir)
+                server.wait_for_requests(seen + 1, timeout=60)
+                first.append(time.perf_counter() - start)
+                rss.append(peak_rss([run.status().steps[0].pid or 0], functools.partial(ended, run)))
+                run.wait(timeout=60)
+            b.data["pi_versions"][version] = {"first_request_s": first, "pi_peak_rss": rss}
+            b.row(
+                "pi",
+                f"pi {version}: launch → first model request, p50",
+                ms(statistics.median(first)),
+                f"pi peak RSS {statistics.median(rss) / 2**20:.0f} MiB",
+            )
+        shutil.rmtree(agent_dir, ignore_errors=True)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 def exited(proc: subprocess.Popen[bytes]) -> bool:
     return proc.poll() is not None
 
@@ -610,7 +652,7 @@ def main() -> int:
     )
     parser.add_argument("--quick", action="store_true", help="small sizes, under a minute (CI)")
     parser.add_argument("--out", type=Path, default=Path("bench-results.json"))
-    parser.add_argument("--only", nargs="*", help="sections: launch control footprint scale pi")
+    parser.add_argument("--only", nargs="*", help="sections: launch control footprint scale pi pi-versions")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pisub-bench-"))
     home = tmp / "home"
@@ -624,6 +666,7 @@ def main() -> int:
         "footprint": bench_footprint,
         "scale": bench_scale,
         "pi": bench_pi,
+        "pi-versions": bench_pi_versions,
     }
     started = time.monotonic()
     try:

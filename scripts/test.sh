@@ -2,6 +2,10 @@
 # Install pisub with its development tools into .venv, then lint, type-check and test.
 # Extra arguments go to pytest (e.g. scripts/test.sh --stress, scripts/test.sh -k crash).
 #
+# pi: every pinned version (scripts/pi-pins.sh) is installed; the suite runs against the default
+# pin, then the pi tests (-m pi) run again against each other version. PISUB_PI_VERSIONS=default
+# (the fast path) runs the default only; PISUB_PI_VERSIONS="1.6.0 0.85.1" picks versions.
+#
 # As root, the security and control tests also run as the ordinary user pisub-ci (created if
 # missing) from a copy of the project in a world-traversable temp dir, since root's
 # CAP_FOWNER, CAP_DAC_OVERRIDE and protected_hardlinks exemption hide real failures; the main
@@ -15,7 +19,16 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' --config-settings editable_mode=compat
 echo "== pi CLI (pinned, into .pi-cli/)"
-PISUB_PI_BIN=$(bash scripts/install_pi.sh | tail -n 1)
+# shellcheck source=scripts/pi-pins.sh
+. scripts/pi-pins.sh
+default_pi=${PI_PINS[0]##*@}
+case "${PISUB_PI_VERSIONS:-all}" in
+    all) pi_versions=("${PI_PINS[@]##*@}") ;;
+    default) pi_versions=("$default_pi") ;;
+    *) read -r -a pi_versions <<<"$PISUB_PI_VERSIONS" ;;
+esac
+mapfile -t pi_bins < <(bash scripts/install_pi.sh "${pi_versions[@]}")
+PISUB_PI_BIN=${pi_bins[0]}
 export PISUB_PI_BIN
 
 NONROOT_USER=pisub-ci
@@ -91,6 +104,14 @@ else
     .venv/bin/python -m pytest -q "$@" || rc_main=$?
 fi
 
+# The pi tests against every other selected pi version.
+for ((i = 1; i < ${#pi_bins[@]}; i++)); do
+    echo "== pytest -m pi with pi ${pi_versions[$i]}"
+    rc_pi=0
+    PISUB_PI_BIN=${pi_bins[$i]} .venv/bin/python -m pytest -q -m pi -p no:cacheprovider "$@" || rc_pi=$?
+    [ "$rc_main" -ne 0 ] || [ "$rc_pi" -eq 5 ] || rc_main=$rc_pi  # 5: extra arguments selected none
+done
+
 # After a failed main run too: its failures and the unprivileged ones are often different.
 if [ -n "$nonroot_dir" ]; then
     echo "== pytest as $NONROOT_USER (security and control tests, unprivileged)"
@@ -108,7 +129,12 @@ if [ -n "$nonroot_dir" ]; then
         # Some of them need the pi CLI: hard links (else a copy) where the user can reach them.
         cp -al .pi-cli "$nonroot_dir/src/" 2>/dev/null \
             || { rm -rf "$nonroot_dir/src/.pi-cli" && cp -a .pi-cli "$nonroot_dir/src/"; }
-        pi_env=(PISUB_PI_BIN="$nonroot_dir/src/.pi-cli/node_modules/.bin/pi")
+        # The launchers name absolute paths of this tree: new files (not the hard links) naming the copy.
+        for launcher in "$nonroot_dir"/src/.pi-cli/*/bin/pi; do
+            sed "s#$PWD/#$nonroot_dir/src/#g" "$launcher" >"$launcher.new"
+            rm -f "$launcher" && mv "$launcher.new" "$launcher" && chmod 755 "$launcher"
+        done
+        pi_env=(PISUB_PI_BIN="$nonroot_dir/src/.pi-cli/${PISUB_PI_BIN#"$PWD/.pi-cli/"}")
     fi
     rc_nonroot=0
     as_nonroot "${pi_env[@]}" "$nonroot_dir/venv/bin/python" -m pytest -q -p no:cacheprovider \

@@ -20,7 +20,16 @@ from pisub.testing.fake_model import FakeModelServer, pi_env, write_pi_agent_dir
 from tests.nonroot import NonrootSetupError, Unprivileged, unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[1]
-PI_BIN_DEFAULT = ROOT / ".pi-cli" / "node_modules" / ".bin" / "pi"
+
+
+def pinned_pi_bins() -> dict[str, Path]:
+    """The launchers of the installed pinned pi versions, the default first."""
+    from pisub.testing.pi_pins import pinned_pi_bins as pinned
+
+    return pinned(ROOT)
+
+
+PI_BIN_DEFAULT = next(iter(pinned_pi_bins().values()), ROOT / ".pi-cli" / "bin" / "pi")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
     "output": 2,
     "results": 2,
     "reconcile": 2,
+    "pi_versions": 2,
     "doctor": 2,
     "children": 3,
     "runner": 3,

@@ -38,6 +38,7 @@ from pisub.errors import LaunchFailed
 from pisub.fsio import atomic_write, open_regular
 from pisub.output import StreamSink
 from pisub.paths import RunPaths
+from pisub.pi_versions import caps_of
 from pisub.protocol.control import ReceiptState
 from pisub.protocol.manifest import AgentSpec, Manifest
 from pisub.protocol.result import Usage
@@ -46,12 +47,16 @@ MAX_LINE = 16 * 1024 * 1024
 """Longest stdout line read from pi; a longer one is skipped and reported."""
 
 READ_CHUNK = 256 * 1024
+CLEARED_REASON = "the interrupt cleared it from pi's queue before it was delivered"
 MAX_TOKENS = 2**53
 """Token counts above this are ignored (they would not survive JSON readers)."""
 MAX_COST = 1e12
 """Costs above this (or not finite) are ignored."""
 PREVIEW_CHARS = 120
-INSTALL_HINT = "install it with: npm install -g @mariozechner/pi-coding-agent (or set PISUB_PI_BIN)"
+INSTALL_HINT = (
+    "install it with scripts/install_pi.sh, or: npm install -g @earendil-works/pi-coding-agent@1 "
+    "(Node >= 22.19), and set PISUB_PI_BIN"
+)
 
 Json = dict[str, Any]
 ResponseHandler = Callable[[Json], None]
@@ -81,6 +86,8 @@ def pi_argv(spec: AgentSpec, session_file: Path, system_prompt_file: Path | None
     """The command line of a pi child (never through a shell)."""
     assert spec.command, "the launcher resolves the pi binary into the manifest"
     argv = [spec.command, "--mode", "rpc", "--session", str(session_file)]
+    if spec.trust_project and caps_of(spec.pi_version).approve_flag:
+        argv.append("--approve")
     if not spec.extensions:
         argv.append("--no-extensions")
     if not spec.skills:
@@ -264,6 +271,7 @@ class PiChild(Child):
         self._task_seen = False
         self._abort_wanted = False
         self._session_private = False
+        self.caps = caps_of(manifest.agent.pi_version)
 
     # -- process --------------------------------------------------------------------
     def start(self) -> None:
@@ -366,7 +374,23 @@ class PiChild(Child):
 
     def _send_abort(self) -> None:
         self._epoch += 1
+        if self.caps.clear_queue:
+            # 0.85 would start a new run with a queued message once aborted: empty the queue
+            # first (pi handles commands in order) and fail what it held.
+            self.send({"type": "clear_queue"}, self._on_queue_cleared)
         self.send({"type": "abort"}, lambda _resp: self.finish())
+
+    def _on_queue_cleared(self, resp: Json) -> None:
+        data = resp.get("data")
+        if not isinstance(data, dict):
+            return
+        queues = [q for key in ("steering", "followUp") if isinstance(q := data.get(key), list)]
+        for text in (t for q in queues for t in q if isinstance(t, str)):
+            for item in self._steers:
+                if item.state in ("sent", "queued") and item.text == text:
+                    self._steers.remove(item)
+                    self.hooks.steer_update(item.request_id, ReceiptState.FAILED, CLEARED_REASON)
+                    break
 
     def _queue_update(self, ev: Json) -> None:
         listed = [
@@ -441,7 +465,9 @@ class PiChild(Child):
             self._on_response(obj)
         elif kind != "message_update":
             self.last_event = kind
-            self.hooks.raw_event(self.index, kind, line)
+            raw = _slim(kind, obj, line)
+            if raw is not None:
+                self.hooks.raw_event(self.index, kind, raw)
             self._on_event(kind, obj)
         self.hooks.activity(self.index)
 
@@ -500,6 +526,13 @@ class PiChild(Child):
     def _agent_end(self, _ev: Json) -> None:
         self._streaming = False
         self._ask_idle()
+
+    def _may_be_idle(self, _ev: Json) -> None:
+        """Work that ran after ``agent_end`` (a compaction, a retry) ended, or pi says the run
+        settled: ask again whether pi is idle (``get_state`` decides; a stray ``agent_settled``
+        early in a run finds it streaming)."""
+        if not self._streaming:
+            self._ask_idle()
 
     def _ask_idle(self) -> None:
         epoch = self._epoch
@@ -602,7 +635,29 @@ _EVENT_HANDLERS: dict[str, Callable[[PiChild, Json], None]] = {
     "tool_execution_start": PiChild._tool_start,
     "tool_execution_end": PiChild._tool_end,
     "agent_end": PiChild._agent_end,
+    "compaction_end": PiChild._may_be_idle,
+    "auto_retry_end": PiChild._may_be_idle,
+    "agent_settled": PiChild._may_be_idle,
 }
+
+
+def _slim(kind: str, event: Json, line: bytes) -> bytes | None:
+    """What of a pi event goes to ``events.jsonl``: the line itself, except the bulk that says
+    nothing new — ``role: "system"`` messages (pi 1.x: ~8 KB, the whole system prompt) are left
+    out, and ``agent_end`` loses its copy of every message (they are in the session)."""
+    message = event.get("message")
+    if (
+        kind in ("message_start", "message_end")
+        and isinstance(message, dict)
+        and message.get("role") == "system"
+    ):
+        return None
+    messages = event.get("messages")
+    if kind == "agent_end" and isinstance(messages, list):
+        slim = {key: value for key, value in event.items() if key != "messages"}
+        slim["messageCount"] = len(messages)
+        return msgspec.json.encode(slim)
+    return line
 
 
 def pi_event_line(ts: str, child: int, kind: str, raw: bytes) -> bytes:

@@ -30,3 +30,7 @@ class AgentFrontmatter(StrictRecord, kw_only=True):
     """pi only: keep pi's skills."""
     prompt_templates: bool = False
     """pi only: keep pi's prompt templates."""
+    trust_project: bool = False
+    """pi only: load the working directory's ``.pi/`` resources (settings, ``APPEND_SYSTEM.md``,
+    extensions): pi's ``--approve``. Off by default: a sub-agent sent into someone else's
+    repository does not run that repository's pi extensions."""

@@ -43,6 +43,10 @@ class AgentSpec(Record, kw_only=True):
     extensions: bool = False
     skills: bool = False
     prompt_templates: bool = False
+    trust_project: bool = False
+    pi_version: str | None = None
+    """The version of ``command`` for ``runner: pi``, detected at launch (it decides how the
+    runner talks to pi: :mod:`pisub.pi_versions`)."""
 
 
 class Manifest(Record, kw_only=True):

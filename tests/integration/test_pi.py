@@ -76,7 +76,7 @@ def test_http_500_fails_with_pis_error(pi_home: Path) -> None:
     assert result.state == "failed"
     assert result.details.error is not None
     assert result.details.error.code == "SUBAGENT_FAILED"
-    assert "500 fake server error" in result.details.error.message
+    assert "fake server error" in result.details.error.message  # 0.85+: "500: <the raw body>"
     single = result.details.results[0]
     assert single.exit_code == 1 and "pi produced no final text" in (single.output or "")
     assert "{" not in (single.output or ""), "never raw JSONL"

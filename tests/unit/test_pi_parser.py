@@ -1,4 +1,5 @@
-"""The pi event parser on recordings of the real pi (fixtures/pi/)."""
+"""The pi event parser on recordings of the real pi (fixtures/pi/<version>/): every recording of
+every version is replayed — the supported 0.85.1 and 1.6.0, and 0.73.1, the previous pin."""
 
 from __future__ import annotations
 
@@ -14,6 +15,12 @@ from pisub.protocol import AgentSpec, Limits, Manifest
 from pisub.protocol.control import ReceiptState
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "pi"
+VERSIONS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
+
+
+@pytest.fixture(params=VERSIONS)
+def version(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 class Hooks:
@@ -66,18 +73,18 @@ def _child(tmp_path: Path) -> tuple[PiChild, Hooks, Stdin]:
     return child, hooks, stdin
 
 
-def _replay(tmp_path: Path, name: str) -> tuple[PiChild, Hooks, Stdin]:
+def _replay(tmp_path: Path, name: str, version: str) -> tuple[PiChild, Hooks, Stdin]:
     child, hooks, stdin = _child(tmp_path)
     reader = LineReader()
-    data = (FIXTURES / name).read_bytes()
+    data = (FIXTURES / version / name).read_bytes()
     for i in range(0, len(data), 997):  # odd chunk size: lines and UTF-8 split across reads
         for line in reader.feed(data[i : i + 997]):
             child._on_line(line)
     return child, hooks, stdin
 
 
-def test_plain(tmp_path: Path) -> None:
-    child, hooks, _ = _replay(tmp_path, "rpc-plain.jsonl")
+def test_plain(tmp_path: Path, version: str) -> None:
+    child, hooks, _ = _replay(tmp_path, "rpc-plain.jsonl", version)
     assert child.final_text == "Hello from the fake LLM. You said: hello"
     assert child.totals.usage.input == 100 and child.totals.usage.turns == 1
     assert child.progress.turns == 1
@@ -85,8 +92,8 @@ def test_plain(tmp_path: Path) -> None:
     assert (tmp_path / "output-0.log").read_text() == "Hello from the fake LLM. You said: hello\n"
 
 
-def test_toolcall(tmp_path: Path) -> None:
-    child, _, _ = _replay(tmp_path, "rpc-toolcall.jsonl")
+def test_toolcall(tmp_path: Path, version: str) -> None:
+    child, _, _ = _replay(tmp_path, "rpc-toolcall.jsonl", version)
     assert child.final_text == "Tool said: hi"
     assert child.progress.tools == 1 and child.progress.turns == 2
     log = (tmp_path / "output-0.log").read_text()
@@ -94,29 +101,30 @@ def test_toolcall(tmp_path: Path) -> None:
     assert list(child.progress.recent) == ["Running a command.", "tool: bash echo hi", "Tool said: hi"]
 
 
-def test_error500(tmp_path: Path) -> None:
-    child, _, _ = _replay(tmp_path, "rpc-error500.jsonl")
+def test_error500(tmp_path: Path, version: str) -> None:
+    child, _, _ = _replay(tmp_path, "rpc-error500.jsonl", version)
     assert child.final_text is None
     assert child.last_assistant is not None
     assert child.last_assistant["stopReason"] == "error"
-    assert child._error(0, None) == "pi failed: 500 fake server error"
-    assert "last event: agent_end" in child._diagnostic()
+    error = child._error(0, None) or ""
+    assert error.startswith("pi failed: 500") and "fake server error" in error  # 0.85+: "500: <body>"
+    assert "last event: agent_" in child._diagnostic()  # agent_end, or agent_settled since 0.80.4
 
 
-def test_abort(tmp_path: Path) -> None:
-    child, _, _ = _replay(tmp_path, "rpc-abort.jsonl")
+def test_abort(tmp_path: Path, version: str) -> None:
+    child, _, _ = _replay(tmp_path, "rpc-abort.jsonl", version)
     assert child.last_assistant is not None and child.last_assistant["stopReason"] == "aborted"
     assert (child._error(0, None) or "").startswith("pi was aborted")
 
 
-def test_steer_recording_counts_turns(tmp_path: Path) -> None:
-    child, hooks, _ = _replay(tmp_path, "rpc-steer.jsonl")
+def test_steer_recording_counts_turns(tmp_path: Path, version: str) -> None:
+    child, hooks, _ = _replay(tmp_path, "rpc-steer.jsonl", version)
     assert child.progress.turns == 2
     assert "queue_update" in hooks.raw
 
 
-def test_agent_end_asks_get_state_then_finishes(tmp_path: Path) -> None:
-    child, _, stdin = _replay(tmp_path, "rpc-plain.jsonl")
+def test_agent_end_asks_get_state_then_finishes(tmp_path: Path, version: str) -> None:
+    child, _, stdin = _replay(tmp_path, "rpc-plain.jsonl", version)
     asks = [m for m in stdin.sent if m["type"] == "get_state"]
     assert asks, "agent_end must trigger a get_state idle check"
     child._on_line(
@@ -133,8 +141,8 @@ def test_agent_end_asks_get_state_then_finishes(tmp_path: Path) -> None:
     assert child.finished and stdin.closed
 
 
-def test_idle_check_ignored_when_work_started_since(tmp_path: Path) -> None:
-    child, _, stdin = _replay(tmp_path, "rpc-plain.jsonl")
+def test_idle_check_ignored_when_work_started_since(tmp_path: Path, version: str) -> None:
+    child, _, stdin = _replay(tmp_path, "rpc-plain.jsonl", version)
     ask = [m for m in stdin.sent if m["type"] == "get_state"][-1]
     child._on_line(b'{"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":1,"errorMessage":"x"}')
     child._on_line(
@@ -215,6 +223,6 @@ def test_steer_matching_queued_then_delivered(tmp_path: Path) -> None:
     assert child.steer("r1", "STEER: now say hi", "steer") is None
     assert stdin.sent[-1]["type"] == "prompt" and stdin.sent[-1]["streamingBehavior"] == "steer"
     reader = LineReader()
-    for line in reader.feed((FIXTURES / "rpc-steer.jsonl").read_bytes()):
+    for line in reader.feed((FIXTURES / VERSIONS[0] / "rpc-steer.jsonl").read_bytes()):
         child._on_line(line)
     assert hooks.steers == [("r1", "queued"), ("r1", "delivered")]

@@ -173,3 +173,25 @@ def _run_version(pi_bin: str) -> str:
     if "enableCompileCache" in why:
         why = f"it needs Node >= 22.19 ({why})"
     raise UnsupportedPi(f"{pi_bin} does not run: {why}; {INSTALL_HINT}")
+
+
+def supported_version(pi_bin: str, cache_dir: Path | None = None) -> str:
+    """The version of the pi at ``pi_bin``, once it is known to be supported.
+
+    Raises:
+        UnsupportedPi: it does not run, or its version is outside :data:`SUPPORTED` (one line).
+    """
+    version = detect_version(pi_bin, cache_dir)
+    caps_for(version)
+    return version
+
+
+def caps_of(version: str | None) -> PiCaps:
+    """The capabilities to drive a run with: those of its recorded version; for a manifest
+    without one (written before versions were recorded) the most careful set."""
+    if version is None:
+        return PiCaps(version=(0, 0, 0), clear_queue=False, approve_flag=False, system_messages=True)
+    try:
+        return caps_for(version)
+    except UnsupportedPi:
+        return PiCaps(version=(0, 0, 0), clear_queue=False, approve_flag=False, system_messages=True)
