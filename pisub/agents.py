@@ -6,7 +6,6 @@ working directory or its git root. On a name clash the project wins.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,7 @@ from pisub.errors import InvalidInput, PisubError, UnknownAgent
 from pisub.fsio import read_bytes
 from pisub.protocol.agent import AgentFrontmatter
 from pisub.protocol.codec import convert
-from pisub.protocol.manifest import AgentSpec
+from pisub.protocol.manifest import AgentSpec, LimitValues
 
 Scope = Literal["user", "project"]
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -35,6 +34,10 @@ class Agent:
     @property
     def name(self) -> str:
         return self.frontmatter.name
+
+    def limits(self) -> LimitValues:
+        """The limits this agent file sets (each may be absent)."""
+        return limits_of(self.frontmatter)
 
     def spec(self) -> AgentSpec:
         """The snapshot of this agent that goes into a run's manifest."""
@@ -117,16 +120,18 @@ def _check(fm: AgentFrontmatter, path: Path) -> None:
         pi_only += ["trustProject"] if fm.trust_project else []
         if pi_only:
             raise InvalidInput(f"{path}: {', '.join(pi_only)} only apply to runner: pi")
-    for key in ("timeout", "idle_timeout"):
-        value = getattr(fm, key)
-        if value is not None and not (math.isfinite(value) and value > 0):
-            raise InvalidInput(f"{path}: {key} must be a positive number of seconds")
-    for key in ("output_cap", "output_hard_cap"):
-        value = getattr(fm, key)
-        if value is not None and value <= 0:
-            raise InvalidInput(f"{path}: {key} must be a positive number of bytes")
+    limits_of(fm).check(str(path))
     if any("\0" in arg for arg in [fm.command or "", *fm.args]):
         raise InvalidInput(f"{path}: command and args must not contain NUL bytes")
+
+
+def limits_of(fm: AgentFrontmatter) -> LimitValues:
+    return LimitValues(
+        timeout=fm.timeout,
+        idle_timeout=fm.idle_timeout,
+        output_cap=fm.output_cap,
+        output_hard_cap=fm.output_hard_cap,
+    )
 
 
 def project_agent_dirs(cwd: Path) -> list[Path]:

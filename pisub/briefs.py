@@ -25,14 +25,10 @@ MAX_BRIEFS = 20
 MAX_BRIEF_FILE = 512 * 1024
 
 
-def briefs_dir(paths: RunPaths) -> Path:
-    return paths.root / "briefs"
-
-
 def pending_briefs(paths: RunPaths) -> list[Brief]:
     """Briefs waiting for the next resume, oldest first. An entry that is not a readable brief
     (a directory, symlink, FIFO, garbage) is moved to ``quarantine/`` with its reason."""
-    directory = briefs_dir(paths)
+    directory = paths.briefs
     try:
         names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
     except FileNotFoundError:
@@ -67,7 +63,7 @@ def add_brief(paths: RunPaths, leases_dir: Path, session_file: str, run_id: str,
     with unleased(leases_dir, session_file) as generation:
         if len(pending_briefs(paths)) >= MAX_BRIEFS:
             raise InvalidInput(f"run {run_id} already holds {MAX_BRIEFS} briefs; resume it first")
-        directory = briefs_dir(paths)
+        directory = paths.briefs
         private_mkdir(directory)
         rid = new_request_id()
         brief = Brief(v=1, id=rid, message=message, created_at=now_iso(), generation=generation)
@@ -92,11 +88,11 @@ def mark_delivered(paths: RunPaths, briefs: list[Brief], replacement_run_id: str
     """Move delivered briefs aside and mark their receipts (caller holds the lease, fenced)."""
     if not briefs:
         return
-    delivered = briefs_dir(paths) / "delivered"
+    delivered = paths.briefs_delivered
     private_mkdir(delivered)
     for brief in briefs:
         with contextlib.suppress(FileNotFoundError):
-            os.rename(briefs_dir(paths) / f"{brief.id}.json", delivered / f"{brief.id}.json")
+            os.rename(paths.briefs / f"{brief.id}.json", delivered / f"{brief.id}.json")
         receipt = read_receipt_safe(paths, brief.id)
         if receipt is None or not advance(
             receipt, ReceiptState.DELIVERED, f"delivered with resume {replacement_run_id}"

@@ -9,17 +9,17 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pisub import defaults
 from pisub.errors import InvalidInput, LaunchFailed, WaitTimeout
-from pisub.paths import Home, RunPaths, open_home, validate_run_ref
+from pisub.paths import STATUS_FILE, Home, RunPaths, open_home, validate_run_ref
+from pisub.polling import Every, poll
 from pisub.protocol.codec import now_iso
 from pisub.protocol.control import FollowUp, Interrupt, Receipt, ReceiptState, Request, Steer, Stop
-from pisub.protocol.manifest import AgentSpec, Limits, Manifest
+from pisub.protocol.manifest import AgentSpec, Limits, LimitValues, Manifest
 from pisub.protocol.result import Result
 from pisub.protocol.status import RunState, Status
 from pisub.store import RunStore, load_manifest, load_result, load_status
@@ -82,9 +82,7 @@ def launch(
         raise InvalidInput("the task is empty")
     if len(task.encode("utf-8")) > MAX_TASK_BYTES:
         raise InvalidInput(f"the task is larger than {MAX_TASK_BYTES} bytes")
-    for name, value in (("timeout", timeout), ("idle timeout", idle_timeout)):
-        if value is not None and not (math.isfinite(value) and value > 0):
-            raise InvalidInput(f"the {name} must be a positive number of seconds")
+    caller = LimitValues(timeout=timeout, idle_timeout=idle_timeout).check("the call")
     workdir = Path(cwd or os.getcwd()).resolve()
     if not workdir.is_dir():
         raise InvalidInput(f"working directory {workdir} does not exist")
@@ -98,15 +96,9 @@ def launch(
         _resolve_pi(spec, h)
     else:
         _check_command(spec.command, workdir)
-    fm = found.frontmatter
-    limits = Limits(
-        timeout=timeout or fm.timeout or defaults.DEFAULT_TIMEOUT_S,
-        idle_timeout=idle_timeout or fm.idle_timeout or defaults.DEFAULT_IDLE_TIMEOUT_S,
-        grace=defaults.DEFAULT_GRACE_S,
-        output_cap=fm.output_cap or defaults.DEFAULT_OUTPUT_CAP,
-        output_hard_cap=fm.output_hard_cap or defaults.DEFAULT_OUTPUT_HARD_CAP,
+    manifest = _manifest(
+        spec, task, str(workdir), Limits.resolve((caller, "the call"), (found.limits(), str(found.path)))
     )
-    manifest = _manifest(spec, task, str(workdir), limits)
     return _start(h, manifest)
 
 
@@ -175,9 +167,7 @@ def _start(home: Home, manifest: Manifest) -> Run:
 def _wait_unlocked(lock: Path, timeout: float) -> None:
     from pisub.locks import is_held
 
-    deadline = time.monotonic() + timeout
-    while is_held(lock) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    poll(lambda: None if is_held(lock) else True, timeout, interval=0.01)
 
 
 def resume(
@@ -204,12 +194,11 @@ def resume(
         raise InvalidInput(f"run {source.id} has one child, 0")
     if not _text(message, "message").strip():
         raise InvalidInput("the message is empty")
-    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
-        raise InvalidInput("the timeout must be a positive number of seconds")
+    LimitValues(timeout=timeout).check("the call")
     _check_lease_free(source.home, session)
     spec = manifest.agent
     _resolve_pi(spec, source.home)
-    limits = manifest.limits
+    limits = manifest.limits  # the source's, resolved at its launch; a new timeout may replace its own
     if timeout is not None:
         limits.timeout = timeout
     new = _manifest(spec, message, manifest.cwd, limits, resumed_from=source.id, session_file=session)
@@ -222,7 +211,7 @@ def _resolve_pi(spec: AgentSpec, home: Home) -> None:
     from pisub.pi_versions import supported_version
 
     spec.command = find_pi()
-    spec.pi_version = supported_version(spec.command, home.root / "cache")
+    spec.pi_version = supported_version(spec.command, home.cache)
 
 
 def _check_lease_free(home: Home, session: str) -> None:
@@ -354,35 +343,37 @@ class Run:
         A run that ends meanwhile answers every request, so this never waits on a dead run
         longer than the crash check takes.
         """
-        deadline = time.monotonic() + (_seconds(timeout, "wait") or 0.0)
-        next_check = time.monotonic() + 0.5
-        while True:
+        crash_check = Every(0.5, now=False)  # a crashed runner's requests are answered by the repair
+
+        def answered() -> Receipt | None:
             receipt = self.receipt(request_id)
             if receipt is not None and receipt.state != ReceiptState.PENDING:
                 return receipt
-            now = time.monotonic()
-            if now >= deadline:
-                return receipt
-            if now >= next_check:  # a crashed runner's requests are answered by the repair
+            if crash_check.due():
                 self.status()
-                next_check = now + 0.5
-            time.sleep(0.005 if now - (deadline - timeout) < 0.2 else 0.02)
+            return None
+
+        got = poll(answered, _seconds(timeout, "wait"), interval=0.02, first=0.005)
+        return got if got is not None else self.receipt(request_id)
 
     def wait_until_terminal(self, timeout: float | None = None) -> Status:
-        deadline = None if _seconds(timeout, "timeout") is None else time.monotonic() + (timeout or 0.0)
-        next_check = 0.0
-        while True:
-            now = time.monotonic()
-            if now >= next_check:
-                status = self.status()  # includes the liveness check
-                next_check = now + 0.5
-            else:
-                status = load_status(self.paths)
-            if status.state.is_terminal:
-                return self.status()
-            if deadline is not None and now >= deadline:
-                raise WaitTimeout(f"run {self.id} is still {status.state} after {timeout:g}s")
-            time.sleep(defaults.READ_POLL_S)
+        """Block until the run's terminal status is written (with a crash check twice a second).
+
+        Raises:
+            WaitTimeout: the run was still going after ``timeout`` seconds.
+        """
+        liveness = Every(0.5)
+        last: list[Status] = []
+
+        def ended() -> Status | None:
+            status = self.status() if liveness.due() else load_status(self.paths)
+            last[:] = [status]
+            return self.status() if status.state.is_terminal else None
+
+        done = poll(ended, _seconds(timeout, "timeout"))
+        if done is None:
+            raise WaitTimeout(f"run {self.id} is still {last[0].state} after {timeout:g}s")
+        return done
 
 
 def list_runs(
@@ -407,7 +398,7 @@ def list_runs(
         root = os.path.join(runs, run_id)
         try:
             # Fast path for finished runs (most of them): one read, one decode, two stats.
-            st = load_json(os.path.join(root, "status.json"), Status, limit=MAX_FILE)
+            st = load_json(os.path.join(root, STATUS_FILE), Status, limit=MAX_FILE)
             if not st.state.is_terminal or inbox_needs_answers(os.path.join(root, "inbox")):
                 st = observe(RunPaths(Path(root)))
         except (FileNotFoundError, RunNotFound):

@@ -139,18 +139,18 @@ def _check_inotify(report: Report) -> None:
 
 
 def _check_pi(pi_bin: str | None, home: Home, report: Report) -> None:
-    from pisub.pi_versions import SUPPORTED, supported_version
+    from pisub.pi_versions import INSTALL_HINT, SUPPORTED, supported_version
 
     if pi_bin is None:
         report.add(
             "pi",
             False,
-            "the pi coding agent was not found (PISUB_PI_BIN, PATH)",
-            f"install {SUPPORTED}: scripts/install_pi.sh, or set PISUB_PI_BIN",
+            f"the pi coding agent was not found (PISUB_PI_BIN, PATH); pisub drives {SUPPORTED}",
+            INSTALL_HINT,
         )
         return
     try:
-        version = supported_version(pi_bin, home.root / "cache")
+        version = supported_version(pi_bin, home.cache)
     except PisubError as exc:
         report.add(
             "pi", False, exc.message, "scripts/install_pi.sh installs a supported pi; set PISUB_PI_BIN to it"

@@ -227,13 +227,8 @@ def publish_new(tmp_dir: Path, target: Path, data: bytes) -> None:
         OSError: the write failed (nothing was published).
     """
     tmp = temp_name(tmp_dir / target.name)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600)
+    create_exclusive(tmp, data)
     try:
-        try:
-            write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
         os.link(tmp, target)
     finally:
         with contextlib.suppress(OSError):

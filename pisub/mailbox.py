@@ -30,7 +30,7 @@ from pathlib import Path
 
 from pisub.errors import InvalidInput, PisubError, ProtocolError, printable, storage_error
 from pisub.fsio import atomic_write, file_kind, load_json, private_mkdir, publish_new, read_bytes
-from pisub.paths import RunPaths
+from pisub.paths import ANSWERED_MARKER, RunPaths
 from pisub.protocol.codec import encode, encode_pretty, now_iso
 from pisub.protocol.control import (
     MAX_MESSAGE_BYTES,
@@ -49,12 +49,6 @@ from pisub.protocol.control import (
 )
 from pisub.redact import scrub
 
-CLOSED = "closed"
-"""The tombstone in ``inbox/``: the runner no longer consumes requests."""
-
-ANSWERED = "answered"
-"""Marker in ``inbox/``: every request of the finished run has its final answer."""
-
 FINISHED_REASON = "the run finished before the request was consumed"
 
 _INVALID_KEY_RE = re.compile(r"invalid-[0-9a-f]{16}")
@@ -68,11 +62,11 @@ the entry: the claim is retried later."""
 
 
 def inbox_dir(paths: RunPaths, box: str) -> Path:
-    return paths.inbox / box
+    return paths.box(box)
 
 
 def receipt_path(paths: RunPaths, request_id: str) -> Path:
-    return paths.outbox / f"{request_id}.json"
+    return paths.receipt(request_id)
 
 
 def new_key(name: str) -> str:
@@ -122,19 +116,19 @@ def new_request_id() -> str:
 def recovery_claim(paths: RunPaths) -> str | None:
     """The request id named by the run's pause-and-revive claim, if a readable one exists."""
     try:
-        claim_ = load_json(paths.root / "recovery" / "claim.json", RecoveryClaim, limit=4096)
+        claim_ = load_json(paths.recovery_claim, RecoveryClaim, limit=4096)
     except (FileNotFoundError, ProtocolError):
         return None
     return claim_.request_id
 
 
 def is_closed(paths: RunPaths) -> bool:
-    return os.path.lexists(paths.inbox / CLOSED)
+    return os.path.lexists(paths.inbox_closed)
 
 
 def close_inbox(paths: RunPaths, state: str) -> None:
     """Write the tombstone (runner, or the repair of a dead one)."""
-    atomic_write(paths.inbox / CLOSED, f"{now_iso()} {state}\n".encode())
+    atomic_write(paths.inbox_closed, f"{now_iso()} {state}\n".encode())
 
 
 def read_receipt(paths: RunPaths, request_id: str) -> Receipt | None:
@@ -440,7 +434,7 @@ def _list_json(directory: Path) -> list[str]:
 def quarantine(paths: RunPaths, path: Path, reason: str) -> Path | None:
     """Move a bad file out of the way into ``<run>/quarantine/`` with ``<name>.reason`` beside
     it, so that no later reader trips over it; where it went (None if it could not be moved)."""
-    directory = paths.root / "quarantine"
+    directory = paths.quarantine
     dest = directory / f"{os.urandom(3).hex()}-{path.parent.name}-{printable(path.name)[:80]}"
     try:
         private_mkdir(directory)
@@ -572,7 +566,7 @@ def _answer_rejected(paths: RunPaths, run_id: str, name: str) -> int:
 def needs_answers(paths: RunPaths) -> bool:
     """Whether a finished run may hold unanswered requests: the ``answered`` marker is missing,
     or ``inbox/new`` holds a request. Exact (lists the folder); never decided by a clock."""
-    if not os.path.lexists(paths.inbox / ANSWERED):
+    if not os.path.lexists(paths.inbox_answered):
         return True
     try:
         return any(name.endswith(".json") for name in os.listdir(inbox_dir(paths, "new")))
@@ -587,7 +581,7 @@ def inbox_needs_answers(inbox: str) -> bool:
     has not changed since the marker was written (the marker carries ``new``'s mtime, compared
     for equality — never for order, so a clock step costs at most an extra listing)."""
     try:
-        marker = os.stat(os.path.join(inbox, ANSWERED), follow_symlinks=False).st_mtime_ns
+        marker = os.stat(os.path.join(inbox, ANSWERED_MARKER), follow_symlinks=False).st_mtime_ns
         if os.stat(os.path.join(inbox, "new"), follow_symlinks=False).st_mtime_ns == marker:
             return False
     except OSError:
@@ -606,7 +600,7 @@ def new_mtime(paths: RunPaths) -> int | None:
 def mark_answered(paths: RunPaths, new_mtime_ns: int | None) -> None:
     """Write the ``answered`` marker carrying ``new``'s mtime as it was before the last scan that
     claimed nothing, so that anything published since makes the two differ."""
-    marker = paths.inbox / ANSWERED
+    marker = paths.inbox_answered
     atomic_write(marker, b"", durable=False)
     if new_mtime_ns is not None:
         os.utime(marker, ns=(new_mtime_ns, new_mtime_ns), follow_symlinks=False)
@@ -632,5 +626,5 @@ def settle_closed_inbox(paths: RunPaths, run_id: str, reason: str) -> Counter[st
     run marked as needing answers.
     """
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(paths.inbox / ANSWERED)
+        os.unlink(paths.inbox_answered)
     return answer_until_quiet(paths, lambda: answer_leftovers(paths, run_id, reason))

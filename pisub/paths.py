@@ -16,6 +16,14 @@ from pisub.errors import HomeUnusable, InvalidInput
 RUN_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _PREFIX_RE = re.compile(r"[0-9a-f][0-9a-f-]{0,35}")
 
+STATUS_FILE = "status.json"
+ANSWERED_MARKER = "answered"
+INBOX_BOXES = ("tmp", "new", "cur", "rejected")
+ENV_RUN_ID = "PISUB_RUN_ID"
+"""Set in every child's environment: the run it belongs to (finds strays after a crash)."""
+ENV_RUN_DIR = "PISUB_RUN_DIR"
+"""Set in every child's environment: its run directory."""
+
 MAX_HOME_BYTES = 2048
 """Longest home path: the deepest path pisub makes inside a run adds about 500 bytes to it
 (a 200-character request id, its collision suffix and temp name), and PATH_MAX is 4096."""
@@ -72,6 +80,11 @@ class Home:
     @property
     def leases(self) -> Path:
         return self.root / "leases"
+
+    @property
+    def cache(self) -> Path:
+        """Things pisub can always recompute (detected pi versions)."""
+        return self.root / "cache"
 
     @property
     def gc_lock(self) -> Path:
@@ -132,7 +145,8 @@ def _ensure_private_dir(path: Path) -> None:
 
 @dataclass(frozen=True)
 class RunPaths:
-    """The one place that names every file and folder of a run directory."""
+    """The one place that names every file and folder of a run directory (``spec/protocol.md``
+    says who writes each)."""
 
     root: Path
 
@@ -141,12 +155,17 @@ class RunPaths:
         return self.root.name
 
     @property
+    def home(self) -> Home:
+        """The home this run lives in (``<home>/runs/<id>``)."""
+        return Home(self.root.parent.parent)
+
+    @property
     def manifest(self) -> Path:
         return self.root / "manifest.json"
 
     @property
     def status(self) -> Path:
-        return self.root / "status.json"
+        return self.root / STATUS_FILE
 
     @property
     def events(self) -> Path:
@@ -174,9 +193,57 @@ class RunPaths:
     def inbox(self) -> Path:
         return self.root / "inbox"
 
+    def box(self, name: str) -> Path:
+        """``inbox/<name>``: ``tmp``, ``new``, ``cur`` or ``rejected``."""
+        assert name in INBOX_BOXES, name
+        return self.inbox / name
+
+    @property
+    def inbox_closed(self) -> Path:
+        """The tombstone: the runner no longer consumes requests."""
+        return self.inbox / "closed"
+
+    @property
+    def inbox_answered(self) -> Path:
+        """The marker: every request of the finished run has its final answer."""
+        return self.inbox / ANSWERED_MARKER
+
     @property
     def outbox(self) -> Path:
         return self.root / "outbox"
+
+    def receipt(self, request_id: str) -> Path:
+        """``outbox/<id>.json``: the one receipt of a request."""
+        return self.outbox / f"{request_id}.json"
+
+    @property
+    def session(self) -> Path:
+        """pi's session of a first run (a resume continues its source's)."""
+        return self.root / "session.jsonl"
+
+    @property
+    def system_prompt(self) -> Path:
+        """The agent's body, appended to pi's system prompt."""
+        return self.root / "system-prompt.md"
+
+    @property
+    def briefs(self) -> Path:
+        """Follow-ups stored for the next resume (``briefs/<id>.json``)."""
+        return self.root / "briefs"
+
+    @property
+    def briefs_delivered(self) -> Path:
+        return self.briefs / "delivered"
+
+    @property
+    def recovery_claim(self) -> Path:
+        """Pause-and-revive's one-time claim on a steer's answer."""
+        return self.root / "recovery" / "claim.json"
+
+    @property
+    def quarantine(self) -> Path:
+        """Where unreadable files are moved, each with a ``.reason``."""
+        return self.root / "quarantine"
 
     def output_log(self, child: int) -> Path:
         """``output-<N>.log``: the live, human-readable output of child N."""
@@ -188,4 +255,4 @@ class RunPaths:
 
     def control_dirs(self) -> list[Path]:
         """The inbox and outbox folders created with the run."""
-        return [self.inbox, *(self.inbox / box for box in ("tmp", "new", "cur", "rejected")), self.outbox]
+        return [self.inbox, *(self.box(name) for name in INBOX_BOXES), self.outbox]

@@ -16,10 +16,12 @@ from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 
+from pisub.paths import ENV_RUN_ID
+
 START_TIME_TOLERANCE = 0.015
 """Start times are known to 1/100 s; two values closer than this are the same process."""
 
-MARKER_ENV = "PISUB_RUN_ID"
+MARKER_ENV = ENV_RUN_ID
 """Environment variable set in every child; lets a later process find strays."""
 
 

@@ -112,7 +112,7 @@ def repair(paths: RunPaths) -> Status:
             return status
         ended = end_strays(paths, status)
         if status.session_file:
-            reclaim_if_dead(paths.root.parent.parent / "leases", status.session_file, status.run_id)
+            reclaim_if_dead(paths.home.leases, status.session_file, status.run_id)
         if not is_closed(paths):
             close_inbox(paths, "failed")
         answered = settle_closed_inbox(paths, status.run_id, RUNNER_DIED_REASON)

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from pathlib import Path
 
 from pisub.client import Run, resume
 from pisub.errors import PisubError, translating
 from pisub.fsio import create_exclusive, private_mkdir
 from pisub.mailbox import InboxClosed, make_receipt, withdraw, write_receipt
+from pisub.polling import poll
 from pisub.protocol.codec import encode, now_iso, parse_iso
 from pisub.protocol.control import Receipt, ReceiptState, RecoveryClaim, advance
 from pisub.protocol.status import RunState
@@ -28,7 +28,7 @@ PAUSE_TIMEOUT_S = 15.0
 
 
 def claim_path(run: Run) -> Path:
-    return run.dir / "recovery" / "claim.json"
+    return run.paths.recovery_claim
 
 
 @translating("recover the steer in")
@@ -83,15 +83,16 @@ def _abandon(run: Run, request_id: str, interrupt_id: str | None) -> Receipt | N
 
 
 def _wait_paused(run: Run) -> RunState | None:
-    deadline = time.monotonic() + PAUSE_TIMEOUT_S
-    while time.monotonic() < deadline:
+    """``paused`` once the run is paused; None when it ended otherwise or did not pause in time."""
+
+    def settled() -> RunState | bool | None:
         status = run.status()
         if status.state == RunState.PAUSED and status.ended_at:
             return status.state
-        if status.state.is_terminal:
-            return None
-        time.sleep(0.05)
-    return None
+        return False if status.state.is_terminal else None  # False: ended, but not paused
+
+    got = poll(settled, PAUSE_TIMEOUT_S, interval=0.05)
+    return got if isinstance(got, RunState) else None
 
 
 def _remaining_budget(run: Run) -> float | None:

@@ -18,6 +18,7 @@ LAYERS: dict[str, int] = {
     "locks": 1,
     "procs": 1,
     "redact": 1,
+    "polling": 1,
     "store": 2,
     "leases": 2,
     "briefs": 2,

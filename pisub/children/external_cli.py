@@ -17,7 +17,7 @@ from typing import IO
 from pisub.children.base import Child, ChildHooks, ChildOutcome, PipeWriter
 from pisub.defaults import TAIL_BYTES
 from pisub.output import StreamSink
-from pisub.paths import RunPaths
+from pisub.paths import ENV_RUN_DIR, ENV_RUN_ID, RunPaths
 from pisub.protocol.manifest import Manifest
 
 READ_CHUNK = 64 * 1024
@@ -106,6 +106,6 @@ class ExternalCliChild(Child):
 def child_env(base: Mapping[str, str], run_id: str, run_dir: Path) -> dict[str, str]:
     """The caller's environment plus the run markers every child carries."""
     env = dict(base)
-    env["PISUB_RUN_ID"] = run_id
-    env["PISUB_RUN_DIR"] = str(run_dir)
+    env[ENV_RUN_ID] = run_id
+    env[ENV_RUN_DIR] = str(run_dir)
     return env

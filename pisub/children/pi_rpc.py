@@ -38,7 +38,7 @@ from pisub.errors import LaunchFailed
 from pisub.fsio import atomic_write, open_regular
 from pisub.output import StreamSink
 from pisub.paths import RunPaths
-from pisub.pi_versions import caps_of
+from pisub.pi_versions import INSTALL_HINT, caps_of
 from pisub.protocol.control import ReceiptState
 from pisub.protocol.manifest import AgentSpec, Manifest
 from pisub.protocol.result import Usage
@@ -53,10 +53,6 @@ MAX_TOKENS = 2**53
 MAX_COST = 1e12
 """Costs above this (or not finite) are ignored."""
 PREVIEW_CHARS = 120
-INSTALL_HINT = (
-    "install it with scripts/install_pi.sh, or: npm install -g @earendil-works/pi-coding-agent@1 "
-    "(Node >= 22.19), and set PISUB_PI_BIN"
-)
 
 Json = dict[str, Any]
 ResponseHandler = Callable[[Json], None]
@@ -248,7 +244,7 @@ class PiChild(Child):
         self.manifest = manifest
         self.paths = paths
         self.env = dict(env)
-        self.session_path = Path(manifest.session_file or paths.root / "session.jsonl")
+        self.session_path = Path(manifest.session_file or paths.session)
         self.first_prompt = manifest.task
         """The task, or for a resume the briefs followed by the message."""
         self.session_file = str(self.session_path)
@@ -278,7 +274,7 @@ class PiChild(Child):
         spec = self.manifest.agent
         prompt_file = None
         if spec.system_prompt.strip():
-            prompt_file = self.paths.root / "system-prompt.md"
+            prompt_file = self.paths.system_prompt
             atomic_write(prompt_file, spec.system_prompt.encode("utf-8"))
         argv = pi_argv(spec, self.session_path, prompt_file)
         self.spawn(argv, cwd=self.manifest.cwd, env=self.env, umask=self.manifest.umask)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 import typer
@@ -112,18 +111,20 @@ def _copy(log: Path, offset: int) -> int:
 def _follow(handle: object, log: Path) -> None:
     from pisub.client import Run
     from pisub.defaults import READ_POLL_S
+    from pisub.polling import Every, poll
 
     assert isinstance(handle, Run)
-    offset = 0
-    next_check = 0.0
-    while True:
-        offset = _copy(log, offset)
-        if time.monotonic() >= next_check:
-            if handle.status().state.is_terminal:
-                _copy(log, offset)
-                return
-            next_check = time.monotonic() + 0.5
-        time.sleep(READ_POLL_S * 2)
+    offset = [0]
+    end_check = Every(0.5)
+
+    def printed_to_the_end() -> bool | None:
+        offset[0] = _copy(log, offset[0])
+        if end_check.due() and handle.status().state.is_terminal:
+            _copy(log, offset[0])
+            return True
+        return None
+
+    poll(printed_to_the_end, None, interval=READ_POLL_S * 2)
 
 
 def wait(

@@ -2,16 +2,59 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
+from pisub import defaults
+from pisub.errors import InvalidInput
 from pisub.protocol.codec import Record
 
 RunnerKind = Literal["external-cli", "pi"]
 ThinkingLevel = Literal["off", "minimal", "low", "medium", "high", "xhigh"]
 
 
+class LimitValues(Record, kw_only=True, omit_defaults=True):
+    """Limits as one source gives them (the caller, an agent file, later a config file): each
+    may be absent."""
+
+    timeout: float | None = None
+    idle_timeout: float | None = None
+    output_cap: int | None = None
+    output_hard_cap: int | None = None
+
+    def check(self, where: str) -> LimitValues:
+        """``self``, once every value is usable: seconds positive and finite, bytes positive.
+
+        Raises:
+            InvalidInput: naming ``where`` and the field.
+        """
+        for name in ("timeout", "idle_timeout"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise InvalidInput(f"{where}: {_camel(name)} must be a positive number of seconds")
+        for name in ("output_cap", "output_hard_cap"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise InvalidInput(f"{where}: {_camel(name)} must be a positive number of bytes")
+        return self
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+DEFAULT_LIMITS = LimitValues(
+    timeout=defaults.DEFAULT_TIMEOUT_S,
+    idle_timeout=defaults.DEFAULT_IDLE_TIMEOUT_S,
+    output_cap=defaults.DEFAULT_OUTPUT_CAP,
+    output_hard_cap=defaults.DEFAULT_OUTPUT_HARD_CAP,
+)
+"""pisub's own limits, when no source sets one."""
+
+
 class Limits(Record, kw_only=True):
-    """Resource limits of one run, resolved at launch (caller > agent > defaults)."""
+    """Resource limits of one run, resolved at launch (:meth:`resolve`)."""
 
     timeout: float | None
     """Runtime limit in seconds; None means unlimited."""
@@ -23,6 +66,33 @@ class Limits(Record, kw_only=True):
     """Bytes of each child stream written to its log."""
     output_hard_cap: int
     """Bytes of child output after which the child is stopped."""
+
+    @classmethod
+    def resolve(cls, *sources: tuple[LimitValues | None, str]) -> Limits:
+        """The limits of a run from ``(values, where)`` sources, the first that sets a value
+        winning — caller, then agent file, then config — over pisub's defaults. Every value is
+        checked first (its error names the source and the field).
+
+        Raises:
+            InvalidInput: a value is not usable.
+        """
+        given = [values.check(where) for values, where in sources if values is not None]
+        timeout = next((v.timeout for v in given if v.timeout is not None), defaults.DEFAULT_TIMEOUT_S)
+        idle = next(
+            (v.idle_timeout for v in given if v.idle_timeout is not None), defaults.DEFAULT_IDLE_TIMEOUT_S
+        )
+        cap = next((v.output_cap for v in given if v.output_cap is not None), defaults.DEFAULT_OUTPUT_CAP)
+        hard = next(
+            (v.output_hard_cap for v in given if v.output_hard_cap is not None),
+            defaults.DEFAULT_OUTPUT_HARD_CAP,
+        )
+        return cls(
+            timeout=timeout,
+            idle_timeout=idle,
+            grace=defaults.DEFAULT_GRACE_S,
+            output_cap=cap,
+            output_hard_cap=hard,
+        )
 
 
 class AgentSpec(Record, kw_only=True):

@@ -21,9 +21,9 @@ import time
 from pisub.defaults import STARTUP_TIMEOUT_S
 from pisub.errors import LaunchFailed, storage_error
 from pisub.fsio import open_append, read_tail
-from pisub.paths import RunPaths
+from pisub.paths import ENV_RUN_DIR, ENV_RUN_ID, RunPaths
 
-_MARKERS = ("PISUB_RUN_ID", "PISUB_RUN_DIR")
+_MARKERS = (ENV_RUN_ID, ENV_RUN_DIR)
 
 
 def spawn_runner(paths: RunPaths, lock_fd: int, timeout: float = STARTUP_TIMEOUT_S) -> int:

@@ -93,7 +93,7 @@ class Supervisor:
         self.scan_due = True
         self.next_scan = 0.0
         self.lease: LeaseOwner | None = None
-        self.leases_dir = paths.root.parent.parent / "leases"
+        self.leases_dir = paths.home.leases
         self.trouble = WriteTrouble()
 
     # -- hooks the child calls ---------------------------------------------------

@@ -41,7 +41,7 @@ def test_doctor_reports_a_missing_pi(home: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PISUB_PI_BIN"}
     env["PATH"] = "/usr/bin:/bin"
     proc = pisub_cli("doctor", env=env)
-    assert proc.returncode == 1 and "npm install -g @mariozechner/pi-coding-agent" in proc.stdout
+    assert proc.returncode == 1 and "npm install -g @earendil-works/pi-coding-agent" in proc.stdout
 
 
 def test_gc_removes_old_finished_runs_only(home: Path, make_agent: AgentMaker) -> None:

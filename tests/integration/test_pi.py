@@ -132,7 +132,7 @@ def test_missing_pi_binary_is_one_clear_line(pi_home: Path, monkeypatch: pytest.
     proc = pisub_cli("run", "--agent", "pi", "hello")
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "npm install -g @mariozechner/pi-coding-agent" in lines[0]
+    assert len(lines) == 1 and "npm install -g @earendil-works/pi-coding-agent" in lines[0]
     monkeypatch.delenv("PISUB_PI_BIN")
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     proc = pisub_cli("run", "--agent", "pi", "hello")

@@ -144,6 +144,9 @@ def _sent_with(server: FakeModelServer, marker: str) -> list[dict[str, Any]]:
 FAKE_PI = """
 import json, os, sys
 argv = sys.argv[1:]
+if argv == ["--version"]:  # a supported version, as the launcher checks
+    print("1.6.0")
+    sys.exit(0)
 session = argv[argv.index("--session") + 1]
 hostile = os.environ.get("FAKE_PI_HOSTILE")
 
