@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -301,7 +301,51 @@ class Run:
         self, message: str, *, mode: str = "steer", child: int | None = None, source: str | None = "pisub"
     ) -> str:
         """Steer the child (``mode``: ``steer``, ``follow_up`` or ``auto``); the request id."""
+        if mode not in ("steer", "follow_up", "auto"):
+            raise InvalidInput(f"unknown mode {mode!r}; one of steer, follow_up, auto")
         return self.send(Steer(v=1, message=message, mode=mode, child=child, source=source))  # type: ignore[arg-type]
+
+    def steer(
+        self,
+        message: str,
+        *,
+        mode: str = "steer",
+        child: int | None = None,
+        wait: float = 3.0,
+        recover: bool = True,
+        on_recovery: Callable[[str], None] | None = None,
+    ) -> tuple[str, Receipt | None]:
+        """Steer the child and wait up to ``wait`` seconds for the receipt; the request id and
+        the latest receipt (None when none came, or with ``wait`` 0).
+
+        With ``recover``, a plain steer (mode ``steer``, the run's one child) that a running pi
+        run has not taken in time triggers pause-and-revive (:mod:`pisub.revive`): the run is
+        paused and resumed with the message, and the receipt becomes ``recovered`` — or, when the
+        run does not pause in time, the recovery is abandoned without side effects.
+        ``on_recovery`` is told (with the request id) before a recovery starts.
+
+        Raises:
+            InboxClosed: the run has finished.
+        """
+        request_id = self.send_steer(message, mode=mode, child=child)
+        if wait <= 0:
+            return request_id, None
+        receipt = self.wait_for_receipt(request_id, wait)
+        unanswered = receipt is None or receipt.state == ReceiptState.PENDING
+        if recover and mode == "steer" and child in (None, 0) and unanswered and self._revivable():
+            from pisub.revive import revive
+
+            if on_recovery is not None:
+                on_recovery(request_id)
+            receipt = revive(self, request_id, message) or self.receipt(request_id)
+        return request_id, receipt
+
+    def _revivable(self) -> bool:
+        return self.manifest().agent.runner == "pi" and not self.status().state.is_terminal
+
+    def resume(self, message: str, *, timeout: float | None = None) -> Run:
+        """Continue this finished pi run's session in a new run (see :func:`resume`)."""
+        return resume(self.id, message, timeout=timeout, home=self.home.root)
 
     def send_follow_up(self, message: str, *, child: int | None = None, source: str | None = "pisub") -> str:
         return self.send(FollowUp(v=1, message=message, child=child, source=source))

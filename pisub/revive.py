@@ -14,8 +14,8 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pisub.client import Run, resume
 from pisub.errors import PisubError, translating
 from pisub.fsio import create_exclusive, private_mkdir
 from pisub.mailbox import InboxClosed, make_receipt, withdraw, write_receipt
@@ -23,6 +23,9 @@ from pisub.polling import poll
 from pisub.protocol.codec import encode, now_iso, parse_iso
 from pisub.protocol.control import Receipt, ReceiptState, RecoveryClaim, advance
 from pisub.protocol.status import RunState
+
+if TYPE_CHECKING:  # the client calls this module; it never imports the client at run time
+    from pisub.client import Run
 
 PAUSE_TIMEOUT_S = 15.0
 
@@ -59,7 +62,7 @@ def revive(run: Run, request_id: str, message: str) -> Receipt | None:
     if remaining is not None and remaining <= 0:
         return _fail(run, request_id, "no runtime budget left to resume the run")
     try:
-        replacement = resume(run.id, message, timeout=remaining, home=run.home.root)
+        replacement = run.resume(message, timeout=remaining)
     except PisubError as exc:
         return _fail(run, request_id, f"could not resume the run: {exc.message}")
     final = run.receipt(request_id) or make_receipt(run.id, request_id, "steer", ReceiptState.PENDING)

@@ -20,6 +20,7 @@ does (``stopReason`` ``error`` / ``aborted`` and ``errorMessage``).
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import os
 import re
@@ -224,12 +225,38 @@ class UsageTotals:
             self.usage.cost = min(MAX_COST, self.usage.cost + float(total))
 
 
+class SteerState(enum.Enum):
+    """Where a steering message is on its way into pi (delivered ones are forgotten)."""
+
+    HELD = "held"
+    """Waiting until pi has answered the task's prompt (before that pi drops it)."""
+    SENT = "sent"
+    """Sent as a ``prompt`` with ``streamingBehavior``; pi has not listed it yet."""
+    QUEUED = "queued"
+    """pi listed it in a ``queue_update``."""
+
+    @property
+    def in_pi(self) -> bool:
+        return self is not SteerState.HELD
+
+
+class Phase(enum.Enum):
+    """The pi child's lifecycle, as the runner drives it."""
+
+    STARTING = "starting"
+    """Before pi answered the task's prompt: steers and aborts are held."""
+    WORKING = "working"
+    """pi took the task: steers and aborts go to it."""
+    FINISHED = "finished"
+    """Idle, refused or aborted: its stdin is closed, pi exits."""
+
+
 @dataclass
 class _Steer:
     request_id: str
     text: str
     behavior: str
-    state: str = "held"  # held → sent → queued → (delivered: removed)
+    state: SteerState = SteerState.HELD
 
 
 class PiChild(Child):
@@ -256,8 +283,7 @@ class PiChild(Child):
         self._handlers: dict[str, ResponseHandler] = {}
         self._epoch = 0  # bumped by anything that starts work; invalidates idle checks
         self._streaming = False
-        self.finished = False
-        self.prompt_answered = False
+        self.phase = Phase.STARTING
         self.prompt_error: str | None = None
         self.last_event: str | None = None
         self.last_assistant: Json | None = None
@@ -301,8 +327,8 @@ class PiChild(Child):
 
     def finish(self) -> None:
         """The work is done: close stdin so that pi exits."""
-        if not self.finished:
-            self.finished = True
+        if self.phase is not Phase.FINISHED:
+            self.phase = Phase.FINISHED
             self.hooks.event("child.finishing", self.index, reason="idle")
             if self.stdin is not None:
                 self.stdin.close()
@@ -316,7 +342,7 @@ class PiChild(Child):
         self.send({"type": "prompt", "message": self.first_prompt}, self._on_prompt)
 
     def _on_prompt(self, resp: Json) -> None:
-        self.prompt_answered = True
+        self.phase = Phase.WORKING if self.phase is Phase.STARTING else self.phase
         if not resp.get("success", False):
             self.prompt_error = (text_of(resp.get("error")) or "pi refused the prompt")[:2000]
             self.finish()
@@ -325,7 +351,7 @@ class PiChild(Child):
         if self._abort_wanted:
             self._send_abort()
         for item in list(self._steers):
-            if item.state != "held":
+            if item.state is not SteerState.HELD:
                 continue
             if self._abort_wanted:  # interrupted before pi was ready: never start its turn
                 self._steers.remove(item)
@@ -335,18 +361,18 @@ class PiChild(Child):
 
     # -- control ------------------------------------------------------------------
     def steer(self, request_id: str, message: str, behavior: str) -> str | None:
-        if self.finished or self._abort_wanted:
+        if self.phase is Phase.FINISHED or self._abort_wanted:
             return "the child has finished its work"
         item = _Steer(request_id, message, behavior)
         self._steers.append(item)
-        if self.prompt_answered:
+        if self.phase is Phase.WORKING:
             self._send_steer(item)
         return None
 
     def _send_steer(self, item: _Steer) -> None:
         # ``prompt`` with a streamingBehavior steers (or queues a follow-up) while pi works
         # and starts a new turn when it is idle, decided inside pi: no race with agent_end.
-        item.state = "sent"
+        item.state = SteerState.SENT
         self._epoch += 1
         command = {"type": "prompt", "message": item.text, "streamingBehavior": item.behavior}
         self.send(command, lambda resp: self._on_steer_response(item, resp))
@@ -361,10 +387,10 @@ class PiChild(Child):
                 self._ask_idle()
 
     def abort(self) -> bool:
-        if self.finished:
+        if self.phase is Phase.FINISHED:
             return True
         self._abort_wanted = True
-        if self.prompt_answered:
+        if self.phase is Phase.WORKING:
             self._send_abort()
         return True
 
@@ -383,7 +409,7 @@ class PiChild(Child):
         queues = [q for key in ("steering", "followUp") if isinstance(q := data.get(key), list)]
         for text in (t for q in queues for t in q if isinstance(t, str)):
             for item in self._steers:
-                if item.state in ("sent", "queued") and item.text == text:
+                if item.state.in_pi and item.text == text:
                     self._steers.remove(item)
                     self.hooks.steer_update(item.request_id, ReceiptState.FAILED, CLEARED_REASON)
                     break
@@ -398,8 +424,8 @@ class PiChild(Child):
         ]
         for text in listed:
             for item in self._steers:
-                if item.state == "sent" and item.text == text:
-                    item.state = "queued"
+                if item.state is SteerState.SENT and item.text == text:
+                    item.state = SteerState.QUEUED
                     self.hooks.steer_update(item.request_id, ReceiptState.QUEUED)
                     break
 
@@ -409,7 +435,7 @@ class PiChild(Child):
             self._task_seen = True
             return
         for item in self._steers:
-            if item.state in ("sent", "queued") and item.text == text:
+            if item.state.in_pi and item.text == text:
                 self._steers.remove(item)
                 self.hooks.steer_update(item.request_id, ReceiptState.DELIVERED)
                 return
@@ -609,7 +635,7 @@ class PiChild(Child):
         if reason in ("error", "aborted"):
             detail = (text_of(last.get("errorMessage")) or reason)[:4000]
             return f"pi {'failed' if reason == 'error' else 'was aborted'}: {detail}"
-        if not self.finished:
+        if self.phase is not Phase.FINISHED:
             how = f"was killed by signal {sig}" if sig else f"exited with code {rc}"
             tail = self.stderr.tail_text().strip()[-2000:]
             return f"pi {how} before the task finished" + (f": {tail}" if tail else "")

@@ -50,20 +50,23 @@ def steer(
     ),
 ) -> None:
     """Correct a running child; pi applies it at its next turn boundary."""
-    from pisub.errors import InvalidInput
+    from pisub.client import Run
+    from pisub.mailbox import InboxClosed
 
-    if mode not in ("steer", "follow_up", "auto"):
-        raise InvalidInput(f"unknown mode {mode!r}; one of steer, follow_up, auto")
     text = _message(message)
-    revive = recover and mode == "steer" and child in (None, 0)
-    _send(
-        ref,
-        lambda run: run.send_steer(text, mode=mode, child=child),
-        "steer",
-        wait,
-        as_json,
-        recover_with=text if revive else None,
-    )
+    _check_wait(wait)
+    run = Run(ref)
+
+    def recovering(rid: str) -> None:
+        err(f"pisub: pi did not take steer {rid} within {wait:g}s: pausing the run to resume with it")
+
+    try:
+        rid, receipt = run.steer(
+            text, mode=mode, child=child, wait=wait, recover=recover, on_recovery=recovering
+        )
+    except InboxClosed as exc:
+        _closed(run, "steer", exc.message, as_json)
+    _report(run, rid, "steer", wait, as_json, receipt)
 
 
 def follow_up(
@@ -86,7 +89,7 @@ def follow_up(
         _closed(run, "follow_up", exc.message, as_json)
     if brief is not None:
         _print_receipt(brief, "follow_up", rid, as_json)
-    _await(run, rid, "follow_up", wait, as_json, None)
+    _await(run, rid, "follow_up", wait, as_json)
 
 
 def interrupt(
@@ -136,14 +139,7 @@ def resume(
         out(run.id)
 
 
-def _send(
-    ref: str,
-    write: Callable[[Run], str],
-    type_: str,
-    wait: float,
-    as_json: bool,
-    recover_with: str | None = None,
-) -> None:
+def _send(ref: str, write: Callable[[Run], str], type_: str, wait: float, as_json: bool) -> None:
     from pisub.client import Run
     from pisub.mailbox import InboxClosed
 
@@ -153,7 +149,7 @@ def _send(
         rid = write(run)
     except InboxClosed as exc:
         _closed(run, type_, exc.message, as_json)
-    _await(run, rid, type_, wait, as_json, recover_with)
+    _await(run, rid, type_, wait, as_json)
 
 
 def _check_wait(wait: float) -> None:
@@ -172,18 +168,17 @@ def _closed(run: Run, type_: str, reason: str, as_json: bool) -> NoReturn:
     raise typer.Exit(2)
 
 
-def _await(run: Run, rid: str, type_: str, wait: float, as_json: bool, recover_with: str | None) -> None:
+def _await(run: Run, rid: str, type_: str, wait: float, as_json: bool) -> None:
+    _report(run, rid, type_, wait, as_json, run.wait_for_receipt(rid, wait) if wait > 0 else None)
+
+
+def _report(run: Run, rid: str, type_: str, wait: float, as_json: bool, receipt: Receipt | None) -> NoReturn:
+    """Print the answer to a request (or that it was written, with ``--wait 0``) and exit."""
     if wait <= 0:
         json_line({"requestId": rid, "runId": run.id, "type": type_, "state": "written"}) if as_json else out(
             rid
         )
         raise typer.Exit(0)
-    receipt = run.wait_for_receipt(rid, wait)
-    if recover_with is not None and (receipt is None or receipt.state == "pending") and _revivable(run):
-        from pisub.revive import revive
-
-        err(f"pisub: pi did not take steer {rid} within {wait:g}s: pausing the run to resume with it")
-        receipt = revive(run, rid, recover_with) or run.receipt(rid)
     if receipt is None or receipt.state == "pending":
         if as_json and receipt is not None:
             json_line(receipt)
@@ -199,7 +194,3 @@ def _print_receipt(receipt: Receipt, type_: str, rid: str, as_json: bool) -> NoR
         reason = f": {receipt.reason}" if receipt.reason else ""
         out(f"{receipt.state}: {type_} {rid}{reason}")
     raise typer.Exit(0 if receipt.state in OK_STATES else 2)
-
-
-def _revivable(run: Run) -> bool:
-    return run.manifest().agent.runner == "pi" and not run.status().state.is_terminal

@@ -14,13 +14,13 @@ before the runner exits, so no child ever runs on without a supervisor.
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import selectors
 import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pisub.children.base import Child, ChildHooks, ChildOutcome
@@ -33,6 +33,7 @@ from pisub.protocol.control import ReceiptState
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import ErrorCode, ErrorInfo
 from pisub.protocol.status import RunState, StepState, StepStatus
+from pisub.runner.ending import Circumstances, EndCause, Verdict, judge
 from pisub.runner.recorder import Recorder, WriteTrouble, note
 from pisub.store import load_status, write_result
 
@@ -54,17 +55,23 @@ the run to a reader's repair."""
 RETRY_S = 1.0
 """How soon unpublished receipts are retried."""
 
+
+class Deadline(enum.Enum):
+    """What the supervision loop waits for; the causes share their names with :class:`EndCause`."""
+
+    RUNTIME = "runtime"
+    IDLE = "idle"
+    SIGNAL = "signal"
+    OUTPUT = "output"
+    INTERRUPT = "interrupt"
+    """pi had :data:`ABORT_CONFIRM_S` to end its work after an abort."""
+    KILL = "kill"
+    """The grace period after TERM ran out."""
+    DRAIN = "drain"
+    """Output is still read for a moment after the child exited."""
+
+
 Report = Callable[[dict[str, object]], None]
-
-
-@dataclass
-class Verdict:
-    """The run's final state and how it is explained."""
-
-    state: RunState
-    exit_code: int
-    error: ErrorInfo | None = None
-    timeout_reason: str | None = None
 
 
 class Supervisor:
@@ -83,8 +90,8 @@ class Supervisor:
         self.started = time.monotonic()
         self.last_activity = self.started
         self.output_total = 0
-        self.causes: set[str] = set()
-        """Why the child is being ended: stop, signal, runtime, idle, output, interrupt."""
+        self.causes: set[EndCause] = set()
+        """Why the child is being ended (the smallest wins the verdict)."""
         self.terminating = False
         self.kill_at: float | None = None
         self.abort_deadline: float | None = None
@@ -144,7 +151,7 @@ class Supervisor:
         found, why = self._usable_child(child)
         if found is None:
             return why
-        if "interrupt" in self.causes:
+        if EndCause.INTERRUPT in self.causes:
             return "the child was interrupted"
         return found.steer(request_id, message, behavior)
 
@@ -152,13 +159,13 @@ class Supervisor:
         found, why = self._usable_child(child)
         if found is None:
             return why
-        self.causes.add("interrupt")
+        self.causes.add(EndCause.INTERRUPT)
         self.event("child.interrupt", 0, reason=reason)
         if found.abort():
             if self.abort_deadline is None:  # a second interrupt does not postpone the escalation
                 self.abort_deadline = time.monotonic() + ABORT_CONFIRM_S
         else:
-            self._end("interrupt")
+            self._end(EndCause.INTERRUPT)
         return None
 
     def stop(self, child: int | None, reason: str | None) -> str | None:
@@ -167,7 +174,7 @@ class Supervisor:
         if self.child is None or self.child.poll() is not None:
             return "the child has already exited"
         self.event("child.stop", 0, reason=reason)
-        self._end("stop")
+        self._end(EndCause.STOP)
         return None
 
     # -- the run ------------------------------------------------------------------
@@ -309,7 +316,7 @@ class Supervisor:
         assert self.recorder is not None
         close_inbox(self.paths, "failed")  # requests written before the start are answered
         settle_closed_inbox(self.paths, self.manifest.run_id, "the run failed to start")
-        verdict = _verdict(RunState.FAILED, 127, ErrorCode.SUBAGENT_FAILED, message)
+        verdict = Verdict(RunState.FAILED, 127, ErrorInfo(code=ErrorCode.SUBAGENT_FAILED, message=message))
         self.recorder.step(0).status = StepState.FAILED
         self._write_end(verdict, ChildOutcome(exit_code=127, error=message))
         self.report({"ok": False, "error": message})
@@ -341,54 +348,59 @@ class Supervisor:
             retry = RETRY_S if self.dispatcher.unpublished else self.watcher.poll_interval
             self.next_scan = now + min(retry, self.watcher.poll_interval)
 
-    def _check_limits(self, now: float) -> None:
-        lim = self.limits
+    def _deadlines(self) -> dict[Deadline, float]:
+        """Every deadline that is set now, by what happens when it passes (monotonic seconds;
+        a cause that is due at once — a signal, a flood — is due now)."""
+        lim, due = self.limits, {}
+        if self.exited_at is not None:
+            return {Deadline.DRAIN: self.exited_at + DRAIN_AFTER_EXIT_S}
+        if not self.terminating:
+            if lim.timeout is not None:
+                due[Deadline.RUNTIME] = self.started + lim.timeout
+            if lim.idle_timeout is not None:
+                due[Deadline.IDLE] = self.last_activity + lim.idle_timeout
         if self.signalled is not None:
-            self._end("signal")
-        if lim.timeout is not None and now - self.started >= lim.timeout:
-            self._end("runtime")
-        elif lim.idle_timeout is not None and now - self.last_activity >= lim.idle_timeout:
-            self._end("idle")
+            due[Deadline.SIGNAL] = 0.0
         if self.output_total > lim.output_hard_cap:
-            self._end("output")
-        if self.abort_deadline is not None and now >= self.abort_deadline:
-            self.abort_deadline = None
-            self._end("interrupt")
-        if self.kill_at is not None and now >= self.kill_at:
-            self.event("child.killed", 0, reasons=sorted(self.causes))
-            assert self.child is not None
-            self.child.kill()
-            self.kill_at = None
+            due[Deadline.OUTPUT] = 0.0
+        if self.abort_deadline is not None:
+            due[Deadline.INTERRUPT] = self.abort_deadline
+        if self.kill_at is not None:
+            due[Deadline.KILL] = self.kill_at
+        return due
 
-    def _end(self, reason: str) -> None:
+    def _check_limits(self, now: float) -> None:
+        """Act on every deadline that has passed."""
+        for deadline, when in sorted(self._deadlines().items(), key=lambda item: item[1]):
+            if when > now:
+                continue
+            if deadline is Deadline.KILL:
+                self.event("child.killed", 0, reasons=sorted(c.label for c in self.causes))
+                assert self.child is not None
+                self.child.kill()
+                self.kill_at = None
+            elif deadline is Deadline.INTERRUPT:
+                self.abort_deadline = None
+                self._end(EndCause.INTERRUPT)
+            elif deadline is not Deadline.DRAIN:
+                self._end(EndCause[deadline.name])
+
+    def _end(self, cause: EndCause) -> None:
         """End the child with TERM (to its group), then KILL after the grace period."""
         assert self.child is not None
-        if reason in self.causes and self.terminating:
+        if cause in self.causes and self.terminating:
             return
-        self.causes.add(reason)
+        self.causes.add(cause)
         if self.terminating:
             return
         self.terminating = True
-        self.event("child.ending", 0, reason=reason)
+        self.event("child.ending", 0, reason=cause.label)
         self.child.terminate()
         self.kill_at = time.monotonic() + self.limits.grace
 
     def _next_timeout(self, now: float) -> float:
-        candidates = [1.0]
-        lim = self.limits
-        if self.exited_at is not None:
-            candidates.append(self.exited_at + DRAIN_AFTER_EXIT_S - now)
-        else:
-            if not self.terminating:
-                if lim.timeout is not None:
-                    candidates.append(self.started + lim.timeout - now)
-                if lim.idle_timeout is not None:
-                    candidates.append(self.last_activity + lim.idle_timeout - now)
-            if self.signalled is not None or self.output_total > lim.output_hard_cap:
-                candidates.append(0.0)
-            for deadline in (self.kill_at, self.abort_deadline):
-                if deadline is not None:
-                    candidates.append(deadline - now)
+        """How long the loop may sleep: until the nearest deadline, scan or status write (<= 1 s)."""
+        candidates = [1.0, *(when - now for when in self._deadlines().values())]
         if self.watcher is not None:
             candidates.append(0.0 if self.scan_due else self.next_scan - now)
         assert self.recorder is not None
@@ -453,35 +465,7 @@ class Supervisor:
                 key.data(mask)
 
     def _judge(self, outcome: ChildOutcome) -> Verdict:
-        """Precedence: stopped > timed out > flooded > interrupted (paused) > the child's outcome.
-
-        Exit codes: a stopped or paused run reports the child process's own status (128+N when
-        signal N ended it); a timeout 124, a flood 1; otherwise the child's outcome (for pi: 0
-        success, 1 failure, since pi's own exit code says nothing)."""
-        lim, causes = self.limits, self.causes
-        ended = outcome.process_exit if outcome.process_exit is not None else outcome.exit_code
-        if "stop" in causes:
-            return _verdict(
-                RunState.STOPPED, ended, ErrorCode.SUBAGENT_FAILED, "Subagent stopped by request."
-            )
-        if "signal" in causes:
-            msg = f"Subagent stopped: the runner received signal {self.signalled}."
-            return _verdict(RunState.STOPPED, ended, ErrorCode.SUBAGENT_FAILED, msg)
-        if "runtime" in causes:
-            msg = f"Subagent exceeded maximum runtime after {lim.timeout:g}s."
-            return _verdict(RunState.FAILED, 124, ErrorCode.SUBAGENT_TIMEOUT, msg, "runtime")
-        if "idle" in causes:
-            msg = f"Subagent timed out after {lim.idle_timeout:g}s without activity."
-            return _verdict(RunState.FAILED, 124, ErrorCode.SUBAGENT_TIMEOUT, msg, "idle")
-        if "output" in causes:
-            msg = f"Subagent child output exceeded {lim.output_hard_cap} bytes and was stopped."
-            return _verdict(RunState.FAILED, 1, ErrorCode.SUBAGENT_OUTPUT_TRUNCATED, msg)
-        if "interrupt" in causes:
-            return Verdict(RunState.PAUSED, ended)
-        if outcome.exit_code == 0 and outcome.error is None:
-            return Verdict(RunState.COMPLETE, 0)
-        msg = outcome.error or f"Subagent exited with code {outcome.exit_code}"
-        return _verdict(RunState.FAILED, outcome.exit_code, ErrorCode.SUBAGENT_FAILED, msg)
+        return judge(self.causes, outcome, Circumstances(self.limits, self.signalled))
 
     def _write_end(self, verdict: Verdict, outcome: ChildOutcome, deadline: float | None = None) -> bool:
         rec = self.recorder
@@ -533,12 +517,6 @@ def make_child(manifest: Manifest, paths: RunPaths, hooks: ChildHooks) -> Child:
         "pi": PiChild,
     }
     return kinds[manifest.agent.runner](0, hooks, manifest, paths, env)
-
-
-def _verdict(
-    state: RunState, exit_code: int, code: ErrorCode, message: str, timeout_reason: str | None = None
-) -> Verdict:
-    return Verdict(state, exit_code, ErrorInfo(code=code, message=message), timeout_reason)
 
 
 def _step_state(state: RunState) -> StepState:

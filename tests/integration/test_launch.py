@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pisub
 from pisub.protocol import RunState, Status, decode
-from tests.conftest import AgentMaker, pisub_cli, wait_for
+from tests.conftest import AgentMaker, pisub_cli
 
 ECHO = """
 import os, sys
@@ -160,9 +160,10 @@ def test_list_filters_by_state(home: Path, make_agent: AgentMaker) -> None:
     live = pisub.launch("sleepy", "x")
     running = pisub_cli("list", "--state", "running", "--json", check=True).stdout.splitlines()
     assert [json.loads(line)["runId"] for line in running] == [live.id]
+    complete = pisub_cli("list", "--state", "complete", "--json", check=True).stdout.splitlines()
+    assert [json.loads(line)["runId"] for line in complete] == [done.id]
     bad = pisub_cli("list", "--state", "bogus")
     assert bad.returncode == 1 and "INVALID_INPUT" in bad.stderr
-    wait_for(lambda: live.status().state == RunState.RUNNING)
 
 
 def test_child_gets_the_callers_umask_and_default_sighup(home: Path, make_agent: AgentMaker) -> None:

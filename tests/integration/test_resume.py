@@ -55,7 +55,9 @@ def test_resume_continues_the_conversation(pi_home: Path, model_server: FakeMode
     assert [i for i in list_leases(pi_home / "leases") if i.owner is not None] == [], "the lease is released"
 
 
-def test_refusals(pi_home: Path, make_agent: Any) -> None:
+def test_running_stopped_external_and_sessionless_runs_are_not_resumable(
+    pi_home: Path, make_agent: Any
+) -> None:
     running = pisub.launch("pi", "SLOW:300 a long story")
     proc = pisub_cli("resume", running.id, "more")
     assert proc.returncode == 1 and f"run {running.id} is running; use steer" in proc.stderr

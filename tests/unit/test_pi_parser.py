@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pisub.children.pi_rpc import LineReader, PiChild, message_text, pi_argv, tool_preview
+from pisub.children.pi_rpc import LineReader, Phase, PiChild, message_text, pi_argv, tool_preview
 from pisub.paths import RunPaths
 from pisub.protocol import AgentSpec, Limits, Manifest
 from pisub.protocol.control import ReceiptState
@@ -73,17 +73,20 @@ def _child(tmp_path: Path) -> tuple[PiChild, Hooks, Stdin]:
     return child, hooks, stdin
 
 
+def _line(obj: dict[str, Any]) -> bytes:
+    """One line of pi's stdout."""
+    return json.dumps(obj).encode() + b"\n"
+
+
 def _replay(tmp_path: Path, name: str, version: str) -> tuple[PiChild, Hooks, Stdin]:
     child, hooks, stdin = _child(tmp_path)
-    reader = LineReader()
     data = (FIXTURES / version / name).read_bytes()
     for i in range(0, len(data), 997):  # odd chunk size: lines and UTF-8 split across reads
-        for line in reader.feed(data[i : i + 997]):
-            child._on_line(line)
+        child.feed(data[i : i + 997])
     return child, hooks, stdin
 
 
-def test_plain(tmp_path: Path, version: str) -> None:
+def test_plain_reply_becomes_the_output_and_the_log(tmp_path: Path, version: str) -> None:
     child, hooks, _ = _replay(tmp_path, "rpc-plain.jsonl", version)
     assert child.final_text == "Hello from the fake LLM. You said: hello"
     assert child.totals.usage.input == 100 and child.totals.usage.turns == 1
@@ -92,7 +95,7 @@ def test_plain(tmp_path: Path, version: str) -> None:
     assert (tmp_path / "output-0.log").read_text() == "Hello from the fake LLM. You said: hello\n"
 
 
-def test_toolcall(tmp_path: Path, version: str) -> None:
+def test_tool_call_is_logged_as_one_line_and_counted(tmp_path: Path, version: str) -> None:
     child, _, _ = _replay(tmp_path, "rpc-toolcall.jsonl", version)
     assert child.final_text == "Tool said: hi"
     assert child.progress.tools == 1 and child.progress.turns == 2
@@ -101,7 +104,7 @@ def test_toolcall(tmp_path: Path, version: str) -> None:
     assert list(child.progress.recent) == ["Running a command.", "tool: bash echo hi", "Tool said: hi"]
 
 
-def test_error500(tmp_path: Path, version: str) -> None:
+def test_http_500_is_pis_error_and_the_diagnostic_names_the_last_event(tmp_path: Path, version: str) -> None:
     child, _, _ = _replay(tmp_path, "rpc-error500.jsonl", version)
     assert child.final_text is None
     assert child.last_assistant is not None
@@ -111,7 +114,7 @@ def test_error500(tmp_path: Path, version: str) -> None:
     assert "last event: agent_" in child._diagnostic()  # agent_end, or agent_settled since 0.80.4
 
 
-def test_abort(tmp_path: Path, version: str) -> None:
+def test_aborted_reply_is_reported_as_aborted(tmp_path: Path, version: str) -> None:
     child, _, _ = _replay(tmp_path, "rpc-abort.jsonl", version)
     assert child.last_assistant is not None and child.last_assistant["stopReason"] == "aborted"
     assert (child._error(0, None) or "").startswith("pi was aborted")
@@ -127,8 +130,8 @@ def test_agent_end_asks_get_state_then_finishes(tmp_path: Path, version: str) ->
     child, _, stdin = _replay(tmp_path, "rpc-plain.jsonl", version)
     asks = [m for m in stdin.sent if m["type"] == "get_state"]
     assert asks, "agent_end must trigger a get_state idle check"
-    child._on_line(
-        json.dumps(
+    child.feed(
+        _line(
             {
                 "id": asks[-1]["id"],
                 "type": "response",
@@ -136,17 +139,19 @@ def test_agent_end_asks_get_state_then_finishes(tmp_path: Path, version: str) ->
                 "success": True,
                 "data": {"isStreaming": False, "pendingMessageCount": 0},
             }
-        ).encode()
+        )
     )
-    assert child.finished and stdin.closed
+    assert child.phase is Phase.FINISHED and stdin.closed
 
 
 def test_idle_check_ignored_when_work_started_since(tmp_path: Path, version: str) -> None:
     child, _, stdin = _replay(tmp_path, "rpc-plain.jsonl", version)
     ask = [m for m in stdin.sent if m["type"] == "get_state"][-1]
-    child._on_line(b'{"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":1,"errorMessage":"x"}')
-    child._on_line(
-        json.dumps(
+    child.feed(
+        b'{"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":1,"errorMessage":"x"}' + b"\n"
+    )
+    child.feed(
+        _line(
             {
                 "id": ask["id"],
                 "type": "response",
@@ -154,16 +159,16 @@ def test_idle_check_ignored_when_work_started_since(tmp_path: Path, version: str
                 "success": True,
                 "data": {"isStreaming": False, "pendingMessageCount": 0},
             }
-        ).encode()
+        )
     )
-    assert not child.finished
+    assert child.phase is not Phase.FINISHED
 
 
 def test_bad_lines_are_logged_not_fatal(tmp_path: Path) -> None:
     child, hooks, _ = _child(tmp_path)
-    child._on_line(b"not json at all")
-    child._on_line(b"[1, 2]")
-    child._on_line(b'{"type":"response","command":"parse","success":false,"error":"Failed to parse"}')
+    child.feed(b"not json at all" + b"\n")
+    child.feed(b"[1, 2]" + b"\n")
+    child.feed(b'{"type":"response","command":"parse","success":false,"error":"Failed to parse"}' + b"\n")
     kinds = [k for k, _ in hooks.events]
     assert kinds == ["child.bad_line", "child.bad_line", "child.rpc_error"]
 
@@ -219,10 +224,8 @@ def test_pi_argv(fields: dict[str, Any], expected: list[str]) -> None:
 def test_steer_matching_queued_then_delivered(tmp_path: Path) -> None:
     """Replay of rpc-steer: the steer is queued on queue_update and delivered on its user message."""
     child, hooks, stdin = _child(tmp_path)
-    child.prompt_answered = True
+    child.phase = Phase.WORKING
     assert child.steer("r1", "STEER: now say hi", "steer") is None
     assert stdin.sent[-1]["type"] == "prompt" and stdin.sent[-1]["streamingBehavior"] == "steer"
-    reader = LineReader()
-    for line in reader.feed((FIXTURES / VERSIONS[0] / "rpc-steer.jsonl").read_bytes()):
-        child._on_line(line)
+    child.feed((FIXTURES / VERSIONS[0] / "rpc-steer.jsonl").read_bytes())
     assert hooks.steers == [("r1", "queued"), ("r1", "delivered")]
