@@ -1,7 +1,8 @@
 """pisub: a file-based control plane for detached background runs of coding sub-agents.
 
 The public names are loaded on first use, so that ``import pisub.<module>`` (the CLI, the
-runner) pays only for what it needs.
+runner) pays only for what it needs — the same reason some imports sit inside functions (the
+lazy-import rule: README, "Development").
 """
 
 from __future__ import annotations

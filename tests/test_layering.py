@@ -52,25 +52,74 @@ def test_every_module_has_a_layer() -> None:
         _module_layer(path)
 
 
+def _imports(path: Path) -> list[tuple[str, bool]]:
+    """The pisub modules ``path`` imports, each with whether it is only for type checking
+    (``if TYPE_CHECKING:``). ``from pisub import X`` counts as importing X's home module."""
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+        for stmt in block.body
+        for node in ast.walk(stmt)
+    }
+    found = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module == "pisub":
+            names = [pisub._HOMES.get(alias.name, f"pisub.{alias.name}") for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pisub."):
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name.startswith("pisub.")]
+        found += [(name, id(node) in typing_only) for name in names]
+    return found
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def test_no_upward_imports() -> None:
+    """Also inside functions, and through ``from pisub import X``."""
     bad = []
     for path in PKG.rglob("*.py"):
         if path.name == "__init__.py" and path.parent == PKG:
             continue
         _top, layer = _module_layer(path)
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = []
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pisub."):
-                names = [node.module]
-            elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names if a.name.startswith("pisub.")]
-            for name in names:
-                target = name.split(".")[1]
-                if LAYERS[target] > layer:
-                    bad.append(
-                        f"{path.relative_to(PKG)} (layer {layer}) imports {name} (layer {LAYERS[target]})"
-                    )
+        for name, _typing in _imports(path):
+            target = name.split(".")[1]
+            if LAYERS[target] > layer:
+                bad.append(f"{path.relative_to(PKG)} (layer {layer}) imports {name} (layer {LAYERS[target]})")
     assert not bad, "\n".join(bad)
+
+
+def test_no_import_cycles() -> None:
+    """Modules of one layer may import each other, but never in a circle — counting imports
+    inside functions (only ``if TYPE_CHECKING:`` imports are left out)."""
+    graph: dict[str, set[str]] = {}
+    for path in PKG.rglob("*.py"):
+        if path.name == "__init__.py" and path.parent == PKG:
+            continue
+        graph[_module_name(path)] = {name for name, typing in _imports(path) if not typing}
+    cycles = []
+
+    def visit(module: str, stack: list[str], done: set[str]) -> None:
+        if module in stack:
+            cycles.append(" -> ".join([*stack[stack.index(module) :], module]))
+            return
+        if module in done:
+            return
+        for target in sorted(graph.get(module, ())):
+            if target in graph and target != module:
+                visit(target, [*stack, module], done)
+        done.add(module)
+
+    done: set[str] = set()
+    for module in sorted(graph):
+        visit(module, [], done)
+    assert not cycles, "\n".join(sorted(set(cycles)))
 
 
 def test_public_api() -> None:
