@@ -6,14 +6,15 @@ last ``@mariozechner`` release) was dropped: its Node-20-era start-up takes 1.4 
 stdin leaves the bash tool's processes alive, it has no ``clear_queue`` or ``--approve``, and
 testing it in CI would cost another two minutes for a version its users have left.
 
-The version is detected once per binary (:func:`detect_version`: the ``package.json`` beside
-the binary when it can be found, else ``pi --version``, cached by path, mtime and size under the
-home), recorded in the run's manifest, and turned into :class:`PiCaps` — the only place that
-knows how versions differ. Nothing else in pisub compares pi versions.
+The version is detected once per binary (:func:`detect_version`: ``pi --version``, cached under
+the home by the binary's path, inode, size, mtime and ctime), recorded in the run's manifest,
+and turned into :class:`PiCaps` — the only place that knows how versions differ. Nothing else
+in pisub compares pi versions.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -32,8 +33,10 @@ INSTALL_HINT = (
     "install a supported pi with scripts/install_pi.sh, or: npm install -g @earendil-works/pi-coding-agent@1 "
     "(Node >= 22.19), and set PISUB_PI_BIN"
 )
-VERSION_TIMEOUT_S = 20.0
-_VERSION_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+VERSION_TIMEOUT_S = 10.0
+_VERSION_RE = re.compile(r"([0-9]+)\.([0-9]+)\.([0-9]+)")
+_EXACT_RE = re.compile(r"[0-9]{1,9}\.[0-9]{1,9}\.[0-9]{1,9}", re.ASCII)
+"""What ``pi --version`` must print: one line, ASCII digits, nothing else."""
 
 
 class UnsupportedPi(LaunchFailed):
@@ -64,7 +67,8 @@ class PiCaps:
 
 
 def parse_version(text: str) -> tuple[int, int, int] | None:
-    match = _VERSION_RE.search(text)
+    """``(major, minor, patch)`` of an exact ``X.Y.Z``; None for anything else."""
+    match = _VERSION_RE.fullmatch(text) if _EXACT_RE.fullmatch(text) else None
     return (int(match[1]), int(match[2]), int(match[3])) if match else None
 
 
@@ -81,42 +85,23 @@ def caps_for(version: str) -> PiCaps:
 
 
 def detect_version(pi_bin: str, cache_dir: Path | None = None) -> str:
-    """The version of the pi at ``pi_bin``.
+    """The version of the pi at ``pi_bin``, as ``pi --version`` prints it, normalised to
+    ``MAJOR.MINOR.PATCH``. Running it is the proof that it runs at all (pi 1.x under Node 20
+    dies at import); the answer is cached by the binary's path, inode, size and both its times
+    (its ctime cannot be set back), so a replaced binary is asked again.
 
     Raises:
-        UnsupportedPi: it does not run, or prints no version (e.g. pi 1.x under Node 20).
+        UnsupportedPi: it does not run, hangs, or prints no single ``X.Y.Z`` line.
     """
-    found = _version_from_package(pi_bin)
-    if found is not None:
-        return found
     key = _cache_key(pi_bin)
     cache = cache_dir / "pi-versions.json" if cache_dir is not None else None
     cached = _read_cache(cache).get(key) if cache is not None and key else None
-    if isinstance(cached, str):
+    if isinstance(cached, str) and _EXACT_RE.fullmatch(cached):
         return cached
     version = _run_version(pi_bin)
     if cache is not None and key:
         _write_cache(cache, key, version)
     return version
-
-
-def _version_from_package(pi_bin: str) -> str | None:
-    """The ``version`` of the ``*pi-coding-agent`` package the binary belongs to (npm installs
-    link ``bin/pi`` to ``<package>/dist/...cli.js``)."""
-    try:
-        real = Path(os.path.realpath(pi_bin))
-    except OSError:
-        return None
-    for parent in list(real.parents)[:5]:
-        manifest = parent / "package.json"
-        try:
-            data = json.loads(manifest.read_bytes()[:1_000_000])
-        except (OSError, ValueError, RecursionError):
-            continue
-        if isinstance(data, dict) and str(data.get("name", "")).endswith("/pi-coding-agent"):
-            version = data.get("version")
-            return version if isinstance(version, str) else None
-    return None
 
 
 def _cache_key(pi_bin: str) -> str | None:
@@ -125,7 +110,7 @@ def _cache_key(pi_bin: str) -> str | None:
         st = os.stat(real)
     except OSError:
         return None
-    return f"{real}\0{st.st_mtime_ns}\0{st.st_size}"
+    return f"{real}\0{st.st_dev}:{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
 
 
 def _read_cache(path: Path) -> dict[str, object]:
@@ -152,27 +137,45 @@ def _write_cache(path: Path, key: str, version: str) -> None:
 
 
 def _run_version(pi_bin: str) -> str:
+    """``pi --version`` in a process group of its own, ended whole when it hangs."""
     try:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             [pi_bin, "--version"],
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=VERSION_TIMEOUT_S,
             stdin=subprocess.DEVNULL,
-            check=False,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
         )
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise UnsupportedPi(f"{pi_bin} --version failed: {exc}; {INSTALL_HINT}") from exc
-    # 1.x prints the version on stdout, older releases on stderr.
-    for text in (proc.stdout, proc.stderr):
-        lines = [line.strip() for line in text.splitlines() if line.strip()]
-        if proc.returncode == 0 and lines and parse_version(lines[-1]):
-            return lines[-1]
-    why = " ".join((proc.stderr or proc.stdout).split())[-300:] or f"exit code {proc.returncode}"
-    if "enableCompileCache" in why:
-        why = f"it needs Node >= 22.19 ({why})"
-    raise UnsupportedPi(f"{pi_bin} does not run: {why}; {INSTALL_HINT}")
+    except (OSError, ValueError) as exc:
+        raise UnsupportedPi(f"{pi_bin} --version cannot be run: {exc}; {INSTALL_HINT}") from exc
+    try:
+        out, err = proc.communicate(timeout=VERSION_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        proc.communicate()  # collect what is left and close the pipes
+        raise UnsupportedPi(
+            f"{pi_bin} --version did not answer within {VERSION_TIMEOUT_S:g}s; {INSTALL_HINT}"
+        ) from None
+    _kill_group(proc)  # nothing it started outlives the probe
+    stdout, stderr = out[:65536].decode("utf-8", "replace"), err[:65536].decode("utf-8", "replace")
+    # 1.x prints the version on stdout, older releases on stderr: exactly one line, X.Y.Z.
+    lines = [line.strip() for line in (stdout if stdout.strip() else stderr).splitlines() if line.strip()]
+    if proc.returncode == 0 and len(lines) == 1 and _EXACT_RE.fullmatch(lines[0]):
+        return ".".join(str(int(part)) for part in lines[0].split("."))
+    said = " ".join((stderr or stdout).split())
+    why = said[-300:] or f"exit code {proc.returncode}"
+    if "enableCompileCache" in said:  # pi 0.85+ under an older Node dies at import
+        why = "it needs Node >= 22.19, and the Node it finds is older"
+    raise UnsupportedPi(f"{pi_bin} does not run as a pi (--version: {why}); {INSTALL_HINT}")
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    import signal
+
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    if proc.returncode is None:
+        proc.wait()
 
 
 def supported_version(pi_bin: str, cache_dir: Path | None = None) -> str:

@@ -73,15 +73,30 @@ install_one() {  # install_one PACKAGE@VERSION NODE
     printf '%s\n' "$launcher"
 }
 
+usage() {
+    printf 'usage: scripts/install_pi.sh [VERSION ...|all]   (pinned: %s; default %s)\n' \
+        "${PI_PINS[*]##*@}" "${PI_PINS[0]##*@}" >&2
+}
+case " $* " in
+    *" -h "* | *" --help "*) usage; exit 0 ;;
+esac
 wanted=("$@")
 [ "${#wanted[@]}" -gt 0 ] || wanted=("${PI_PINS[0]##*@}")
-[ "${wanted[0]}" != all ] || wanted=("${PI_PINS[@]##*@}")
-node="$(node_for_pi)"
+if [ "${wanted[0]}" = all ]; then
+    [ "${#wanted[@]}" -eq 1 ] || { usage; die "'all' stands alone"; }
+    wanted=("${PI_PINS[@]##*@}")
+fi
+# Every argument is checked before anything is installed.
+pins=()
 for want in "${wanted[@]}"; do
     pin=
     for candidate in "${PI_PINS[@]}"; do
         [ "${candidate##*@}" != "$want" ] || pin="$candidate"
     done
-    [ -n "$pin" ] || die "pi $want is not pinned in scripts/pi-pins.sh (pinned: ${PI_PINS[*]##*@})"
+    [ -n "$pin" ] || { usage; die "pi '$want' is not pinned in scripts/pi-pins.sh"; }
+    pins+=("$pin")
+done
+node="$(node_for_pi)"
+for pin in "${pins[@]}"; do
     install_one "$pin" "$node"
 done

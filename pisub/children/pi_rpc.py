@@ -83,8 +83,10 @@ def pi_argv(spec: AgentSpec, session_file: Path, system_prompt_file: Path | None
     """The command line of a pi child (never through a shell)."""
     assert spec.command, "the launcher resolves the pi binary into the manifest"
     argv = [spec.command, "--mode", "rpc", "--session", str(session_file)]
-    if spec.trust_project and caps_of(spec.pi_version).approve_flag:
-        argv.append("--approve")
+    if caps_of(spec.pi_version).approve_flag:
+        # Always one or the other: without either, pi would follow the user's own trust
+        # settings (defaultProjectTrust, a saved trust list).
+        argv.append("--approve" if spec.trust_project else "--no-approve")
     if not spec.extensions:
         argv.append("--no-extensions")
     if not spec.skills:

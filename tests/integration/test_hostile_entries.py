@@ -112,8 +112,10 @@ def _plant(kind: str, folder: Path, stem: str, tmp: Path) -> Path:
 def _plant_in_run(kind: str, run: Run, tmp: Path) -> list[Path]:
     """One entry of ``kind`` in every folder of ``run`` that pisub lists; inbox/new's first."""
     (tmp / "target.json").write_bytes(STEER)
-    folders = ["inbox/new", "inbox/cur", "inbox/rejected", "outbox", "briefs"]
-    return [_plant(kind, run.dir / folder, "hostile", tmp) for folder in folders]
+    # inbox/new last: a live runner claims from it at once (into inbox/cur, planted before).
+    folders = ["inbox/cur", "inbox/rejected", "outbox", "briefs"]
+    others = [_plant(kind, run.dir / folder, "hostile", tmp) for folder in folders]
+    return [_plant(kind, run.dir / "inbox" / "new", "hostile", tmp), *others]
 
 
 def _plant_in_home(kind: str, home: Path, tmp: Path) -> None:

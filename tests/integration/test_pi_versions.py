@@ -11,14 +11,16 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
 
 import pisub
-from pisub.pi_versions import SUPPORTED, caps_for, detect_version
+from pisub import pi_versions
+from pisub.pi_versions import SUPPORTED, UnsupportedPi, caps_for, detect_version
 from pisub.testing.fake_model import FakeModelServer
-from tests.conftest import pinned_pi_bins, pisub_cli
+from tests.conftest import pinned_pi_bins, pisub_cli, processes_of, wait_for
 
 
 def _fake_pi(tmp_path: Path, version_output: str, code: int = 0) -> Path:
@@ -70,14 +72,70 @@ def test_an_unsupported_pi_is_refused_at_launch_in_one_line(
     ), doctor.stdout
 
 
-def test_the_version_is_detected_once_per_binary(home: Path, tmp_path: Path) -> None:
+def test_the_version_is_detected_once_per_binary_and_again_when_it_changes(tmp_path: Path) -> None:
     pi = _fake_pi(tmp_path, "1.6.0")
     cache = tmp_path / "cache"
     assert detect_version(str(pi), cache) == "1.6.0"
-    pi.write_text("#!/bin/sh\nexit 1\n")  # a changed binary (new mtime and size) is asked again
-    with pytest.raises(pisub.PisubError):
-        detect_version(str(pi), cache)
+    st = pi.stat()
+    text = pi.read_text().replace("1.6.0", "2.0.0")  # same size
+    pi.write_text(text)
+    os.utime(pi, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the same mtime: the ctime still moved
+    assert detect_version(str(pi), cache) == "2.0.0", "a replaced binary is asked again"
     assert caps_for("1.6.0").system_messages and not caps_for("0.85.1").system_messages
+
+
+@pytest.mark.parametrize(
+    "printed",
+    [
+        "v1.6.0",
+        "pi 1.6.0",
+        "1.6.0-beta.1",
+        "1.6.0+build",
+        "\uff11.6.0",
+        "1.6.0\x1b]0;pwned\x07",
+        "1.6.0 2.0.0",
+        "0.73.1\n1.6.0",
+        "1.6",
+    ],
+)
+def test_only_one_exact_version_line_is_a_version(tmp_path: Path, printed: str) -> None:
+    with pytest.raises(UnsupportedPi, match="does not run as a pi"):
+        detect_version(str(_fake_pi(tmp_path, printed)))
+
+
+def test_a_package_json_beside_a_binary_vouches_for_nothing(tmp_path: Path) -> None:
+    package = tmp_path / "spoof"
+    (package / "bin").mkdir(parents=True)
+    (package / "package.json").write_text('{"name":"@earendil-works/pi-coding-agent","version":"1.6.0"}')
+    pi = _fake_pi(package / "bin", "0.73.1")
+    with pytest.raises(UnsupportedPi, match=r"pi 0\.73\.1 is not supported"):
+        caps_for(detect_version(str(pi)))
+
+
+def test_a_hanging_pi_is_refused_and_nothing_it_started_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pi_versions, "VERSION_TIMEOUT_S", 1.0)
+    marker = f"pisub-hang-{os.getpid()}"
+    pi = tmp_path / "hang"
+    pi.write_text(f"#!/bin/sh\nsleep 300 {marker} 2>/dev/null &\nsleep 300\n")
+    pi.chmod(0o755)
+    with pytest.raises(UnsupportedPi, match="did not answer within 1s"):
+        detect_version(str(pi))
+    wait_for(lambda: not [p for p in processes_of(tmp_path)], what="the probe's processes to be gone")
+
+
+def test_pi_1_under_node_20_is_refused(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ``npm install -g`` gives on a machine with Node 20: a pi that dies at import."""
+    bin_ = Path(__file__).resolve().parents[2] / ".pi-cli" / "1.6.0" / "node_modules" / ".bin" / "pi"
+    node = subprocess.run(["node", "--version"], capture_output=True, text=True, check=False).stdout.strip()
+    if not bin_.exists() or not node.startswith("v20."):
+        pytest.skip(f"needs pi 1.6.0 installed and a system Node 20 (found {node or 'none'})")
+    _pi_agent(home)
+    monkeypatch.setenv("PISUB_PI_BIN", str(bin_))
+    proc = pisub_cli("run", "--agent", "pi", "hello")
+    assert proc.returncode == 1 and proc.stderr.strip().endswith("[UNSUPPORTED_PI]"), proc.stderr
+    assert "needs Node >= 22.19" in proc.stderr and not list((home / "runs").iterdir())
 
 
 @pytest.mark.pi
@@ -119,10 +177,16 @@ def test_the_system_prompt_bulk_stays_out_of_the_event_log(pi_home: Path) -> Non
 
 
 @pytest.mark.pi
-@pytest.mark.parametrize("trusted", [False, True])
+@pytest.mark.parametrize(("trusted", "users_default"), [(False, None), (False, "always"), (True, None)])
 def test_project_resources_load_only_for_a_trusting_agent(
-    pi_home: Path, tmp_path: Path, model_server: FakeModelServer, trusted: bool
+    pi_home: Path, tmp_path: Path, model_server: FakeModelServer, trusted: bool, users_default: str | None
 ) -> None:
+    """Not trusting the project wins over the user's own pi settings (``defaultProjectTrust``)."""
+    if users_default is not None:
+        settings_path = Path(os.environ["PI_CODING_AGENT_DIR"]) / "settings.json"
+        settings = json.loads(settings_path.read_text())
+        settings["defaultProjectTrust"] = users_default
+        settings_path.write_text(json.dumps(settings))
     project = tmp_path / "project"
     (project / ".pi").mkdir(parents=True)
     marker = f"PROJECT-MARKER-{os.getpid()}-{trusted}"
