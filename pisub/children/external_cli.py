@@ -14,7 +14,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
-from pisub.children.base import Child, ChildHooks, ChildOutcome, PipeWriter
+from pisub.children.process import PipeWriter, ProcessChild
+from pisub.children.protocol import ChildHooks, ChildOutcome
 from pisub.defaults import TAIL_BYTES
 from pisub.output import StreamSink
 from pisub.paths import ENV_RUN_DIR, ENV_RUN_ID, RunPaths
@@ -29,7 +30,7 @@ def build_prompt(system_prompt: str, task: str) -> bytes:
     return (text if text.endswith("\n") else text + "\n").encode("utf-8")
 
 
-class ExternalCliChild(Child):
+class ExternalCliChild(ProcessChild):
     """A one-shot command-line child: prompt on stdin, output on stdout."""
 
     def __init__(

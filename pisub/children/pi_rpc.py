@@ -33,7 +33,8 @@ from typing import Any
 
 import msgspec
 
-from pisub.children.base import Child, ChildHooks, ChildOutcome, PipeWriter
+from pisub.children.process import PipeWriter, ProcessChild
+from pisub.children.protocol import ChildHooks, ChildOutcome
 from pisub.defaults import TAIL_BYTES
 from pisub.errors import LaunchFailed
 from pisub.fsio import atomic_write, open_regular
@@ -261,7 +262,7 @@ class _Steer:
     state: SteerState = SteerState.HELD
 
 
-class PiChild(Child):
+class PiChild(ProcessChild):
     """A pi coding-agent child in RPC mode."""
 
     kind = "pi"

@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pisub.children.base import Child, ChildHooks, ChildOutcome
 from pisub.children.external_cli import child_env
+from pisub.children.protocol import Child, ChildHooks, ChildOutcome
 from pisub.errors import StorageError, storage_error
 from pisub.paths import RunPaths
 from pisub.procs import boot_id, descendants, kill_all, reap_adopted, start_ticks, start_time

@@ -1,9 +1,6 @@
-"""The seam between the runner and one child process.
-
-A :class:`Child` starts a process in its own process group, hands the runner the
-file descriptors to watch (``register``), reports activity and output through
-:class:`ChildHooks`, and finally describes how it ended (:class:`ChildOutcome`).
-The runner owns the loop, the limits and every file except the child's own logs.
+"""What both kinds of process child share: a process in its own session and process group, its
+pipes watched through the runner's selector, its exit seen through a pidfd, and signals to the
+whole group (:class:`ProcessChild`), plus non-blocking writes to its stdin (:class:`PipeWriter`).
 """
 
 from __future__ import annotations
@@ -15,89 +12,9 @@ import selectors
 import signal
 import subprocess
 from abc import ABC, abstractmethod
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import IO, Protocol
+from typing import IO
 
-from pisub.protocol.control import ReceiptState
-from pisub.protocol.result import Usage
-from pisub.redact import redact
-
-Callback = Callable[[int], None]
-"""Called with the selector event mask when a registered fd is ready."""
-
-
-class ChildHooks(Protocol):
-    """What a child may tell the runner."""
-
-    def activity(self, child: int) -> None:
-        """The child did something (output, an event): resets the idle timer."""
-
-    def output(self, child: int, nbytes: int, truncated: bool) -> None:
-        """The child produced ``nbytes`` more bytes; ``truncated`` once a log is capped."""
-
-    def event(self, type_: str, child: int | None = None, **data: object) -> None:
-        """Append an event to ``events.jsonl``."""
-
-    def raw_event(self, child: int, kind: str, raw: bytes) -> None:
-        """Append one of the child's own events (``raw`` is its JSON object) to ``events.jsonl``."""
-
-    def steer_update(self, request_id: str, state: ReceiptState, reason: str | None = None) -> None:
-        """A steering request advanced (``queued``, ``delivered``) or failed."""
-
-
-@dataclass
-class ChildOutcome:
-    """How a child ended, as far as the child itself can tell."""
-
-    exit_code: int
-    signal: int | None = None
-    output: str = ""
-    error: str | None = None
-    """A failure reported by the child (stderr tail, provider error), None on success."""
-    usage: Usage = field(default_factory=Usage)
-    session_file: str | None = None
-    process_exit: int | None = None
-    """The process's own exit status (128+N when signal N ended it), where it differs from
-    ``exit_code`` (pi: ``exit_code`` is the task's outcome)."""
-
-
-RECENT_LINES = 50
-RECENT_LINE_CHARS = 500
-
-
-@dataclass
-class Progress:
-    """Live progress a child reports; the runner copies it into ``status.json`` (where its
-    texts are redacted)."""
-
-    turns: int = 0
-    tools: int = 0
-    current_tool: str | None = None
-    recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_LINES))
-    _partial: bytearray = field(default_factory=bytearray)
-
-    def add_line(self, text: str) -> None:
-        """Keep ``text`` as one of the last :data:`RECENT_LINES` lines (if it is not blank),
-        redacted before it is cut to :data:`RECENT_LINE_CHARS` (a cut secret is not recognised)."""
-        if text.strip():
-            self.recent.append(redact(text[: RECENT_LINE_CHARS * 4])[:RECENT_LINE_CHARS])
-
-    def add_output(self, data: bytes) -> None:
-        """Keep the last lines of raw output; a partial last line waits for its newline."""
-        self._partial += data
-        *lines, rest = self._partial.split(b"\n")
-        self._partial = bytearray(rest[: RECENT_LINE_CHARS * 4])
-        kept: list[str] = []
-        for line in reversed(lines):  # only the last non-empty ones can stay
-            text = line.decode("utf-8", "replace")
-            if text.strip():
-                kept.append(text)
-                if len(kept) == RECENT_LINES:
-                    break
-        for text in reversed(kept):
-            self.add_line(text)
+from pisub.children.protocol import ChildHooks, ChildOutcome, Progress
 
 
 class PipeWriter:
@@ -163,8 +80,8 @@ class PipeWriter:
                 self.stream.close()
 
 
-class Child(ABC):
-    """One supervised child process."""
+class ProcessChild(ABC):
+    """A supervised child process (implements :class:`~pisub.children.protocol.Child`)."""
 
     def __init__(self, index: int, hooks: ChildHooks) -> None:
         self.index = index
