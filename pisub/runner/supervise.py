@@ -27,7 +27,7 @@ from pisub.children.external_cli import child_env
 from pisub.children.protocol import Child, ChildHooks, ChildOutcome
 from pisub.errors import StorageError, storage_error
 from pisub.paths import RunPaths
-from pisub.procs import boot_id, descendants, kill_all, reap_adopted, start_ticks, start_time
+from pisub.procs import boot_id, start_ticks, start_time
 from pisub.protocol.codec import now_iso
 from pisub.protocol.control import ReceiptState
 from pisub.protocol.manifest import Manifest
@@ -35,6 +35,7 @@ from pisub.protocol.result import ErrorCode, ErrorInfo
 from pisub.protocol.status import RunState, StepState, StepStatus
 from pisub.runner.ending import Circumstances, EndCause, Verdict, judge
 from pisub.runner.recorder import Recorder, WriteTrouble, note
+from pisub.runner.tree import ProcessTree, Subreaper
 from pisub.store import load_status, write_result
 
 if TYPE_CHECKING:  # imported where used: a launch waits only for what its start-up needs
@@ -72,15 +73,27 @@ class Deadline(enum.Enum):
 
 
 Report = Callable[[dict[str, object]], None]
+ChildFactory = Callable[[Manifest, RunPaths, ChildHooks], Child]
 
 
 class Supervisor:
     """Runs one child to its end under the run's limits and control requests."""
 
-    def __init__(self, paths: RunPaths, manifest: Manifest, report: Report) -> None:
+    def __init__(
+        self,
+        paths: RunPaths,
+        manifest: Manifest,
+        report: Report,
+        *,
+        make: ChildFactory | None = None,
+        tree: ProcessTree | None = None,
+    ) -> None:
         self.paths = paths
         self.manifest = manifest
         self.report = report
+        self.make = make or make_child
+        """Makes the child (tests give a scripted one)."""
+        self.tree: ProcessTree = tree or Subreaper()
         self.limits = manifest.limits
         self.sel = selectors.DefaultSelector()
         self.recorder: Recorder | None = None
@@ -196,8 +209,7 @@ class Supervisor:
         repair then answers the inbox and writes the result)."""
         note("the runner is failing: ending the child and everything it started")
         with contextlib.suppress(Exception):
-            pgid = self.child.pid if self.child is not None else None
-            kill_all(descendants(os.getpid()), pgids=[pgid] if pgid else [], grace=self.limits.grace)
+            self.tree.end_leftovers(self.child.pid if self.child is not None else None, self.limits.grace)
 
     def _install_signals(self) -> None:
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -221,7 +233,7 @@ class Supervisor:
         status.boot_id = boot_id()
         status.steps = [StepStatus(index=0, status=StepState.PENDING)]
         self.recorder = Recorder(self.paths, status, self.trouble)
-        child = make_child(self.manifest, self.paths, self)
+        child = self.make(self.manifest, self.paths, self)
         self.child = child
         if self.manifest.agent.runner == "pi" and not self._take_lease(child):
             return False
@@ -337,7 +349,7 @@ class Supervisor:
             for key, mask in self.sel.select(self._next_timeout(now)):
                 key.data(mask)
             self.recorder.flush_due()
-            reap_adopted(child.pid)
+            self.tree.reap(child.pid)
 
     def _scan_inbox(self, now: float) -> None:
         if self.dispatcher is None or self.watcher is None:
@@ -452,12 +464,9 @@ class Supervisor:
 
     def _end_leftovers(self, child: Child) -> None:
         """No process of the child outlives it: its group and every adopted descendant."""
-        strays = descendants(os.getpid())
-        pgid = child.pid
-        if strays or (pgid is not None and _group_alive(pgid)):
-            survivors = kill_all(strays, pgids=[pgid] if pgid else [], grace=self.limits.grace)
-            self.event("child.leftovers_ended", 0, pids=strays, survivors=survivors)
-        reap_adopted(None)
+        found = self.tree.end_leftovers(child.pid, self.limits.grace)
+        if found is not None:
+            self.event("child.leftovers_ended", 0, pids=found[0], survivors=found[1])
         # Whatever the killed descendants still had in the pipes.
         deadline = time.monotonic() + DRAIN_AFTER_EXIT_S
         while child.streams_open and time.monotonic() < deadline:
@@ -525,14 +534,6 @@ def _step_state(state: RunState) -> StepState:
 
 def _ignore(_signum: int, _frame: object) -> None:
     return None
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
 
 
 def _drain(fd: int) -> None:
