@@ -8,7 +8,6 @@ of each are kept for the result.
 
 from __future__ import annotations
 
-import contextlib
 import selectors
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -75,13 +74,6 @@ class ExternalCliChild(ProcessChild):
 
     def close(self, sel: selectors.BaseSelector) -> None:
         super().close(sel)
-        if self.proc:
-            for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-                if stream is not None:
-                    with contextlib.suppress(KeyError, ValueError):
-                        sel.unregister(stream)
-                    with contextlib.suppress(OSError):
-                        stream.close()
         self.stdout.close()
         self.stderr.close()
 

@@ -19,7 +19,6 @@ does (``stopReason`` ``error`` / ``aborted`` and ``errorMessage``).
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import json
 import os
@@ -583,16 +582,9 @@ class PiChild(ProcessChild):
 
     # -- the end ------------------------------------------------------------------
     def close(self, sel: selectors.BaseSelector) -> None:
-        super().close(sel)
-        if self.proc:
-            for stream in (self.proc.stdout, self.proc.stderr):
-                if stream is not None:
-                    with contextlib.suppress(KeyError, ValueError):
-                        sel.unregister(stream)
-                    with contextlib.suppress(OSError):
-                        stream.close()
         if self.stdin is not None:
-            self.stdin.abort()
+            self.stdin.abort()  # what was still queued for pi is dropped
+        super().close(sel)
         self.log.close()
         self.stderr.close()
 

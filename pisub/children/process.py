@@ -195,9 +195,16 @@ class ProcessChild(ABC):
         self.signal(signal.SIGKILL)
 
     def close(self, sel: selectors.BaseSelector) -> None:
-        """Release the child's fds."""
+        """Release the child's fds: its pidfd and its three pipes."""
         if self._pidfd is not None:
             with contextlib.suppress(KeyError, ValueError):
                 sel.unregister(self._pidfd)
             os.close(self._pidfd)
             self._pidfd = None
+        if self.proc is not None:
+            for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+                if stream is not None:
+                    with contextlib.suppress(KeyError, ValueError):
+                        sel.unregister(stream)
+                    with contextlib.suppress(OSError):
+                        stream.close()
