@@ -236,9 +236,7 @@ class Dispatcher:
         for rid in list(self.open):
             if rid == claimed:
                 receipt = self.open.pop(rid)
-                receipt.state = ReceiptState.PENDING
-                receipt.reason = RECOVERY_REASON
-                receipt.updated_at = now_iso()
+                advance(receipt, ReceiptState.PENDING, RECOVERY_REASON)
                 self._write(receipt)
             else:
                 self.update(rid, ReceiptState.FAILED, reason=reason)

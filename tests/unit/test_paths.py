@@ -49,8 +49,24 @@ def test_default_home() -> None:
     assert default_home({}) == Path.home() / ".local/state/pisub"
 
 
-def test_run_paths_names() -> None:
+def test_every_name_of_a_run_is_the_one_the_protocol_documents() -> None:
+    """RunPaths is the one place that names a run's files: each name it gives is in spec/protocol.md."""
+    spec = (Path(__file__).resolve().parents[2] / "spec" / "protocol.md").read_text()
     paths = RunPaths(Path("/h/runs/r"))
-    assert paths.output_log(0).name == "output-0.log"
-    assert paths.stderr_log(3).name == "stderr-3.log"
+    names = {
+        name: getattr(paths, name)
+        for name, member in vars(RunPaths).items()
+        if isinstance(member, property) and name not in ("run_id", "home", "repair_lock")
+    }
+    names |= {
+        "output_log": paths.output_log(0),
+        "stderr_log": paths.stderr_log(3),
+        "receipt": paths.receipt("x"),
+    }
+    for name, path in names.items():
+        relative = str(path.relative_to(paths.root))
+        documented = relative.replace("0", "<N>").replace("3", "<N>").replace("x.json", "<id>.json")
+        assert (
+            f"`{documented}" in spec or f"{documented}/" in spec or f"`{documented.split('/')[-1]}" in spec
+        ), f"RunPaths.{name} ({relative}) is not in spec/protocol.md"
     assert [p.name for p in paths.control_dirs()] == ["inbox", "tmp", "new", "cur", "rejected", "outbox"]
