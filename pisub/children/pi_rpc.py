@@ -592,8 +592,8 @@ class PiChild(ProcessChild):
         assert self.proc is not None and self.proc.returncode is not None
         rc = self.proc.returncode
         sig = -rc if rc < 0 else None
-        error = self._error(rc, sig)
-        output = self.final_text if self.final_text is not None else self._diagnostic()
+        error = self.failure(rc, sig)
+        output = self.final_text if self.final_text is not None else self.diagnostic()
         self._make_session_private()
         return ChildOutcome(
             exit_code=0 if error is None else 1,
@@ -622,7 +622,9 @@ class PiChild(ProcessChild):
         finally:
             os.close(fd)
 
-    def _error(self, rc: int, sig: int | None) -> str | None:
+    def failure(self, rc: int, sig: int | None) -> str | None:
+        """Why the task failed (pi refused it, pi's last reply was an error or an abort, pi died
+        before it was finished), or None; ``rc``/``sig``: how the process ended."""
         if self.prompt_error is not None:
             return f"pi refused the task: {self.prompt_error}"
         last = self.last_assistant or {}
@@ -636,7 +638,8 @@ class PiChild(ProcessChild):
             return f"pi {how} before the task finished" + (f": {tail}" if tail else "")
         return None
 
-    def _diagnostic(self) -> str:
+    def diagnostic(self) -> str:
+        """The output when pi gave no final text: the last event and the tail of its stderr."""
         tail = self.stderr.tail_text().strip()[-1000:]
         text = f"(pi produced no final text; last event: {self.last_event or 'none'}"
         return text + (f"; stderr: {tail})" if tail else ")")

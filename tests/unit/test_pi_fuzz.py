@@ -161,14 +161,14 @@ def _assert_hands_over_cleanly(child: PiChild) -> None:
     )
     status.steps = [step]
     encode(scrub(status))
-    error = child._error(0, None)
+    error = child.failure(0, None)
     result = make_result(
         run_id="r",
         state="failed" if error else "complete",
         agent="pi",
         task="t",
         exit_code=1 if error else 0,
-        output=child.final_text or child._diagnostic(),
+        output=child.final_text or child.diagnostic(),
         usage=child.totals.usage,
     )
     json.loads(encode(result))  # finite numbers: every JSON reader can take it back

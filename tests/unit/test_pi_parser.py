@@ -109,15 +109,15 @@ def test_http_500_is_pis_error_and_the_diagnostic_names_the_last_event(tmp_path:
     assert child.final_text is None
     assert child.last_assistant is not None
     assert child.last_assistant["stopReason"] == "error"
-    error = child._error(0, None) or ""
+    error = child.failure(0, None) or ""
     assert error.startswith("pi failed: 500") and "fake server error" in error  # 0.85+: "500: <body>"
-    assert "last event: agent_" in child._diagnostic()  # agent_end, or agent_settled since 0.80.4
+    assert "last event: agent_" in child.diagnostic()  # agent_end, or agent_settled since 0.80.4
 
 
 def test_aborted_reply_is_reported_as_aborted(tmp_path: Path, version: str) -> None:
     child, _, _ = _replay(tmp_path, "rpc-abort.jsonl", version)
     assert child.last_assistant is not None and child.last_assistant["stopReason"] == "aborted"
-    assert (child._error(0, None) or "").startswith("pi was aborted")
+    assert (child.failure(0, None) or "").startswith("pi was aborted")
 
 
 def test_steer_recording_counts_turns(tmp_path: Path, version: str) -> None:
