@@ -122,7 +122,7 @@ def test_no_import_cycles() -> None:
     assert not cycles, "\n".join(sorted(set(cycles)))
 
 
-def test_public_api() -> None:
+def test_the_public_api_is_exactly_these_names() -> None:
     assert sorted(pisub.__all__) == sorted(
         [
             "PisubError",

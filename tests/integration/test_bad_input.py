@@ -33,7 +33,9 @@ def _no_runs(home: Path) -> None:
         (["run", "--agent", "echo", "--cwd", "/does/not/exist", "x"], "INVALID_INPUT", "does not exist"),
     ],
 )
-def test_bad_launch(home: Path, make_agent: AgentMaker, args: list[str], code: str, text: str) -> None:
+def test_a_bad_launch_fails_in_one_line_with_its_code(
+    home: Path, make_agent: AgentMaker, args: list[str], code: str, text: str
+) -> None:
     make_agent("echo", command="cat")
     make_agent("ghost", command="no-such-cmd-xyz")
     proc = pisub_cli(*args)
@@ -107,7 +109,7 @@ def test_unknown_and_ambiguous_prefix(home: Path) -> None:
     assert missing.returncode == 1 and "RUN_NOT_FOUND" in missing.stderr
 
 
-def test_unusable_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unusable_home_is_refused_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     afile = tmp_path / "afile"
     afile.write_text("")
     monkeypatch.setenv("PISUB_HOME", str(afile))

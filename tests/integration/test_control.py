@@ -282,7 +282,7 @@ def test_killed_runner_leaves_no_request_unanswered(home: Path, make_agent: Agen
     assert not processes_of(home)
 
 
-def test_shell_scripts(home: Path, make_agent: AgentMaker) -> None:
+def test_the_reference_shell_scripts_steer_and_stop_a_run(home: Path, make_agent: AgentMaker) -> None:
     run = _sleeper(make_agent)
     steer = subprocess.run(
         ["sh", str(ROOT / "scripts" / "steer.sh"), str(run.dir), 'say "hi"\\ and\tgo'],

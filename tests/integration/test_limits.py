@@ -50,7 +50,7 @@ def test_runtime_timeout_ends_every_process(home: Path, make_agent: AgentMaker) 
         assert not pid_alive(pid), f"process {pid} survived the timeout"
 
 
-def test_idle_timeout(home: Path, make_agent: AgentMaker) -> None:
+def test_silence_past_the_idle_limit_ends_the_child_and_its_tree(home: Path, make_agent: AgentMaker) -> None:
     make_agent("quiet", python=spawner("quiet"), idleTimeout=2.5)
     run = pisub.launch("quiet", "x")
     pids = _pids(run)

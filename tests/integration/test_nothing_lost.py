@@ -54,7 +54,9 @@ def _dead(run: pisub.Run, pid: int) -> bool:
     return not pid_alive(pid) and not is_held(run.dir / "runner.lock")
 
 
-def test_crash_injection(home: Path, make_agent: AgentMaker, request: pytest.FixtureRequest) -> None:
+def test_kill9_at_random_moments_loses_no_request_and_leaves_no_process(
+    home: Path, make_agent: AgentMaker, request: pytest.FixtureRequest
+) -> None:
     rounds = 200 if request.config.getoption("--stress") else 5
     make_agent("chatty", python=CHATTY)
     rng = random.Random(1234)

@@ -24,7 +24,7 @@ from pisub.paths import RunPaths, default_home, is_run_id, validate_run_ref
         "-12345678",
     ],
 )
-def test_invalid_refs(ref: str) -> None:
+def test_bad_run_refs_are_refused_before_the_disk(ref: str) -> None:
     with pytest.raises(InvalidInput):
         validate_run_ref(ref)
 
@@ -32,7 +32,7 @@ def test_invalid_refs(ref: str) -> None:
 @pytest.mark.parametrize(
     "ref", ["12345678", "ABCDEF12", "3f2a1b4c-1234", "3f2a1b4c-1234-4abc-8def-0123456789ab"]
 )
-def test_valid_refs(ref: str) -> None:
+def test_ids_and_long_prefixes_are_accepted_lowercased(ref: str) -> None:
     assert validate_run_ref(ref) == ref.lower()
 
 
@@ -42,7 +42,7 @@ def test_is_run_id() -> None:
     assert not is_run_id(".creating-3f2a1b4c-1234-4abc-8def-0123456789ab")
 
 
-def test_default_home() -> None:
+def test_the_home_is_pisub_home_else_xdg_state_else_local_state() -> None:
     assert default_home({"PISUB_HOME": "/x/y"}) == Path("/x/y")
     assert default_home({"XDG_STATE_HOME": "/state"}) == Path("/state/pisub")
     assert default_home({"XDG_STATE_HOME": "relative"}) == Path.home() / ".local/state/pisub"

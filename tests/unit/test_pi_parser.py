@@ -208,7 +208,7 @@ def test_tool_preview_and_text() -> None:
         ({"tools": []}, ["--no-tools"]),
     ],
 )
-def test_pi_argv(fields: dict[str, Any], expected: list[str]) -> None:
+def test_pi_argv_follows_the_agent(fields: dict[str, Any], expected: list[str]) -> None:
     spec = AgentSpec(name="p", runner="pi", command="/bin/pi", **fields)
     argv = pi_argv(spec, Path("/r/session.jsonl"), None)
     assert argv[:5] == ["/bin/pi", "--mode", "rpc", "--session", "/r/session.jsonl"]

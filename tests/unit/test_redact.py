@@ -31,7 +31,7 @@ from pisub.redact import MASK, preview, redact
         ('client_secret="s3cr3t value"', "s3cr3t value"),
     ],
 )
-def test_secret_patterns(text: str, secret: str) -> None:
+def test_each_secret_pattern_is_masked(text: str, secret: str) -> None:
     out = redact(text)
     assert secret not in out
     assert MASK in out
