@@ -269,16 +269,15 @@ def load_json(path: str | Path, type_: type[T], *, limit: int) -> T:
         ProtocolError: it cannot be read (a symlink, FIFO, directory, permissions, I/O error),
             is larger than ``limit`` bytes, or does not decode (naming the field).
     """
-    shown = printable(os.fspath(path))
     try:
         data = read_bytes(path, limit=limit)
     except (FileNotFoundError, NotADirectoryError) as exc:
         raise FileNotFoundError(errno.ENOENT, "no such file", os.fspath(path)) from exc
     except OSError as exc:
-        raise ProtocolError(f"{shown}: cannot read: {exc.strerror or exc}") from exc
+        raise ProtocolError(f"{printable(os.fspath(path))}: cannot read: {exc.strerror or exc}") from exc
     if len(data) > limit:
-        raise ProtocolError(f"{shown}: larger than {limit} bytes")
-    return decode(data, type_, shown)
+        raise ProtocolError(f"{printable(os.fspath(path))}: larger than {limit} bytes")
+    return decode(data, type_, os.fspath(path))  # (a decode error is printed escaped, like every line)
 
 
 def read_tail(path: Path, nbytes: int) -> bytes:

@@ -418,6 +418,7 @@ def _watch(run: Any) -> str | None:
 
 
 def bench_list(b: Bench, count: int) -> None:
+    from pisub.mailbox import mark_answered, new_mtime
     from pisub.paths import open_home
     from pisub.protocol import AgentSpec, Limits, Manifest, RunState, now_iso
     from pisub.results import make_result
@@ -453,7 +454,7 @@ def bench_list(b: Bench, count: int) -> None:
             ),
         )
         write_status(paths, status, durable=False)
-        (paths.inbox / "answered").touch()
+        mark_answered(paths, new_mtime(paths))  # as a runner leaves a finished run
     env = {**os.environ, "PISUB_HOME": str(other)}
     times = [
         timed(
