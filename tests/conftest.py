@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +15,7 @@ from typing import Any
 import pytest
 
 from pisub.testing.fake_model import FakeModelServer, pi_env, write_pi_agent_dir
+from tests.agentfile import agent_text
 from tests.nonroot import NonrootSetupError, Unprivileged, unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,15 +127,13 @@ def make_agent(home: Path) -> AgentMaker:
         body: str = "",
         **extra: object,
     ) -> Path:
-        if python is not None:
-            command, args = sys.executable, ["-c", textwrap.dedent(python)]
-        lines = ["---", f"name: {name}", f"command: {json.dumps(command)}", f"args: {json.dumps(args or [])}"]
-        lines += [f"{key}: {json.dumps(value)}" for key, value in extra.items()]
-        lines += ["---", body]
+        text = agent_text(
+            name, interpreter=sys.executable, python=python, command=command, args=args, body=body, **extra
+        )
         path = home / "agents" / f"{name}.md"
         home.mkdir(mode=0o700, exist_ok=True)
         path.parent.mkdir(mode=0o700, exist_ok=True)
-        path.write_text("\n".join(lines) + "\n")
+        path.write_text(text)
         return path
 
     return make

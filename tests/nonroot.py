@@ -15,16 +15,16 @@ hide real failures: a runner or reader started through :class:`Unprivileged` has
 from __future__ import annotations
 
 import functools
-import json
 import os
 import pwd
 import shutil
 import subprocess
 import tempfile
-import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.agentfile import agent_text
 
 PYTHON_VAR = "PISUB_NONROOT_PYTHON"
 USER_VAR = "PISUB_NONROOT_USER"
@@ -194,17 +194,15 @@ class Unprivileged:
     ) -> Path:
         """Write a user-scope agent into the user's home (as ``make_agent``; ``python`` runs
         with an interpreter the user can execute)."""
-        if python is not None:
-            command, args = self.python, ["-c", textwrap.dedent(python)]
-        lines = ["---", f"name: {name}", f"command: {json.dumps(command)}", f"args: {json.dumps(args or [])}"]
-        lines += [f"{key}: {json.dumps(value)}" for key, value in extra.items()]
-        lines += ["---", body]
+        text = agent_text(
+            name, interpreter=self.python, python=python, command=command, args=args, body=body, **extra
+        )
         agents = self.home / "agents"
         if not agents.exists():
             agents.mkdir(mode=0o700)
             self.give(agents)
         path = agents / f"{name}.md"
-        path.write_text("\n".join(lines) + "\n")
+        path.write_text(text)
         os.chmod(path, 0o600)
         self.give(path)
         return path

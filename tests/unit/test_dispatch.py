@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,12 +40,8 @@ class Controller:
 
 
 @pytest.fixture
-def run(tmp_path: Path) -> RunPaths:
-    paths = RunPaths(tmp_path / RUN_ID)
-    private_mkdir(paths.root)
-    for directory in paths.control_dirs():
-        private_mkdir(directory)
-    return paths
+def run(bare_run: RunPaths) -> RunPaths:
+    return bare_run
 
 
 def _dispatcher(paths: RunPaths, controller: Controller) -> tuple[Dispatcher, list[str]]:

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from pisub.errors import InvalidInput
-from pisub.fsio import private_mkdir
 from pisub.mailbox import (
     FINISHED_REASON,
     InboxClosed,
@@ -36,12 +35,8 @@ RUN_ID = "0" * 8 + "-0000-4000-8000-" + "0" * 12
 
 
 @pytest.fixture
-def paths(tmp_path: Path) -> RunPaths:
-    run = RunPaths(tmp_path / RUN_ID)
-    private_mkdir(run.root)
-    for directory in run.control_dirs():
-        private_mkdir(directory)
-    return run
+def paths(bare_run: RunPaths) -> RunPaths:
+    return bare_run
 
 
 def _drop(paths: RunPaths, name: str, data: bytes = b'{"v":1,"type":"stop"}') -> Path:
