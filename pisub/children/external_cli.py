@@ -41,6 +41,7 @@ class ExternalCliChild(ProcessChild):
         cap = manifest.limits.output_cap
         self.stdout = StreamSink(paths.output_log(index), cap, TAIL_BYTES)
         self.stderr = StreamSink(paths.stderr_log(index), cap, TAIL_BYTES)
+        self.sinks = (self.stdout, self.stderr)
         self._prompt = build_prompt(manifest.agent.system_prompt, manifest.task)
 
     def start(self) -> None:
@@ -72,15 +73,8 @@ class ExternalCliChild(ProcessChild):
 
         return on_ready
 
-    def close(self, sel: selectors.BaseSelector) -> None:
-        super().close(sel)
-        self.stdout.close()
-        self.stderr.close()
-
     def outcome(self) -> ChildOutcome:
-        assert self.proc is not None and self.proc.returncode is not None
-        rc = self.proc.returncode
-        sig = -rc if rc < 0 else None
+        rc, sig = self.exit_status()
         exit_code = 128 + sig if sig else rc
         error = None
         if rc != 0:

@@ -279,6 +279,7 @@ class PiChild(ProcessChild):
         self.session_file = str(self.session_path)
         self.log = StreamSink(paths.output_log(index), manifest.limits.output_cap, TAIL_BYTES)
         self.stderr = StreamSink(paths.stderr_log(index), manifest.limits.output_cap, TAIL_BYTES)
+        self.sinks = (self.log, self.stderr)
         self.reader = LineReader()
         self.stdin: PipeWriter | None = None
         self._next_id = 0
@@ -585,13 +586,9 @@ class PiChild(ProcessChild):
         if self.stdin is not None:
             self.stdin.abort()  # what was still queued for pi is dropped
         super().close(sel)
-        self.log.close()
-        self.stderr.close()
 
     def outcome(self) -> ChildOutcome:
-        assert self.proc is not None and self.proc.returncode is not None
-        rc = self.proc.returncode
-        sig = -rc if rc < 0 else None
+        rc, sig = self.exit_status()
         error = self.failure(rc, sig)
         output = self.final_text if self.final_text is not None else self.diagnostic()
         self._make_session_private()

@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from typing import IO
 
 from pisub.children.protocol import ChildHooks, ChildOutcome, Progress
+from pisub.output import StreamSink
 
 
 class PipeWriter:
@@ -93,6 +94,8 @@ class ProcessChild(ABC):
         self._pidfd_sel: selectors.BaseSelector | None = None
         self._sel: selectors.BaseSelector | None = None
         self._open_streams = 0
+        self.sinks: tuple[StreamSink, ...] = ()
+        """The child's logs, closed with it."""
 
     # -- control ------------------------------------------------------------------
     def steer(self, request_id: str, message: str, behavior: str) -> str | None:
@@ -194,8 +197,14 @@ class ProcessChild(ABC):
     def kill(self) -> None:
         self.signal(signal.SIGKILL)
 
+    def exit_status(self) -> tuple[int, int | None]:
+        """``(return code, signal)`` of the ended process (the signal that ended it, or None)."""
+        assert self.proc is not None and self.proc.returncode is not None
+        rc = self.proc.returncode
+        return rc, (-rc if rc < 0 else None)
+
     def close(self, sel: selectors.BaseSelector) -> None:
-        """Release the child's fds: its pidfd and its three pipes."""
+        """Release the child's fds: its pidfd, its three pipes and its logs."""
         if self._pidfd is not None:
             with contextlib.suppress(KeyError, ValueError):
                 sel.unregister(self._pidfd)
@@ -208,3 +217,5 @@ class ProcessChild(ABC):
                         sel.unregister(stream)
                     with contextlib.suppress(OSError):
                         stream.close()
+        for sink in self.sinks:
+            sink.close()
