@@ -354,7 +354,7 @@ def reject_file(paths: RunPaths, src: Path, reason: str, request_id: str) -> boo
     except OSError:
         return False
     with contextlib.suppress(OSError):
-        atomic_write(dest.with_suffix(".reason"), (reason + "\n").encode(), durable=False)
+        atomic_write(dest.with_suffix(".reason"), (printable(reason) + "\n").encode(), durable=False)
     return True
 
 
@@ -442,7 +442,8 @@ def quarantine(paths: RunPaths, path: Path, reason: str) -> Path | None:
     except OSError:
         return None
     with contextlib.suppress(OSError):
-        atomic_write(dest.with_name(dest.name + ".reason"), (reason + "\n").encode(), durable=False)
+        reason_file = dest.with_name(dest.name + ".reason")
+        atomic_write(reason_file, (printable(reason) + "\n").encode(), durable=False)
     return dest
 
 

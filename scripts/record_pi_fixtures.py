@@ -75,6 +75,8 @@ def _default_pi() -> Path:
     pins = (ROOT / "scripts" / "pi-pins.sh").read_text()
     match = re.search(r'"@[^"]+@(\d+\.\d+\.\d+)"', pins)
     return ROOT / ".pi-cli" / (match[1] if match else "?") / "bin" / "pi"
+
+
 TIMEOUT: Final = 60.0
 
 Msg = dict[str, Any]

@@ -92,7 +92,7 @@ fi
 
 echo "== ruff"
 .venv/bin/ruff check .
-.venv/bin/ruff format --check pisub tests scripts --exclude pisub/testing --exclude scripts/record_pi_fixtures.py
+.venv/bin/ruff format --check pisub tests scripts
 echo "== mypy --strict"
 .venv/bin/mypy
 echo "== pytest"

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from pisub.errors import ProtocolError
+from pisub.errors import ProtocolError, printable
 
 SCHEMA_VERSION = 1
 """The ``v`` of every file this version of pisub writes."""
@@ -42,16 +42,17 @@ def decode(data: bytes | str, type_: type[T], what: str) -> T:
     """Decode ``data`` strictly as ``type_``.
 
     Raises:
-        ProtocolError: naming ``what`` and, where msgspec can tell, the bad field.
+        ProtocolError: naming ``what`` (escaped: it may be an undecodable file name) and,
+            where msgspec can tell, the bad field.
     """
     try:
         return msgspec.json.decode(data, type=type_, strict=True)
     except msgspec.ValidationError as exc:
-        raise ProtocolError(f"{what}: {exc}") from exc
+        raise ProtocolError(f"{printable(what)}: {exc}") from exc
     except msgspec.DecodeError as exc:
-        raise ProtocolError(f"{what}: not valid JSON ({exc})") from exc
+        raise ProtocolError(f"{printable(what)}: not valid JSON ({exc})") from exc
     except RecursionError:
-        raise ProtocolError(f"{what}: nested too deeply") from None
+        raise ProtocolError(f"{printable(what)}: nested too deeply") from None
 
 
 def convert(obj: Any, type_: type[T], what: str) -> T:

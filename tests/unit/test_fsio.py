@@ -54,3 +54,18 @@ def test_torn_only_line(tmp_path: Path) -> None:
     appender.append(b"{}")
     appender.close()
     assert path.read_bytes() == b"{}\n"
+
+
+def test_a_decode_error_names_an_undecodable_file_in_printable_form(tmp_path: Path) -> None:
+    """An error about a file whose name is not UTF-8 can still be printed and written out."""
+    from pisub.errors import ProtocolError
+    from pisub.fsio import load_json
+    from pisub.protocol.control import Receipt
+
+    bad = Path(os.fsdecode(bytes(tmp_path) + b"/hostile-\xff\xfe.json"))
+    bad.write_bytes(b"{}")
+    with pytest.raises(ProtocolError) as caught:
+        load_json(bad, Receipt, limit=4096)
+    message = str(caught.value)
+    assert "hostile-\\udcff\\udcfe.json" in message
+    message.encode("utf-8")  # no lone surrogates left
