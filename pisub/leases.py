@@ -52,7 +52,7 @@ def canonical(session_file: str | Path) -> str:
 
 
 def lease_key(session_file: str | Path) -> str:
-    return hashlib.sha256(canonical(session_file).encode()).hexdigest()[:32]
+    return hashlib.sha256(os.fsencode(canonical(session_file))).hexdigest()[:32]
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pisub.leases import (
     acquire,
     break_lease,
     fenced,
+    lease_key,
     lease_paths,
     proven_dead,
     reclaim_if_dead,
@@ -115,3 +116,7 @@ def test_writes_are_fenced_off_once_the_lease_is_broken(home: Path) -> None:
         pass
     with unleased(leases, session) as generation:
         assert generation == 1
+
+
+def test_a_session_file_with_an_undecodable_name_has_a_lease_key() -> None:
+    assert lease_key("/tmp/s.jsonl") != lease_key(os.fsdecode(b"/tmp/s-\xff.jsonl"))
