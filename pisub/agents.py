@@ -57,6 +57,7 @@ class Agent:
             skills=fm.skills,
             prompt_templates=fm.prompt_templates,
             trust_project=fm.trust_project,
+            max_depth=fm.max_depth,
         )
 
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from pisub import defaults
-from pisub.errors import InvalidInput, LaunchFailed, WaitTimeout
+import msgspec
+
+from pisub.errors import InvalidInput, WaitTimeout
 from pisub.paths import STATUS_FILE, Home, RunPaths, open_home, validate_run_ref
 from pisub.polling import Every, poll
 from pisub.protocol.codec import now_iso
@@ -27,16 +27,11 @@ from pisub.store import RunStore, load_manifest, load_result, load_status
 if TYPE_CHECKING:
     from pisub.agents import Catalog
 
-MAX_TASK_BYTES = 1024 * 1024
-
 
 def _text(value: str, what: str) -> str:
-    """``value``, refused when it cannot be written as UTF-8 (undecodable bytes from argv)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInput(f"the {what} is not valid UTF-8 (it holds undecodable bytes)") from None
-    return value
+    from pisub.launcher import check_text
+
+    return check_text(value, what)
 
 
 def _seconds(value: float | None, what: str) -> float | None:
@@ -45,12 +40,6 @@ def _seconds(value: float | None, what: str) -> float | None:
     if value is not None and not (math.isfinite(value) and value >= 0):
         raise InvalidInput(f"the {what} must be a finite number of seconds >= 0")
     return value
-
-
-def _new_run_id() -> str:
-    import uuid
-
-    return str(uuid.uuid4())
 
 
 def agent_catalog(*, home: Path | None = None, cwd: Path | None = None) -> Catalog:
@@ -78,96 +67,16 @@ def launch(
         LaunchFailed: the command is missing or the runner could not start.
         HomeUnusable: the pisub home is not usable.
     """
-    if not _text(task, "task").strip():
-        raise InvalidInput("the task is empty")
-    if len(task.encode("utf-8")) > MAX_TASK_BYTES:
-        raise InvalidInput(f"the task is larger than {MAX_TASK_BYTES} bytes")
+    from pisub.launcher import check_task, plan_run, start_run, working_dir
+    from pisub.lineage import caller_lineage
+
+    check_task(task)
     caller = LimitValues(timeout=timeout, idle_timeout=idle_timeout).check("the call")
-    workdir = Path(cwd or os.getcwd()).resolve()
-    if not workdir.is_dir():
-        raise InvalidInput(f"working directory {workdir} does not exist")
-    _text(str(workdir), "working directory's path")
-    from pisub.agents import discover
-
+    lineage = caller_lineage(os.environ)  # refused here, before anything else, when too deep
+    workdir = working_dir(cwd)
     h = open_home(home)
-    found = discover(h.agents, workdir).get(agent)
-    spec = found.spec()
-    if spec.runner == "pi":
-        _resolve_pi(spec, h)
-    else:
-        _check_command(spec.command, workdir)
-    manifest = _manifest(
-        spec, task, str(workdir), Limits.resolve((caller, "the call"), (found.limits(), str(found.path)))
-    )
-    return _start(h, manifest)
-
-
-def _manifest(
-    spec: AgentSpec,
-    task: str,
-    cwd: str,
-    limits: Limits,
-    *,
-    resumed_from: str | None = None,
-    session_file: str | None = None,
-) -> Manifest:
-    """A new run's launch request: a fresh id, now, the caller's umask."""
-    return Manifest(
-        v=1,
-        run_id=_new_run_id(),
-        created_at=now_iso(),
-        agent=spec,
-        task=task,
-        cwd=cwd,
-        umask=_current_umask(),
-        limits=limits,
-        resumed_from=resumed_from,
-        session_file=session_file,
-    )
-
-
-def _current_umask() -> int:
-    mask = os.umask(0o077)
-    os.umask(mask)
-    return mask
-
-
-def _check_command(command: str | None, cwd: Path) -> None:
-    if not command:
-        raise InvalidInput("the agent has no command")
-    if "/" in command:
-        path = (cwd / command) if not os.path.isabs(command) else Path(command)
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            raise LaunchFailed(f"command not found or not executable: {command}")
-    elif shutil.which(command) is None:
-        raise LaunchFailed(f"command not found on PATH: {command}")
-
-
-def _start(home: Home, manifest: Manifest) -> Run:
-    from pisub.reconcile import observe
-    from pisub.runner.spawn import spawn_runner
-
-    paths, lock_fd = RunStore(home).create(manifest)
-    try:
-        spawn_runner(paths, lock_fd)
-    except LaunchFailed:
-        os.close(lock_fd)
-        lock_fd = -1
-        # The failing runner may hold runner.lock for a moment more; once it is free, the
-        # repair marks the run failed, so a failed launch never leaves a "starting" run.
-        _wait_unlocked(paths.runner_lock, defaults.STARTUP_TIMEOUT_S)
-        observe(paths)
-        raise
-    finally:
-        if lock_fd >= 0:
-            os.close(lock_fd)
-    return Run(paths.run_id, home=home.root)
-
-
-def _wait_unlocked(lock: Path, timeout: float) -> None:
-    from pisub.locks import is_held
-
-    poll(lambda: None if is_held(lock) else True, timeout, interval=0.01)
+    manifest = plan_run(h, agent, task, cwd=workdir, caller=caller, lineage=lineage)
+    return Run(start_run(h, manifest).run_id, home=h.root)
 
 
 def resume(
@@ -188,55 +97,195 @@ def resume(
         LaunchFailed: e.g. another run holds the session's lease (named in the message).
     """
     source = Run(ref, home=home)
-    status, manifest = source.status(), source.manifest()
-    session = _resumable_session(source.id, status, manifest.agent.runner)
+    if source.manifest().agent.runner == "workflow":
+        return resume_workflow(source.id, home=home)
     if child not in (None, 0):
         raise InvalidInput(f"run {source.id} has one child, 0")
-    if not _text(message, "message").strip():
-        raise InvalidInput("the message is empty")
-    LimitValues(timeout=timeout).check("the call")
-    _check_lease_free(source.home, session)
-    spec = manifest.agent
-    _resolve_pi(spec, source.home)
-    limits = manifest.limits  # the source's, resolved at its launch; a new timeout may replace its own
-    if timeout is not None:
-        limits.timeout = timeout
-    new = _manifest(spec, message, manifest.cwd, limits, resumed_from=source.id, session_file=session)
-    return _start(source.home, new)
+    from pisub.launcher import plan_resume, start_run
+    from pisub.lineage import caller_lineage
+
+    lineage = caller_lineage(os.environ)
+    new = plan_resume(source.home, source.id, _text(message, "message"), lineage=lineage, timeout=timeout)
+    return Run(start_run(source.home, new).run_id, home=source.home.root)
 
 
-def _resolve_pi(spec: AgentSpec, home: Home) -> None:
-    """Fill in the pi binary and its version (refused in one line when unsupported)."""
-    from pisub.children.pi_rpc import find_pi
-    from pisub.pi_versions import supported_version
+def launch_workflow(
+    script: str | Path,
+    *,
+    args: dict[str, Any] | None = None,
+    cwd: str | Path | None = None,
+    concurrency: int | None = None,
+    max_spawns: int | None = None,
+    state_ns: str | None = None,
+    fork_from: str | None = None,
+    timeout: float | None = None,
+    home: Path | None = None,
+) -> Run:
+    """Start a detached workflow run of the Python file ``script`` (``async def main(runs,
+    state, args)``); returns once its coordinator committed. The script is checked first
+    (``pisub workflow validate``) and copied into the run, so later edits do not matter.
 
-    spec.command = find_pi()
-    spec.pi_version = supported_version(spec.command, home.cache)
+    Raises:
+        InvalidInput: the script does not validate (the message lists the problems), or a bad
+            argument.
+    """
+    from pisub.protocol.workflow import Shape
+    from pisub.workflow.validate import validate_file
+
+    path = Path(script).absolute()
+    report = validate_file(path, agents=None)
+    if not report.ok:
+        first = "; ".join(f"line {e.line}: {e.message}" for e in report.errors[:5])
+        raise InvalidInput(f"{path} does not validate: {first}")
+    return _launch_workflow(
+        Shape.WORKFLOW,
+        name=path.stem,
+        script=path,
+        args=args,
+        cwd=cwd,
+        concurrency=concurrency,
+        max_spawns=max_spawns,
+        state_ns=state_ns,
+        fork_from=fork_from,
+        timeout=timeout,
+        home=home,
+    )
 
 
-def _check_lease_free(home: Home, session: str) -> None:
-    """Refuse a resume at once (``LEASE_HELD``, naming the owner) while a live run drives the
-    session, so no run is created for it; the new runner still takes the lease itself."""
+def launch_parallel(tasks: list[dict[str, Any]], **options: Any) -> Run:
+    """Start every task at once (up to the concurrency) as one workflow run; its result lists
+    the children's results in task order. ``tasks``: ``{key?, agent, task, ...}`` (camelCase
+    names, as in a tasks file). Options as for :func:`launch_workflow`."""
+    from pisub.protocol.workflow import Shape
+    from pisub.workflow.calls import tasks_from
+
+    return _launch_workflow(Shape.PARALLEL, name="parallel", tasks=tasks_from(tasks, "tasks"), **options)
+
+
+def launch_chain(tasks: list[dict[str, Any]], **options: Any) -> Run:
+    """Run the tasks one after the other as one workflow run; ``{previous}`` in a task is the
+    previous step's output, and a failed step ends the chain (the rest are ``skipped``)."""
+    from pisub.protocol.workflow import Shape
+    from pisub.workflow.calls import tasks_from
+
+    return _launch_workflow(Shape.CHAIN, name="chain", tasks=tasks_from(tasks, "tasks"), **options)
+
+
+def _launch_workflow(
+    shape: Any,
+    *,
+    name: str,
+    script: Path | None = None,
+    tasks: list[Any] | None = None,
+    args: dict[str, Any] | None = None,
+    cwd: str | Path | None = None,
+    concurrency: int | None = None,
+    max_spawns: int | None = None,
+    state_ns: str | None = None,
+    fork_from: str | None = None,
+    timeout: float | None = None,
+    home: Path | None = None,
+) -> Run:
+    import uuid
+
+    from pisub.launcher import new_manifest, start_run, working_dir
+    from pisub.lineage import caller_lineage
+    from pisub.protocol.workflow import DEFAULT_CONCURRENCY, DEFAULT_MAX_SPAWNS, WorkflowSpec
+    from pisub.shared_state import check_json, check_namespace
+
+    lineage = caller_lineage(os.environ)
+    workdir = working_dir(cwd)
+    h = open_home(home)
+    spec_args = dict(args or {})
+    check_json(spec_args, "the workflow's args")
+    concurrency = _count(concurrency, DEFAULT_CONCURRENCY, 1, 20, "concurrency")
+    max_spawns = _count(max_spawns, DEFAULT_MAX_SPAWNS, 1, 10_000, "max-spawns")
+    if state_ns is not None:
+        check_namespace(state_ns)
+    for call in tasks or []:
+        agent_catalog(home=h.root, cwd=workdir).get(call.agent)  # an unknown agent: nothing starts
+    caller = LimitValues(timeout=timeout).check("the call")
+    run_id = str(uuid.uuid4())
+    spec = WorkflowSpec(
+        shape=shape,
+        script=str(script) if script is not None else None,
+        args=spec_args,
+        tasks=list(tasks or []),
+        concurrency=concurrency,
+        max_spawns=max_spawns,
+        state_ns=state_ns,
+        fork_from=_fork_source(fork_from, h) if fork_from is not None else None,
+        journal=str(h.run(run_id).journal),
+        budget=lineage.root_run_id or run_id,
+    )
+    agent = AgentSpec(name=name, runner="workflow", description=f"{shape.value} workflow")
+    limits = Limits.resolve((caller, "the call"))
+    limits.timeout = caller.timeout  # a workflow has no runtime limit unless it is given one
+    count = len(tasks or [])
+    what = f"{shape.value} {script.name}" if script is not None else f"{shape.value}: {count} tasks"
+    manifest = new_manifest(agent, what, str(workdir), limits, lineage=lineage, run_id=run_id)
+    manifest.workflow = spec
+    seeds = {"workflow.py": script} if script is not None else {}
+    return Run(start_run(h, manifest, seeds=seeds).run_id, home=h.root)
+
+
+def _count(value: int | None, default: int, low: int, high: int, what: str) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInput(f"{what} must be a whole number from {low} to {high}, not {value!r}")
+    return value
+
+
+def _fork_source(ref: str, home: Home) -> str:
+    """The session to fork: a session file, or the session of a run (id or prefix)."""
+    from pisub.launcher import check_session
+
+    if os.path.sep in ref or ref.endswith(".jsonl"):
+        return str(check_session(ref, "--fork-from"))
+    status = Run(ref, home=home.root).status()
+    if status.session_file is None:
+        raise InvalidInput(f"--fork-from: run {status.run_id} has no pi session")
+    return str(check_session(status.session_file, "--fork-from"))
+
+
+def resume_workflow(ref: str, *, home: Path | None = None) -> Run:
+    """Continue a failed or paused workflow run in a new run: its script runs again from the top,
+    children whose results the journal holds are not run again, children still running are
+    re-attached, and only the rest start.
+
+    Raises:
+        NotResumable: the run is not a workflow, or is running, complete or stopped.
+        LeaseHeld: another run drives the workflow's journal.
+    """
+    import uuid
+
+    from pisub.errors import NotResumable
+    from pisub.journal import replay
+    from pisub.launcher import current_umask, start_run
     from pisub.leases import unleased
 
-    with unleased(home.leases, session):
-        pass
-
-
-def _resumable_session(run_id: str, status: Status, runner: str) -> str:
-    from pisub.errors import NotResumable
-
-    if runner != "pi":
-        raise NotResumable(f"run {run_id} is an {runner} run; only pi runs can be resumed")
-    if status.state == RunState.STOPPED:
-        raise NotResumable(f"run {run_id} is stopped; start a new run")
+    source = Run(ref, home=home)
+    status, manifest = source.status(), source.manifest()
+    if manifest.workflow is None:
+        raise NotResumable(f"run {source.id} is not a workflow run")
     if not status.state.is_terminal:
-        raise NotResumable(f"run {run_id} is {status.state}; use steer")
-    if not status.session_file or not Path(status.session_file).exists():
-        raise NotResumable(
-            f"run {run_id} ({status.state}) has no session file: pi writes it only after its first reply"
-        )
-    return status.session_file
+        raise NotResumable(f"run {source.id} is {status.state}; stop it or steer it")
+    if status.state in (RunState.COMPLETE, RunState.STOPPED):
+        raise NotResumable(f"run {source.id} is {status.state}; start a new workflow")
+    with unleased(source.home.leases, manifest.workflow.journal):
+        owner = replay(Path(manifest.workflow.journal)).owner
+    if owner not in (None, source.id):
+        raise NotResumable(f"run {source.id} was resumed by run {owner}: resume that one, if it needs it")
+    new = msgspec.structs.replace(
+        manifest,
+        run_id=str(uuid.uuid4()),
+        created_at=now_iso(),
+        umask=current_umask(),
+        resumed_from=source.id,
+    )
+    seeds = {"workflow.py": source.paths.workflow_script} if manifest.workflow.script is not None else {}
+    return Run(start_run(source.home, new, seeds=seeds).run_id, home=source.home.root)
 
 
 class Run:
@@ -260,6 +309,38 @@ class Run:
 
     def manifest(self) -> Manifest:
         return load_manifest(self.paths)
+
+    def child_index(self, which: str | int) -> int:
+        """The index (in ``steps[]``) of this run's child ``which``: an index, or a workflow
+        child's key.
+
+        Raises:
+            InvalidInput: no such child.
+        """
+        steps = self.status().steps
+        if isinstance(which, int) or (isinstance(which, str) and which.isdigit()):
+            index = int(which)
+            if not 0 <= index < max(len(steps), 1):
+                raise InvalidInput(f"run {self.id} has no child {index} (it has {len(steps)})")
+            return index
+        for step in steps:
+            if step.key == which:
+                return step.index
+        keys = ", ".join(s.key for s in steps if s.key) or "none"
+        raise InvalidInput(f"run {self.id} has no child with key {which!r} (keys: {keys})")
+
+    def child(self, which: str | int) -> Run:
+        """The run of this workflow's child ``which`` (index or key).
+
+        Raises:
+            InvalidInput: no such child, or it has no run yet (queued).
+        """
+        index = self.child_index(which)
+        steps = self.status().steps
+        run_id = steps[index].run_id if index < len(steps) else None
+        if run_id is None:
+            raise InvalidInput(f"child {which} of run {self.id} has no run (it is {steps[index].status})")
+        return Run(run_id, home=self.home.root)
 
     def status(self) -> Status:
         """The current status, after crash detection and repair."""
@@ -350,8 +431,10 @@ class Run:
     def send_follow_up(self, message: str, *, child: int | None = None, source: str | None = "pisub") -> str:
         return self.send(FollowUp(v=1, message=message, child=child, source=source))
 
-    def send_interrupt(self, *, reason: str | None = None, source: str | None = "pisub") -> str:
-        return self.send(Interrupt(v=1, reason=reason, source=source))
+    def send_interrupt(
+        self, *, child: int | None = None, reason: str | None = None, source: str | None = "pisub"
+    ) -> str:
+        return self.send(Interrupt(v=1, child=child, reason=reason, source=source))
 
     def send_stop(
         self, *, child: int | None = None, reason: str | None = None, source: str | None = "pisub"
@@ -370,8 +453,9 @@ class Run:
         if not status.state.is_terminal:
             return self.send_follow_up(message, child=child), None
         from pisub.briefs import add_brief
+        from pisub.launcher import resumable_session
 
-        session = _resumable_session(self.id, status, self.manifest().agent.runner)
+        session = resumable_session(self.id, status, self.manifest().agent.runner)
         receipt = add_brief(self.paths, self.home.leases, session, self.id, _text(message, "message"))
         return receipt.request_id, receipt
 
@@ -421,9 +505,14 @@ class Run:
 
 
 def list_runs(
-    *, home: Path | None = None, state: RunState | None = None, problems: list[str] | None = None
+    *,
+    home: Path | None = None,
+    state: RunState | None = None,
+    problems: list[str] | None = None,
+    children: bool = False,
 ) -> Iterator[Status]:
-    """Statuses of every run (after crash repair), oldest first.
+    """Statuses of the top-level runs — with ``children``, of every run — after crash repair,
+    oldest first.
 
     A run whose files cannot be read is left out and described in ``problems``; a run removed
     meanwhile (``pisub gc``) is left out silently.
@@ -453,7 +542,7 @@ def list_runs(
             if problems is not None:
                 problems.append(f"{run_id}: {exc}")
             continue
-        if state is None or st.state == state:
+        if (state is None or st.state == state) and (children or st.parent_run_id is None):
             statuses.append(st)
     if problems is not None:
         problems += [f"{name}: not a run directory (a symlink or file in runs/)" for name in store.strays()]

@@ -37,3 +37,7 @@ READ_POLL_S: float = 0.02
 
 MIN_PREFIX: int = 8
 """Shortest run-id prefix a command accepts."""
+
+DEFAULT_MAX_DEPTH: int = 2
+"""How deep runs may nest: a run started from inside a run at this depth or deeper is refused
+(``PISUB_MAX_DEPTH``; top-level runs have depth 0)."""

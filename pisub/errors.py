@@ -13,6 +13,7 @@ Every error pisub raises on purpose is a :class:`PisubError` with a stable ``cod
     ├── LaunchFailed                 SUBAGENT_FAILED     the runner or child could not be started
     ├── NotResumable                 NOT_RESUMABLE       the run cannot be resumed (its state says why)
     ├── WaitTimeout                  WAIT_TIMEOUT        a wait ran out before its condition held
+    ├── DepthExceeded                SUBAGENT_DEPTH_EXCEEDED  a run started too deep inside runs
     ├── StorageError                 IO_ERROR            a file cannot be read or written (with the fix)
     └── InternalError                INTERNAL_ERROR      a bug: anything else reaching a command's top
 
@@ -103,6 +104,13 @@ class WaitTimeout(PisubError):
     """A wait ran out of time before its condition held."""
 
     code = "WAIT_TIMEOUT"
+
+
+class DepthExceeded(PisubError):
+    """A run was to be started from inside a run that is already at the depth limit; nothing
+    was created."""
+
+    code = "SUBAGENT_DEPTH_EXCEEDED"
 
 
 class StorageError(PisubError):

@@ -23,6 +23,20 @@ ENV_RUN_ID = "PISUB_RUN_ID"
 """Set in every child's environment: the run it belongs to (finds strays after a crash)."""
 ENV_RUN_DIR = "PISUB_RUN_DIR"
 """Set in every child's environment: its run directory."""
+ENV_ROOT_RUN_ID = "PISUB_ROOT_RUN_ID"
+"""Set in every child's environment: the top-level run of its tree (its own run at the top)."""
+ENV_DEPTH = "PISUB_DEPTH"
+"""Set in every child's environment: the depth of its run (0 for a top-level run)."""
+ENV_MAX_DEPTH = "PISUB_MAX_DEPTH"
+"""The deepest run a launch may create below the top level. Set by a user (default
+:data:`~pisub.defaults.DEFAULT_MAX_DEPTH`) and, in every child's environment, by its runner to
+the limit that holds inside the run (an agent's ``maxDepth`` may lower it, never raise it)."""
+ENV_RUNNER = "PISUB_RUNNER"
+"""Set in a runner's own environment (never its child's): the run it supervises. A runner
+started from inside another run's tree is adopted by that run's runner, which must not end it
+with its own leftovers (:mod:`pisub.runner.tree`)."""
+RUN_MARKERS = (ENV_RUN_ID, ENV_RUN_DIR, ENV_ROOT_RUN_ID, ENV_DEPTH, ENV_RUNNER)
+"""The variables that say which run a process belongs to."""
 
 MAX_HOME_BYTES = 2048
 """Longest home path: the deepest path pisub makes inside a run adds about 500 bytes to it
@@ -85,6 +99,16 @@ class Home:
     def cache(self) -> Path:
         """Things pisub can always recompute (detected pi versions)."""
         return self.root / "cache"
+
+    @property
+    def state(self) -> Path:
+        """Workflow state namespaces: ``state/<ns>.json`` and its lock ``state/<ns>.lock``."""
+        return self.root / "state"
+
+    @property
+    def budgets(self) -> Path:
+        """Spawn budgets of root runs: ``budgets/<root run id>/``."""
+        return self.root / "budgets"
 
     @property
     def gc_lock(self) -> Path:
@@ -244,6 +268,16 @@ class RunPaths:
     def quarantine(self) -> Path:
         """Where unreadable files are moved, each with a ``.reason``."""
         return self.root / "quarantine"
+
+    @property
+    def journal(self) -> Path:
+        """A workflow's journal of child starts and ends (``journal.jsonl``)."""
+        return self.root / "journal.jsonl"
+
+    @property
+    def workflow_script(self) -> Path:
+        """A workflow's copy of its Python script, as it was at launch."""
+        return self.root / "workflow.py"
 
     def output_log(self, child: int) -> Path:
         """``output-<N>.log``: the live, human-readable output of child N."""

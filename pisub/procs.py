@@ -140,12 +140,27 @@ def signal_group(pgid: int, sig: int) -> bool:
     return True
 
 
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid`` (children of children included)."""
+def environ_value(pid: int, name: str) -> str | None:
+    """The value of variable ``name`` in the environment ``pid`` started with (Linux), or None
+    (unset, gone, or not readable)."""
+    needle = f"{name}=".encode()
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            env = fh.read()
+    except OSError:
+        return None
+    for item in env.split(b"\0"):
+        if item.startswith(needle):
+            return item[len(needle) :].decode("utf-8", "replace")
+    return None
+
+
+def children_of(pid: int) -> list[int]:
+    """The live children of ``pid``."""
     import psutil
 
     try:
-        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+        return [p.pid for p in psutil.Process(pid).children()]
     except psutil.NoSuchProcess:
         return []
 

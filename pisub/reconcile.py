@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
-from pisub.errors import ProtocolError, RunNotFound, StorageError, storage_error
+from pisub.errors import PisubError, ProtocolError, RunNotFound, StorageError, storage_error
 from pisub.fsio import read_tail
 from pisub.leases import reclaim_if_dead
 from pisub.locks import exclusive, is_held
@@ -33,8 +33,9 @@ from pisub.mailbox import (
 from pisub.paths import RunPaths
 from pisub.procs import boot_id, is_alive, kill_all, marked_processes
 from pisub.protocol.codec import now_iso
-from pisub.protocol.result import ErrorCode, ErrorInfo, Result
+from pisub.protocol.result import Details, ErrorCode, ErrorInfo, Result, TextContent
 from pisub.protocol.status import RunState, Status, StepState
+from pisub.redact import redact
 from pisub.results import make_result
 from pisub.store import append_event, load_manifest, load_result, load_status, write_result, write_status
 
@@ -113,6 +114,9 @@ def repair(paths: RunPaths) -> Status:
         ended = end_strays(paths, status)
         if status.session_file:
             reclaim_if_dead(paths.home.leases, status.session_file, status.run_id)
+        journal = _journal_of(paths)
+        if journal is not None:
+            reclaim_if_dead(paths.home.leases, journal, status.run_id)
         if not is_closed(paths):
             close_inbox(paths, "failed")
         answered = settle_closed_inbox(paths, status.run_id, RUNNER_DIED_REASON)
@@ -140,7 +144,8 @@ def end_strays(paths: RunPaths, status: Status) -> list[int]:
     """End every process left of the run's children; the pids that were found."""
     pids: set[int] = set()
     pgids: set[int] = set()
-    for step in status.steps:
+    # A workflow's steps name its children's runners: they outlive it (resume re-attaches them).
+    for step in status.steps if status.runner != "workflow" else []:
         if step.pid is not None and is_alive(step.pid, step.pid_start_time, step.pid_start_ticks):
             pids.add(step.pid)
             if step.pgid is not None:
@@ -158,6 +163,15 @@ def end_strays(paths: RunPaths, status: Status) -> list[int]:
     return sorted(found)
 
 
+def _journal_of(paths: RunPaths) -> str | None:
+    """A workflow run's journal (whose lease its coordinator held), else None."""
+    try:
+        workflow = load_manifest(paths).workflow
+    except PisubError:
+        return None
+    return workflow.journal if workflow is not None else None
+
+
 def _crash_result(paths: RunPaths, status: Status) -> Result:
     tail = read_tail(paths.runner_log, 64 * 1024).decode("utf-8", "replace")
     tail = "\n".join(tail.strip().splitlines()[-LOG_TAIL_LINES:])[-LOG_TAIL_CHARS:]
@@ -171,7 +185,9 @@ def _crash_result(paths: RunPaths, status: Status) -> Result:
         manifest = load_manifest(paths)
         agent, task = manifest.agent.name, manifest.task
     except ProtocolError:
-        agent, task = status.agent, ""
+        manifest, agent, task = None, status.agent, ""
+    if manifest is not None and manifest.workflow is not None:
+        return _workflow_crash_result(status, manifest.workflow.shape.value, message)
     return make_result(
         run_id=status.run_id,
         state="failed",
@@ -184,12 +200,32 @@ def _crash_result(paths: RunPaths, status: Status) -> Result:
     )
 
 
+def _workflow_crash_result(status: Status, mode: str, message: str) -> Result:
+    """A dead coordinator's result: its children run on under their own runners."""
+    live = [s for s in status.steps if s.status in (StepState.RUNNING, StepState.PENDING)]
+    if live:
+        keys = ", ".join(s.key or str(s.index) for s in live)
+        message += (
+            f"\nIts children go on under their own runners ({keys}): `pisub resume {status.run_id}` "
+            "re-attaches them and starts only what is unfinished."
+        )
+    error = ErrorInfo(code=ErrorCode.SUBAGENT_FAILED, message=redact(message))
+    return Result(
+        v=1,
+        state="failed",
+        ended_at=now_iso(),
+        content=[TextContent(type="text", text=f"{error.code}: {error.message}")],
+        details=Details(mode=mode, run_id=status.run_id, error=error),  # type: ignore[arg-type]
+    )
+
+
 def _as_terminal(status: Status, result: Result) -> Status:
     """``status`` as the terminal one that ``result`` implies (for a reader that meets the result
     before the runner's terminal status, and for the repair): state, end, error, exit codes."""
     state = RunState(result.state)
     singles = result.details.results
-    for step in status.steps:
+    # A workflow's steps are its children's runs, which outlive it: they keep what was seen last.
+    for step in status.steps if status.runner != "workflow" else []:
         if step.status in (StepState.RUNNING, StepState.PENDING):
             step.status = StepState(state.value)
             step.ended_at = step.ended_at or result.ended_at

@@ -89,3 +89,16 @@ def _failure_text(error: ErrorInfo, output: str) -> str:
     if output.strip():
         text += f"\n\nPartial output:\n{output}"
     return text
+
+
+def management_result(code: str, message: str) -> Result:
+    """The result of a request refused before any run was created (a depth guard): mode
+    ``management``, no run id, no child results."""
+    error = ErrorInfo(code=code, message=redact(message))
+    return Result(
+        v=1,
+        state="failed",
+        ended_at=now_iso(),
+        content=[TextContent(type="text", text=f"{error.code}: {error.message}")],
+        details=Details(mode="management", error=error),
+    )

@@ -10,6 +10,7 @@ import errno
 import os
 import shutil
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -35,6 +36,9 @@ T = TypeVar("T")
 MAX_FILE = 16 * 1024 * 1024
 """Largest run file a reader decodes."""
 
+SEED_NAMES = ("session.jsonl", "workflow.py")
+"""The files a run may be created with besides its own (see :meth:`RunStore.create`)."""
+
 
 class RunStore:
     """Create, find and read runs under a home."""
@@ -42,8 +46,10 @@ class RunStore:
     def __init__(self, home: Home) -> None:
         self.home = home
 
-    def create(self, manifest: Manifest) -> tuple[RunPaths, int]:
-        """Create the run directory of ``manifest`` with a ``starting`` status.
+    def create(self, manifest: Manifest, *, seeds: Mapping[str, Path] | None = None) -> tuple[RunPaths, int]:
+        """Create the run directory of ``manifest`` with a ``starting`` status, and a private
+        copy of each ``seeds`` file under its name (a pi session to start from, a workflow's
+        script).
 
         Returns the run's paths and an fd holding ``runner.lock``: the launcher hands
         it to the runner, so the lock is held from the moment the run exists.
@@ -51,7 +57,7 @@ class RunStore:
         final = self.home.run(manifest.run_id)
         staging = RunPaths(self.home.runs / f".creating-{manifest.run_id}")
         try:
-            return self._create(manifest, staging, final)
+            return self._create(manifest, staging, final, dict(seeds or {}))
         except OSError as exc:
             shutil.rmtree(staging.root, ignore_errors=True)
             if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):  # the home, not the disk
@@ -59,10 +65,15 @@ class RunStore:
                 raise HomeUnusable(f"cannot create a run in {self.home.runs}: {why}") from exc
             raise storage_error(exc, "create a run in", self.home.runs) from exc
 
-    def _create(self, manifest: Manifest, staging: RunPaths, final: RunPaths) -> tuple[RunPaths, int]:
+    def _create(
+        self, manifest: Manifest, staging: RunPaths, final: RunPaths, seeds: dict[str, Path]
+    ) -> tuple[RunPaths, int]:
         private_mkdir(staging.root)
         for directory in staging.control_dirs():
             private_mkdir(directory)
+        for name, source in seeds.items():
+            assert name in SEED_NAMES, name
+            copy_private(source, staging.root / name)
         lock_fd = try_lock(staging.runner_lock)
         assert lock_fd is not None, "a fresh run's lock cannot be held"
         try:
@@ -76,6 +87,10 @@ class RunStore:
                 host=host_name(),
                 started_at=manifest.created_at,
                 updated_at=manifest.created_at,
+                parent_run_id=manifest.parent_run_id,
+                root_run_id=manifest.root_run_id,
+                key=manifest.key,
+                depth=manifest.depth,
             )
             atomic_write(staging.status, encode_pretty(status))
             append_event(staging, "run.created", agent=manifest.agent.name, pid=os.getpid(), sync=True)
@@ -174,6 +189,25 @@ def append_event(
             appender.sync()
     finally:
         appender.close()
+
+
+def copy_private(source: Path, dest: Path) -> None:
+    """Copy the regular file ``source`` to a new 0600 file ``dest`` (synced)."""
+    src_fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(src_fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(source))
+        dst_fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            while chunk := os.read(src_fd, 1 << 20):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(dst_fd, view) :]
+            os.fsync(dst_fd)
+        finally:
+            os.close(dst_fd)
+    finally:
+        os.close(src_fd)
 
 
 def _is_real_dir(entry: os.DirEntry[str]) -> bool:

@@ -314,6 +314,100 @@ def bench_control(b: Bench) -> None:
     cli("stop", run.id, "--wait", "5", check=False)
 
 
+# -- workflows ---------------------------------------------------------------------------------
+
+
+def bench_workflow(b: Bench) -> None:
+    """A 16-child parallel workflow of external-cli children: time to all 16 running, the
+    coordinator's RSS, and a steer's round trip through the workflow's inbox to the child's
+    receipt (and to the workflow's own final receipt), beside a single run's."""
+    import psutil
+
+    import pisub
+
+    n_children = 16
+    rounds = 2 if b.quick else 5
+    b.agent("sleeper", "sleep", ["3600"])
+    to_running, rss = [], []
+    for _ in range(rounds):
+        tasks = [arg for _ in range(n_children) for arg in ("--task", "sleeper=x")]
+        start = time.perf_counter()
+        run = pisub.Run(
+            json.loads(cli("run", "--concurrency", str(n_children), *tasks, "--json").stdout)["runId"]
+        )
+        while [str(s.status) for s in run.status().steps].count("running") < n_children:
+            time.sleep(0.005)
+        to_running.append(time.perf_counter() - start)
+        pid = run.status().pid
+        assert pid is not None
+        rss.append(psutil.Process(pid).memory_info().rss)
+        last = run
+        if len(to_running) < rounds:
+            cli("stop", run.id, "--wait", "30", check=False)
+            run.wait_until_terminal(60)
+    singles = [timed(lambda: pisub.launch("sleeper", "x")) for _ in range(n_children)]
+    stop_all_but(b, last.id)
+    b.data["workflow"] = {"to_running_s": to_running, "rss": rss, "single_launch_s": singles}
+    b.row(
+        "workflow",
+        f"run --parallel {n_children} children → all running p50",
+        f"{statistics.median(to_running):.2f} s",
+        f"{n_children} pisub.launch() one by one {sum(singles):.2f} s; "
+        f"x{statistics.median(to_running) / sum(singles):.2f}",
+    )
+    b.row("workflow", f"coordinator RSS with {n_children} children", f"{max(rss) / 2**20:.1f} MiB")
+
+    n = 50 if b.quick else 300
+    child = last.status().steps[3].run_id
+    assert child is not None
+    to_child, to_parent = [], []
+    parent_watch, child_watch = OutboxWatch(last.dir / "outbox"), OutboxWatch(pisub.Run(child).dir / "outbox")
+    try:
+        for i in range(n):
+            rid = f"wf-{uuid.uuid4().hex[:12]}-{i:05d}"
+            start = time.perf_counter()
+            drop(last.dir / "inbox", rid + ".json", b'{"v":1,"type":"steer","message":"benchmark","child":3}')
+            to_child.append(child_watch.wait(f"{rid}.c3.json") - start)
+            receipt = last.wait_for_receipt(rid, 10)
+            assert receipt is not None and receipt.state.is_final, receipt
+            to_parent.append(time.perf_counter() - start)
+    finally:
+        parent_watch.stop()
+        child_watch.stop()
+    single = pisub.launch("sleeper", "x")
+    direct = round_trips(single.dir / "inbox", single.dir / "outbox", n, STEER)
+    b.data["workflow"].update(
+        {"steer_to_child_s": to_child, "steer_to_parent_s": to_parent, "direct_s": direct}
+    )
+    base = statistics.median(direct)
+    b.row(
+        "workflow",
+        "steer via the workflow's inbox → child's receipt p50 / p99",
+        f"{ms(statistics.median(to_child))} / {ms(pct(to_child, 99))}",
+        f"straight to a run {ms(base)}; x{statistics.median(to_child) / base:.1f}",
+    )
+    b.row(
+        "workflow",
+        "… → the workflow's final receipt p50 / p99",
+        f"{ms(statistics.median(to_parent))} / {ms(pct(to_parent, 99))}",
+        f"x{statistics.median(to_parent) / base:.1f}",
+    )
+    cli("stop", last.id, "--wait", "30", check=False)
+    last.wait_until_terminal(60)
+
+
+def stop_all_but(b: Bench, keep: str) -> None:
+    """Stop every live run except the workflow ``keep`` and its children."""
+    import pisub
+    from pisub.mailbox import InboxClosed
+
+    for st in pisub.list_runs(home=b.home, children=True):
+        if st.state.is_terminal or keep in (st.run_id, st.parent_run_id):
+            continue
+        with contextlib.suppress(InboxClosed):
+            pisub.Run(st.run_id).send_stop()
+
+
 # -- 4. footprint ---------------------------------------------------------------------------------
 
 
@@ -653,7 +747,9 @@ def main() -> int:
     )
     parser.add_argument("--quick", action="store_true", help="small sizes, under a minute (CI)")
     parser.add_argument("--out", type=Path, default=Path("bench-results.json"))
-    parser.add_argument("--only", nargs="*", help="sections: launch control footprint scale pi pi-versions")
+    parser.add_argument(
+        "--only", nargs="*", help="sections: launch control workflow footprint scale pi pi-versions"
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pisub-bench-"))
     home = tmp / "home"
@@ -664,6 +760,7 @@ def main() -> int:
     sections = {
         "launch": bench_launch,
         "control": bench_control,
+        "workflow": bench_workflow,
         "footprint": bench_footprint,
         "scale": bench_scale,
         "pi": bench_pi,

@@ -16,8 +16,9 @@ from typing import IO
 from pisub.children.process import PipeWriter, ProcessChild
 from pisub.children.protocol import ChildHooks, ChildOutcome
 from pisub.defaults import TAIL_BYTES
+from pisub.lineage import markers
 from pisub.output import StreamSink
-from pisub.paths import ENV_RUN_DIR, ENV_RUN_ID, RunPaths
+from pisub.paths import ENV_RUN_DIR, ENV_RUNNER, RunPaths
 from pisub.protocol.manifest import Manifest
 
 READ_CHUNK = 64 * 1024
@@ -90,9 +91,10 @@ class ExternalCliChild(ProcessChild):
         )
 
 
-def child_env(base: Mapping[str, str], run_id: str, run_dir: Path) -> dict[str, str]:
-    """The caller's environment plus the run markers every child carries."""
-    env = dict(base)
-    env[ENV_RUN_ID] = run_id
+def child_env(base: Mapping[str, str], manifest: Manifest, run_dir: Path) -> dict[str, str]:
+    """The caller's environment plus the run markers every child carries (its run, its run
+    directory, its tree and depth: :mod:`pisub.lineage`)."""
+    env = {k: v for k, v in base.items() if k != ENV_RUNNER}
+    env.update(markers(manifest.run_id, manifest.root_run_id, manifest.depth, manifest.max_depth))
     env[ENV_RUN_DIR] = str(run_dir)
     return env

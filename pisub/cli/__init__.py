@@ -24,6 +24,7 @@ from pisub.cli import control as _control
 from pisub.cli import leases as _leases
 from pisub.cli import ops as _ops
 from pisub.cli import runs as _runs
+from pisub.cli import workflows as _workflows
 from pisub.errors import InternalError, PisubError, printable, storage_error
 
 app = typer.Typer(
@@ -39,6 +40,7 @@ _control.register(app)
 _ops.register(app)
 app.add_typer(_agents.app, name="agents")
 app.add_typer(_leases.app, name="lease")
+app.add_typer(_workflows.app, name="workflow")
 
 
 def main() -> None:

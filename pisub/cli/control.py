@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 JSON = typer.Option(False, "--json", help="Print the receipt object as in the outbox.")
 WAIT = typer.Option(3.0, "--wait", min=0, help="Seconds to wait for the receipt (0: do not wait).")
 OK_STATES = ("delivered", "queued", "scheduled", "recovered")
+CHILD = typer.Option(
+    None, "--child", metavar="KEY|INDEX", help="Only this child (a workflow's key, or an index)."
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -40,7 +43,7 @@ def steer(
     ref: str = typer.Argument(..., metavar="RUN"),
     message: str = typer.Argument(..., help="The message ('-' reads it from stdin)."),
     mode: str = typer.Option("steer", "--mode", help="steer | follow_up | auto"),
-    child: int | None = typer.Option(None, "--child", min=0),
+    child: str | None = CHILD,
     wait: float = WAIT,
     as_json: bool = JSON,
     recover: bool = typer.Option(
@@ -62,7 +65,7 @@ def steer(
 
     try:
         rid, receipt = run.steer(
-            text, mode=mode, child=child, wait=wait, recover=recover, on_recovery=recovering
+            text, mode=mode, child=_child(run, child), wait=wait, recover=recover, on_recovery=recovering
         )
     except InboxClosed as exc:
         _closed(run, "steer", exc.message, as_json)
@@ -72,7 +75,7 @@ def steer(
 def follow_up(
     ref: str = typer.Argument(..., metavar="RUN"),
     message: str = typer.Argument(..., help="The message ('-' reads it from stdin)."),
-    child: int | None = typer.Option(None, "--child", min=0),
+    child: str | None = CHILD,
     wait: float = WAIT,
     as_json: bool = JSON,
 ) -> None:
@@ -84,7 +87,7 @@ def follow_up(
     _check_wait(wait)
     run = Run(ref)
     try:
-        rid, brief = run.follow_up(_message(message), child=child)
+        rid, brief = run.follow_up(_message(message), child=_child(run, child))
     except InboxClosed as exc:
         _closed(run, "follow_up", exc.message, as_json)
     if brief is not None:
@@ -94,36 +97,57 @@ def follow_up(
 
 def interrupt(
     ref: str = typer.Argument(..., metavar="RUN"),
+    child: str | None = CHILD,
     reason: str | None = typer.Option(None, "--reason"),
     wait: float = WAIT,
     as_json: bool = JSON,
 ) -> None:
-    """Abort the child's current work; the run ends paused (resumable)."""
-    _send(ref, lambda run: run.send_interrupt(reason=reason), "interrupt", wait, as_json)
+    """Abort the child's current work; the run ends paused (resumable). A workflow: every
+    running child is paused, or with --child only that one."""
+    _send(
+        ref,
+        lambda run: run.send_interrupt(child=_child(run, child), reason=reason),
+        "interrupt",
+        wait,
+        as_json,
+    )
 
 
 def stop(
     ref: str = typer.Argument(..., metavar="RUN"),
-    child: int | None = typer.Option(None, "--child", min=0),
+    child: str | None = CHILD,
     reason: str | None = typer.Option(None, "--reason"),
     wait: float = WAIT,
     as_json: bool = JSON,
 ) -> None:
-    """End the child and everything it started; the run ends stopped."""
-    _send(ref, lambda run: run.send_stop(child=child, reason=reason), "stop", wait, as_json)
+    """End the child and everything it started; the run ends stopped. A workflow: every child
+    is stopped, or with --child only that one (the others go on)."""
+    _send(ref, lambda run: run.send_stop(child=_child(run, child), reason=reason), "stop", wait, as_json)
 
 
 def resume(
     ref: str = typer.Argument(..., metavar="RUN"),
-    message: str = typer.Argument(..., help="The next user turn ('-' reads it from stdin)."),
+    message: str | None = typer.Argument(
+        None, help="The next user turn ('-' reads it from stdin); not for a workflow."
+    ),
     child: int | None = typer.Option(None, "--child", min=0),
     timeout: float | None = typer.Option(None, "--timeout", help="Runtime limit of the new run."),
     as_json: bool = JSON,
 ) -> None:
-    """Continue a finished pi run's session in a new run (its briefs first, then MESSAGE)."""
+    """Continue a finished pi run's session in a new run (its briefs first, then MESSAGE), or a
+    failed or paused workflow (its finished children are not run again)."""
+    from pisub.client import Run, resume_workflow
     from pisub.client import resume as do_resume
+    from pisub.errors import InvalidInput
 
-    run = do_resume(ref, _message(message), child=child, timeout=timeout)
+    if Run(ref).manifest().workflow is not None:
+        if message is not None:
+            raise InvalidInput("a workflow is resumed without a message")
+        run = resume_workflow(ref)
+    elif message is None:
+        raise InvalidInput("give the next user turn: pisub resume RUN MESSAGE")
+    else:
+        run = do_resume(ref, _message(message), child=child, timeout=timeout)
     if as_json:
         st = run.status()
         json_line(
@@ -150,6 +174,14 @@ def _send(ref: str, write: Callable[[Run], str], type_: str, wait: float, as_jso
     except InboxClosed as exc:
         _closed(run, type_, exc.message, as_json)
     _await(run, rid, type_, wait, as_json)
+
+
+def _child(run: Run, which: str | None) -> int | None:
+    """An index goes to the runner as given (it answers for a child it does not have); a key
+    is looked up in the run's ``steps[]``."""
+    if which is None:
+        return None
+    return int(which) if which.isascii() and which.isdigit() else run.child_index(which)
 
 
 def _check_wait(wait: float) -> None:

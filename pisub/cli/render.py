@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import msgspec
 
@@ -71,7 +72,12 @@ def status_text(st: Status) -> str:
     ]
     if st.ended_at:
         lines.append(f"ended    {st.ended_at}  ({age(st.ended_at)})")
-    for step in st.steps:
+    if st.parent_run_id:
+        key = f" as {st.key}" if st.key else ""
+        lines.append(f"parent   {st.parent_run_id}{key}  (depth {st.depth}, root {st.root_run_id})")
+    if st.runner == "workflow":
+        lines.append(children_table(st))
+    for step in st.steps if st.runner != "workflow" else []:
         extra = f"exit {step.exit_code}" if step.exit_code is not None else f"pid {step.pid}"
         trunc = ", log truncated" if step.output_truncated else ""
         work = (
@@ -92,14 +98,63 @@ def status_text(st: Status) -> str:
     return "\n".join(lines)
 
 
-def list_text(statuses: Iterable[Status]) -> str:
-    rows = [("RUN", "STATE", "AGENT", "STARTED", "ENDED")]
-    for st in statuses:
-        rows.append((st.run_id[:8], str(st.state), st.agent, age(st.started_at), age(st.ended_at)))
+def children_table(st: Status) -> str:
+    """A workflow's children, one line each."""
+    rows = [("#", "KEY", "AGENT", "STATE", "RUN", "TURNS", "TOOLS", "LAST ACTIVITY", "TOOL")]
+    for step in st.steps:
+        rows.append(
+            (
+                str(step.index),
+                step.key or "-",
+                step.agent or "-",
+                str(step.status),
+                step.run_id[:8] if step.run_id else "-",
+                str(step.turn_count),
+                str(step.tool_count),
+                age(step.last_activity_at),
+                (step.current_tool or "")[:40],
+            )
+        )
     if len(rows) == 1:
-        return "no runs"
+        return "children (none yet)"
+    return "children\n" + _table(rows)
+
+
+def _table(rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def fleet_text(rows: Sequence[Any]) -> str:
+    """The fleet view: one line per live run or workflow child."""
+    table = [("RUN", "KEY", "AGENT", "STATE", "AGE", "TURNS", "TOOLS", "LAST", "STEERS", "TOOL")]
+    for row in rows:
+        failed = f" ({row.steers_failed} failed)" if row.steers_failed else ""
+        table.append(
+            (
+                row.run_id[:8] if row.run_id else "-",
+                row.key or "-",
+                row.agent,
+                row.state,
+                age(row.started_at).removesuffix(" ago"),
+                str(row.turns),
+                str(row.tools),
+                age(row.last_activity_at),
+                f"{row.steers_delivered}/{row.steers_requested}{failed}",
+                (row.current_tool or "")[:40],
+            )
+        )
+    return "no live runs" if len(table) == 1 else _table(table)
+
+
+def list_text(statuses: Iterable[Status]) -> str:
+    rows = [("RUN", "STATE", "AGENT", "STARTED", "ENDED", "PARENT")]
+    for st in statuses:
+        parent = f"{st.parent_run_id[:8]}" + (f" {st.key}" if st.key else "") if st.parent_run_id else ""
+        rows.append((st.run_id[:8], str(st.state), st.agent, age(st.started_at), age(st.ended_at), parent))
+    if len(rows) == 1:
+        return "no runs"
+    return _table(rows)
 
 
 def result_text(result: Result) -> str:

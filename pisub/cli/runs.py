@@ -5,31 +5,78 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from pisub.cli.render import err, json_line, list_text, out, result_text, status_text
+from pisub.cli.render import err, fleet_text, json_line, list_text, out, result_text, status_text
 
 JSON = typer.Option(False, "--json", help="Machine-readable output (documented in spec/cli.md).")
 
 
 def register(app: typer.Typer) -> None:
-    for fn in (run, status, list_, logs, wait, result, path):
+    for fn in (run, status, list_, fleet, logs, wait, result, path):
         app.command(fn.__name__.rstrip("_"))(fn)
 
 
 def run(
-    task: str = typer.Argument(..., help="What the agent should do."),
-    agent: str = typer.Option(..., "--agent", "-a", help="Agent name."),
+    task: str | None = typer.Argument(None, help="What the agent should do (a single run)."),
+    agent: str | None = typer.Option(None, "--agent", "-a", help="Agent name (a single run)."),
+    workflow: Path | None = typer.Option(None, "--workflow", help="A Python workflow script to run."),
+    parallel: Path | None = typer.Option(None, "--parallel", help="A JSON tasks file: run them all at once."),
+    chain: Path | None = typer.Option(
+        None, "--chain", help="A JSON tasks file: run them one after the other."
+    ),
+    tasks: list[str] | None = typer.Option(None, "--task", help="AGENT=TEXT, repeatable: a parallel run."),
+    args: list[str] | None = typer.Option(
+        None, "--arg", help="KEY=VALUE for the workflow's args (repeatable)."
+    ),
+    concurrency: int | None = typer.Option(
+        None, "--concurrency", help="Children at once (default 4, max 20)."
+    ),
+    max_spawns: int | None = typer.Option(
+        None, "--max-spawns", help="Child starts per root run (default 64)."
+    ),
+    state_ns: str | None = typer.Option(None, "--state-ns", help="The workflow state namespace to share."),
+    fork_from: str | None = typer.Option(None, "--fork-from", help="RUN or session file for context='fork'."),
     cwd: Path | None = typer.Option(None, "--cwd", help="Working directory of the child."),
     timeout: float | None = typer.Option(None, "--timeout", help="Runtime limit in seconds."),
     idle_timeout: float | None = typer.Option(None, "--idle-timeout", help="Seconds without output."),
     as_json: bool = JSON,
 ) -> None:
-    """Start a detached run and print its id once the runner has started the child."""
-    from pisub.client import launch
+    """Start a detached run — one agent on TASK, or a workflow (--workflow, --parallel, --chain,
+    --task) — and print its id once its runner has started."""
+    from pisub.client import Run
+    from pisub.errors import DepthExceeded, InvalidInput
 
-    handle = launch(agent, task, cwd=cwd, timeout=timeout, idle_timeout=idle_timeout)
+    shapes = [x for x in (workflow, parallel, chain, tasks or None) if x is not None]
+    if len(shapes) > 1:
+        raise InvalidInput("give one of --workflow, --parallel, --chain or --task")
+    try:
+        if shapes:
+            if agent is not None or task is not None:
+                raise InvalidInput("a workflow takes no --agent or TASK (they belong in its calls)")
+            options = {
+                "cwd": cwd,
+                "concurrency": concurrency,
+                "max_spawns": max_spawns,
+                "state_ns": state_ns,
+                "fork_from": fork_from,
+                "timeout": timeout,
+            }
+            handle: Run = _start_workflow(workflow, parallel, chain, tasks, args, options)
+        else:
+            from pisub.client import launch
+
+            if agent is None or task is None:
+                raise InvalidInput("give --agent NAME and TASK (or a workflow: --workflow FILE)")
+            handle = launch(agent, task, cwd=cwd, timeout=timeout, idle_timeout=idle_timeout)
+    except DepthExceeded as exc:
+        if as_json:  # the refusal as a result (mode "management") on stdout, the line on stderr
+            from pisub.results import management_result
+
+            json_line(management_result(exc.code, exc.message))
+        raise
     if as_json:
         st = handle.status()
         json_line({"runId": handle.id, "runDir": str(handle.dir), "state": st.state, "pid": st.pid})
@@ -37,19 +84,130 @@ def run(
         out(handle.id)
 
 
-def status(ref: str = typer.Argument(..., metavar="RUN"), as_json: bool = JSON) -> None:
-    """Show where a run is now (after crash detection)."""
+def _start_workflow(
+    workflow: Path | None,
+    parallel: Path | None,
+    chain: Path | None,
+    tasks: list[str] | None,
+    args: list[str] | None,
+    options: dict[str, Any],
+) -> Any:
+    from pisub.client import launch_chain, launch_parallel, launch_workflow
+    from pisub.errors import InvalidInput
+    from pisub.workflow.calls import load_tasks
+
+    if workflow is not None:
+        return launch_workflow(workflow, args=_args(args or []), **options)
+    if args:
+        raise InvalidInput("--arg is for --workflow")
+    if tasks:
+        entries: list[dict[str, Any]] = []
+        for number, spec in enumerate(tasks, start=1):
+            name, sep, text = spec.partition("=")
+            if not sep or not name or not text.strip():
+                raise InvalidInput(f"--task {spec!r:.60}: give AGENT=TEXT")
+            entries.append({"key": f"task-{number}", "agent": name, "task": text})
+        return launch_parallel(entries, **options)
+    source = parallel or chain
+    assert source is not None
+    calls = [_camel(c) for c in load_tasks(source)]
+    return (launch_parallel if parallel is not None else launch_chain)(calls, **options)
+
+
+def _camel(call: Any) -> dict[str, Any]:
+    import msgspec
+
+    data: dict[str, Any] = msgspec.to_builtins(call)
+    return data
+
+
+def _args(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs; a VALUE that is JSON (a number, true, a list...) is taken as such."""
+    import json
+
+    from pisub.errors import InvalidInput
+
+    found: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InvalidInput(f"--arg {pair!r:.60}: give KEY=VALUE")
+        try:
+            found[key] = json.loads(value)
+        except ValueError:
+            found[key] = value
+    return found
+
+
+CHILD = typer.Option(None, "--child", metavar="KEY|INDEX", help="A workflow's child (key or index).")
+
+
+def _run(ref: str, child: str | None) -> Any:
+    """The run ``ref`` names, or its workflow child ``child``."""
     from pisub.client import Run
 
-    st = Run(ref).status()
-    json_line(st) if as_json else out(status_text(st))
+    handle = Run(ref)
+    if child is None:
+        return handle
+    if handle.manifest().workflow is None:
+        handle.child_index(child)  # a single run's only child is 0
+        return handle
+    return handle.child(child)
+
+
+def status(
+    ref: str = typer.Argument(..., metavar="RUN"),
+    child: str | None = CHILD,
+    view: str = typer.Option("summary", "--view", help="summary | fleet | transcript"),
+    lines: int = typer.Option(80, "--lines", help="transcript: how many lines (at most 500)."),
+    as_json: bool = JSON,
+) -> None:
+    """Show where a run is now (after crash detection); a workflow lists its children.
+    --view fleet: one line per live child; --view transcript: the tail of the output."""
+    from pisub.errors import InvalidInput
+
+    handle = _run(ref, child)
+    if view == "summary":
+        st = handle.status()
+        json_line(st) if as_json else out(status_text(st))
+    elif view == "fleet":
+        from pisub.views import children_of, fleet_of
+
+        st = handle.status()
+        _print_fleet(fleet_of([st, *children_of(handle.home, st)]), as_json)
+    elif view == "transcript":
+        from pisub.views import transcript
+
+        if handle.manifest().workflow is not None:
+            raise InvalidInput(f"run {handle.id} is a workflow: name a child with --child KEY|INDEX")
+        text = transcript(handle.paths, lines)
+        json_line({"runId": handle.id, "lines": text}) if as_json else out("\n".join(text))
+    else:
+        raise InvalidInput(f"unknown view {view!r}; one of summary, fleet, transcript")
+
+
+def fleet(as_json: bool = JSON) -> None:
+    """Every live run and workflow child, one line each."""
+    from pisub.client import list_runs
+    from pisub.views import fleet_of
+
+    _print_fleet(fleet_of(list_runs(children=True)), as_json)
+
+
+def _print_fleet(rows: list[Any], as_json: bool) -> None:
+    if as_json:
+        for row in rows:
+            json_line(row)
+    else:
+        out(fleet_text(rows))
 
 
 def list_(
     state: str | None = typer.Option(None, "--state", help="Only runs in this state."),
+    all_: bool = typer.Option(False, "--all", help="Include child runs (a workflow's, a run's)."),
     as_json: bool = JSON,
 ) -> None:
-    """List runs, oldest first."""
+    """List the top-level runs (with --all, every run), oldest first."""
     from pisub.client import list_runs
     from pisub.errors import InvalidInput
     from pisub.protocol.status import RunState
@@ -61,7 +219,7 @@ def list_(
             f"unknown state {state!r}; one of {', '.join(s.value for s in RunState)}"
         ) from None
     problems: list[str] = []
-    statuses = list(list_runs(state=wanted, problems=problems))
+    statuses = list(list_runs(state=wanted, problems=problems, children=all_))
     if as_json:
         for st in statuses:
             json_line(st)
@@ -73,17 +231,18 @@ def list_(
 
 def logs(
     ref: str = typer.Argument(..., metavar="RUN"),
-    child: int = typer.Option(0, "--child", min=0, help="Child index."),
+    child: str | None = CHILD,
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
 ) -> None:
-    """Print a child's output log."""
-    from pisub.client import Run
+    """Print a child's output log (a workflow's child: --child KEY|INDEX)."""
     from pisub.errors import InvalidInput
 
-    handle = Run(ref)
-    log = handle.paths.output_log(child)
+    handle = _run(ref, child)
+    if handle.manifest().workflow is not None:
+        raise InvalidInput(f"run {handle.id} is a workflow: name a child with --child KEY|INDEX")
+    log = handle.paths.output_log(0)
     if not os.path.lexists(log) and not follow:
-        raise InvalidInput(f"run {handle.id} has no output log for child {child}")
+        raise InvalidInput(f"run {handle.id} has no output log")
     _follow(handle, log) if follow else _copy(log, 0)
 
 
@@ -129,14 +288,14 @@ def _follow(handle: object, log: Path) -> None:
 
 def wait(
     ref: str = typer.Argument(..., metavar="RUN"),
+    child: str | None = CHILD,
     timeout: float | None = typer.Option(None, "--timeout", help="Give up after this many seconds (exit 3)."),
     as_json: bool = JSON,
 ) -> None:
     """Wait for a run to end and print its result; exit 0 only for a complete run."""
-    from pisub.client import Run
     from pisub.errors import WaitTimeout
 
-    handle = Run(ref)
+    handle = _run(ref, child)
     try:
         res = handle.wait(timeout)
     except WaitTimeout as exc:
@@ -146,12 +305,13 @@ def wait(
     raise typer.Exit(0 if res.state == "complete" else 1)
 
 
-def result(ref: str = typer.Argument(..., metavar="RUN"), as_json: bool = JSON) -> None:
+def result(
+    ref: str = typer.Argument(..., metavar="RUN"), child: str | None = CHILD, as_json: bool = JSON
+) -> None:
     """Print a finished run's result."""
-    from pisub.client import Run
     from pisub.errors import InvalidInput
 
-    handle = Run(ref)
+    handle = _run(ref, child)
     handle.status()  # crash repair may write the result
     res = handle.result()
     if res is None:

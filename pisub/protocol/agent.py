@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
+
 from pisub.protocol.codec import StrictRecord
-from pisub.protocol.manifest import RunnerKind, ThinkingLevel
+from pisub.protocol.manifest import AgentRunner, ThinkingLevel
 
 
 class AgentFrontmatter(StrictRecord, kw_only=True):
@@ -11,7 +15,7 @@ class AgentFrontmatter(StrictRecord, kw_only=True):
 
     name: str
     description: str = ""
-    runner: RunnerKind = "external-cli"
+    runner: AgentRunner = "external-cli"
     command: str | None = None
     args: list[str] = []
     timeout: float | None = None
@@ -30,6 +34,9 @@ class AgentFrontmatter(StrictRecord, kw_only=True):
     """pi only: keep pi's skills."""
     prompt_templates: bool = False
     """pi only: keep pi's prompt templates."""
+    max_depth: Annotated[int, msgspec.Meta(ge=0, le=1000)] | None = None
+    """How deep the runs this agent starts may nest: lowers ``PISUB_MAX_DEPTH`` inside its runs,
+    never raises it."""
     trust_project: bool = False
     """pi only: load the working directory's ``.pi/`` resources (settings, ``APPEND_SYSTEM.md``,
     extensions): pi's ``--approve``. Off by default: a sub-agent sent into someone else's

@@ -224,3 +224,43 @@ def advance(
         if state in (ReceiptState.DELIVERED, ReceiptState.RECOVERED):
             target.delivered_at = target.delivered_at or at
     return True
+
+
+def aggregate(targets: list[Target]) -> ReceiptState:
+    """The state of a request routed to ``targets``: the least advanced while any is open
+    (``pending`` before ``queued``); once all are final, ``delivered`` when every target was
+    delivered, ``failed`` when none was, ``partial`` otherwise."""
+    if not targets:
+        return ReceiptState.FAILED
+    open_states = [t.state for t in targets if not t.state.is_final]
+    if open_states:
+        return ReceiptState.PENDING if ReceiptState.PENDING in open_states else ReceiptState.QUEUED
+    delivered = [t.state in (ReceiptState.DELIVERED, ReceiptState.RECOVERED) for t in targets]
+    if all(delivered):
+        return ReceiptState.DELIVERED
+    return ReceiptState.PARTIAL if any(delivered) else ReceiptState.FAILED
+
+
+def advance_target(
+    receipt: Receipt, child: int, state: ReceiptState, reason: str | None = None, *, now: str | None = None
+) -> bool:
+    """Move the target ``child`` of ``receipt`` to ``state`` and the receipt to the aggregate of
+    its targets (its ``reason``: the targets' reasons, when they failed). A final target or
+    receipt never changes; whether anything moved."""
+    if receipt.state.is_final:
+        return False
+    target = next((t for t in receipt.targets if t.child == child), None)
+    if target is None or target.state.is_final or target.state == state:
+        return False
+    at = now or now_iso()
+    target.state = state
+    target.reason = reason
+    if state in (ReceiptState.DELIVERED, ReceiptState.RECOVERED):
+        target.delivered_at = target.delivered_at or at
+    overall = aggregate(receipt.targets)
+    reasons = [f"child {t.child}: {t.reason}" for t in receipt.targets if t.reason and t.state.is_final]
+    receipt.state = overall
+    receipt.delivery_status = overall.delivery_status
+    receipt.reason = "; ".join(reasons)[:2000] if overall.is_final and reasons else None
+    receipt.updated_at = at
+    return True

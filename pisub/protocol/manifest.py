@@ -8,8 +8,12 @@ from typing import Literal
 from pisub import defaults
 from pisub.errors import InvalidInput
 from pisub.protocol.codec import Record
+from pisub.protocol.workflow import WorkflowSpec
 
-RunnerKind = Literal["external-cli", "pi"]
+AgentRunner = Literal["external-cli", "pi"]
+"""What an agent file may name as its runner."""
+RunnerKind = Literal["external-cli", "pi", "workflow"]
+"""What a run runs: one child process (``external-cli``, ``pi``) or a workflow's coordinator."""
 ThinkingLevel = Literal["off", "minimal", "low", "medium", "high", "xhigh"]
 
 
@@ -117,6 +121,8 @@ class AgentSpec(Record, kw_only=True):
     pi_version: str | None = None
     """The version of ``command`` for ``runner: pi``, detected at launch (it decides how the
     runner talks to pi: :mod:`pisub.pi_versions`)."""
+    max_depth: int | None = None
+    """Lowers the depth limit for the runs this agent starts (never raises it)."""
 
 
 class Manifest(Record, kw_only=True):
@@ -135,3 +141,16 @@ class Manifest(Record, kw_only=True):
     """The run whose session this run continues (``pisub resume``)."""
     session_file: str | None = None
     """The pi session to continue; absent: a new session in ``<run>/session.jsonl``."""
+    parent_run_id: str | None = None
+    """The run this one was started from (its workflow, or the run whose child launched it);
+    None for a top-level run."""
+    root_run_id: str | None = None
+    """The top-level run of its tree; None for a top-level run."""
+    key: str | None = None
+    """Its key in its parent workflow."""
+    depth: int = 0
+    """0 for a top-level run, its parent's depth + 1 otherwise."""
+    max_depth: int = defaults.DEFAULT_MAX_DEPTH
+    """The depth limit inside this run: a run it starts is refused when ``depth`` reached it."""
+    workflow: WorkflowSpec | None = None
+    """What a workflow run (``agent.runner`` ``workflow``) runs."""

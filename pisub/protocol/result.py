@@ -58,6 +58,13 @@ class SingleResult(Record, kw_only=True, omit_defaults=True):
     session_file: str | None = None
     output: str | None = None
     timeout_reason: Literal["runtime", "idle"] | None = None
+    key: str | None = None
+    """A workflow's child: its key."""
+    run_id: str | None = None
+    """A workflow's child: its own run."""
+    state: str | None = None
+    """A workflow's child: how it ended (``complete``, ``failed``, ``stopped``, ``paused``,
+    ``skipped``)."""
 
 
 class TextContent(Record, kw_only=True):
@@ -70,7 +77,7 @@ class TextContent(Record, kw_only=True):
 class Details(Record, kw_only=True, omit_defaults=True):
     """Machine-readable details of the result."""
 
-    mode: Literal["single", "management"]
+    mode: Literal["single", "management", "workflow", "parallel", "chain"]
     run_id: str | None = None
     results: list[SingleResult] = []
     error: ErrorInfo | None = None

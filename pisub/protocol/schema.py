@@ -14,6 +14,7 @@ from pisub.protocol.lease import Brief, LeaseOwner
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import Result
 from pisub.protocol.status import Status
+from pisub.protocol.workflow import ChildCall, ChildResult, JournalEntry, SharedState
 
 SCHEMAS: dict[str, Any] = {
     "manifest": Manifest,
@@ -25,6 +26,10 @@ SCHEMAS: dict[str, Any] = {
     "receipt": Receipt,
     "lease": LeaseOwner,
     "brief": Brief,
+    "journal-entry": JournalEntry,
+    "shared-state": SharedState,
+    "child-result": ChildResult,
+    "tasks": list[ChildCall],
 }
 """File name (without ``.json``) → the type it describes."""
 

@@ -31,11 +31,15 @@ class StepState(enum.StrEnum):
     """Lifecycle of one child."""
 
     PENDING = "pending"
+    QUEUED = "queued"
+    """A workflow's child waiting for a free slot (the workflow's concurrency)."""
     RUNNING = "running"
     COMPLETE = "complete"
     FAILED = "failed"
     STOPPED = "stopped"
     PAUSED = "paused"
+    SKIPPED = "skipped"
+    """A chain's step after a failed one: never started."""
 
 
 class StepStatus(Record, kw_only=True):
@@ -43,6 +47,12 @@ class StepStatus(Record, kw_only=True):
 
     index: int
     status: StepState
+    key: str | None = None
+    """A workflow's child: its key."""
+    run_id: str | None = None
+    """A workflow's child: its own run (null while it is queued)."""
+    agent: str | None = None
+    """A workflow's child: its agent."""
     pid: int | None = None
     pid_start_time: float | None = None
     """The child's process start time (seconds since the epoch; for people: it moves when the
@@ -93,3 +103,9 @@ class Status(Record, kw_only=True):
     steering: Ledger = msgspec.field(default_factory=Ledger)
     """Monotonic counters of control requests and the last 20 of them."""
     steps: list[StepStatus] = []
+    parent_run_id: str | None = None
+    """The run this one was started from; None for a top-level run (see the manifest)."""
+    root_run_id: str | None = None
+    key: str | None = None
+    """Its key in its parent workflow."""
+    depth: int = 0

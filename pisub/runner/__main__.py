@@ -1,7 +1,7 @@
 """Entry point of the detached runner: ``python -m pisub.runner RUN_DIR --ready-fd N --lock-fd M``.
 
 It only wires the pieces together: detach (second fork), become a subreaper, read
-the manifest and hand over to the :class:`~pisub.runner.supervise.Supervisor`.
+the manifest and hand over to its run mode (:mod:`pisub.runner.modes`).
 """
 
 from __future__ import annotations
@@ -65,13 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from pisub.paths import RunPaths
         from pisub.procs import set_child_subreaper
-        from pisub.runner.supervise import Supervisor
         from pisub.store import load_manifest
 
         set_child_subreaper()
         paths = RunPaths(args.run_dir.resolve())
         manifest = load_manifest(paths)
-        return Supervisor(paths, manifest, report).run()
+        from pisub.runner.modes import mode_for
+
+        return mode_for(paths, manifest, report).run()
     except BaseException as exc:
         traceback.print_exc()
         report({"ok": False, "error": f"runner crashed: {type(exc).__name__}: {exc}"})

@@ -162,7 +162,7 @@ class Dispatcher:
         if self.closed:
             self._answer(request, rid, ReceiptState.FAILED, FINISHED_REASON)
         else:
-            HANDLERS[request_type(request)](self, request, rid)
+            getattr(self, HANDLERS[request_type(request)])(request, rid)
         return 1
 
     def _answered(self, rid: str) -> bool:
@@ -337,9 +337,11 @@ def _exists(path: Path) -> bool:
     return True
 
 
-HANDLERS: dict[str, Callable[[Dispatcher, Request, str], None]] = {
-    "steer": Dispatcher.handle_steer,
-    "follow_up": Dispatcher.handle_steer,
-    "interrupt": Dispatcher.handle_interrupt,
-    "stop": Dispatcher.handle_stop,
+HANDLERS: dict[str, str] = {
+    "steer": "handle_steer",
+    "follow_up": "handle_steer",
+    "interrupt": "handle_interrupt",
+    "stop": "handle_stop",
 }
+"""Request type → the name of the :class:`Dispatcher` method that handles it (a subclass — a
+workflow's — may handle a type its own way)."""

@@ -21,9 +21,7 @@ import time
 from pisub.defaults import STARTUP_TIMEOUT_S
 from pisub.errors import LaunchFailed, storage_error
 from pisub.fsio import open_append, read_tail
-from pisub.paths import ENV_RUN_DIR, ENV_RUN_ID, RunPaths
-
-_MARKERS = (ENV_RUN_ID, ENV_RUN_DIR)
+from pisub.paths import ENV_RUNNER, RUN_MARKERS, RunPaths
 
 
 def spawn_runner(paths: RunPaths, lock_fd: int, timeout: float = STARTUP_TIMEOUT_S) -> int:
@@ -38,7 +36,8 @@ def spawn_runner(paths: RunPaths, lock_fd: int, timeout: float = STARTUP_TIMEOUT
         raise storage_error(exc, "open", paths.runner_log) from exc
     ready_r, ready_w = os.pipe()
     # A runner started from inside another run's child must not carry that run's marker.
-    env = {k: v for k, v in os.environ.items() if k not in _MARKERS}
+    env = {k: v for k, v in os.environ.items() if k not in RUN_MARKERS}
+    env[ENV_RUNNER] = paths.run_id
     argv = [sys.executable, "-m", "pisub.runner", str(paths.root)]
     argv += ["--ready-fd", str(ready_w), "--lock-fd", str(lock_fd)]
     try:

@@ -93,7 +93,7 @@ class Supervisor:
         self.report = report
         self.make = make or make_child
         """Makes the child (tests give a scripted one)."""
-        self.tree: ProcessTree = tree or Subreaper()
+        self.tree: ProcessTree = tree or Subreaper(manifest.run_id, paths.root.parent)
         self.limits = manifest.limits
         self.sel = selectors.DefaultSelector()
         self.recorder: Recorder | None = None
@@ -517,7 +517,7 @@ class Supervisor:
 
 def make_child(manifest: Manifest, paths: RunPaths, hooks: ChildHooks) -> Child:
     """The child adapter for the manifest's runner kind."""
-    env = child_env(os.environ, manifest.run_id, paths.root)
+    env = child_env(os.environ, manifest, paths.root)
     from pisub.children.external_cli import ExternalCliChild
     from pisub.children.pi_rpc import PiChild
 

@@ -9,9 +9,11 @@ that nothing touches the test process's own children.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Protocol
 
-from pisub.procs import descendants, kill_all, reap_adopted
+from pisub.paths import ENV_RUNNER, is_run_id
+from pisub.procs import children_of, environ_value, kill_all, reap_adopted
 
 
 class ProcessTree(Protocol):
@@ -26,18 +28,61 @@ class ProcessTree(Protocol):
 
 
 class Subreaper:
-    """The real runner's tree (it made itself the child subreaper at start)."""
+    """The real runner's tree (it made itself the child subreaper at start).
+
+    A run started from inside this run — by the child (a pi that runs ``pisub run``) or by a
+    workflow's coordinator — has its own runner, which the kernel re-parents to this one. It is
+    not a leftover: it supervises its own child and ends on its own terms. It is recognised by
+    its ``PISUB_RUNNER`` marker, checked against its run's files (that run's status names that
+    pid, and this run as its parent), and spared with everything below it.
+    """
+
+    def __init__(self, run_id: str | None = None, runs: Path | None = None) -> None:
+        self.run_id = run_id
+        self.runs = runs
 
     def reap(self, keep: int | None) -> None:
         reap_adopted(keep)
 
     def end_leftovers(self, group: int | None, grace: float) -> tuple[list[int], list[int]] | None:
-        strays = descendants(os.getpid())
+        strays = self.strays()
         found = None
         if strays or (group is not None and _group_alive(group)):
             found = strays, kill_all(strays, pgids=[group] if group else [], grace=grace)
         reap_adopted(None)
         return found
+
+    def strays(self) -> list[int]:
+        """Every live descendant, except the runners of this run's child runs and their trees."""
+        found: list[int] = []
+        todo = children_of(os.getpid())
+        while todo:
+            pid = todo.pop()
+            if self._is_child_runner(pid):
+                continue
+            found.append(pid)
+            todo += children_of(pid)
+        return found
+
+    def _is_child_runner(self, pid: int) -> bool:
+        if self.run_id is None or self.runs is None:
+            return False
+        other = environ_value(pid, ENV_RUNNER)
+        if other is None or other == self.run_id or not is_run_id(other):
+            return False
+        from pisub.errors import PisubError
+        from pisub.paths import RunPaths
+        from pisub.store import load_manifest, load_status
+
+        paths = RunPaths(self.runs / other)
+        try:
+            manifest = load_manifest(paths)
+            status = load_status(paths)
+        except PisubError:
+            return False
+        # Before its startup commit a new runner's status has no pid yet: its launcher then
+        # still waits for it (and is ended with this run, if it is this run's).
+        return manifest.parent_run_id == self.run_id and status.pid == pid
 
 
 def _group_alive(pgid: int) -> bool:

@@ -1,0 +1,286 @@
+"""Starting runs: a launch request becomes a manifest, a run directory and a committed runner.
+
+The client API (a person's launch, or a child process's) and a workflow's coordinator (its
+children) both go through :func:`plan_run` — every check, before anything is created — and
+:func:`start_run`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pisub import defaults
+from pisub.errors import InvalidInput, LaunchFailed, NotResumable, storage_error
+from pisub.lineage import Lineage
+from pisub.paths import Home, RunPaths
+from pisub.polling import poll
+from pisub.protocol.codec import now_iso
+from pisub.protocol.manifest import AgentSpec, Limits, LimitValues, Manifest
+from pisub.protocol.status import RunState, Status
+from pisub.store import RunStore
+
+if TYPE_CHECKING:
+    from pisub.agents import Catalog
+
+MAX_TASK_BYTES = 1024 * 1024
+
+
+def check_text(value: str, what: str) -> str:
+    """``value``, refused when it cannot be written as UTF-8 (undecodable bytes from argv).
+
+    Raises:
+        InvalidInput: naming ``what``.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"the {what} is not valid UTF-8 (it holds undecodable bytes)") from None
+    return value
+
+
+def check_task(task: str, what: str = "task") -> str:
+    """``task`` when it is a usable task: text, not blank, at most :data:`MAX_TASK_BYTES`.
+
+    Raises:
+        InvalidInput: naming ``what``.
+    """
+    if not isinstance(task, str):
+        raise InvalidInput(f"the {what} must be text, not {type(task).__name__}")
+    if not check_text(task, what).strip():
+        raise InvalidInput(f"the {what} is empty")
+    if len(task.encode("utf-8")) > MAX_TASK_BYTES:
+        raise InvalidInput(f"the {what} is larger than {MAX_TASK_BYTES} bytes")
+    return task
+
+
+def working_dir(cwd: str | Path | None, base: Path | None = None) -> Path:
+    """The absolute, existing working directory ``cwd`` names (relative to ``base``, else to
+    this process's).
+
+    Raises:
+        InvalidInput: it does not exist or its name is not UTF-8.
+    """
+    start = base if base is not None else Path(os.getcwd())
+    workdir = (start / cwd if cwd is not None else start).resolve()
+    if not workdir.is_dir():
+        raise InvalidInput(f"working directory {workdir} does not exist")
+    check_text(str(workdir), "working directory's path")
+    return workdir
+
+
+def plan_run(
+    home: Home,
+    agent: str,
+    task: str,
+    *,
+    cwd: Path,
+    caller: LimitValues,
+    lineage: Lineage,
+    key: str | None = None,
+    model: str | None = None,
+    catalog: Catalog | None = None,
+    run_id: str | None = None,
+) -> Manifest:
+    """The manifest of a new run of ``agent`` on ``task`` in ``cwd`` (already checked by
+    :func:`working_dir`), after every check; nothing is created.
+
+    Raises:
+        InvalidInput: empty task, bad limits, a model for a non-pi agent.
+        UnknownAgent: no such agent.
+        LaunchFailed: the command is missing.
+        UnsupportedPi: the pi found is not supported.
+    """
+    check_task(task)
+    caller.check("the call")
+    if catalog is None:
+        from pisub.agents import discover
+
+        catalog = discover(home.agents, cwd)
+    found = catalog.get(agent)
+    spec = found.spec()
+    if model is not None:
+        if spec.runner != "pi":
+            raise InvalidInput(f"agent {agent!r} is an {spec.runner} agent: a model applies to pi agents")
+        spec.model = check_text(model, "model")
+    if spec.runner == "pi":
+        resolve_pi(spec, home)
+    else:
+        check_command(spec.command, cwd)
+    limits = Limits.resolve((caller, "the call"), (found.limits(), str(found.path)))
+    lineage = lineage.lowered(spec.max_depth)
+    return new_manifest(spec, task, str(cwd), limits, lineage=lineage, key=key, run_id=run_id)
+
+
+def new_manifest(
+    spec: AgentSpec,
+    task: str,
+    cwd: str,
+    limits: Limits,
+    *,
+    lineage: Lineage,
+    key: str | None = None,
+    resumed_from: str | None = None,
+    session_file: str | None = None,
+    run_id: str | None = None,
+) -> Manifest:
+    """A new run's launch request: a fresh id (unless given), now, the caller's umask."""
+    return Manifest(
+        v=1,
+        run_id=run_id or str(uuid.uuid4()),
+        created_at=now_iso(),
+        agent=spec,
+        task=task,
+        cwd=cwd,
+        umask=current_umask(),
+        limits=limits,
+        resumed_from=resumed_from,
+        session_file=session_file,
+        parent_run_id=lineage.parent_run_id,
+        root_run_id=lineage.root_run_id,
+        key=key,
+        depth=lineage.depth,
+        max_depth=lineage.max_depth,
+    )
+
+
+def current_umask() -> int:
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def check_command(command: str | None, cwd: Path) -> None:
+    """Raises LaunchFailed when ``command`` cannot be found (relative to ``cwd`` or on PATH)."""
+    if not command:
+        raise InvalidInput("the agent has no command")
+    if "/" in command:
+        path = (cwd / command) if not os.path.isabs(command) else Path(command)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise LaunchFailed(f"command not found or not executable: {command}")
+    elif shutil.which(command) is None:
+        raise LaunchFailed(f"command not found on PATH: {command}")
+
+
+def resolve_pi(spec: AgentSpec, home: Home) -> None:
+    """Fill in the pi binary and its version (refused in one line when unsupported)."""
+    from pisub.children.pi_rpc import find_pi
+    from pisub.pi_versions import supported_version
+
+    spec.command = find_pi()
+    spec.pi_version = supported_version(spec.command, home.cache)
+
+
+def start_run(home: Home, manifest: Manifest, *, seeds: dict[str, Path] | None = None) -> RunPaths:
+    """Create the run of ``manifest`` and start its runner; returns once the runner committed
+    its startup. ``seeds``: files copied in (by name: ``session.jsonl`` to start from a copy of
+    a pi session, ``workflow.py``).
+
+    Raises:
+        LaunchFailed: the runner could not start (the run is then marked failed).
+        HomeUnusable, StorageError: the run directory cannot be created.
+    """
+    from pisub.reconcile import observe
+    from pisub.runner.spawn import spawn_runner
+
+    paths, lock_fd = RunStore(home).create(manifest, seeds=seeds)
+    try:
+        spawn_runner(paths, lock_fd)
+    except LaunchFailed:
+        os.close(lock_fd)
+        lock_fd = -1
+        # The failing runner may hold runner.lock for a moment more; once it is free, the
+        # repair marks the run failed, so a failed launch never leaves a "starting" run.
+        _wait_unlocked(paths.runner_lock, defaults.STARTUP_TIMEOUT_S)
+        observe(paths)
+        raise
+    finally:
+        if lock_fd >= 0:
+            os.close(lock_fd)
+    return paths
+
+
+def _wait_unlocked(lock: Path, timeout: float) -> None:
+    from pisub.locks import is_held
+
+    poll(lambda: None if is_held(lock) else True, timeout, interval=0.01)
+
+
+def check_session(path: str | Path, what: str) -> Path:
+    """The absolute path of an existing pi session file to fork from.
+
+    Raises:
+        InvalidInput: it is missing or not a regular file (naming ``what``).
+    """
+    session = Path(path).absolute()
+    try:
+        if not session.is_file():
+            raise InvalidInput(f"{what}: {session} is not a session file")
+    except OSError as exc:
+        raise storage_error(exc, "read", session) from exc
+    return session
+
+
+def resumable_session(run_id: str, status: Status, runner: str) -> str:
+    """The session a finished pi run left, for a run that continues it.
+
+    Raises:
+        NotResumable: the run is stopped, still going, not a pi run, or has no session file.
+    """
+    if runner != "pi":
+        raise NotResumable(f"run {run_id} is an {runner} run; only pi runs can be resumed")
+    if status.state == RunState.STOPPED:
+        raise NotResumable(f"run {run_id} is stopped; start a new run")
+    if not status.state.is_terminal:
+        raise NotResumable(f"run {run_id} is {status.state}; use steer")
+    if not status.session_file or not Path(status.session_file).exists():
+        raise NotResumable(
+            f"run {run_id} ({status.state}) has no session file: pi writes it only after its first reply"
+        )
+    return status.session_file
+
+
+def plan_resume(
+    home: Home,
+    source_ref: str,
+    message: str,
+    *,
+    lineage: Lineage,
+    key: str | None = None,
+    timeout: float | None = None,
+) -> Manifest:
+    """The manifest of a run that continues finished pi run ``source_ref``'s session with
+    ``message``; nothing is created.
+
+    Raises:
+        RunNotFound, NotResumable, InvalidInput, LeaseHeld (a live run drives the session).
+    """
+    from pisub.leases import unleased
+    from pisub.reconcile import observe
+    from pisub.store import load_manifest
+
+    check_task(message, "message")
+    LimitValues(timeout=timeout).check("the call")
+    paths = RunStore(home).resolve(source_ref)
+    status, source = observe(paths), load_manifest(paths)
+    session = resumable_session(paths.run_id, status, source.agent.runner)
+    with unleased(home.leases, session):
+        pass  # refused at once (LEASE_HELD, naming the owner); the new runner takes it itself
+    spec = source.agent
+    resolve_pi(spec, home)
+    limits = source.limits  # the source's, resolved at its launch; a new timeout may replace its own
+    if timeout is not None:
+        limits.timeout = timeout
+    return new_manifest(
+        spec,
+        message,
+        source.cwd,
+        limits,
+        lineage=lineage.lowered(spec.max_depth),
+        key=key,
+        resumed_from=paths.run_id,
+        session_file=session,
+    )

@@ -1,0 +1,161 @@
+"""Workflow runs: the child call (input), the workflow spec (in the manifest), what a child call
+returns, the journal and the shared state file."""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from pisub.protocol.codec import Record, StrictRecord
+from pisub.protocol.result import ErrorInfo, Usage
+
+KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+KEY_RE = re.compile(KEY_PATTERN)
+"""A child's key in its workflow (also a state namespace's name)."""
+
+MAX_CONCURRENCY = 20
+DEFAULT_CONCURRENCY = 4
+DEFAULT_MAX_SPAWNS = 64
+MAX_SPAWNS_LIMIT = 10_000
+
+Key = Annotated[str, msgspec.Meta(pattern=KEY_PATTERN)]
+Seconds = Annotated[float, msgspec.Meta(gt=0, le=366 * 86400)]
+ShortPath = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+
+
+class Shape(enum.StrEnum):
+    """How a workflow run was asked for: a Python script, or one of the two common shapes."""
+
+    WORKFLOW = "workflow"
+    PARALLEL = "parallel"
+    """Every task at once (up to the concurrency); results in task order."""
+    CHAIN = "chain"
+    """One task after the other; ``{previous}`` in a task is the previous step's output."""
+
+
+class OutputMode(enum.StrEnum):
+    INLINE = "inline"
+    FILE_ONLY = "file-only"
+    """The child's returned output is a pointer to the file ``output`` names."""
+
+
+class Context(enum.StrEnum):
+    FRESH = "fresh"
+    FORK = "fork"
+    """A pi child starts from a copy of the workflow's ``forkFrom`` session."""
+
+
+class ChildCall(StrictRecord, kw_only=True, omit_defaults=True):
+    """One child of a workflow: the parameters of ``runs.run`` and one entry of a tasks file.
+    Strict input: unknown fields and wrong types are errors naming the field."""
+
+    key: Key | None = None
+    """Required for ``runs.run``; a tasks file may leave it out (``task-<N>``, from 1)."""
+    agent: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+    task: Annotated[str, msgspec.Meta(min_length=1)]
+    resume: str | None = None
+    """A finished pi run (id) whose session this child continues with ``task`` as its next turn."""
+    output: ShortPath | None = None
+    """Save the child's final output to this file (relative to the child's cwd)."""
+    output_mode: OutputMode = OutputMode.INLINE
+    timeout: Seconds | None = None
+    idle_timeout: Seconds | None = None
+    model: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] | None = None
+    context: Context = Context.FRESH
+    cwd: ShortPath | None = None
+    """Relative to the workflow's cwd."""
+
+
+class WorkflowSpec(Record, kw_only=True):
+    """``manifest.workflow``: what a workflow run runs, resolved at launch."""
+
+    shape: Shape
+    script: str | None = None
+    """The Python file it was started from (a copy is ``<run>/workflow.py``)."""
+    args: dict[str, Any] = {}
+    tasks: list[ChildCall] = []
+    """The tasks of a ``parallel`` or ``chain`` workflow."""
+    concurrency: int = DEFAULT_CONCURRENCY
+    max_spawns: int = DEFAULT_MAX_SPAWNS
+    state_ns: str | None = None
+    fork_from: str | None = None
+    """The pi session a ``context="fork"`` child starts from (a copy)."""
+    journal: str
+    """The journal of the workflow and of every run that resumes it (in the first run's
+    directory)."""
+    budget: str
+    """The spawn budget this workflow draws on: its root run's (kept across resumes)."""
+
+
+class ChildResult(Record, kw_only=True):
+    """What ``runs.run`` returns: the outcome of one child (a failure never raises)."""
+
+    key: str
+    ok: bool
+    state: Literal["complete", "failed", "stopped", "paused", "skipped"]
+    output: str = ""
+    run_id: str | None = None
+    exit_code: int | None = None
+    error: ErrorInfo | None = None
+    usage: Usage = msgspec.field(default_factory=Usage)
+    output_reference: str | None = None
+    """The file the output was saved to (``output``)."""
+    agent: str = ""
+    task: str = ""
+    session_file: str | None = None
+
+
+class SteerResult(Record, kw_only=True):
+    """What ``runs.steer`` returns: the fate of the message, as the child's receipt tells it."""
+
+    key: str
+    state: Literal["queued", "delivered", "missed", "failed"]
+    """``missed``: the child had not started or had already ended."""
+    request_id: str | None = None
+    delivery_status: Literal["delivered", "queued"] | None = None
+    error: str | None = None
+
+
+class JournalStarted(Record, tag="started", tag_field="t", kw_only=True):
+    """A child is being started: written (durably) before its run is created, so a resumed
+    workflow re-attaches it instead of starting it twice."""
+
+    key: str
+    fingerprint: str
+    run_id: str
+    at: str
+
+
+class JournalEnded(Record, tag="ended", tag_field="t", kw_only=True):
+    """A child's outcome. ``settled``: the script saw it as the key's result (a resumed workflow
+    returns it at once); unsettled outcomes (the workflow's own stop or interrupt ended the
+    child) are started again."""
+
+    key: str
+    fingerprint: str
+    run_id: str | None
+    result: ChildResult
+    settled: bool = True
+    at: str
+
+
+class JournalOwner(Record, tag="owner", tag_field="t", kw_only=True):
+    """A coordinator took the journal over (a workflow's first run, then each resume): only the
+    last owner may be resumed."""
+
+    run_id: str
+    at: str
+
+
+JournalEntry = JournalStarted | JournalEnded | JournalOwner
+
+
+class SharedState(Record, kw_only=True):
+    """``<home>/state/<ns>.json``: the values a state namespace's workflows share."""
+
+    v: Literal[1] = 1
+    values: dict[str, Any] = {}
+    updated_at: str | None = None

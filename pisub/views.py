@@ -1,0 +1,162 @@
+"""Views of many runs at once: the fleet (one line per live run or child) and a transcript (the
+tail of a child's output, or of its pi session once the log is gone)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from pisub.errors import PisubError
+from pisub.fsio import read_tail
+from pisub.paths import Home, RunPaths
+from pisub.protocol.codec import Record
+from pisub.protocol.status import Status, StepState
+from pisub.redact import redact
+
+DEFAULT_LINES = 80
+MAX_LINES = 500
+TAIL_BYTES = 512 * 1024
+
+
+class FleetRow(Record, kw_only=True):
+    """One live run, or one live child of a workflow."""
+
+    run_id: str | None
+    key: str | None
+    parent_run_id: str | None
+    agent: str
+    state: str
+    started_at: str | None
+    last_activity_at: str | None
+    turns: int = 0
+    tools: int = 0
+    current_tool: str | None = None
+    steers_requested: int = 0
+    steers_delivered: int = 0
+    steers_failed: int = 0
+
+
+def fleet_of(statuses: Iterable[Status], *, live_only: bool = True) -> list[FleetRow]:
+    """A row per run of ``statuses`` that is still going (every one, without ``live_only``),
+    and one per queued child of a workflow among them (it has no run yet)."""
+    rows = []
+    for status in statuses:
+        if live_only and status.state.is_terminal:
+            continue
+        rows.append(_row(status))
+        if status.runner == "workflow":
+            rows += [
+                _queued(status, step.key, step.agent, str(step.status))
+                for step in status.steps
+                if step.run_id is None and (not live_only or step.status == StepState.QUEUED)
+            ]
+    return rows
+
+
+def children_of(home: Home, workflow: Status) -> list[Status]:
+    """The statuses of a workflow's children that have a run (after crash repair)."""
+    from pisub.reconcile import observe
+
+    found = []
+    for step in workflow.steps:
+        if step.run_id is not None:
+            try:
+                found.append(observe(home.run(step.run_id)))
+            except PisubError:
+                continue
+    return found
+
+
+def _row(status: Status) -> FleetRow:
+    step = status.steps[0] if status.steps and status.runner != "workflow" else None
+    ledger = status.steering
+    return FleetRow(
+        run_id=status.run_id,
+        key=status.key,
+        parent_run_id=status.parent_run_id,
+        agent=status.agent,
+        state=str(status.state),
+        started_at=status.started_at,
+        last_activity_at=step.last_activity_at if step is not None else status.updated_at,
+        turns=step.turn_count if step is not None else 0,
+        tools=step.tool_count if step is not None else 0,
+        current_tool=step.current_tool if step is not None else None,
+        steers_requested=ledger.requested,
+        steers_delivered=ledger.delivered,
+        steers_failed=ledger.failed + ledger.rejected,
+    )
+
+
+def _queued(parent: Status, key: str | None, agent: str | None, state: str) -> FleetRow:
+    return FleetRow(
+        run_id=None,
+        key=key,
+        parent_run_id=parent.run_id,
+        agent=agent or "?",
+        state=state,
+        started_at=None,
+        last_activity_at=None,
+    )
+
+
+def transcript(paths: RunPaths, lines: int = DEFAULT_LINES) -> list[str]:
+    """The last ``lines`` lines of a run's output log — or, once the log is gone, of its pi
+    session's messages (``role: text``) — redacted: they leave the run directory."""
+    from pisub.errors import InvalidInput
+
+    if not 1 <= lines <= MAX_LINES:
+        raise InvalidInput(f"--lines must be 1 to {MAX_LINES}")
+    log = paths.output_log(0)
+    try:
+        data = read_tail(log, TAIL_BYTES)
+    except OSError:
+        data = b""
+    if data or log.exists():
+        found = _last(data.decode("utf-8", "replace").splitlines(), lines)
+    else:
+        found = _last(session_lines(paths.session), lines)
+    return [redact(line) for line in found]
+
+
+def session_lines(session: Path) -> list[str]:
+    """A pi session's messages as text lines (tool calls and results in brackets)."""
+    try:
+        data = read_tail(session, TAIL_BYTES * 4)
+    except OSError:
+        return []
+    found: list[str] = []
+    for raw in data.splitlines():
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            continue
+        message = entry.get("message") if isinstance(entry, dict) and entry.get("type") == "message" else None
+        if isinstance(message, dict):
+            found += _message_lines(message)
+    return found
+
+
+def _message_lines(message: dict[str, object]) -> list[str]:
+    role = str(message.get("role", "?"))
+    content = message.get("content")
+    parts: list[str] = []
+    if isinstance(content, str):
+        parts.append(content)
+    elif isinstance(content, list):
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "text":
+                parts.append(str(block.get("text", "")))
+            elif block.get("type") == "toolCall":
+                parts.append(f"[tool call: {block.get('name', '?')}]")
+    text = "\n".join(p for p in parts if p)
+    if not text:
+        return []
+    first, *rest = text.splitlines() or [""]
+    return [f"{role}: {first}", *rest]
+
+
+def _last(items: list[str], count: int) -> list[str]:
+    return items[-count:]

@@ -1,0 +1,2 @@
+"""Workflow runs: one detached coordinator that starts many child runs (see ``spec/protocol.md``,
+Workflow runs)."""

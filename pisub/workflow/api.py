@@ -1,0 +1,204 @@
+"""What a workflow script sees: ``runs`` (start, gather and steer children) and ``state``.
+
+Every ``runs`` call starts its work at once and returns an :class:`asyncio.Future` of the
+script's event loop: ``await`` it, or hand it to ``asyncio.wait``, ``asyncio.as_completed`` or
+``asyncio.gather``. A call that nothing ever waits for is an error when ``main`` returns (its
+child is stopped). Bad arguments raise at the call (``INVALID_INPUT`` naming the parameter);
+a child that fails does not raise — its result says ``ok=False``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
+
+from pisub.errors import InvalidInput
+from pisub.protocol.workflow import ChildCall, SteerResult
+from pisub.workflow.calls import check_key, from_mapping, from_python, unique_keys
+
+if TYPE_CHECKING:
+    from pisub.workflow.coordinator import Coordinator
+
+
+class ChildFuture(asyncio.Future[Any]):
+    """A call's future that knows whether anything waits for it."""
+
+    observed = False
+    label = ""
+
+    def add_done_callback(self, fn: Callable[..., object], *, context: Any = None) -> None:
+        self.observed = True
+        super().add_done_callback(fn, context=context)
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        self.observed = True  # awaiting a future that is already done adds no callback
+        return super().__await__()
+
+    __iter__ = __await__
+
+
+class Runs:
+    """``runs``: the children of this workflow."""
+
+    def __init__(self, coordinator: Coordinator) -> None:
+        self._coordinator = coordinator
+        self._waiters: set[asyncio.Task[None]] = set()
+
+    def run(
+        self,
+        key: str,
+        *,
+        agent: str,
+        task: str,
+        resume: str | None = None,
+        output: str | None = None,
+        output_mode: str = "inline",
+        timeout: float | None = None,
+        idle_timeout: float | None = None,
+        model: str | None = None,
+        context: str = "fresh",
+        cwd: str | None = None,
+    ) -> ChildFuture:
+        """Start child ``key`` (or, for a key already called with the same parameters, return its
+        result again); its :class:`~pisub.protocol.workflow.ChildResult`.
+
+        Raises:
+            InvalidInput: a bad parameter, or the key was used with other parameters.
+            UnknownAgent: no such agent (nothing was started).
+            FanoutLimit: the spawn budget is used up.
+        """
+        params = {
+            "agent": agent,
+            "task": task,
+            "resume": resume,
+            "output": output,
+            "output_mode": output_mode,
+            "timeout": timeout,
+            "idle_timeout": idle_timeout,
+            "model": model,
+            "context": context,
+            "cwd": cwd,
+        }
+        call = from_python(key, params, f"runs.run({key!r:.80})")
+        return self._start([call], f"runs.run({key!r})", label=f"runs.run({key!r})")[0]
+
+    def all(self, calls: list[dict[str, Any]]) -> ChildFuture:
+        """Start every call of the batch — all of them, or none when one is bad — and return
+        their results in the order given (a list)."""
+        if not isinstance(calls, list | tuple):
+            raise InvalidInput(f"runs.all takes a list of calls, not {type(calls).__name__}")
+        checked = [from_mapping(c, f"runs.all[{i}]") for i, c in enumerate(calls)]
+        unique_keys(checked, "runs.all")
+        loop = asyncio.get_running_loop()
+        children = self._start(checked, "runs.all", label="", observed=True)
+        batch = ChildFuture(loop=loop)
+        batch.label = "runs.all([" + ", ".join(repr(c.key) for c in checked) + "])"
+        gathered = asyncio.gather(*children)
+
+        def finish(done: asyncio.Future[list[Any]]) -> None:
+            if batch.done():
+                return
+            if done.cancelled():
+                batch.cancel()
+            elif done.exception() is not None:
+                batch.set_exception(done.exception())  # type: ignore[arg-type]
+            else:
+                batch.set_result(list(done.result()))
+
+        gathered.add_done_callback(finish)
+        self._coordinator.track(batch)
+        return batch
+
+    def steer(
+        self,
+        key: str,
+        message: str,
+        *,
+        mode: str = "steer",
+        index: int | None = None,
+        ack_timeout: float = 3.0,
+    ) -> ChildFuture:
+        """Send ``message`` to child ``key`` through its inbox; a
+        :class:`~pisub.protocol.workflow.SteerResult` once its receipt says what became of it
+        (``queued``/``delivered``), it failed, or ``ack_timeout`` passed (then ``queued`` when
+        the child holds it, else the receipt's state). ``missed``: the child had not started or
+        had ended."""
+        check_key(key, "runs.steer: key")
+        if mode not in ("steer", "follow_up", "auto"):
+            raise InvalidInput(f"runs.steer: mode must be steer, follow_up or auto, not {mode!r:.40}")
+        if index not in (None, 0):
+            raise InvalidInput(f"runs.steer: index {index!r:.20}: a workflow's child run has one child, 0")
+        if not isinstance(message, str) or not message.strip():
+            raise InvalidInput("runs.steer: the message is empty")
+        if (
+            isinstance(ack_timeout, bool)
+            or not isinstance(ack_timeout, int | float)
+            or not 0 <= ack_timeout <= 600
+        ):
+            raise InvalidInput("runs.steer: ack_timeout must be 0 to 600 seconds")
+        loop = asyncio.get_running_loop()
+        future = ChildFuture(loop=loop)
+        future.label = f"runs.steer({key!r})"
+        self._coordinator.track(future)
+        sent = self._coordinator.send_steer(key, message, mode)
+        waiter = loop.create_task(self._await_receipt(future, key, sent, float(ack_timeout)))
+        self._waiters.add(waiter)
+        waiter.add_done_callback(self._waiters.discard)
+        return future
+
+    async def _await_receipt(
+        self, future: ChildFuture, key: str, sent: SteerResult, ack_timeout: float
+    ) -> None:
+        result = sent
+        if sent.request_id is not None and sent.state == "queued":
+            deadline = time.monotonic() + ack_timeout
+            while True:
+                result = self._coordinator.steer_outcome(key, sent.request_id)
+                if result.state != "queued" or time.monotonic() >= deadline:
+                    break
+                await asyncio.sleep(0.01)  # a receipt poll with a deadline
+        if not future.done():
+            future.set_result(result)
+
+    def skip(self, call: ChildCall, why: str) -> None:
+        """Record ``call`` as ``skipped`` without starting it (a chain's steps after a failure)."""
+        self._coordinator.skip(call, why)
+
+    def _start(
+        self, calls: list[ChildCall], where: str, *, label: str, observed: bool = False
+    ) -> list[ChildFuture]:
+        loop = asyncio.get_running_loop()
+        futures = []
+        for call in calls:
+            future = ChildFuture(loop=loop)
+            future.label = label or f"runs.all entry {call.key!r}"
+            future.observed = observed
+            futures.append(future)
+        self._coordinator.admit(calls, futures, loop, where)
+        return futures
+
+
+class State:
+    """``state``: JSON values shared by every workflow of the same state namespace; each call
+    reads the file under its lock (never a stale snapshot)."""
+
+    def __init__(self, namespace: Any) -> None:
+        self._namespace = namespace
+
+    async def get(self, key: str) -> Any:
+        return await asyncio.to_thread(self._namespace.get, key)
+
+    async def set(self, key: str, value: Any) -> None:
+        await asyncio.to_thread(self._namespace.set, key, value)
+
+
+class WorkflowFailed(Exception):
+    """Raise it in ``main`` to end the workflow ``failed`` with ``message`` (no traceback line);
+    ``text`` is shown after it (partial output)."""
+
+    def __init__(self, message: str, text: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.text = text

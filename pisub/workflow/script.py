@@ -1,0 +1,125 @@
+"""A workflow's Python script: loading it and running its ``main`` in a thread of its own.
+
+The script is user code run with the user's permissions inside the workflow's runner. It is
+not a sandbox. It runs in its own thread with its own event loop, so the coordinator — which
+answers control requests and supervises the children — goes on while the script computes or
+blocks; a stop cancels the script's ``main`` and does not wait for a script that ignores it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import inspect
+import threading
+import traceback
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from pisub.errors import InvalidInput
+
+MainFn = Callable[[Any, Any, Any], Coroutine[Any, Any, Any]]
+Done = Callable[[Any, BaseException | None], None]
+
+
+def load_main(path: Path, name: str | None = None) -> MainFn:
+    """The ``async def main(runs, state, args)`` of the script at ``path`` (called ``name`` in
+    messages: the file it was copied from).
+
+    Raises:
+        InvalidInput: the script does not load (naming the line) or has no such ``main``.
+    """
+    spec = importlib.util.spec_from_file_location("pisub_workflow_script", path)
+    if spec is None or spec.loader is None:
+        raise InvalidInput(f"{path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    shown = name or path.name
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise InvalidInput(f"{shown}:{exc.lineno}: SyntaxError: {exc.msg}") from None
+    except Exception as exc:
+        raise InvalidInput(f"loading the workflow failed: {describe(exc, path, shown)}") from None
+    main = getattr(module, "main", None)
+    check_main(main, shown)
+    assert main is not None
+    return main  # type: ignore[no-any-return]
+
+
+def check_main(main: object, where: str) -> None:
+    """Raises InvalidInput unless ``main`` is ``async def main(runs, state, args)``."""
+    if main is None:
+        raise InvalidInput(f"{where}: defines no main; write async def main(runs, state, args)")
+    if not inspect.iscoroutinefunction(main):
+        raise InvalidInput(f"{where}: main must be an async function: async def main(runs, state, args)")
+    try:
+        inspect.signature(main).bind(None, None, None)
+    except TypeError:
+        raise InvalidInput(
+            f"{where}: main must take three arguments: async def main(runs, state, args)"
+        ) from None
+
+
+def describe(exc: BaseException, script: Path, name: str | None = None) -> str:
+    """``<file>:<line>: <Type>: <message>``, naming the script's innermost line in the traceback
+    (or the exception alone when the script is not in it)."""
+    line = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if Path(frame.filename) == script:
+            line = frame.lineno
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return f"{name or script.name}:{line}: {text}" if line is not None else text
+
+
+class ScriptThread:
+    """Runs ``main(runs, state, args)`` to its end in a daemon thread; ``done(value, error)`` is
+    called from that thread when it returns or raises (``CancelledError`` after a cancel)."""
+
+    def __init__(self, main: MainFn, arguments: tuple[Any, Any, Any], done: Done) -> None:
+        self.main = main
+        self.arguments = arguments
+        self.done = done
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._ready = threading.Event()
+        self._cancelled = False
+        self._lock = threading.Lock()
+        self.thread = threading.Thread(target=self._run, name="workflow-script", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            value = asyncio.run(self._main())
+        except BaseException as exc:  # the script's own failure, reported, never raised here
+            self.done(None, exc)
+            return
+        self.done(value, None)
+
+    async def _main(self) -> Any:
+        with self._lock:
+            self.loop = asyncio.get_running_loop()
+            self._task = asyncio.current_task()
+            cancelled = self._cancelled
+        if cancelled:
+            raise asyncio.CancelledError
+        return await self.main(*self.arguments)
+
+    def cancel(self) -> None:
+        """Cancel ``main`` (thread-safe; before it started, it never starts)."""
+        with self._lock:
+            self._cancelled = True
+            loop, task = self.loop, self._task
+        if loop is not None and task is not None:
+            call_soon(loop, task.cancel)
+
+
+def call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> bool:
+    """Schedule ``fn(*args)`` on ``loop`` from another thread; False when the loop is closed."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:
+        return False
+    return True

@@ -1,0 +1,71 @@
+"""The two common shapes as built-in workflow mains: ``parallel`` (every task at once, results
+in task order) and ``chain`` (one after the other, ``{previous}`` replaced by the previous
+step's output; a failed step ends the chain and the later ones are ``skipped``). Both run on the
+same coordinator and journal as a script."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from pisub.protocol.workflow import ChildCall, ChildResult, Shape
+from pisub.workflow.api import Runs, WorkflowFailed
+from pisub.workflow.script import MainFn
+
+PREVIOUS = "{previous}"
+
+
+def shape_main(shape: Shape, tasks: list[ChildCall]) -> MainFn:
+    if shape == Shape.PARALLEL:
+        return _parallel(tasks)
+    if shape == Shape.CHAIN:
+        return _chain(tasks)
+    raise ValueError(shape)
+
+
+def _params(call: ChildCall, **changes: Any) -> dict[str, Any]:
+    params: dict[str, Any] = msgspec.structs.asdict(call)
+    params.update(changes)
+    return {k: (v.value if hasattr(v, "value") else v) for k, v in params.items() if v is not None}
+
+
+def _parallel(tasks: list[ChildCall]) -> MainFn:
+    async def main(runs: Runs, _state: Any, _args: Any) -> str:
+        results: list[ChildResult] = await runs.all([_params(t) for t in tasks])
+        text = _sections(results)
+        failed = [r.key for r in results if not r.ok]
+        if failed:
+            raise WorkflowFailed(f"{len(failed)} of {len(results)} tasks failed: {', '.join(failed)}", text)
+        return text
+
+    return main
+
+
+def _chain(tasks: list[ChildCall]) -> MainFn:
+    async def main(runs: Runs, _state: Any, _args: Any) -> str:
+        previous = ""
+        for number, call in enumerate(tasks):
+            task = call.task.replace(PREVIOUS, previous)
+            assert call.key is not None
+            result: ChildResult = await runs.run(call.key, **_params(call, key=None, task=task))
+            if not result.ok:
+                for later in tasks[number + 1 :]:
+                    runs.skip(later, f"skipped: step {call.key!r} failed")
+                why = result.error.message if result.error is not None else result.state
+                raise WorkflowFailed(f"step {call.key!r} {result.state}: {why}", result.output)
+            previous = result.output
+        return previous
+
+    return main
+
+
+def _sections(results: list[ChildResult]) -> str:
+    parts = []
+    for result in results:
+        head = f"## {result.key} ({result.agent}): {result.state}"
+        body = (
+            result.output if result.ok or not result.error else f"{result.error.code}: {result.error.message}"
+        )
+        parts.append(f"{head}\n\n{body}".rstrip())
+    return "\n\n".join(parts)

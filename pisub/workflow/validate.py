@@ -1,0 +1,276 @@
+"""``pisub workflow validate``: check a workflow script without starting anything.
+
+From the syntax tree alone (the script is never run): it parses; it defines
+``async def main(runs, state, args)``; every ``runs.run`` / ``runs.all`` / ``runs.steer`` call
+is awaited, returned, or handed to an asyncio combinator (``gather``, ``wait``,
+``as_completed``...), or kept in a name that is later awaited or handed to one; literal keys
+are keys and unique; literal agent names exist. The coordinator checks the same rules again at
+run time, where a static check cannot see (a call in a loop, a key computed at run time).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pisub.protocol.workflow import KEY_RE
+
+MAX_SCRIPT_BYTES = 1024 * 1024
+RUNS_METHODS = ("run", "all", "steer")
+COMBINATORS = ("gather", "wait", "as_completed", "wait_for", "shield", "create_task", "ensure_future")
+
+
+@dataclass
+class Problem:
+    line: int
+    col: int
+    message: str
+
+
+@dataclass
+class Report:
+    errors: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def add(self, node: ast.AST | None, message: str) -> None:
+        line = getattr(node, "lineno", 1) if node is not None else 1
+        col = getattr(node, "col_offset", 0) + 1 if node is not None else 1
+        self.errors.append(Problem(line=line, col=col, message=message))
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "ok": self.ok,
+            "errors": [{"line": p.line, "col": p.col, "message": p.message} for p in self.errors],
+        }
+
+
+def validate_file(path: Path, agents: set[str] | None) -> Report:
+    """Check the script at ``path``; ``agents``: the agent names that exist (None: not checked)."""
+    from pisub.fsio import read_bytes
+
+    report = Report()
+    try:
+        data = read_bytes(path, limit=MAX_SCRIPT_BYTES)
+    except OSError as exc:
+        report.add(None, f"cannot read {path}: {exc.strerror or exc}")
+        return report
+    if len(data) > MAX_SCRIPT_BYTES:
+        report.add(None, f"the script is larger than {MAX_SCRIPT_BYTES} bytes")
+        return report
+    try:
+        source = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        report.add(None, f"the script is not UTF-8: {exc}")
+        return report
+    return validate_source(source, agents, filename=str(path))
+
+
+def validate_source(source: str, agents: set[str] | None, filename: str = "<workflow>") -> Report:
+    report = Report()
+    try:
+        tree = ast.parse(source, filename=filename)
+    except SyntaxError as exc:
+        report.errors.append(
+            Problem(line=exc.lineno or 1, col=exc.offset or 1, message=f"SyntaxError: {exc.msg}")
+        )
+        return report
+    except (ValueError, RecursionError) as exc:
+        report.add(None, f"the script cannot be parsed: {exc}")
+        return report
+    runs_name = _check_main(tree, report)
+    if runs_name is not None:
+        _Calls(tree, runs_name, agents, report).check()
+    report.errors.sort(key=lambda p: (p.line, p.col))
+    return report
+
+
+def _check_main(tree: ast.Module, report: Report) -> str | None:
+    """The name ``main`` gives its first parameter (``runs``), or None when main is wrong."""
+    mains = [
+        n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == "main"
+    ]
+    if not mains:
+        report.add(None, "the script defines no main: write async def main(runs, state, args)")
+        return None
+    main = mains[-1]
+    if not isinstance(main, ast.AsyncFunctionDef):
+        report.add(main, "main must be an async function: async def main(runs, state, args)")
+        return None
+    params = [*main.args.posonlyargs, *main.args.args]
+    if len(params) != 3 or main.args.vararg or main.args.kwonlyargs or main.args.defaults:
+        report.add(main, "main must take exactly three arguments: async def main(runs, state, args)")
+        return None
+    return params[0].arg
+
+
+class _Calls:
+    """The ``runs.*`` calls of a script, and whether something waits for each."""
+
+    def __init__(self, tree: ast.Module, runs_name: str, agents: set[str] | None, report: Report) -> None:
+        self.tree = tree
+        self.runs = runs_name
+        self.agents = agents
+        self.report = report
+        self.parents: dict[ast.AST, ast.AST] = {}
+        for parent in ast.walk(tree):
+            for child in ast.iter_child_nodes(parent):
+                self.parents[child] = parent
+        self.keys: dict[str, tuple[int, str]] = {}
+        """Literal key → where it was first used, and its call's parameters."""
+
+    def check(self) -> None:
+        awaited_names = self._awaited_names()
+        for call in self._runs_calls():
+            method = call.func.attr if isinstance(call.func, ast.Attribute) else "?"
+            self._check_literals(call, method)
+            verdict = self._fate(call)
+            if verdict == "ok":
+                continue
+            if verdict.startswith("name:"):
+                name = verdict[5:]
+                if name in awaited_names:
+                    continue
+                self.report.add(call, f"runs.{method}(...) is kept in {name!r}, which is never awaited")
+            else:
+                self.report.add(
+                    call, f"runs.{method}(...) is not awaited: await it or pass it to asyncio.gather/wait"
+                )
+
+    def _runs_calls(self) -> Iterator[ast.Call]:
+        for node in ast.walk(self.tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == self.runs
+                and node.func.attr in RUNS_METHODS
+            ):
+                yield node
+
+    def _fate(self, call: ast.Call) -> str:
+        """``ok`` (awaited, returned, or in a combinator that is), ``name:<n>`` (kept in a name),
+        or ``lost``."""
+        node: ast.AST = call
+        while True:
+            parent = self.parents.get(node)
+            if parent is None:
+                return "lost"
+            if isinstance(parent, ast.Await | ast.Return | ast.Yield | ast.YieldFrom | ast.Lambda):
+                return "ok"  # awaited, or handed to the caller (which is checked at run time)
+            if isinstance(parent, ast.For | ast.AsyncFor) and node is parent.iter:
+                return "ok" if isinstance(node, ast.Call) and _callee(node) in COMBINATORS else "lost"
+            if isinstance(parent, ast.Call) and node is not parent.func:
+                callee = _callee(parent)
+                if callee in _COLLECTING:
+                    return _kept_in(parent.func.value if isinstance(parent.func, ast.Attribute) else None)
+                if callee not in COMBINATORS:
+                    return "lost"
+            elif isinstance(parent, ast.Assign | ast.AnnAssign | ast.AugAssign | ast.NamedExpr):
+                targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+                return _kept_in(targets[0])
+            elif isinstance(parent, ast.stmt):
+                return "lost"
+            node = parent
+
+    def _awaited_names(self) -> set[str]:
+        """Names read inside an ``await``, a combinator call, an ``async for`` or a ``for`` over a
+        combinator, or returned."""
+        found: set[str] = set()
+        for node in ast.walk(self.tree):
+            scope: list[ast.AST] = []
+            if isinstance(node, ast.Await | ast.Return) and node.value is not None:
+                scope.append(node.value)
+            elif isinstance(node, ast.Call) and _callee(node) in COMBINATORS:
+                scope += [*node.args, *(k.value for k in node.keywords)]
+            elif isinstance(node, ast.AsyncFor):
+                scope.append(node.iter)
+            for part in scope:
+                found |= {n.id for n in ast.walk(part) if isinstance(n, ast.Name)}
+        return found
+
+    def _check_literals(self, call: ast.Call, method: str) -> None:
+        if method == "run":
+            key = call.args[0] if call.args else _keyword(call, "key")
+            given = {k.arg: k.value for k in call.keywords if k.arg not in (None, "key")}
+            self._check_key(key, _same_call(given))
+            self._check_agent(_keyword(call, "agent"))
+        elif method == "all" and call.args and isinstance(call.args[0], ast.List | ast.Tuple):
+            for entry in call.args[0].elts:
+                if isinstance(entry, ast.Dict):
+                    fields = {
+                        k.value: v
+                        for k, v in zip(entry.keys, entry.values, strict=True)
+                        if isinstance(k, ast.Constant)
+                    }
+                    given = {str(k): v for k, v in fields.items() if k != "key"}
+                    self._check_key(fields.get("key"), _same_call(given))
+                    self._check_agent(fields.get("agent"))
+        elif method == "steer":
+            key = call.args[0] if call.args else _keyword(call, "key")
+            if (
+                isinstance(key, ast.Constant)
+                and isinstance(key.value, str)
+                and not KEY_RE.fullmatch(key.value)
+            ):
+                self.report.add(key, f"{key.value!r} is not a key ([A-Za-z0-9][A-Za-z0-9._-]{{0,63}})")
+
+    def _check_key(self, node: ast.AST | None, params: str) -> None:
+        """A literal key must be a key, and unique — unless the calls are the same call (the
+        same key with the same parameters returns the same child's result)."""
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+            return
+        key = node.value
+        if not KEY_RE.fullmatch(key):
+            self.report.add(node, f"{key!r} is not a key ([A-Za-z0-9][A-Za-z0-9._-]{{0,63}})")
+        elif key in self.keys and self.keys[key][1] != params:
+            line = self.keys[key][0]
+            self.report.add(
+                node, f"key {key!r} is used on line {line} with other parameters: a key names one child"
+            )
+        else:
+            self.keys.setdefault(key, (getattr(node, "lineno", 0), params))
+
+    def _check_agent(self, node: ast.AST | None) -> None:
+        if self.agents is None or not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+            return
+        if node.value not in self.agents:
+            known = ", ".join(sorted(self.agents)) or "(none)"
+            self.report.add(node, f"unknown agent {node.value!r}; agents: {known}")
+
+
+_COLLECTING = ("append", "add", "extend", "insert", "appendleft")
+_PYTHON_NAMES = {"outputMode": "output_mode", "idleTimeout": "idle_timeout"}
+
+
+def _same_call(params: dict[str, ast.expr]) -> str:
+    """What makes two literal calls of a key the same call: their parameters (by Python name),
+    as written."""
+    return repr(sorted((_PYTHON_NAMES.get(name, name), ast.dump(value)) for name, value in params.items()))
+
+
+def _kept_in(target: ast.AST | None) -> str:
+    name = _root_name(target)
+    return f"name:{name}" if name else "lost"
+
+
+def _keyword(call: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _callee(call: ast.Call) -> str | None:
+    if isinstance(call.func, ast.Attribute):
+        return call.func.attr
+    if isinstance(call.func, ast.Name):
+        return call.func.id
+    return None
+
+
+def _root_name(node: ast.AST | None) -> str | None:
+    while isinstance(node, ast.Attribute | ast.Subscript | ast.Starred):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
