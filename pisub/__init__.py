@@ -17,19 +17,29 @@ __all__ = [
     "Run",
     "RunState",
     "Status",
+    "WorkflowFailed",
     "__version__",
     "agent_catalog",
     "launch",
+    "launch_chain",
+    "launch_parallel",
+    "launch_workflow",
     "list_runs",
     "resume",
+    "resume_workflow",
 ]
 
 _HOMES = {
     "Run": "pisub.client",
     "agent_catalog": "pisub.client",
     "launch": "pisub.client",
+    "launch_chain": "pisub.client",
+    "launch_parallel": "pisub.client",
+    "launch_workflow": "pisub.client",
     "list_runs": "pisub.client",
     "resume": "pisub.client",
+    "resume_workflow": "pisub.client",
+    "WorkflowFailed": "pisub.workflow.api",
     "PisubError": "pisub.errors",
     "Result": "pisub.protocol.result",
     "RunState": "pisub.protocol.status",
@@ -37,10 +47,21 @@ _HOMES = {
 }
 
 if TYPE_CHECKING:
-    from pisub.client import Run, agent_catalog, launch, list_runs, resume
+    from pisub.client import (
+        Run,
+        agent_catalog,
+        launch,
+        launch_chain,
+        launch_parallel,
+        launch_workflow,
+        list_runs,
+        resume,
+        resume_workflow,
+    )
     from pisub.errors import PisubError
     from pisub.protocol.result import Result
     from pisub.protocol.status import RunState, Status
+    from pisub.workflow.api import WorkflowFailed
 
 
 def __getattr__(name: str) -> Any:

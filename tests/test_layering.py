@@ -137,11 +137,16 @@ def test_the_public_api_is_exactly_these_names() -> None:
             "Run",
             "RunState",
             "Status",
+            "WorkflowFailed",
             "__version__",
             "agent_catalog",
             "launch",
+            "launch_chain",
+            "launch_parallel",
+            "launch_workflow",
             "list_runs",
             "resume",
+            "resume_workflow",
         ]
     )
     for name in pisub.__all__:

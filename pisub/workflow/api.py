@@ -19,7 +19,7 @@ from pisub.protocol.workflow import ChildCall, SteerResult
 from pisub.workflow.calls import check_key, from_mapping, from_python, unique_keys
 
 if TYPE_CHECKING:
-    from pisub.workflow.coordinator import Coordinator
+    from pisub.workflow.children import ChildRuns
 
 
 class ChildFuture(asyncio.Future[Any]):
@@ -42,7 +42,7 @@ class ChildFuture(asyncio.Future[Any]):
 class Runs:
     """``runs``: the children of this workflow."""
 
-    def __init__(self, coordinator: Coordinator) -> None:
+    def __init__(self, coordinator: ChildRuns) -> None:
         self._coordinator = coordinator
         self._waiters: set[asyncio.Task[None]] = set()
 

@@ -22,41 +22,32 @@ import os
 import queue
 import selectors
 import signal
-import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from pisub.errors import InvalidInput, PisubError, RunNotFound, storage_error
-from pisub.journal import Journal, Replay, replay
-from pisub.lineage import Lineage
+from pisub.errors import PisubError, storage_error
+from pisub.journal import Journal, replay
 from pisub.paths import RunPaths
 from pisub.procs import boot_id, start_ticks, start_time
 from pisub.protocol.codec import encode, now_iso
-from pisub.protocol.control import Interrupt, Receipt, ReceiptState, Request, Steer, Stop
-from pisub.protocol.manifest import LimitValues, Manifest
+from pisub.protocol.control import Interrupt, ReceiptState, Request, Stop
+from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import Details, ErrorCode, ErrorInfo, Result, TextContent
-from pisub.protocol.status import RunState, StepState, StepStatus
-from pisub.protocol.workflow import ChildCall, ChildResult, Context, Shape, SteerResult
+from pisub.protocol.status import RunState
+from pisub.protocol.workflow import Shape
 from pisub.redact import redact
 from pisub.runner.recorder import Recorder, WriteTrouble, note
 from pisub.runner.tree import ProcessTree, Subreaper
-from pisub.spawn_budget import SpawnBudget
-from pisub.store import load_result, load_status, write_result
-from pisub.workflow import outcomes
-from pisub.workflow.calls import fingerprint
-from pisub.workflow.watch import ChildWatch
+from pisub.store import load_status, write_result
+from pisub.workflow.children import ChildRuns
 
 if TYPE_CHECKING:
     from pisub.protocol.lease import LeaseOwner
     from pisub.runner.inbox import InboxWatcher
-    from pisub.workflow.api import ChildFuture
     from pisub.workflow.dispatch import WorkflowDispatcher
     from pisub.workflow.script import ScriptThread
 
@@ -69,18 +60,6 @@ SCRIPT_GRACE_S = 5.0
 """How long a cancelled script may take to return once its children have ended."""
 
 FINAL_WRITE_S = 30.0
-LAUNCH_THREADS = 4
-
-
-class Phase(enum.Enum):
-    """Where one child call is."""
-
-    QUEUED = "queued"
-    """Waiting for a free slot (the workflow's concurrency)."""
-    STARTING = "starting"
-    """Its start is journaled and its runner is being started."""
-    RUNNING = "running"
-    ENDED = "ended"
 
 
 class Ending(enum.Enum):
@@ -93,30 +72,6 @@ class Ending(enum.Enum):
     FAILED = "failed"
     """The script raised, did not load, or left calls un-awaited."""
     INTERRUPT = "interrupt"
-
-
-@dataclass
-class ChildEntry:
-    """One child call of this workflow run (``index`` in call order)."""
-
-    index: int
-    key: str
-    call: ChildCall
-    fingerprint: str
-    cwd: Path
-    phase: Phase
-    step: StepStatus
-    manifest: Manifest | None = None
-    """What to create (None for a child re-attached to a run that exists)."""
-    seeds: dict[str, Path] = field(default_factory=dict)
-    run_id: str | None = None
-    result: ChildResult | None = None
-    futures: list[tuple[ChildFuture, asyncio.AbstractEventLoop]] = field(default_factory=list)
-    ended_by_workflow: bool = False
-    """The workflow's own stop or interrupt ended it: not the key's result (a resume starts it
-    again)."""
-    forwards: dict[str, tuple[str, int]] = field(default_factory=dict)
-    """Requests forwarded into the child's inbox: child request id → (workflow request id, index)."""
 
 
 class Coordinator:
@@ -133,31 +88,14 @@ class Coordinator:
         self.home = paths.home
         self.tree: ProcessTree = tree or Subreaper(manifest.run_id, paths.root.parent)
         self.limits = manifest.limits
-        self.lineage = Lineage(
-            parent_run_id=manifest.parent_run_id,
-            root_run_id=manifest.root_run_id,
-            depth=manifest.depth,
-            max_depth=manifest.max_depth,
-        )
         self.sel = selectors.DefaultSelector()
         self.trouble = WriteTrouble()
         self.recorder: Recorder | None = None
         self.dispatcher: WorkflowDispatcher | None = None
         self.inbox: InboxWatcher | None = None
-        self.watch = ChildWatch()
-        self.lock = threading.RLock()
-        """Guards the entries: the script thread admits calls while the loop runs them."""
-        self.entries: list[ChildEntry] = []
-        self.by_key: dict[str, ChildEntry] = {}
-        self.by_run: dict[str, ChildEntry] = {}
-        self.waiting: deque[ChildEntry] = deque()
-        self.tracked: list[ChildFuture] = []
+        self.children: ChildRuns | None = None
         self.posted: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self.launcher = ThreadPoolExecutor(max_workers=LAUNCH_THREADS, thread_name_prefix="launch")
-        self.journal: Journal | None = None
-        self.replayed = Replay()
-        self.budget = SpawnBudget(self.home.budgets, self.spec.budget, self.spec.max_spawns)
         self.lease: LeaseOwner | None = None
         self.script: ScriptThread | None = None
         self.script_result: tuple[Any, BaseException | None] | None = None
@@ -169,7 +107,7 @@ class Coordinator:
         self.signalled: int | None = None
         self.scan_due = True
         self.next_scan = 0.0
-        self.next_poll = 0.0
+        self.children_ended_at: float | None = None
 
     # == the run ========================================================================
     def run(self) -> int:
@@ -191,8 +129,6 @@ class Coordinator:
         signal.set_wakeup_fd(sig_w, warn_on_full_buffer=False)
         self.sel.register(sig_r, selectors.EVENT_READ, lambda: _drain(sig_r))
         self.sel.register(self.wake_r, selectors.EVENT_READ, lambda: _drain(self.wake_r))
-        if self.watch.fd is not None:
-            self.sel.register(self.watch.fd, selectors.EVENT_READ, lambda: None)
         signal.signal(signal.SIGHUP, _ignore)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
@@ -214,12 +150,15 @@ class Coordinator:
             self.lease = acquire(
                 self.home.leases, self.spec.journal, self.manifest.run_id, self.manifest.resumed_from
             )
-            self.replayed = replay(Path(self.spec.journal))
-            self.journal = Journal(Path(self.spec.journal))
-            self.journal.owned_by(self.manifest.run_id)
+            replayed = replay(Path(self.spec.journal))
+            journal = Journal(Path(self.spec.journal))
+            journal.owned_by(self.manifest.run_id)
         except (LeaseHeld, PisubError, OSError) as exc:
             self._fail_startup(f"cannot take over the workflow's journal: {exc}")
             return False
+        self.children = ChildRuns(self, self.home, self.manifest, status.steps, journal, replayed)
+        if self.children.watch.fd is not None:
+            self.sel.register(self.children.watch.fd, selectors.EVENT_READ, lambda: None)
         try:
             self.recorder.commit(required=True)
         except OSError as exc:
@@ -227,8 +166,8 @@ class Coordinator:
             raise
         self.event("run.started", pid=os.getpid())
         self.event("lease.acquired", generation=self.lease.generation, journal=self.spec.journal)
-        if self.replayed.skipped:
-            self.event("workflow.journal_skipped", lines=self.replayed.skipped)
+        if replayed.skipped:
+            self.event("workflow.journal_skipped", lines=replayed.skipped)
         self.report({"ok": True, "pid": os.getpid()})
         return True
 
@@ -275,7 +214,8 @@ class Coordinator:
             from pisub.shared_state import StateNamespace
 
             state = State(StateNamespace(self.home.state, self.spec.state_ns))
-        runs = Runs(self)
+        assert self.children is not None
+        runs = Runs(self.children)
         try:
             if self.spec.shape == Shape.WORKFLOW:
                 main = load_main(self.paths.workflow_script, self._script_name)
@@ -313,8 +253,7 @@ class Coordinator:
             now = time.monotonic()
             self._run_posted()
             self._check_limits(now)
-            self._launch_waiting()
-            self._check_children(now)
+            self._tend_children(now)
             self._scan_inbox(now)
             if self._done(now):
                 return
@@ -333,7 +272,9 @@ class Coordinator:
 
     def _next_timeout(self, now: float) -> float:
         assert self.recorder is not None
-        candidates = [1.0, self.next_poll - now]
+        candidates = [1.0]
+        if self.children is not None:
+            candidates.append(self.children.next_poll - now)
         if self.inbox is not None:
             candidates.append(0.0 if self.scan_due else self.next_scan - now)
         if self.limits.timeout is not None and self.ending is None:
@@ -363,403 +304,27 @@ class Coordinator:
             retry = RETRY_S if self.dispatcher.unpublished else self.inbox.poll_interval
             self.next_scan = now + min(retry, self.inbox.poll_interval)
 
+    def _tend_children(self, now: float) -> None:
+        if self.children is not None:
+            if self.ending is None:
+                self.children.launch_waiting()
+            self.children.check(now)
+
     def _done(self, now: float) -> bool:
-        with self.lock:
-            active = [e for e in self.entries if e.phase in (Phase.STARTING, Phase.RUNNING)]
-        script_over = self.script_result is not None
-        if self.ending is None:
+        """Whether the workflow may finish: it is ending, its children have ended (or did not
+        end in time after it asked them to), and ``main`` has returned (or ignored its cancel
+        for :data:`SCRIPT_GRACE_S`)."""
+        if self.ending is None or self.ending_since is None:
             return False
-        if not active:
-            grace_over = (
-                self.ending_since is not None and now - self.ending_since > STOP_WAIT_S + SCRIPT_GRACE_S
-            )
-            return script_over or grace_over
-        if self.ending_since is not None and now - self.ending_since > STOP_WAIT_S:
-            for entry in active:
-                self._settle(
-                    entry,
-                    outcomes.failure(
-                        entry.key,
-                        entry.call,
-                        "the child did not end in time after the workflow asked it to",
-                        run_id=entry.run_id,
-                    ),
-                    settled=False,
-                )
-            return script_over
-        return False
-
-    # == admitting calls (from the script's thread) ========================================
-    def track(self, future: ChildFuture) -> None:
-        with self.lock:
-            self.tracked.append(future)
-
-    def admit(
-        self, calls: list[ChildCall], futures: list[ChildFuture], loop: asyncio.AbstractEventLoop, where: str
-    ) -> None:
-        """Admit a batch of calls (all or none): reused keys and journaled results are answered,
-        new children are queued. Called from the script's thread.
-
-        Raises:
-            InvalidInput, UnknownAgent, LaunchFailed, UnsupportedPi, DepthExceeded, FanoutLimit:
-                nothing of the batch was started.
-        """
-        with self.lock:
-            known = {c.key: self.by_key.get(c.key or "") for c in calls}
-        prepared: list[tuple[ChildCall, str, ChildEntry | None, Any]] = []
-        for call in calls:
-            assert call.key is not None
-            fp = fingerprint(call)
-            existing = known[call.key]
-            if existing is not None:
-                if existing.fingerprint != fp:
-                    raise InvalidInput(
-                        f"{where}: key {call.key!r} was already used with other parameters "
-                        "(a key names one child)"
-                    )
-                prepared.append((call, fp, existing, None))
-                continue
-            prepared.append((call, fp, None, self._prepare(call, fp, where)))
-        fresh = [call.key for call, _fp, existing, plan in prepared if existing is None and plan.needs_claim]
-        if fresh:
-            assert self.journal is not None
-            self.budget.claim(self.spec.journal, [k for k in fresh if k is not None])
-        with self.lock:
-            for (call, fp, existing, plan), future in zip(prepared, futures, strict=True):
-                entry = existing if existing is not None else self._register(call, fp, plan)
-                self.tracked.append(future)
-                entry.futures.append((future, loop))
-                if entry.result is not None:
-                    future.set_result(entry.result)
-        self.post(lambda: None)
-
-    def _prepare(self, call: ChildCall, fp: str, where: str) -> _Plan:
-        """How a new key is to be answered: from the journal, by re-attaching, or by a start."""
-        assert call.key is not None
-        record = self.replayed.keys.get(call.key)
-        if record is not None and record.fingerprint != fp:
-            raise InvalidInput(
-                f"{where}: key {call.key!r} was started by this workflow's earlier run with other "
-                "parameters; a resumed workflow must call each key the same way"
-            )
-        cwd = self._child_cwd(call, where)
-        if record is not None and record.settled is not None:
-            return _Plan(cwd=cwd, settled=record.settled)
-        if record is not None and record.run_id is not None and record.ended is None:
-            if self.home.run(record.run_id).root.is_dir():
-                return _Plan(cwd=cwd, attach=record.run_id)
-            manifest, seeds = self._plan_start(call, cwd, where, run_id=record.run_id)
-            return _Plan(cwd=cwd, manifest=manifest, seeds=seeds, journaled=True)
-        manifest, seeds = self._plan_start(call, cwd, where)
-        return _Plan(cwd=cwd, manifest=manifest, seeds=seeds, needs_claim=True)
-
-    def _child_cwd(self, call: ChildCall, where: str) -> Path:
-        from pisub.launcher import working_dir
-
-        try:
-            return working_dir(call.cwd, Path(self.manifest.cwd))
-        except InvalidInput as exc:
-            raise InvalidInput(f"{where}: cwd: {exc.message}") from None
-
-    def _plan_start(
-        self, call: ChildCall, cwd: Path, where: str, run_id: str | None = None
-    ) -> tuple[Manifest, dict[str, Path]]:
-        from pisub.launcher import plan_resume, plan_run
-
-        assert call.key is not None
-        lineage = self.lineage.child(self.manifest.run_id)
-        caller = LimitValues(timeout=call.timeout, idle_timeout=call.idle_timeout)
-        seeds: dict[str, Path] = {}
-        try:
-            if call.resume is not None:
-                if call.context == Context.FORK:
-                    raise InvalidInput("resume and context='fork' exclude each other")
-                manifest = plan_resume(
-                    self.home, call.resume, call.task, lineage=lineage, key=call.key, timeout=call.timeout
-                )
-                if manifest.agent.name != call.agent:
-                    raise InvalidInput(
-                        f"run {call.resume} is a run of agent {manifest.agent.name!r}, not {call.agent!r}"
-                    )
-            else:
-                manifest = plan_run(
-                    self.home,
-                    call.agent,
-                    call.task,
-                    cwd=cwd,
-                    caller=caller,
-                    lineage=lineage,
-                    key=call.key,
-                    model=call.model,
-                    run_id=run_id,
-                )
-                if call.context == Context.FORK:
-                    seeds["session.jsonl"] = self._fork_source(manifest)
-        except PisubError as exc:
-            raise type(exc)(f"{where}: {exc.message}") from None
-        if run_id is not None:
-            manifest.run_id = run_id
-        return manifest, seeds
-
-    def _fork_source(self, manifest: Manifest) -> Path:
-        if manifest.agent.runner != "pi":
-            raise InvalidInput("context='fork' needs a pi agent")
-        if self.spec.fork_from is None:
-            raise InvalidInput(
-                "context='fork' needs a session to fork: start the workflow with --fork-from RUN"
-            )
-        from pisub.launcher import check_session
-
-        return check_session(self.spec.fork_from, "--fork-from")
-
-    def _register(self, call: ChildCall, fp: str, plan: _Plan) -> ChildEntry:
-        assert call.key is not None
-        index = len(self.entries)
-        step = StepStatus(index=index, status=StepState.QUEUED, key=call.key, agent=call.agent)
-        entry = ChildEntry(
-            index=index,
-            key=call.key,
-            call=call,
-            fingerprint=fp,
-            cwd=plan.cwd,
-            phase=Phase.QUEUED,
-            step=step,
-            manifest=plan.manifest,
-            seeds=plan.seeds,
-        )
-        self.entries.append(entry)
-        self.by_key[call.key] = entry
-        if self.recorder is not None:
-            self.recorder.status.steps.append(step)
-        if plan.settled is not None:
-            entry.phase = Phase.ENDED
-            entry.result = plan.settled
-            entry.run_id = plan.settled.run_id
-            step.run_id = entry.run_id
-            step.status = _step_state(plan.settled.state)
-            self.post(lambda: self.event("workflow.replayed", entry.index, key=entry.key, runId=entry.run_id))
-        elif plan.attach is not None:
-            entry.run_id = plan.attach
-            entry.phase = Phase.RUNNING
-            step.run_id = plan.attach
-            step.status = StepState.RUNNING
-            self.by_run[plan.attach] = entry
-            self.post(lambda: self._attached(entry))
-        elif plan.skipped:
-            pass  # settled by the caller
-        elif self.ending is not None:
-            self._never_started(entry, "the workflow is ending")
-        else:
-            self.waiting.append(entry)
-        return entry
-
-    def skip(self, call: ChildCall, why: str) -> None:
-        """Record a call that is never started (a chain's later steps): ``skipped``."""
-        assert call.key is not None
-        with self.lock:
-            if call.key in self.by_key:
-                return
-            entry = self._register(call, fingerprint(call), _Plan(cwd=Path(self.manifest.cwd), skipped=True))
-        self._settle(
-            entry, outcomes.not_started(entry.key, call, "skipped", why), settled=True, journal=False
-        )
-
-    # == children ======================================================================
-    def _launch_waiting(self) -> None:
-        with self.lock:
-            active = sum(1 for e in self.entries if e.phase in (Phase.STARTING, Phase.RUNNING))
-            while self.waiting and active < self.spec.concurrency and self.ending is None:
-                entry = self.waiting.popleft()
-                if entry.phase is Phase.QUEUED:
-                    self._launch(entry)
-                    active += 1
-
-    def _launch(self, entry: ChildEntry) -> None:
-        assert entry.manifest is not None and self.journal is not None
-        run_id = entry.manifest.run_id
-        try:
-            self.journal.started(entry.key, entry.fingerprint, run_id)
-        except OSError as exc:
-            self.trouble("append to the journal", exc)
-            self._settle(
-                entry,
-                outcomes.failure(entry.key, entry.call, f"cannot journal the start: {exc.strerror or exc}"),
-                settled=True,
-                journal=False,
-            )
-            return
-        entry.phase = Phase.STARTING
-        entry.run_id = run_id
-        entry.step.run_id = run_id
-        entry.step.status = StepState.PENDING
-        entry.step.started_at = now_iso()
-        self.by_run[run_id] = entry
-        self._touch()
-        self.launcher.submit(self._start_child, entry, entry.manifest, dict(entry.seeds))
-
-    def _start_child(self, entry: ChildEntry, manifest: Manifest, seeds: dict[str, Path]) -> None:
-        """In a launch thread: create the child's run and wait for its runner's commit."""
-        from pisub.launcher import start_run
-
-        error: str | None = None
-        try:
-            start_run(self.home, manifest, seeds=seeds)
-        except PisubError as exc:
-            error = exc.message
-        except Exception as exc:  # reported as the child's failure, never lost in this thread
-            error = f"{type(exc).__name__}: {exc}"
-        self.post(lambda: self._launched(entry, error))
-
-    def _launched(self, entry: ChildEntry, error: str | None) -> None:
-        assert entry.run_id is not None
-        if error is not None and not self.home.run(entry.run_id).root.is_dir():
-            self._settle(
-                entry, outcomes.failure(entry.key, entry.call, error, run_id=entry.run_id), settled=True
-            )
-            return
-        entry.phase = Phase.RUNNING
-        entry.step.status = StepState.RUNNING
-        self.event("child.started", entry.index, key=entry.key, runId=entry.run_id)
-        self.watch.add(entry.run_id, self.home.run(entry.run_id).root)
-        if self.ending is not None:
-            self._stop_child(entry)
-        self._check(entry)
-        self._touch()
-
-    def _attached(self, entry: ChildEntry) -> None:
-        assert entry.run_id is not None
-        self.event("workflow.reattached", entry.index, key=entry.key, runId=entry.run_id)
-        self.watch.add(entry.run_id, self.home.run(entry.run_id).root)
-        if self.ending is not None:
-            self._stop_child(entry)
-        self._check(entry)
-
-    def _check_children(self, now: float) -> None:
-        changed = self.watch.changed()
-        due = now >= self.next_poll
-        if due:
-            self.next_poll = now + self.watch.poll_interval
-        with self.lock:
-            running = [e for e in self.entries if e.phase is Phase.RUNNING]
-        for entry in running:
-            if due or entry.run_id in changed:
-                self._check(entry)
-
-    def _check(self, entry: ChildEntry) -> None:
-        """Look at a running child: mirror its progress, pass on its receipts, settle its end."""
-        from pisub.reconcile import observe
-
-        assert entry.run_id is not None
-        paths = self.home.run(entry.run_id)
-        try:
-            status = observe(paths)
-        except RunNotFound:
-            self._settle(
-                entry,
-                outcomes.failure(
-                    entry.key, entry.call, "the child's run directory disappeared", run_id=entry.run_id
-                ),
-                settled=True,
-            )
-            return
-        except PisubError as exc:
-            self.trouble("read a child's status", OSError(0, exc.message))
-            return
-        self._mirror(entry, status)
-        self._pass_receipts(entry, paths)
-        if not status.state.is_terminal:
-            return
-        try:
-            result = load_result(paths)
-        except PisubError as exc:
-            result = None
-            why = exc.message
-        else:
-            why = "the child ended without a result"
-        if result is None:
-            outcome = outcomes.failure(entry.key, entry.call, why, run_id=entry.run_id)
-        else:
-            outcome = outcomes.from_result(entry.key, entry.call, entry.run_id, result)
-            outcome = outcomes.save_output(outcome, entry.call, entry.cwd, self.manifest.umask)
-        self._settle(
-            entry, outcome, settled=not (entry.ended_by_workflow and outcome.state in ("stopped", "paused"))
-        )
-
-    def _mirror(self, entry: ChildEntry, status: Any) -> None:
-        step = entry.step
-        step.pid = status.pid
-        step.pid_start_time = status.pid_start_time
-        step.pid_start_ticks = status.pid_start_ticks
-        step.started_at = step.started_at or status.started_at
-        if status.steps:
-            child = status.steps[0]
-            step.turn_count, step.tool_count = child.turn_count, child.tool_count
-            step.current_tool = child.current_tool
-            step.last_activity_at = child.last_activity_at
-            step.output_bytes = child.output_bytes
-            step.output_truncated = child.output_truncated
-            step.recent_output = child.recent_output[-5:]
-        self._touch()
-
-    def _settle(
-        self, entry: ChildEntry, outcome: ChildResult, *, settled: bool, journal: bool = True
-    ) -> None:
-        """A child's end: journaled, shown, handed to the script, its slot freed."""
-        with self.lock:
-            if entry.phase is Phase.ENDED:
-                return
-            entry.phase = Phase.ENDED
-            entry.result = outcome
-        if journal and self.journal is not None:
-            try:
-                self.journal.ended(entry.key, entry.fingerprint, entry.run_id, outcome, settled=settled)
-            except OSError as exc:  # a resume then takes the result from the child's run
-                self.trouble("append to the journal", exc)
-        step = entry.step
-        step.status = _step_state(outcome.state)
-        step.exit_code = outcome.exit_code
-        step.ended_at = now_iso()
-        step.current_tool = None
-        if entry.run_id is not None:
-            self.watch.remove(entry.run_id)
-        self.event(
-            "child.settled",
-            entry.index,
-            key=entry.key,
-            runId=entry.run_id,
-            state=outcome.state,
-            settled=settled,
-        )
-        self._fail_forwards(entry)
-        for future, loop in entry.futures:
-            _resolve(future, loop, outcome)
-        if self.recorder is not None:
-            self.recorder.commit()
-
-    def _never_started(self, entry: ChildEntry, why: str, state: str = "stopped") -> None:
-        self._settle(
-            entry, outcomes.not_started(entry.key, entry.call, state, why), settled=False, journal=False
-        )
-
-    def _stop_child(self, entry: ChildEntry) -> None:
-        """Ask a child to end as part of the workflow's own ending (stop, or interrupt: pause)."""
-        from pisub.mailbox import InboxClosed, write_request
-
-        assert entry.run_id is not None
-        entry.ended_by_workflow = True
-        request: Request
-        reason = f"workflow {self.manifest.run_id} is ending"
-        source = f"workflow {self.manifest.run_id}"
-        if self.ending is Ending.INTERRUPT:
-            request = Interrupt(v=1, reason=reason, source=source)
-        else:
-            request = Stop(v=1, reason=reason, source=source)
-        try:
-            write_request(self.home.run(entry.run_id), request)
-        except InboxClosed:
-            pass  # it has ended: the next check settles it
-        except PisubError as exc:
-            self.trouble("ask a child to stop", OSError(0, exc.message))
+        if self.children is not None and self.children.active():
+            if now - self.ending_since <= STOP_WAIT_S:
+                return False
+            self.children.give_up("the child did not end in time after the workflow asked it to")
+        if self.script_result is not None:
+            return True
+        if self.children_ended_at is None:
+            self.children_ended_at = now
+        return now - self.children_ended_at > SCRIPT_GRACE_S
 
     # == the end =======================================================================
     def _end(self, why: Ending, message: str | None = None, code: str | None = None) -> None:
@@ -775,14 +340,8 @@ class Coordinator:
         self.event("workflow.ending", reason=why.name.lower(), message=message)
         if why is not Ending.RETURNED and self.script is not None:
             self.script.cancel()
-        with self.lock:
-            entries = list(self.entries)
-            self.waiting.clear()
-        for entry in entries:
-            if entry.phase is Phase.QUEUED:
-                self._never_started(entry, "the workflow ended before this child started")
-            elif entry.phase is Phase.RUNNING:
-                self._stop_child(entry)
+        if self.children is not None:
+            self.children.end_all(Interrupt if why is Ending.INTERRUPT else Stop)
 
     def _script_finished(self, value: Any, error: BaseException | None) -> None:
         self.script_result = (value, error)
@@ -803,7 +362,7 @@ class Coordinator:
                 code = error.code if isinstance(error, PisubError) else None
                 self._end(Ending.FAILED, f"the workflow failed: {where}", code)
             return
-        leftovers = self._leftovers()
+        leftovers = self.children.leftovers() if self.children is not None else []
         if leftovers:
             self._end(Ending.FAILED, "main returned before these calls were awaited: " + ", ".join(leftovers))
             return
@@ -814,28 +373,10 @@ class Coordinator:
             return
         self._end(Ending.RETURNED)
 
-    def _leftovers(self) -> list[str]:
-        """The calls ``main`` returned without waiting for (their children are then stopped)."""
-        with self.lock:
-            tracked = list(self.tracked)
-            open_entries = {
-                id(f): e for e in self.entries for f, _ in e.futures if e.phase is not Phase.ENDED
-            }
-        found = []
-        for future in tracked:
-            if not future.observed:
-                found.append(f"{future.label} (never awaited)")
-            elif not future.done():
-                entry = open_entries.get(id(future))
-                if entry is not None or future.label.startswith(("runs.all", "runs.steer")):
-                    found.append(f"{future.label} (still running)")
-        return sorted(set(found))
-
     def _finish(self) -> bool:
         deadline = time.monotonic() + FINAL_WRITE_S
         with contextlib.suppress(Exception):
             self.tree.end_leftovers(None, self.limits.grace)  # anything the script itself started
-        self.launcher.shutdown(wait=False, cancel_futures=True)
         dispatcher = self.dispatcher
         state = self._final_state()
         note(f"the workflow ends {state.value}" + (f": {self.end_error.message}" if self.end_error else ""))
@@ -845,7 +386,6 @@ class Coordinator:
                 return False
         if self.inbox is not None:
             self.inbox.stop()
-        self.watch.close()
         return self._write_end(deadline)
 
     def _final_state(self) -> RunState:
@@ -857,8 +397,7 @@ class Coordinator:
         }.get(Ending.FAILED if self.ending is None else self.ending, RunState.FAILED)
 
     def _result(self, state: RunState) -> Result:
-        with self.lock:
-            singles = [outcomes.as_single(e.result) for e in self.entries if e.result is not None]
+        singles = self.children.results() if self.children is not None else []
         error = self.end_error
         if state is RunState.COMPLETE:
             text = redact(self.return_text)
@@ -896,8 +435,8 @@ class Coordinator:
             lease = self.lease
             self._persist("release the journal's lease", lambda: release(self.home.leases, lease), deadline)
             self.lease = None
-        if self.journal is not None:
-            self.journal.close()
+        if self.children is not None:
+            self.children.close()
         rec.status.state = state
         rec.status.error = self.end_error
         rec.status.ended_at = result.ended_at
@@ -923,42 +462,13 @@ class Coordinator:
 
     # == control (called by the dispatcher, on the loop) ======================================
     def route(self, child: int | None) -> list[int] | str:
-        """The children a request goes to: every running child, or child ``child`` (by index)."""
-        with self.lock:
-            if child is None:
-                running = [e.index for e in self.entries if e.phase is Phase.RUNNING]
-                return running or "no child of this workflow is running"
-            if child >= len(self.entries):
-                return f"no child {child} (this workflow has {len(self.entries)})"
-            entry = self.entries[child]
-        if entry.phase is Phase.QUEUED:
-            return f"child {child} ({entry.key}) has not started yet"
-        if entry.phase is Phase.STARTING:
-            return f"child {child} ({entry.key}) is still starting"
-        if entry.phase is Phase.ENDED:
-            return f"child {child} ({entry.key}) has already ended"
-        return [child]
+        if self.children is None:
+            return "the workflow has no children"
+        return self.children.route(child)
 
     def forward(self, index: int, request_id: str, request: Request) -> str | None:
-        """Write ``request`` into child ``index``'s inbox; None when written (its receipt follows
-        the child's), else why not."""
-        from pisub.mailbox import InboxClosed, write_request
-
-        entry = self.entries[index]
-        assert entry.run_id is not None
-        child_rid = f"{request_id[:180]}.c{index}"
-        copy = msgspec.structs.replace(
-            request, id=child_rid, child=None, source=f"workflow {self.manifest.run_id}"
-        )
-        try:
-            write_request(self.home.run(entry.run_id), copy)
-        except InboxClosed:
-            return f"child {index} ({entry.key}) has already ended"
-        except PisubError as exc:
-            return f"cannot reach child {index} ({entry.key}): {exc.message}"
-        entry.forwards[child_rid] = (request_id, index)
-        self.event("control.forwarded", index, id=request_id, childRequest=child_rid, runId=entry.run_id)
-        return None
+        assert self.children is not None
+        return self.children.forward(index, request_id, request)
 
     def stop_workflow(self, reason: str | None) -> str | None:
         if self.ending is not None:
@@ -972,120 +482,22 @@ class Coordinator:
         self._end(Ending.INTERRUPT)
         return None
 
-    def _pass_receipts(self, entry: ChildEntry, paths: RunPaths) -> None:
-        """Forwarded requests: their receipts in the workflow follow the child's."""
-        from pisub.mailbox import read_receipt
-
-        if not entry.forwards or self.dispatcher is None:
-            return
-        for child_rid, (rid, index) in list(entry.forwards.items()):
-            try:
-                receipt = read_receipt(paths, child_rid)
-            except PisubError:
-                continue
-            if receipt is None:
-                continue
-            self.dispatcher.update_target(rid, index, _target_state(receipt), receipt.reason)
-            if receipt.state.is_final:
-                del entry.forwards[child_rid]
-
-    def _fail_forwards(self, entry: ChildEntry) -> None:
-        """A child ended: pass on the receipts it wrote; what it never answered fails."""
-        if entry.run_id is not None and entry.forwards:
-            self._pass_receipts(entry, self.home.run(entry.run_id))
-        if self.dispatcher is not None:
-            for rid, index in entry.forwards.values():
-                self.dispatcher.update_target(rid, index, ReceiptState.FAILED, "the child ended first")
-        entry.forwards.clear()
-
-    # == runs.steer (from the script's thread) =============================================
-    def send_steer(self, key: str, message: str, mode: str) -> SteerResult:
-        from pisub.mailbox import InboxClosed, write_request
-
-        with self.lock:
-            entry = self.by_key.get(key)
-        if entry is None:
-            raise InvalidInput(f"runs.steer: no child {key!r} was started by this workflow")
-        if entry.phase is not Phase.RUNNING or entry.run_id is None:
-            why = "it has not started yet" if entry.phase is not Phase.ENDED else "it has already ended"
-            return SteerResult(key=key, state="missed", error=f"child {key!r}: {why}")
-        request = Steer(v=1, message=message, mode=mode, source=f"workflow {self.manifest.run_id}")  # type: ignore[arg-type]
-        try:
-            request_id = write_request(self.home.run(entry.run_id), request)
-        except InboxClosed:
-            return SteerResult(key=key, state="missed", error=f"child {key!r}: it has already ended")
-        except PisubError as exc:
-            return SteerResult(key=key, state="failed", error=exc.message)
-        return SteerResult(key=key, state="queued", request_id=request_id, delivery_status="queued")
-
-    def steer_outcome(self, key: str, request_id: str) -> SteerResult:
-        from pisub.mailbox import read_receipt
-
-        with self.lock:
-            entry = self.by_key[key]
-        assert entry.run_id is not None
-        try:
-            receipt = read_receipt(self.home.run(entry.run_id), request_id)
-        except PisubError as exc:
-            return SteerResult(key=key, state="failed", request_id=request_id, error=exc.message)
-        if receipt is None or not receipt.state.is_final:
-            status = receipt.delivery_status if receipt is not None else "queued"
-            return SteerResult(key=key, state="queued", request_id=request_id, delivery_status=status)
-        if receipt.state in (ReceiptState.DELIVERED, ReceiptState.RECOVERED):
-            return SteerResult(key=key, state="delivered", request_id=request_id, delivery_status="delivered")
-        missed = receipt.reason is not None and "ended" in receipt.reason
-        return SteerResult(
-            key=key,
-            state="missed" if missed else "failed",
-            request_id=request_id,
-            delivery_status=receipt.delivery_status,
-            error=receipt.reason,
-        )
-
     # == bookkeeping ===================================================================
     def event(self, type_: str, child: int | None = None, **data: object) -> None:
         if self.recorder is not None:
             self.recorder.event(type_, child, **data)
 
-    def _touch(self) -> None:
+    def touch(self) -> None:
         if self.recorder is not None:
             self.recorder.touch()
 
+    def commit(self) -> None:
+        if self.recorder is not None:
+            self.recorder.commit()
 
-@dataclass
-class _Plan:
-    """How a newly called key is answered."""
-
-    cwd: Path
-    settled: ChildResult | None = None
-    attach: str | None = None
-    manifest: Manifest | None = None
-    seeds: dict[str, Path] = field(default_factory=dict)
-    needs_claim: bool = False
-    journaled: bool = False
-    skipped: bool = False
-
-
-def _target_state(receipt: Receipt) -> ReceiptState:
-    if receipt.state in (ReceiptState.PENDING, ReceiptState.QUEUED, ReceiptState.SCHEDULED):
-        return ReceiptState.QUEUED if receipt.state != ReceiptState.PENDING else ReceiptState.PENDING
-    if receipt.state in (ReceiptState.DELIVERED, ReceiptState.RECOVERED):
-        return ReceiptState.DELIVERED
-    return ReceiptState.FAILED
-
-
-def _resolve(future: ChildFuture, loop: asyncio.AbstractEventLoop, outcome: ChildResult) -> None:
-    from pisub.workflow.script import call_soon
-
-    def deliver() -> None:
-        if not future.done():
-            future.set_result(outcome)
-
-    call_soon(loop, deliver)
-
-
-def _step_state(state: str) -> StepState:
-    return StepState(state) if state in StepState.__members__.values() else StepState.FAILED
+    def receipt_moved(self, request_id: str, index: int, state: ReceiptState, reason: str | None) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.update_target(request_id, index, state, reason)
 
 
 def _ignore(_signum: int, _frame: object) -> None:

@@ -59,8 +59,9 @@ def test_a_stop_gets_one_receipt_and_ends_the_run_whole(home: Path, mode: tuple[
     result = run.wait(timeout=60)
     assert result.state == "stopped" and result.details.mode == details_mode
     assert run.status().state == "stopped"
-    events = _events(run)
-    assert events[0] == "run.created" and events[-1] == "run.finished"
+    # run.finished is the runner's last word, just after its terminal status
+    events = wait_for(lambda: (found := _events(run))[-1] == "run.finished" and found, 10)
+    assert events[0] == "run.created"
     assert sorted(p.name for p in (run.dir / "outbox").iterdir()) == [f"{rid}.json"]
     wait_no_processes(home)
 
