@@ -202,8 +202,10 @@ def _launch_workflow(
     max_spawns = _count(max_spawns, DEFAULT_MAX_SPAWNS, 1, 10_000, "max-spawns")
     if state_ns is not None:
         check_namespace(state_ns)
-    for call in tasks or []:
-        agent_catalog(home=h.root, cwd=workdir).get(call.agent)  # an unknown agent: nothing starts
+    if tasks:
+        catalog = agent_catalog(home=h.root, cwd=workdir)
+        for call in tasks:
+            catalog.get(call.agent)  # an unknown agent: nothing starts
     caller = LimitValues(timeout=timeout).check("the call")
     run_id = str(uuid.uuid4())
     spec = WorkflowSpec(

@@ -38,6 +38,7 @@ from pisub.workflow.calls import fingerprint
 from pisub.workflow.watch import ChildWatch
 
 if TYPE_CHECKING:
+    from pisub.agents import Catalog
     from pisub.workflow.api import ChildFuture
 
 LAUNCH_THREADS = 4
@@ -140,6 +141,7 @@ class ChildRuns:
         self.ending: type[Stop] | type[Interrupt] | None = None
         """Set when the workflow ends: what every child still running is sent."""
         self.next_poll = 0.0
+        self._catalogs: dict[Path, Catalog] = {}
 
     def active(self) -> list[ChildEntry]:
         """The children starting or running."""
@@ -205,6 +207,7 @@ class ChildRuns:
             InvalidInput, UnknownAgent, LaunchFailed, UnsupportedPi, DepthExceeded, FanoutLimit:
                 nothing of the batch was started.
         """
+        self._catalogs.clear()  # agent files are read again for each batch
         with self.lock:
             known = {c.key: self.by_key.get(c.key or "") for c in calls}
         prepared: list[tuple[ChildCall, str, ChildEntry | None, Any]] = []
@@ -283,9 +286,10 @@ class ChildRuns:
                     )
             else:
                 manifest = plan_run(
-                    self.home,
-                    call.agent,
-                    call.task,
+                    catalog=self._catalog(cwd),
+                    home=self.home,
+                    agent=call.agent,
+                    task=call.task,
                     cwd=cwd,
                     caller=caller,
                     lineage=lineage,
@@ -300,6 +304,14 @@ class ChildRuns:
         if run_id is not None:
             manifest.run_id = run_id
         return manifest, seeds
+
+    def _catalog(self, cwd: Path) -> Catalog:
+        """The agents visible from ``cwd``, read once per batch of calls."""
+        from pisub.agents import discover
+
+        if cwd not in self._catalogs:
+            self._catalogs[cwd] = discover(self.home.agents, cwd)
+        return self._catalogs[cwd]
 
     def _fork_source(self, manifest: Manifest) -> Path:
         if manifest.agent.runner != "pi":
@@ -436,7 +448,7 @@ class ChildRuns:
         self._check(entry)
 
     def check(self, now: float) -> None:
-        changed = self.watch.changed()
+        changed, receipts = self.watch.changed()
         due = now >= self.next_poll
         if due:
             self.next_poll = now + self.watch.poll_interval
@@ -445,6 +457,8 @@ class ChildRuns:
         for entry in running:
             if due or entry.run_id in changed:
                 self._check(entry)
+            elif entry.run_id in receipts and entry.run_id is not None:
+                self._pass_receipts(entry, self.home.run(entry.run_id))  # only new receipts
 
     def _check(self, entry: ChildEntry) -> None:
         """Look at a running child: mirror its progress, pass on its receipts, settle its end."""

@@ -25,8 +25,8 @@ class ChildWatch:
 
     def __init__(self) -> None:
         self._inotify: Any = None
-        self._owner: dict[int, str] = {}
-        """Watch descriptor → the child's run id."""
+        self._owner: dict[int, tuple[str, bool]] = {}
+        """Watch descriptor → the child's run id, and whether it watches the outbox."""
         self._watches: dict[str, list[int]] = {}
         self.reason: str | None = None
         try:
@@ -50,12 +50,12 @@ class ChildWatch:
         if self._inotify is None or run_id in self._watches:
             return
         wds = []
-        for path in (run_dir, run_dir / "outbox"):
+        for path, outbox in ((run_dir, False), (run_dir / "outbox", True)):
             try:
                 wd = self._inotify.add_watch(os.fspath(path), _MASK | 0x02000000)  # IN_DONT_FOLLOW
             except OSError:
                 continue
-            self._owner[wd] = run_id
+            self._owner[wd] = (run_id, outbox)
             wds.append(wd)
         self._watches[run_id] = wds
 
@@ -66,22 +66,24 @@ class ChildWatch:
                 with contextlib.suppress(OSError):
                     self._inotify.rm_watch(wd)
 
-    def changed(self) -> set[str]:
-        """The run ids of the children something happened to since the last call."""
+    def changed(self) -> tuple[set[str], set[str]]:
+        """The run ids of the children something happened to since the last call: those whose
+        run directory changed (status, result), and those with only new receipts."""
         if self._inotify is None:
-            return set()
-        found: set[str] = set()
+            return set(), set()
+        runs: set[str] = set()
+        receipts: set[str] = set()
         try:
             events = self._inotify.read(timeout=0)
         except (BlockingIOError, OSError):
-            return found
+            return runs, receipts
         for event in events:
             if event.mask & 0x00004000:  # IN_Q_OVERFLOW: events were lost, look at everyone
-                return set(self._watches)
-            run_id = self._owner.get(event.wd)
-            if run_id is not None:
-                found.add(run_id)
-        return found
+                return set(self._watches), set()
+            owner = self._owner.get(event.wd)
+            if owner is not None:
+                (receipts if owner[1] else runs).add(owner[0])
+        return runs, receipts - runs
 
     def close(self) -> None:
         if self._inotify is not None:
