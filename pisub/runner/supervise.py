@@ -17,7 +17,6 @@ import contextlib
 import enum
 import os
 import selectors
-import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -25,15 +24,16 @@ from typing import TYPE_CHECKING
 
 from pisub.children.external_cli import child_env
 from pisub.children.protocol import Child, ChildHooks, ChildOutcome
-from pisub.errors import StorageError, storage_error
+from pisub.errors import storage_error
 from pisub.paths import RunPaths
-from pisub.procs import boot_id, start_ticks, start_time
+from pisub.procs import start_ticks, start_time
 from pisub.protocol.codec import now_iso
 from pisub.protocol.control import ReceiptState
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import ErrorCode, ErrorInfo
 from pisub.protocol.status import RunState, StepState, StepStatus
 from pisub.runner.ending import Circumstances, EndCause, Verdict, judge
+from pisub.runner.lifecycle import FINAL_WRITE_S, RETRY_S, drain, mark_running, persist, take_signals
 from pisub.runner.recorder import Recorder, WriteTrouble, note
 from pisub.runner.tree import ProcessTree, Subreaper
 from pisub.store import load_status, write_result
@@ -48,13 +48,6 @@ ABORT_CONFIRM_S = 3.0
 
 DRAIN_AFTER_EXIT_S = 0.5
 """How long output is still read after the child exits while descendants hold its pipes."""
-
-FINAL_WRITE_S = 30.0
-"""How long the runner keeps retrying its final writes (full disk) before it exits and leaves
-the run to a reader's repair."""
-
-RETRY_S = 1.0
-"""How soon unpublished receipts are retried."""
 
 
 class Deadline(enum.Enum):
@@ -212,25 +205,13 @@ class Supervisor:
             self.tree.end_leftovers(self.child.pid if self.child is not None else None, self.limits.grace)
 
     def _install_signals(self) -> None:
-        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-        self.sel.register(wake_r, selectors.EVENT_READ, lambda _m: _drain(wake_r))
-        # A no-op handler, not SIG_IGN: handlers reset to the default on exec, so the child
-        # does not inherit an ignored SIGHUP.
-        signal.signal(signal.SIGHUP, _ignore)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._on_signal)
+        take_signals(self.sel, self._on_signal)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         self.signalled = signum
 
     def _startup(self) -> bool:
-        status = load_status(self.paths)
-        status.state = RunState.RUNNING
-        status.pid = os.getpid()
-        status.pid_start_time = start_time(os.getpid())
-        status.pid_start_ticks = start_ticks(os.getpid())
-        status.boot_id = boot_id()
+        status = mark_running(load_status(self.paths))
         status.steps = [StepStatus(index=0, status=StepState.PENDING)]
         self.recorder = Recorder(self.paths, status, self.trouble)
         child = self.make(self.manifest, self.paths, self)
@@ -319,7 +300,7 @@ class Supervisor:
         self.recorder.commit()
 
     def _inbox_woke(self, fd: int) -> None:
-        _drain(fd)
+        drain(fd)
         self.scan_due = True
 
     def _fail_startup(self, message: str) -> None:
@@ -447,20 +428,7 @@ class Supervisor:
         return self._write_end(verdict, outcome, deadline)
 
     def _persist(self, what: str, write: Callable[[], object], deadline: float) -> bool:
-        """Run ``write`` until it stops failing with OSError (a full disk may free up), at most
-        until ``deadline``; whether it succeeded."""
-        delay = 0.05
-        while True:
-            try:
-                write()
-                return True
-            except (OSError, StorageError) as exc:
-                self.trouble(what, exc if isinstance(exc, OSError) else OSError(exc.errno, exc.message))
-                if time.monotonic() + delay > deadline:
-                    note(f"gave up trying to {what}; a reader will repair the run when it can write")
-                    return False
-            time.sleep(delay)  # a retry back-off while the disk is full, not a wait for an event
-            delay = min(delay * 2, 2.0)
+        return persist(self.trouble, what, write, deadline)
 
     def _end_leftovers(self, child: Child) -> None:
         """No process of the child outlives it: its group and every adopted descendant."""
@@ -530,13 +498,3 @@ def make_child(manifest: Manifest, paths: RunPaths, hooks: ChildHooks) -> Child:
 
 def _step_state(state: RunState) -> StepState:
     return StepState(state.value)
-
-
-def _ignore(_signum: int, _frame: object) -> None:
-    return None
-
-
-def _drain(fd: int) -> None:
-    with contextlib.suppress(BlockingIOError):
-        while os.read(fd, 512):
-            pass

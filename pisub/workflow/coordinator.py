@@ -21,7 +21,6 @@ import enum
 import os
 import queue
 import selectors
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +31,6 @@ import msgspec
 from pisub.errors import PisubError, storage_error
 from pisub.journal import Journal, replay
 from pisub.paths import RunPaths
-from pisub.procs import boot_id, start_ticks, start_time
 from pisub.protocol.codec import encode, now_iso
 from pisub.protocol.control import Interrupt, ReceiptState, Request, Stop
 from pisub.protocol.manifest import Manifest
@@ -40,6 +38,7 @@ from pisub.protocol.result import Details, ErrorCode, ErrorInfo, Result, TextCon
 from pisub.protocol.status import RunState
 from pisub.protocol.workflow import Shape
 from pisub.redact import redact
+from pisub.runner.lifecycle import FINAL_WRITE_S, RETRY_S, drain, mark_running, persist, take_signals
 from pisub.runner.recorder import Recorder, WriteTrouble, note
 from pisub.runner.tree import ProcessTree, Subreaper
 from pisub.store import load_status, write_result
@@ -58,8 +57,6 @@ STOP_WAIT_S = 60.0
 
 SCRIPT_GRACE_S = 5.0
 """How long a cancelled script may take to return once its children have ended."""
-
-FINAL_WRITE_S = 30.0
 
 
 class Ending(enum.Enum):
@@ -125,13 +122,8 @@ class Coordinator:
             raise
 
     def _install_signals(self) -> None:
-        sig_r, sig_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        signal.set_wakeup_fd(sig_w, warn_on_full_buffer=False)
-        self.sel.register(sig_r, selectors.EVENT_READ, lambda: _drain(sig_r))
-        self.sel.register(self.wake_r, selectors.EVENT_READ, lambda: _drain(self.wake_r))
-        signal.signal(signal.SIGHUP, _ignore)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._on_signal)
+        take_signals(self.sel, self._on_signal)
+        self.sel.register(self.wake_r, selectors.EVENT_READ, lambda _mask: drain(self.wake_r))
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         self.signalled = signum
@@ -139,12 +131,7 @@ class Coordinator:
     def _startup(self) -> bool:
         from pisub.leases import LeaseHeld, acquire
 
-        status = load_status(self.paths)
-        status.state = RunState.RUNNING
-        status.pid = os.getpid()
-        status.pid_start_time = start_time(os.getpid())
-        status.pid_start_ticks = start_ticks(os.getpid())
-        status.boot_id = boot_id()
+        status = mark_running(load_status(self.paths))
         self.recorder = Recorder(self.paths, status, self.trouble)
         try:
             self.lease = acquire(
@@ -158,7 +145,7 @@ class Coordinator:
             return False
         self.children = ChildRuns(self, self.home, self.manifest, status.steps, journal, replayed)
         if self.children.watch.fd is not None:
-            self.sel.register(self.children.watch.fd, selectors.EVENT_READ, lambda: None)
+            self.sel.register(self.children.watch.fd, selectors.EVENT_READ, lambda _mask: None)
         try:
             self.recorder.commit(required=True)
         except OSError as exc:
@@ -187,7 +174,7 @@ class Coordinator:
 
         assert self.recorder is not None
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self.sel.register(wake_r, selectors.EVENT_READ, lambda: self._inbox_woke(wake_r))
+        self.sel.register(wake_r, selectors.EVENT_READ, lambda _mask: self._inbox_woke(wake_r))
         self.inbox = InboxWatcher(self.paths.inbox / "new", wake_w)
         self.recorder.status.inbox = self.inbox.start()
         self.dispatcher = WorkflowDispatcher(
@@ -202,7 +189,7 @@ class Coordinator:
         self.recorder.commit()
 
     def _inbox_woke(self, fd: int) -> None:
-        _drain(fd)
+        drain(fd)
         self.scan_due = True
 
     def _start_script(self) -> None:
@@ -257,8 +244,8 @@ class Coordinator:
             self._scan_inbox(now)
             if self._done(now):
                 return
-            for key, _mask in self.sel.select(self._next_timeout(now)):
-                key.data()
+            for key, mask in self.sel.select(self._next_timeout(now)):
+                key.data(mask)
             self.recorder.flush_due()
             self.tree.reap(None)
 
@@ -294,8 +281,6 @@ class Coordinator:
             self._end(Ending.TIMEOUT, f"Workflow exceeded maximum runtime after {timeout:g}s.")
 
     def _scan_inbox(self, now: float) -> None:
-        from pisub.runner.supervise import RETRY_S
-
         if self.dispatcher is None or self.inbox is None:
             return
         if self.scan_due or now >= self.next_scan:
@@ -447,18 +432,7 @@ class Coordinator:
         return True
 
     def _persist(self, what: str, write: Callable[[], object], deadline: float) -> bool:
-        delay = 0.05
-        while True:
-            try:
-                write()
-                return True
-            except (OSError, PisubError) as exc:
-                self.trouble(what, exc if isinstance(exc, OSError) else OSError(0, str(exc)))
-                if time.monotonic() + delay > deadline:
-                    note(f"gave up trying to {what}; a reader will repair the run when it can write")
-                    return False
-            time.sleep(delay)  # a retry back-off while the disk is full
-            delay = min(delay * 2, 2.0)
+        return persist(self.trouble, what, write, deadline)
 
     # == control (called by the dispatcher, on the loop) ======================================
     def route(self, child: int | None) -> list[int] | str:
@@ -498,13 +472,3 @@ class Coordinator:
     def receipt_moved(self, request_id: str, index: int, state: ReceiptState, reason: str | None) -> None:
         if self.dispatcher is not None:
             self.dispatcher.update_target(request_id, index, state, reason)
-
-
-def _ignore(_signum: int, _frame: object) -> None:
-    return None
-
-
-def _drain(fd: int) -> None:
-    with contextlib.suppress(BlockingIOError):
-        while os.read(fd, 512):
-            pass
