@@ -108,13 +108,17 @@ def _run(*args: str) -> None:
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     for line in lines:
         assert line.startswith("pisub: "), (args, proc.stderr)
-    if proc.returncode == 1 and args[0] not in ("list", "doctor", "wait", "agents"):
+    if proc.returncode == 1 and args[0] not in ("list", "doctor", "wait", "agents", "workflow"):
         assert len(lines) == 1 and lines[0].endswith("]"), (args, proc.stderr)
 
 
 RUN_COMMANDS = [
     ["status"],
     ["status", "--json"],
+    ["status", "--view", "fleet"],
+    ["status", "--view", "transcript"],
+    ["status", "--child", "key"],
+    ["stop", "--child", "key", "--wait", "0.5"],
     ["logs"],
     ["wait", "--timeout", "1"],
     ["result"],
@@ -164,5 +168,12 @@ def test_every_home_wide_command_survives_the_broken_home(corrupted_home: list[s
         ["gc", "--dry-run"],
         ["gc", "--older-than", "0s"],
         ["list"],
+        ["list", "--all"],
+        ["fleet"],
+        ["fleet", "--json"],
+        ["run", "--task", "garbage=x"],
+        ["run", "--parallel", "/dev/null"],
+        ["workflow", "validate", "/dev/zero"],
+        ["workflow", "validate", "/nonexistent.py", "--json"],
     ):
         _run(*args)
