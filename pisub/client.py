@@ -203,9 +203,7 @@ def _launch_workflow(
     if state_ns is not None:
         check_namespace(state_ns)
     if tasks:
-        catalog = agent_catalog(home=h.root, cwd=workdir)
-        for call in tasks:
-            catalog.get(call.agent)  # an unknown agent: nothing starts
+        _check_tasks(tasks, agent_catalog(home=h.root, cwd=workdir), workdir, fork_from)
     caller = LimitValues(timeout=timeout).check("the call")
     run_id = str(uuid.uuid4())
     spec = WorkflowSpec(
@@ -229,6 +227,32 @@ def _launch_workflow(
     manifest.workflow = spec
     seeds = {"workflow.py": script} if script is not None else {}
     return Run(start_run(h, manifest, seeds=seeds).run_id, home=h.root)
+
+
+def _check_tasks(tasks: list[Any], catalog: Catalog, workdir: Path, fork_from: str | None) -> None:
+    """Every check a task's child will meet, before the workflow is created: an unknown agent
+    or a bad field starts nothing (the error names ``tasks[i]``)."""
+    from pisub.errors import PisubError
+    from pisub.launcher import check_task, working_dir
+    from pisub.protocol.workflow import Context
+
+    for index, call in enumerate(tasks):
+        where = f"tasks[{index}] ({call.key})"
+        try:
+            agent = catalog.get(call.agent).spec()
+            check_task(call.task, "task")
+            working_dir(call.cwd, workdir)
+            if call.resume is not None:
+                validate_run_ref(call.resume)
+            pi_only = [
+                n for n, on in (("model", call.model), ("context='fork'", call.context == Context.FORK)) if on
+            ]
+            if pi_only and agent.runner != "pi":
+                raise InvalidInput(f"{', '.join(pi_only)} needs a pi agent; {call.agent!r} is {agent.runner}")
+            if call.context == Context.FORK and fork_from is None:
+                raise InvalidInput("context='fork' needs a session to fork: give --fork-from RUN")
+        except PisubError as exc:
+            raise type(exc)(f"{where}: {exc.message}") from None
 
 
 def _count(value: int | None, default: int, low: int, high: int, what: str) -> int:
@@ -320,7 +344,7 @@ class Run:
             InvalidInput: no such child.
         """
         steps = self.status().steps
-        if isinstance(which, int) or (isinstance(which, str) and which.isdigit()):
+        if isinstance(which, int) or (isinstance(which, str) and which.isascii() and which.isdigit()):
             index = int(which)
             if not 0 <= index < max(len(steps), 1):
                 raise InvalidInput(f"run {self.id} has no child {index} (it has {len(steps)})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -16,6 +17,7 @@ from pisub.leases import LeaseInfo
 from pisub.locks import exclusive, is_held
 from pisub.paths import Home, RunPaths, is_run_id
 from pisub.protocol.codec import parse_iso
+from pisub.protocol.status import Status
 from pisub.store import load_status
 
 MIN_FREE_BYTES = 100 * 1024 * 1024
@@ -281,6 +283,7 @@ def collect(home: Home, older_than: float, dry_run: bool) -> GcResult:
         except FileNotFoundError:
             return result
         leased = _leased_sessions(home)
+        statuses: dict[str, Status] = {}
         for name in names:
             if name.startswith(".creating-"):
                 _sweep_staging(home.runs / name, now, dry_run, result)
@@ -288,17 +291,50 @@ def collect(home: Home, older_than: float, dry_run: bool) -> GcResult:
                 result.swept_tmp.append(home.runs / name)
             if not is_run_id(name) or not _is_real_dir(home.runs / name):
                 continue
+            with contextlib.suppress(PisubError):
+                statuses[name] = observe(home.run(name))  # a dead runner's run is repaired first
+        held = _held_by_workflows(home, statuses, now, older_than)
+        for name in statuses:
             paths = home.run(name)
-            try:
-                observe(paths)  # a dead runner's run is repaired (and so finished) first
-                doomed = _claim_if_removable(paths, now, older_than, dry_run, result, leased)
-            except PisubError:
-                continue
+            doomed = None
+            if name in held:
+                result.kept_live.append(name)
+            else:
+                with contextlib.suppress(PisubError):
+                    doomed = _claim_if_removable(paths, now, older_than, dry_run, result, leased)
             if doomed is not None:
                 shutil.rmtree(doomed, ignore_errors=True)
             elif name not in result.removed:
                 _sweep_tmp(paths.inbox / "tmp", now, dry_run, result)
     return result
+
+
+def _held_by_workflows(home: Home, statuses: dict[str, Status], now: float, older_than: float) -> set[str]:
+    """Runs a workflow that stays still needs: a workflow's tree goes together. A workflow run
+    stays while it is going or young; then so do its children (a resume re-attaches them or
+    takes their results) and the run whose directory holds its journal (a resumed workflow's
+    first run), and that run's children too."""
+    from pisub.store import load_manifest
+
+    def stays(status: Status) -> bool:
+        if not status.state.is_terminal:
+            return True
+        try:
+            return now - parse_iso(status.ended_at or status.updated_at) <= older_than
+        except ValueError:
+            return True
+
+    kept = {name for name, st in statuses.items() if st.runner == "workflow" and stays(st)}
+    for name in list(kept):
+        try:
+            workflow = load_manifest(home.run(name)).workflow
+        except PisubError:
+            continue
+        if workflow is not None:
+            holder = Path(workflow.journal).parent.name
+            if holder != name and holder in statuses:
+                kept.add(holder)
+    return kept | {name for name, st in statuses.items() if st.parent_run_id in kept}
 
 
 def _leased_sessions(home: Home) -> list[str]:

@@ -21,7 +21,14 @@ import msgspec
 from pisub.errors import ProtocolError
 from pisub.fsio import JsonlAppender, iter_jsonl_lines, read_bytes
 from pisub.protocol.codec import encode, now_iso
-from pisub.protocol.workflow import ChildResult, JournalEnded, JournalEntry, JournalOwner, JournalStarted
+from pisub.protocol.workflow import (
+    ChildResult,
+    JournalCreated,
+    JournalEnded,
+    JournalEntry,
+    JournalOwner,
+    JournalStarted,
+)
 
 MAX_JOURNAL_BYTES = 256 * 1024 * 1024
 """Largest journal a coordinator replays."""
@@ -35,6 +42,8 @@ class KeyRecord:
 
     fingerprint: str
     run_id: str | None = None
+    created: bool = False
+    """Its run was created (a run that is gone now was removed, not never made)."""
     ended: JournalEnded | None = None
 
     @property
@@ -84,6 +93,10 @@ def _apply(found: Replay, entry: JournalEntry) -> None:
         found.owner = entry.run_id
         return
     record = found.keys.get(entry.key)
+    if isinstance(entry, JournalCreated):
+        if record is not None and record.run_id == entry.run_id:
+            record.created = True
+        return
     if isinstance(entry, JournalStarted):
         # A new start of the key (a resumed workflow starting an unsettled key again).
         found.keys[entry.key] = KeyRecord(fingerprint=entry.fingerprint, run_id=entry.run_id)
@@ -107,6 +120,11 @@ class Journal:
         """Record (durably) that ``key``'s child is about to be created as ``run_id``."""
         entry = JournalStarted(key=key, fingerprint=fingerprint, run_id=run_id, at=now_iso())
         self._out.append(encode(entry))
+        self._out.sync()
+
+    def created(self, key: str, run_id: str) -> None:
+        """Record (durably) that ``key``'s run exists."""
+        self._out.append(encode(JournalCreated(key=key, run_id=run_id, at=now_iso())))
         self._out.sync()
 
     def ended(

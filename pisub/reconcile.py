@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
@@ -43,6 +44,9 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 RUNNER_DIED_REASON = "the runner died before the request was consumed"
+_TRACEBACK_LINE = re.compile(r"^(?:Traceback \(most recent call last\):|\s+File \"|\s{4,}\S|\s+\^+\s*$)")
+"""The frames of a Python traceback in ``runner.log``: left out of a crash message (its last
+line, the exception, stays)."""
 STRAY_SWEEPS = 5
 LOG_TAIL_LINES = 30
 LOG_TAIL_CHARS = 4000
@@ -174,7 +178,8 @@ def _journal_of(paths: RunPaths) -> str | None:
 
 def _crash_result(paths: RunPaths, status: Status) -> Result:
     tail = read_tail(paths.runner_log, 64 * 1024).decode("utf-8", "replace")
-    tail = "\n".join(tail.strip().splitlines()[-LOG_TAIL_LINES:])[-LOG_TAIL_CHARS:]
+    kept = [line for line in tail.strip().splitlines() if not _TRACEBACK_LINE.match(line)]
+    tail = "\n".join(kept[-LOG_TAIL_LINES:])[-LOG_TAIL_CHARS:]
     if status.pid is None:
         message = "The runner never committed its startup (the launch was interrupted)."
     else:

@@ -30,6 +30,15 @@ _NAMED = (
 """NAME of a ``NAME=value`` assignment whose value is masked: upper-case env-style names
 containing KEY/TOKEN/SECRET/PASSWORD, or lower-case names where it is a whole ``_`` word."""
 
+_SECRET_WORD = r"(?:secret|token|password|passwd|credential|api[_-]?key|access[_-]?key|private[_-]?key)"
+_QUOTED_NAME = rf"(?i:[A-Za-z0-9_.-]*{_SECRET_WORD}[A-Za-z0-9_.-]*)"
+"""A quoted key (JSON, YAML) naming a secret, in any case: ``"SecretAccessKey"``, ``'api_key'``."""
+_CAMEL_NAME = (
+    r"(?:[a-z][a-z0-9]*)?(?:[A-Z][a-z0-9]*)*"
+    r"(?:Key|Token|Secret|Password|Passwd|Credential)(?:[A-Z][a-z0-9]*)*"
+)
+"""A camelCase or PascalCase name ending or containing a secret word: ``apiKey``, ``SessionToken``."""
+
 _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"(?i)(authorization\s*:\s*)(?:(?:bearer|basic|token)\s+)?[^\s\"',;]+"), r"\1" + MASK),
     (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1" + MASK),
@@ -44,6 +53,9 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     ),
     (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), MASK),
     (re.compile(rf"\b({_NAMED})(\s*[=:]\s*)(?:\"[^\"]*\"|'[^']*'|[^\s\"',;]+)"), r"\1\2" + MASK),
+    # JSON, YAML and camelCase spellings: "SecretAccessKey": "…", 'api_key': '…', apiToken=…
+    (re.compile(rf"([\"']{_QUOTED_NAME}[\"']\s*:\s*)(?:\"(?:[^\"\\]|\\.)*\"|'[^']*')"), r"\1" + f'"{MASK}"'),
+    (re.compile(rf"\b({_CAMEL_NAME})(\s*[=:]\s*)(?:\"[^\"]*\"|'[^']*'|[^\s\"',;]+)"), r"\1\2" + MASK),
 ]
 
 _STACK_LINE = re.compile(r"^\s+at\s+\S|^\s+File \"[^\"]+\", line \d+")

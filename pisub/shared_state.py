@@ -123,3 +123,29 @@ def check_json(value: Any, what: str, depth: int = 0) -> None:
             check_json(item, f"{what}[{key!r}]", depth + 1)
         return
     raise InvalidInput(f"{what} is not JSON: a {type(value).__name__}")
+
+
+def plain_json(value: Any, what: str) -> Any:
+    """``value`` as plain JSON data — pisub's records (a child's result) become objects — after
+    :func:`check_json` (nothing is turned into JSON silently: a set, NaN or an object is an
+    error).
+
+    Raises:
+        InvalidInput: naming ``what`` and where inside it.
+    """
+    import msgspec
+
+    def plain(item: Any, depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            raise InvalidInput(f"{what} is nested more than {MAX_DEPTH} deep")
+        if isinstance(item, msgspec.Struct):
+            return msgspec.to_builtins(item)
+        if isinstance(item, list | tuple):
+            return [plain(v, depth + 1) for v in item]
+        if isinstance(item, dict):
+            return {k: plain(v, depth + 1) for k, v in item.items()}
+        return item
+
+    converted = plain(value, 0)
+    check_json(converted, what)
+    return converted

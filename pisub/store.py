@@ -73,7 +73,9 @@ class RunStore:
             private_mkdir(directory)
         for name, source in seeds.items():
             assert name in SEED_NAMES, name
-            copy_private(source, staging.root / name)
+            # A file inside the home (a run's own copy) is never followed through a symlink
+            # someone planted there; a path the caller gave is the caller's to choose.
+            copy_private(source, staging.root / name, follow=not _inside(source, self.home.root))
         lock_fd = try_lock(staging.runner_lock)
         assert lock_fd is not None, "a fresh run's lock cannot be held"
         try:
@@ -191,9 +193,15 @@ def append_event(
         appender.close()
 
 
-def copy_private(source: Path, dest: Path) -> None:
-    """Copy the regular file ``source`` to a new 0600 file ``dest`` (synced)."""
-    src_fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+def _inside(path: Path, root: Path) -> bool:
+    return os.path.abspath(path).startswith(os.path.abspath(root) + os.sep)
+
+
+def copy_private(source: Path, dest: Path, *, follow: bool = True) -> None:
+    """Copy the regular file ``source`` to a new 0600 file ``dest`` (synced); without
+    ``follow`` a symlink at ``source`` is refused (``ELOOP``)."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
+    src_fd = os.open(source, flags)
     try:
         if not stat.S_ISREG(os.fstat(src_fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", str(source))

@@ -390,7 +390,7 @@ def bench_workflow(b: Bench) -> None:
             start = time.perf_counter()
             drop(last.dir / "inbox", rid + ".json", b'{"v":1,"type":"steer","message":"benchmark","child":3}')
             to_child.append(child_watch.wait(f"{rid}.c3.json") - start)
-            final = parent_watch.wait_until(f"{rid}.json", lambda: _final(last, rid))
+            final = parent_watch.wait_until(f"{rid}.json", functools.partial(_final, last, rid))
             to_parent.append(final - start)
     finally:
         parent_watch.stop()

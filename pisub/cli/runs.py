@@ -131,7 +131,7 @@ def _args(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise InvalidInput(f"--arg {pair!r:.60}: give KEY=VALUE")
+            raise InvalidInput(f"--arg {pair!r:.60}: give a name and a value, name=value")
         try:
             found[key] = json.loads(value)
         except ValueError:

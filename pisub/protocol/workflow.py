@@ -129,6 +129,15 @@ class JournalStarted(Record, tag="started", tag_field="t", kw_only=True):
     at: str
 
 
+class JournalCreated(Record, tag="created", tag_field="t", kw_only=True):
+    """A child's run exists (its runner committed, or failed to): a resumed workflow that finds
+    it gone (``pisub gc``) knows it ran, and does not start it again."""
+
+    key: str
+    run_id: str
+    at: str
+
+
 class JournalEnded(Record, tag="ended", tag_field="t", kw_only=True):
     """A child's outcome. ``settled``: the script saw it as the key's result (a resumed workflow
     returns it at once); unsettled outcomes (the workflow's own stop or interrupt ended the
@@ -150,7 +159,7 @@ class JournalOwner(Record, tag="owner", tag_field="t", kw_only=True):
     at: str
 
 
-JournalEntry = JournalStarted | JournalEnded | JournalOwner
+JournalEntry = JournalStarted | JournalCreated | JournalEnded | JournalOwner
 
 
 class SharedState(Record, kw_only=True):

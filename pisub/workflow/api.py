@@ -125,7 +125,7 @@ class Runs:
         (``queued``/``delivered``), it failed, or ``ack_timeout`` passed (then ``queued`` when
         the child holds it, else the receipt's state). ``missed``: the child had not started or
         had ended."""
-        check_key(key, "runs.steer: key")
+        check_key(key, "runs.steer")
         if mode not in ("steer", "follow_up", "auto"):
             raise InvalidInput(f"runs.steer: mode must be steer, follow_up or auto, not {mode!r:.40}")
         if index not in (None, 0):

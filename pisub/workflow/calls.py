@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from pisub.errors import InvalidInput, PisubError
+from pisub.errors import InvalidInput, PisubError, printable
 from pisub.protocol.codec import convert, decode
 from pisub.protocol.workflow import KEY_RE, ChildCall
 
@@ -21,14 +21,16 @@ MAX_TASKS_FILE = 16 * 1024 * 1024
 _fingerprint_encoder = msgspec.json.Encoder(order="sorted")
 
 
-def check_key(key: object, where: str = "key") -> str:
+def check_key(key: object, where: str) -> str:
     """``key`` when it is a usable child key.
 
     Raises:
         InvalidInput: it is not ``[A-Za-z0-9][A-Za-z0-9._-]{0,63}``.
     """
     if not isinstance(key, str) or not KEY_RE.fullmatch(key):
-        raise InvalidInput(f"{where}: {key!r:.80} is not a key ([A-Za-z0-9][A-Za-z0-9._-]{{0,63}})")
+        # (worded so that the redaction of "key: value" in error lines leaves the value shown)
+        shown = printable(repr(key)[:80], one_line=True)
+        raise InvalidInput(f"{where}: the key {shown} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,63}}")
     return key
 
 
@@ -38,7 +40,7 @@ def from_python(key: object, params: dict[str, Any], where: str) -> ChildCall:
     Raises:
         InvalidInput: naming the parameter (in its Python spelling).
     """
-    check_key(key, f"{where}: key")
+    check_key(key, where)
     data = {"key": key}
     for name, value in params.items():
         if value is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import hashlib
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -151,7 +152,7 @@ class ChildRuns:
     def results(self) -> list[SingleResult]:
         """One entry of the workflow's ``details.results`` per child that has an outcome."""
         with self.lock:
-            return [outcomes.as_single(e.result) for e in self.entries if e.result is not None]
+            return outcomes.results_of([e.result for e in self.entries if e.result is not None])
 
     def end_all(self, request: type[Stop] | type[Interrupt]) -> None:
         """The workflow ends: queued children never start, running ones are sent ``request``."""
@@ -251,6 +252,9 @@ class ChildRuns:
         if record is not None and record.run_id is not None and record.ended is None:
             if self.home.run(record.run_id).root.is_dir():
                 return _Plan(cwd=cwd, attach=record.run_id)
+            if record.created:  # it ran, and its run is gone (pisub gc): never started twice
+                why = "the child's run was removed before its end was journaled"
+                return _Plan(cwd=cwd, settled=outcomes.failure(call.key, call, why, run_id=record.run_id))
             manifest, seeds = self._plan_start(call, cwd, where, run_id=record.run_id)
             return _Plan(cwd=cwd, manifest=manifest, seeds=seeds, journaled=True)
         manifest, seeds = self._plan_start(call, cwd, where)
@@ -425,7 +429,13 @@ class ChildRuns:
 
     def _launched(self, entry: ChildEntry, error: str | None) -> None:
         assert entry.run_id is not None
-        if error is not None and not self.home.run(entry.run_id).root.is_dir():
+        exists = self.home.run(entry.run_id).root.is_dir()
+        if exists:
+            try:
+                self.journal.created(entry.key, entry.run_id)
+            except OSError as exc:  # a resume then re-attaches it while its run is there
+                self.host.trouble("append to the journal", exc)
+        if error is not None and not exists:
             self._settle(
                 entry, outcomes.failure(entry.key, entry.call, error, run_id=entry.run_id), settled=True
             )
@@ -600,7 +610,7 @@ class ChildRuns:
 
         entry = self.entries[index]
         assert entry.run_id is not None
-        child_rid = f"{request_id[:180]}.c{index}"
+        child_rid = forwarded_id(request_id, index)
         copy = msgspec.structs.replace(
             request, id=child_rid, child=None, source=f"workflow {self.manifest.run_id}"
         )
@@ -718,3 +728,12 @@ def _resolve(future: ChildFuture, loop: asyncio.AbstractEventLoop, outcome: Chil
 
 def _step_state(state: str) -> StepState:
     return StepState(state) if state in StepState.__members__.values() else StepState.FAILED
+
+
+def forwarded_id(request_id: str, index: int) -> str:
+    """The id of ``request_id`` forwarded to child ``index``: ``<id>.c<index>``, or for a long
+    id its first 150 characters and a hash of the whole (two ids never share a forward)."""
+    if len(request_id) <= 180:
+        return f"{request_id}.c{index}"
+    digest = hashlib.sha256(request_id.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return f"{request_id[:150]}.{digest}.c{index}"

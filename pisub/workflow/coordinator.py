@@ -26,11 +26,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
 from pisub.errors import PisubError, storage_error
 from pisub.journal import Journal, replay
-from pisub.paths import RunPaths
+from pisub.lineage import markers
+from pisub.paths import ENV_RUN_DIR, RunPaths
 from pisub.protocol.codec import encode, now_iso
 from pisub.protocol.control import Interrupt, ReceiptState, Request, Stop
 from pisub.protocol.manifest import Manifest
@@ -38,6 +37,7 @@ from pisub.protocol.result import Details, ErrorCode, ErrorInfo, Result, TextCon
 from pisub.protocol.status import RunState
 from pisub.protocol.workflow import Shape
 from pisub.redact import redact
+from pisub.results import truncate_output
 from pisub.runner.lifecycle import FINAL_WRITE_S, RETRY_S, drain, mark_running, persist, take_signals
 from pisub.runner.recorder import Recorder, WriteTrouble, note
 from pisub.runner.tree import ProcessTree, Subreaper
@@ -54,6 +54,12 @@ Report = Callable[[dict[str, object]], None]
 
 STOP_WAIT_S = 60.0
 """How long the coordinator waits for its children to end after it asked them to stop."""
+
+MAX_ERROR_CHARS = 8000
+"""The longest error message a workflow records (a script may raise a huge one)."""
+
+MAX_RETURN_BYTES = 16 * 1024 * 1024
+"""The largest return value of ``main`` that is encoded at all (the result keeps 200 KB of it)."""
 
 SCRIPT_GRACE_S = 5.0
 """How long a cancelled script may take to return once its children have ended."""
@@ -118,7 +124,10 @@ class Coordinator:
             self._loop()
             return 0 if self._finish() else 1
         except BaseException:
-            note("the coordinator is failing; its children go on under their own runners")
+            note("the coordinator is failing: asking its children to stop")
+            if self.children is not None:
+                with contextlib.suppress(Exception):
+                    self.children.end_all(Stop)
             raise
 
     def _install_signals(self) -> None:
@@ -151,6 +160,14 @@ class Coordinator:
         except OSError as exc:
             self.report({"ok": False, "error": storage_error(exc, "write", self.paths.status).message})
             raise
+        # The script runs in this process: what it starts (a process, pisub.launch) carries this
+        # run's markers, like any run's child — a run it launches is this run's child run.
+        os.environ.update(
+            markers(
+                self.manifest.run_id, self.manifest.root_run_id, self.manifest.depth, self.manifest.max_depth
+            )
+        )
+        os.environ[ENV_RUN_DIR] = str(self.paths.root)
         self.event("run.started", pid=os.getpid())
         self.event("lease.acquired", generation=self.lease.generation, journal=self.spec.journal)
         if replayed.skipped:
@@ -194,7 +211,7 @@ class Coordinator:
 
     def _start_script(self) -> None:
         from pisub.workflow.api import Runs, State
-        from pisub.workflow.script import ScriptThread, load_main
+        from pisub.workflow.script import MainFn, ScriptThread, load_main
 
         state: Any = None
         if self.spec.state_ns is not None:
@@ -203,18 +220,16 @@ class Coordinator:
             state = State(StateNamespace(self.home.state, self.spec.state_ns))
         assert self.children is not None
         runs = Runs(self.children)
-        try:
-            if self.spec.shape == Shape.WORKFLOW:
-                main = load_main(self.paths.workflow_script, self._script_name)
-            else:
-                from pisub.workflow.shapes import shape_main
+        spec, script, name = self.spec, self.paths.workflow_script, self._script_name
 
-                main = shape_main(self.spec.shape, self.spec.tasks)
-        except PisubError as exc:
-            self._end(Ending.FAILED, exc.message)
-            self.script_result = (None, exc)
-            return
-        self.script = ScriptThread(main, (runs, state, dict(self.spec.args)), self._script_done)
+        def load() -> MainFn:
+            if spec.shape == Shape.WORKFLOW:
+                return load_main(script, name)
+            from pisub.workflow.shapes import shape_main
+
+            return shape_main(spec.shape, spec.tasks)
+
+        self.script = ScriptThread(load, (runs, state, dict(self.spec.args)), self._script_done)
         self.event("workflow.started", shape=self.spec.shape.value)
         self.script.start()
 
@@ -321,7 +336,9 @@ class Coordinator:
         if message is not None:
             if code is None:
                 code = ErrorCode.SUBAGENT_TIMEOUT if why is Ending.TIMEOUT else ErrorCode.SUBAGENT_FAILED
-            self.end_error = ErrorInfo(code=code, message=redact(message))
+            self.end_error = ErrorInfo(
+                code=code, message=redact(message[: MAX_ERROR_CHARS * 4])[:MAX_ERROR_CHARS]
+            )
         self.event("workflow.ending", reason=why.name.lower(), message=message)
         if why is not Ending.RETURNED and self.script is not None:
             self.script.cancel()
@@ -337,7 +354,7 @@ class Coordinator:
             from pisub.workflow.script import describe
 
             if isinstance(error, WorkflowFailed):
-                self.return_text = error.text
+                self.return_text = error.text[:MAX_RETURN_BYTES] if isinstance(error.text, str) else ""
                 self._end(Ending.FAILED, error.message)
             elif isinstance(error, asyncio.CancelledError):
                 self._end(Ending.FAILED, "the workflow's main was cancelled")
@@ -352,9 +369,9 @@ class Coordinator:
             self._end(Ending.FAILED, "main returned before these calls were awaited: " + ", ".join(leftovers))
             return
         try:
-            self.return_text = value if isinstance(value, str) else encode(value).decode("utf-8")
-        except (TypeError, msgspec.EncodeError, UnicodeDecodeError) as exc:
-            self._end(Ending.FAILED, f"main returned a value that is not JSON: {exc}")
+            self.return_text = _returned_text(value)
+        except PisubError as exc:
+            self._end(Ending.FAILED, f"main returned a value that is not JSON: {exc.message}")
             return
         self._end(Ending.RETURNED)
 
@@ -385,13 +402,14 @@ class Coordinator:
         singles = self.children.results() if self.children is not None else []
         error = self.end_error
         if state is RunState.COMPLETE:
-            text = redact(self.return_text)
+            text = self.return_text
         elif error is not None:
             text = f"{error.code}: {error.message}"
             if self.return_text:
-                text += "\n\n" + redact(self.return_text)
+                text += "\n\n" + self.return_text
         else:
             text = f"Workflow {state.value}."
+        text, _cut = truncate_output(redact(text), None)
         return Result(
             v=1,
             state=state.value,  # type: ignore[arg-type]
@@ -472,3 +490,20 @@ class Coordinator:
     def receipt_moved(self, request_id: str, index: int, state: ReceiptState, reason: str | None) -> None:
         if self.dispatcher is not None:
             self.dispatcher.update_target(request_id, index, state, reason)
+
+
+def _returned_text(value: Any) -> str:
+    """What ``main`` returned, as the result's text: a string as it is, anything else as JSON.
+
+    Raises:
+        InvalidInput: it is not JSON, or too large.
+    """
+    from pisub.errors import InvalidInput
+    from pisub.shared_state import plain_json
+
+    if isinstance(value, str):
+        return value[:MAX_RETURN_BYTES]
+    data = encode(plain_json(value, "the value"))
+    if len(data) > MAX_RETURN_BYTES:
+        raise InvalidInput(f"the value is larger than {MAX_RETURN_BYTES} bytes as JSON")
+    return data.decode("utf-8")

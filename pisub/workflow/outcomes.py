@@ -10,6 +10,7 @@ from pisub.errors import printable
 from pisub.fsio import atomic_write
 from pisub.protocol.result import ErrorCode, ErrorInfo, Result, SingleResult, Usage
 from pisub.protocol.workflow import ChildCall, ChildResult, OutputMode
+from pisub.redact import redact
 
 
 def from_result(key: str, call: ChildCall, run_id: str | None, result: Result) -> ChildResult:
@@ -72,7 +73,8 @@ def save_output(outcome: ChildResult, call: ChildCall, cwd: Path, umask: int) ->
     data = outcome.output.encode("utf-8")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, data, mode=0o666 & ~umask)
+        atomic_write(path, data)
+        os.chmod(path, 0o666 & ~umask)  # the launcher's umask, not the runner's 077
     except OSError as exc:
         why = f"could not save the output to {printable(str(path))}: {exc.strerror or exc}"
         outcome.error = ErrorInfo(code="IO_ERROR", message=why)
@@ -96,17 +98,44 @@ def _size(nbytes: int) -> str:
     return f"{nbytes / (1024 * 1024):.1f} MB"
 
 
-def as_single(outcome: ChildResult, exit_code_if_none: int = 1) -> SingleResult:
-    """One entry of the workflow's ``details.results``."""
+MAX_RESULTS_BYTES = 4 * 1024 * 1024
+"""The children's outputs in a workflow's ``details.results``, all together (each child's whole
+result stays in its own run)."""
+
+MIN_CHILD_OUTPUT_BYTES = 4 * 1024
+MAX_TASK_CHARS = 4000
+
+
+def as_single(outcome: ChildResult, output_bytes: int = MAX_RESULTS_BYTES) -> SingleResult:
+    """One entry of the workflow's ``details.results``, redacted, its output cut to
+    ``output_bytes`` (with a marker naming the child's run, where it is whole)."""
+    error = outcome.error.message if outcome.error is not None and not outcome.ok else None
     return SingleResult(
         agent=outcome.agent,
-        task=outcome.task,
-        exit_code=outcome.exit_code if outcome.exit_code is not None else exit_code_if_none,
+        task=redact(outcome.task[: MAX_TASK_CHARS * 4])[:MAX_TASK_CHARS],
+        exit_code=outcome.exit_code if outcome.exit_code is not None else 1,
         usage=outcome.usage,
-        error=outcome.error.message if outcome.error is not None and not outcome.ok else None,
+        error=redact(error[:20_000])[:4000] if error is not None else None,
         session_file=outcome.session_file,
-        output=outcome.output,
+        output=cut(redact(outcome.output), output_bytes, outcome.run_id),
         key=outcome.key,
         run_id=outcome.run_id,
         state=outcome.state,
     )
+
+
+def results_of(outcomes: list[ChildResult]) -> list[SingleResult]:
+    """The workflow's ``details.results``: every child's outputs together within
+    :data:`MAX_RESULTS_BYTES`."""
+    share = max(MIN_CHILD_OUTPUT_BYTES, MAX_RESULTS_BYTES // max(1, len(outcomes)))
+    return [as_single(outcome, share) for outcome in outcomes]
+
+
+def cut(text: str, limit: int, run_id: str | None = None) -> str:
+    """``text`` cut to ``limit`` bytes of UTF-8, with a marker saying where it is whole."""
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    where = f"; whole in run {run_id} (pisub result {run_id})" if run_id else ""
+    kept = data[:limit].decode("utf-8", "ignore")
+    return f"{kept}\n[TRUNCATED: {limit} of {len(data)} bytes{where}]"

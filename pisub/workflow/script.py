@@ -65,19 +65,29 @@ def describe(exc: BaseException, script: Path, name: str | None = None) -> str:
     """``<file>:<line>: <Type>: <message>``, naming the script's innermost line in the traceback
     (or the exception alone when the script is not in it)."""
     line = None
-    for frame in traceback.extract_tb(exc.__traceback__):
-        if Path(frame.filename) == script:
-            line = frame.lineno
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    try:
+        for frame in traceback.extract_tb(exc.__traceback__):
+            if Path(frame.filename) == script:
+                line = frame.lineno
+    except Exception:  # a traceback that cannot be read: the exception alone
+        line = None
+    try:
+        said = str(exc)[:100_000]
+    except Exception:  # an exception whose __str__ raises (a hostile script)
+        said = "(its message cannot be shown)"
+    text = f"{type(exc).__name__}: {said}" if said else type(exc).__name__
     return f"{name or script.name}:{line}: {text}" if line is not None else text
 
 
 class ScriptThread:
-    """Runs ``main(runs, state, args)`` to its end in a daemon thread; ``done(value, error)`` is
-    called from that thread when it returns or raises (``CancelledError`` after a cancel)."""
+    """Loads the script and runs its ``main(runs, state, args)`` to its end, in a daemon thread
+    (a script's top-level code runs there too, so a script that blocks blocks only itself);
+    ``done(value, error)`` is called from that thread when it returns or raises
+    (``CancelledError`` after a cancel)."""
 
-    def __init__(self, main: MainFn, arguments: tuple[Any, Any, Any], done: Done) -> None:
-        self.main = main
+    def __init__(self, load: Callable[[], MainFn], arguments: tuple[Any, Any, Any], done: Done) -> None:
+        self.load = load
+        self.main: MainFn | None = None
         self.arguments = arguments
         self.done = done
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -92,6 +102,16 @@ class ScriptThread:
 
     def _run(self) -> None:
         try:
+            self.main = self.load()
+        except InvalidInput as exc:  # does not load: its own message, no traceback line
+            from pisub.workflow.api import WorkflowFailed
+
+            self.done(None, WorkflowFailed(exc.message))
+            return
+        except BaseException as exc:
+            self.done(None, exc)
+            return
+        try:
             value = asyncio.run(self._main())
         except BaseException as exc:  # the script's own failure, reported, never raised here
             self.done(None, exc)
@@ -105,6 +125,7 @@ class ScriptThread:
             cancelled = self._cancelled
         if cancelled:
             raise asyncio.CancelledError
+        assert self.main is not None
         return await self.main(*self.arguments)
 
     def cancel(self) -> None:

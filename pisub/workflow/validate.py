@@ -79,12 +79,15 @@ def validate_source(source: str, agents: set[str] | None, filename: str = "<work
             Problem(line=exc.lineno or 1, col=exc.offset or 1, message=f"SyntaxError: {exc.msg}")
         )
         return report
-    except (ValueError, RecursionError) as exc:
-        report.add(None, f"the script cannot be parsed: {exc}")
+    except (ValueError, RecursionError, MemoryError) as exc:
+        report.add(None, f"the script cannot be parsed: {type(exc).__name__} {exc}".rstrip())
         return report
-    runs_name = _check_main(tree, report)
-    if runs_name is not None:
-        _Calls(tree, runs_name, agents, report).check()
+    try:
+        runs_name = _check_main(tree, report)
+        if runs_name is not None:
+            _Calls(tree, runs_name, agents, report).check()
+    except (RecursionError, MemoryError) as exc:
+        report.add(None, f"the script is nested too deeply to check ({type(exc).__name__})")
     report.errors.sort(key=lambda p: (p.line, p.col))
     return report
 
@@ -249,8 +252,18 @@ _PYTHON_NAMES = {"outputMode": "output_mode", "idleTimeout": "idle_timeout"}
 
 def _same_call(params: dict[str, ast.expr]) -> str:
     """What makes two literal calls of a key the same call: their parameters (by Python name),
-    as written."""
-    return repr(sorted((_PYTHON_NAMES.get(name, name), ast.dump(value)) for name, value in params.items()))
+    by value where they are literals (``5`` and ``5.0`` are the same timeout), else as written."""
+    return repr(sorted((_PYTHON_NAMES.get(name, name), _value(value)) for name, value in params.items()))
+
+
+def _value(node: ast.expr) -> str:
+    try:
+        literal = ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return ast.dump(node)
+    if isinstance(literal, float) and literal.is_integer():
+        literal = int(literal)
+    return repr(literal)
 
 
 def _kept_in(target: ast.AST | None) -> str:

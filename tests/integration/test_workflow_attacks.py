@@ -1,0 +1,262 @@
+"""What an outside attack on workflow runs found (issue 12), each kept broken-no-more here:
+huge outputs and errors, secrets in tasks, gc of a workflow's tree, a child run removed before a
+resume, hostile scripts, a script's own launches, planted symlinks, bad tasks, long request ids."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import pisub
+from pisub.client import launch_parallel, launch_workflow, resume_workflow
+from pisub.errors import InvalidInput
+from pisub.workflow.children import forwarded_id
+from tests.conftest import AgentMaker, pisub_cli, wait_for
+
+ECHO = """
+import sys
+task = sys.stdin.read().strip()
+words = task.split()
+if words and words[0] == "flood":
+    sys.stdout.write("x" * int(words[1]) + "\\n")
+elif len(words) >= 2 and words[-2] == "sleep":
+    import time
+    time.sleep(float(words[-1]))
+    print("slept")
+else:
+    print("did:", task)
+"""
+
+
+@pytest.fixture
+def worker(home: Path, make_agent: AgentMaker) -> None:
+    make_agent("worker", python=ECHO)
+
+
+def _script(tmp_path: Path, body: str, name: str = "wf.py") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_results_stay_bounded_whatever_the_children_print(home: Path, worker: None) -> None:
+    calls = [{"key": f"k{i}", "agent": "worker", "task": "flood 3000000"} for i in range(3)]
+    run = launch_parallel(calls)
+    result = run.wait(timeout=120)
+    assert result.state == "complete"
+    whole = (run.dir / "result.json").stat().st_size
+    assert whole < 5 * 1024 * 1024, whole
+    for single in result.details.results:
+        assert single.run_id is not None and single.output is not None
+        assert "earlier bytes not shown" in single.output or "[TRUNCATED:" in single.output
+
+
+def test_a_huge_error_and_a_huge_return_value_are_cut(home: Path, worker: None, tmp_path: Path) -> None:
+    raising = _script(tmp_path, 'async def main(runs, state, args):\n    raise ValueError("e" * 5_000_000)\n')
+    result = launch_workflow(raising).wait(timeout=60)
+    assert result.state == "failed" and result.details.error is not None
+    assert len(result.details.error.message) <= 8000
+    returning = _script(tmp_path, 'async def main(runs, state, args):\n    return "r" * 3_000_000\n', "r.py")
+    run = launch_workflow(returning)
+    result = run.wait(timeout=60)
+    assert result.state == "complete"
+    assert (run.dir / "result.json").stat().st_size < 1024 * 1024
+
+
+def test_secrets_in_tasks_and_outputs_are_redacted_in_the_workflows_result(home: Path, worker: None) -> None:
+    secret = "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY"
+    task = f'use {{"SecretAccessKey": "{secret}"}} and apiToken={secret}'
+    run = launch_parallel([{"key": "s", "agent": "worker", "task": task}])
+    result = run.wait(timeout=60)
+    assert result.state == "complete"
+    text = (run.dir / "result.json").read_text()
+    assert secret not in text
+    assert secret not in json.dumps(pisub_cli("status", run.id, "--json").stdout)
+
+
+def test_a_non_json_return_value_fails_with_what_it_is(home: Path, worker: None, tmp_path: Path) -> None:
+    script = _script(tmp_path, "async def main(runs, state, args):\n    return {1, 2}\n")
+    result = launch_workflow(script).wait(timeout=60)
+    assert result.state == "failed" and result.details.error is not None
+    assert "not JSON" in result.details.error.message and "set" in result.details.error.message
+
+
+def test_an_exception_whose_str_raises_still_fails_the_workflow_cleanly(
+    home: Path, worker: None, tmp_path: Path
+) -> None:
+    script = _script(
+        tmp_path,
+        """
+        import asyncio
+
+        class Evil(Exception):
+            def __str__(self):
+                raise RuntimeError("no")
+
+        async def boom():
+            await asyncio.sleep(1.5)
+            raise Evil()
+
+        async def main(runs, state, args):
+            await asyncio.gather(runs.run("a", agent="worker", task="sleep 30"), boom())
+        """,
+    )
+    run = launch_workflow(script)
+    result = run.wait(timeout=60)
+    assert result.state == "failed" and result.details.error is not None
+    assert "Evil" in result.details.error.message
+    child = result.details.results[0].run_id
+    assert child is not None and pisub.Run(child).wait(timeout=30).state == "stopped"
+
+
+def test_a_script_blocking_at_its_top_level_can_be_stopped(home: Path, worker: None, tmp_path: Path) -> None:
+    script = _script(
+        tmp_path, "import time\ntime.sleep(600)\n\nasync def main(runs, state, args):\n    pass\n"
+    )
+    run = launch_workflow(script)
+    wait_for(lambda: run.status().state == "running", 20)
+    run.send_stop()
+    result = run.wait(timeout=30)
+    assert result.state == "stopped"
+
+
+def test_a_run_the_script_launches_itself_is_the_workflows_child_run(
+    home: Path, worker: None, tmp_path: Path
+) -> None:
+    script = _script(
+        tmp_path,
+        """
+        import pisub
+
+        async def main(runs, state, args):
+            inner = pisub.launch("worker", "hello")
+            inner.wait(timeout=60)
+            return inner.id
+        """,
+    )
+    run = launch_workflow(script)
+    result = run.wait(timeout=90)
+    assert result.state == "complete", result.content[0].text
+    inner = pisub.Run(result.content[0].text).status()
+    assert inner.parent_run_id == run.id and inner.depth == 1
+    assert inner.root_run_id == run.id
+    assert result.content[0].text not in {s.run_id for s in pisub.list_runs()}  # not top-level
+
+
+def test_a_planted_symlink_for_the_script_is_refused_on_resume(
+    home: Path, worker: None, tmp_path: Path
+) -> None:
+    script = _script(
+        tmp_path,
+        "async def main(runs, state, args):\n    await runs.run('a', agent='worker', task='sleep 30')\n",
+    )
+    run = launch_workflow(script)
+    wait_for(lambda: run.status().steps and run.status().steps[0].pid, 30)
+    run.send_interrupt()
+    wait_for(lambda: run.status().state == "paused", 30)
+    copy = run.dir / "workflow.py"
+    assert copy.is_file()
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("not yours to read\n")
+    copy.unlink()
+    copy.symlink_to(elsewhere)
+    with pytest.raises(pisub.PisubError):
+        resume_workflow(run.id)
+    done = pisub_cli("resume", run.id)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_child_run_removed_before_its_end_was_journaled_is_not_started_again(
+    home: Path, worker: None, tmp_path: Path
+) -> None:
+    script = _script(
+        tmp_path,
+        """
+        async def main(runs, state, args):
+            r = await runs.run("once", agent="worker", task="sleep 1")
+            return [r.state, r.error.message if r.error else None]
+        """,
+    )
+    run = launch_workflow(script)
+    wait_for(lambda: run.status().steps and run.status().steps[0].pid, 30)
+    coordinator = run.status().pid
+    assert coordinator is not None
+    os.kill(coordinator, signal.SIGKILL)
+    wait_for(lambda: run.status().state == "failed", 15)
+    child = run.status().steps[0].run_id
+    assert child is not None
+    pisub.Run(child).wait(timeout=30)
+    shutil.rmtree(pisub.Run(child).dir)  # gone, as if removed by hand
+    again = resume_workflow(run.id)
+    result = again.wait(timeout=60)
+    state, message = json.loads(result.content[0].text)
+    assert state == "failed" and "removed" in message
+    assert not [s for s in pisub.list_runs(children=True) if s.parent_run_id in (run.id, again.id)]
+
+
+def test_gc_keeps_a_going_workflows_tree(home: Path, worker: None) -> None:
+    calls = [
+        {"key": "quick", "agent": "worker", "task": "x"},
+        {"key": "slow", "agent": "worker", "task": "sleep 30"},
+    ]
+    run = launch_parallel(calls, concurrency=2)
+    quick = wait_for(
+        lambda: (
+            (s := run.status().steps)
+            and s[0].run_id
+            and pisub.Run(s[0].run_id).status().state == "complete"
+            and s
+        ),
+        30,
+    )
+    quick_id = quick[0].run_id
+    pisub_cli("gc", "--older-than", "0s", check=True)
+    assert pisub.Run(quick_id).dir.is_dir() and run.dir.is_dir()
+    run.send_stop()
+    run.wait(timeout=30)
+
+
+def test_bad_tasks_are_refused_at_launch_naming_the_task(home: Path, worker: None) -> None:
+    with pytest.raises(InvalidInput, match=r"tasks\[1\]"):
+        launch_parallel(
+            [
+                {"key": "a", "agent": "worker", "task": "fine"},
+                {"key": "b", "agent": "worker", "task": "   "},
+            ]
+        )
+    with pytest.raises(InvalidInput, match=r"tasks\[0\].*pi agent"):
+        launch_parallel([{"key": "a", "agent": "worker", "task": "x", "model": "m"}])
+    assert not list(pisub.list_runs(children=True))
+
+
+def test_saved_output_follows_the_launchers_umask(home: Path, worker: None, tmp_path: Path) -> None:
+    target = tmp_path / "out.md"
+    old = os.umask(0o022)
+    try:
+        run = launch_parallel([{"key": "a", "agent": "worker", "task": "hi", "output": str(target)}])
+    finally:
+        os.umask(old)
+    assert run.wait(timeout=60).state == "complete"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+
+
+def test_long_request_ids_never_share_a_forward() -> None:
+    a, b = "r" * 200 + "a", "r" * 200 + "b"
+    assert forwarded_id(a, 1) != forwarded_id(b, 1)
+    assert len(forwarded_id(a, 19)) <= 200 and forwarded_id("short", 3) == "short.c3"
+
+
+def test_a_child_index_is_ascii_digits_only(home: Path, worker: None) -> None:
+    run = launch_parallel([{"key": "a", "agent": "worker", "task": "x"}])
+    run.wait(timeout=60)
+    with pytest.raises(InvalidInput):
+        run.child("\u0661")  # ARABIC-INDIC DIGIT ONE is not an index
+    assert run.child("0").id == run.child("a").id
