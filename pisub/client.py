@@ -171,12 +171,30 @@ def launch_chain(tasks: list[dict[str, Any]], **options: Any) -> Run:
     return _launch_workflow(Shape.CHAIN, name="chain", tasks=tasks_from(tasks, "tasks"), **options)
 
 
+def launch_lanes(lanes: list[dict[str, Any]], **options: Any) -> Run:
+    """Start a lanes workflow: lanes of ordered stages side by side (``[{key, defaults?,
+    stages: [{key, agent?, task, resume?: "previous", ...}]}]``); its result is the board. The
+    whole manifest is checked, and every agent looked up, before anything is created.
+    Options as :func:`launch_workflow`.
+
+    Raises:
+        InvalidInput: every problem, naming the lane, stage and field.
+    """
+    from pisub.protocol.workflow import Shape
+    from pisub.workflow.lanes import check_lanes, stage_call
+
+    checked = check_lanes(lanes, "lanes")
+    every = [stage_call(lane, n) for lane in checked for n in range(len(lane.stages))]
+    return _launch_workflow(Shape.LANES, name="lanes", tasks=every, lanes=checked, **options)
+
+
 def _launch_workflow(
     shape: Any,
     *,
     name: str,
     script: Path | None = None,
     tasks: list[Any] | None = None,
+    lanes: list[Any] | None = None,
     args: dict[str, Any] | None = None,
     cwd: str | Path | None = None,
     concurrency: int | None = None,
@@ -210,7 +228,8 @@ def _launch_workflow(
         shape=shape,
         script=str(script) if script is not None else None,
         args=spec_args,
-        tasks=list(tasks or []),
+        tasks=list(tasks or []) if lanes is None else [],
+        lanes=list(lanes or []),
         concurrency=concurrency,
         max_spawns=max_spawns,
         state_ns=state_ns,
@@ -223,6 +242,8 @@ def _launch_workflow(
     limits.timeout = caller.timeout  # a workflow has no runtime limit unless it is given one
     count = len(tasks or [])
     what = f"{shape.value} {script.name}" if script is not None else f"{shape.value}: {count} tasks"
+    if lanes is not None:
+        what = f"lanes: {len(lanes)} lanes, {count} stages"
     manifest = new_manifest(agent, what, str(workdir), limits, lineage=lineage, run_id=run_id)
     manifest.workflow = spec
     seeds = {"workflow.py": script} if script is not None else {}

@@ -27,6 +27,9 @@ def run(
     chain: Path | None = typer.Option(
         None, "--chain", help="A JSON tasks file: run them one after the other."
     ),
+    lanes: Path | None = typer.Option(
+        None, "--lanes", help="A JSON lanes file: lanes of ordered stages side by side."
+    ),
     tasks: list[str] | None = typer.Option(None, "--task", help="AGENT=TEXT, repeatable: a parallel run."),
     args: list[str] | None = typer.Option(
         None, "--arg", help="KEY=VALUE for the workflow's args (repeatable)."
@@ -45,13 +48,13 @@ def run(
     as_json: bool = JSON,
 ) -> None:
     """Start a detached run — one agent on TASK, or a workflow (--workflow, --parallel, --chain,
-    --task) — and print its id once its runner has started."""
+    --lanes, --task) — and print its id once its runner has started."""
     from pisub.client import Run
     from pisub.errors import DepthExceeded, InvalidInput
 
-    shapes = [x for x in (workflow, parallel, chain, tasks or None) if x is not None]
+    shapes = [x for x in (workflow, parallel, chain, lanes, tasks or None) if x is not None]
     if len(shapes) > 1:
-        raise InvalidInput("give one of --workflow, --parallel, --chain or --task")
+        raise InvalidInput("give one of --workflow, --parallel, --chain, --lanes or --task")
     try:
         if shapes:
             if agent is not None or task is not None:
@@ -64,7 +67,7 @@ def run(
                 "fork_from": fork_from,
                 "timeout": timeout,
             }
-            handle: Run = _start_workflow(workflow, parallel, chain, tasks, args, options)
+            handle: Run = _start_workflow(workflow, parallel, chain, lanes, tasks, args, options)
         else:
             from pisub.client import launch
 
@@ -88,11 +91,12 @@ def _start_workflow(
     workflow: Path | None,
     parallel: Path | None,
     chain: Path | None,
+    lanes: Path | None,
     tasks: list[str] | None,
     args: list[str] | None,
     options: dict[str, Any],
 ) -> Any:
-    from pisub.client import launch_chain, launch_parallel, launch_workflow
+    from pisub.client import launch_chain, launch_lanes, launch_parallel, launch_workflow
     from pisub.errors import InvalidInput
     from pisub.workflow.calls import load_tasks
 
@@ -108,6 +112,10 @@ def _start_workflow(
                 raise InvalidInput(f"--task {spec!r:.60}: give AGENT=TEXT")
             entries.append({"key": f"task-{number}", "agent": name, "task": text})
         return launch_parallel(entries, **options)
+    if lanes is not None:
+        from pisub.workflow.lanes import load_lanes
+
+        return launch_lanes(load_lanes(lanes), **options)
     source = parallel or chain
     assert source is not None
     calls = [_camel(c) for c in load_tasks(source)]

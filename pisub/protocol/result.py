@@ -77,7 +77,7 @@ class TextContent(Record, kw_only=True):
 class Details(Record, kw_only=True, omit_defaults=True):
     """Machine-readable details of the result."""
 
-    mode: Literal["single", "management", "workflow", "parallel", "chain"]
+    mode: Literal["single", "management", "workflow", "parallel", "chain", "lanes"]
     run_id: str | None = None
     results: list[SingleResult] = []
     error: ErrorInfo | None = None

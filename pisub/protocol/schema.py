@@ -10,6 +10,7 @@ import msgspec
 from pisub.protocol.agent import AgentFrontmatter
 from pisub.protocol.control import Receipt, Request
 from pisub.protocol.events import Event
+from pisub.protocol.lanes import Lane, LaneBoard
 from pisub.protocol.lease import Brief, LeaseOwner
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import Result
@@ -30,6 +31,8 @@ SCHEMAS: dict[str, Any] = {
     "shared-state": SharedState,
     "child-result": ChildResult,
     "tasks": list[ChildCall],
+    "lanes": list[Lane],
+    "lane-board": list[LaneBoard],
 }
 """File name (without ``.json``) → the type it describes."""
 

@@ -4,48 +4,35 @@ returns, the journal and the shared state file."""
 from __future__ import annotations
 
 import enum
-import re
 from typing import Annotated, Any, Literal
 
 import msgspec
 
 from pisub.protocol.codec import Record, StrictRecord
+from pisub.protocol.fields import KEY_PATTERN as KEY_PATTERN  # (re-exported: callers name them here)
+from pisub.protocol.fields import KEY_RE as KEY_RE
+from pisub.protocol.fields import Context as Context
+from pisub.protocol.fields import Key, Seconds, ShortPath
+from pisub.protocol.fields import OutputMode as OutputMode
+from pisub.protocol.lanes import Lane
 from pisub.protocol.result import ErrorInfo, Usage
-
-KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-KEY_RE = re.compile(KEY_PATTERN)
-"""A child's key in its workflow (also a state namespace's name)."""
 
 MAX_CONCURRENCY = 20
 DEFAULT_CONCURRENCY = 4
 DEFAULT_MAX_SPAWNS = 64
 MAX_SPAWNS_LIMIT = 10_000
 
-Key = Annotated[str, msgspec.Meta(pattern=KEY_PATTERN)]
-Seconds = Annotated[float, msgspec.Meta(gt=0, le=366 * 86400)]
-ShortPath = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
-
 
 class Shape(enum.StrEnum):
-    """How a workflow run was asked for: a Python script, or one of the two common shapes."""
+    """How a workflow run was asked for: a Python script, or one of the common shapes."""
 
     WORKFLOW = "workflow"
     PARALLEL = "parallel"
     """Every task at once (up to the concurrency); results in task order."""
     CHAIN = "chain"
     """One task after the other; ``{previous}`` in a task is the previous step's output."""
-
-
-class OutputMode(enum.StrEnum):
-    INLINE = "inline"
-    FILE_ONLY = "file-only"
-    """The child's returned output is a pointer to the file ``output`` names."""
-
-
-class Context(enum.StrEnum):
-    FRESH = "fresh"
-    FORK = "fork"
-    """A pi child starts from a copy of the workflow's ``forkFrom`` session."""
+    LANES = "lanes"
+    """Lanes of ordered stages side by side; the result is the board."""
 
 
 class ChildCall(StrictRecord, kw_only=True, omit_defaults=True):
@@ -78,6 +65,8 @@ class WorkflowSpec(Record, kw_only=True):
     args: dict[str, Any] = {}
     tasks: list[ChildCall] = []
     """The tasks of a ``parallel`` or ``chain`` workflow."""
+    lanes: list[Lane] = []
+    """The lanes of a ``lanes`` workflow."""
     concurrency: int = DEFAULT_CONCURRENCY
     max_spawns: int = DEFAULT_MAX_SPAWNS
     state_ns: str | None = None

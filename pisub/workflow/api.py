@@ -45,6 +45,7 @@ class Runs:
     def __init__(self, coordinator: ChildRuns) -> None:
         self._coordinator = coordinator
         self._waiters: set[asyncio.Task[None]] = set()
+        self._waiters_of_lanes: set[asyncio.Task[Any]] = set()
 
     def run(
         self,
@@ -110,6 +111,41 @@ class Runs:
         gathered.add_done_callback(finish)
         self._coordinator.track(batch)
         return batch
+
+    def lanes(self, lanes: list[dict[str, Any]]) -> ChildFuture:
+        """Run lanes of ordered stages side by side (see :mod:`pisub.workflow.lanes`); the
+        board, a list of ``{key, state, failedStage?, stages: [...]}``. The whole manifest is
+        checked, and every agent looked up, before anything starts.
+
+        Raises:
+            InvalidInput: every problem, naming the lane, stage and field.
+            UnknownAgent: a stage's agent does not exist.
+        """
+        from pisub.workflow.lanes import board_json, check_lanes, run_lanes, stage_call
+
+        checked = check_lanes(lanes, "runs.lanes")
+        every = [stage_call(lane, number) for lane in checked for number in range(len(lane.stages))]
+        self._coordinator.check_agents(every, "runs.lanes")
+        loop = asyncio.get_running_loop()
+        future = ChildFuture(loop=loop)
+        future.label = "runs.lanes([" + ", ".join(repr(lane.key) for lane in checked) + "])"
+        self._coordinator.track(future)
+        task = loop.create_task(run_lanes(self, checked))
+        self._waiters_of_lanes.add(task)
+
+        def finish(done: asyncio.Task[Any]) -> None:
+            self._waiters_of_lanes.discard(done)
+            if future.done():
+                return
+            if done.cancelled():
+                future.cancel()
+            elif done.exception() is not None:
+                future.set_exception(done.exception())  # type: ignore[arg-type]
+            else:
+                future.set_result(board_json(done.result()))
+
+        task.add_done_callback(finish)
+        return future
 
     def steer(
         self,

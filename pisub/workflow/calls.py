@@ -15,6 +15,12 @@ from pisub.protocol.workflow import KEY_RE, ChildCall
 _PYTHON_NAMES = {"outputMode": "output_mode", "idleTimeout": "idle_timeout"}
 _CAMEL = {python: camel for camel, python in _PYTHON_NAMES.items()}
 
+
+def camel_name(name: str) -> str:
+    """A call parameter's file spelling (``idle_timeout`` → ``idleTimeout``); others as given."""
+    return _CAMEL.get(name, name)
+
+
 MAX_TASKS = 1000
 MAX_TASKS_FILE = 16 * 1024 * 1024
 

@@ -309,6 +309,19 @@ class ChildRuns:
             manifest.run_id = run_id
         return manifest, seeds
 
+    def check_agents(self, calls: list[ChildCall], where: str) -> None:
+        """Every call's agent exists where its child would run (nothing is started).
+
+        Raises:
+            UnknownAgent, InvalidInput: naming ``where`` and the call's key.
+        """
+        self._catalogs.clear()
+        for call in calls:
+            try:
+                self._catalog(self._child_cwd(call, where)).get(call.agent)
+            except PisubError as exc:
+                raise type(exc)(f"{where}: {call.key}: {exc.message}") from None
+
     def _catalog(self, cwd: Path) -> Catalog:
         """The agents visible from ``cwd``, read once per batch of calls."""
         from pisub.agents import discover

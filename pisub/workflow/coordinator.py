@@ -227,7 +227,7 @@ class Coordinator:
                 return load_main(script, name)
             from pisub.workflow.shapes import shape_main
 
-            return shape_main(spec.shape, spec.tasks)
+            return shape_main(spec)
 
         self.script = ScriptThread(load, (runs, state, dict(self.spec.args)), self._script_done)
         self.event("workflow.started", shape=self.spec.shape.value)

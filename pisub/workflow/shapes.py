@@ -1,27 +1,34 @@
-"""The two common shapes as built-in workflow mains: ``parallel`` (every task at once, results
-in task order) and ``chain`` (one after the other, ``{previous}`` replaced by the previous
-step's output; a failed step ends the chain and the later ones are ``skipped``). Both run on the
+"""The common shapes as built-in workflow mains: ``parallel`` (every task at once, results in
+task order), ``chain`` (one after the other, ``{previous}`` replaced by the previous step's
+output; a failed step ends the chain and the later ones are ``skipped``) and ``lanes`` (the
+board as the result; a blocked lane fails the workflow, the others still run). All run on the
 same coordinator and journal as a script."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import msgspec
 
-from pisub.protocol.workflow import ChildCall, ChildResult, Shape
+from pisub.protocol.lanes import Lane, LaneState
+from pisub.protocol.workflow import ChildCall, ChildResult, Shape, WorkflowSpec
 from pisub.workflow.api import Runs, WorkflowFailed
+from pisub.workflow.lanes import board_json, run_lanes
 from pisub.workflow.script import MainFn
 
 PREVIOUS = "{previous}"
 
 
-def shape_main(shape: Shape, tasks: list[ChildCall]) -> MainFn:
-    if shape == Shape.PARALLEL:
-        return _parallel(tasks)
-    if shape == Shape.CHAIN:
-        return _chain(tasks)
-    raise ValueError(shape)
+def shape_main(spec: WorkflowSpec) -> MainFn:
+    """The built-in main of ``spec``'s shape."""
+    if spec.shape == Shape.PARALLEL:
+        return _parallel(spec.tasks)
+    if spec.shape == Shape.CHAIN:
+        return _chain(spec.tasks)
+    if spec.shape == Shape.LANES:
+        return _lanes(spec.lanes)
+    raise ValueError(spec.shape)
 
 
 def _params(call: ChildCall, **changes: Any) -> dict[str, Any]:
@@ -56,6 +63,19 @@ def _chain(tasks: list[ChildCall]) -> MainFn:
                 raise WorkflowFailed(f"step {call.key!r} {result.state}: {why}", result.output)
             previous = result.output
         return previous
+
+    return main
+
+
+def _lanes(lanes: list[Lane]) -> MainFn:
+    async def main(runs: Runs, _state: Any, _args: Any) -> str:
+        boards = await run_lanes(runs, lanes)
+        text = json.dumps(board_json(boards), indent=2, ensure_ascii=False)
+        blocked = [b for b in boards if b.state is LaneState.BLOCKED]
+        if blocked:
+            where = ", ".join(f"{b.key} at {b.failed_stage}" for b in blocked)
+            raise WorkflowFailed(f"{len(blocked)} of {len(boards)} lanes blocked: {where}", text)
+        return text
 
     return main
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from pisub.protocol.workflow import KEY_RE
 
 MAX_SCRIPT_BYTES = 1024 * 1024
-RUNS_METHODS = ("run", "all", "steer")
+RUNS_METHODS = ("run", "all", "lanes", "steer")
 COMBINATORS = ("gather", "wait", "as_completed", "wait_for", "shield", "create_task", "ensure_future")
 
 
@@ -213,6 +213,8 @@ class _Calls:
                     given = {str(k): v for k, v in fields.items() if k != "key"}
                     self._check_key(fields.get("key"), _same_call(given))
                     self._check_agent(fields.get("agent"))
+        elif method == "lanes" and call.args:
+            self._check_lanes(call.args[0])
         elif method == "steer":
             key = call.args[0] if call.args else _keyword(call, "key")
             if (
@@ -221,6 +223,26 @@ class _Calls:
                 and not KEY_RE.fullmatch(key.value)
             ):
                 self.report.add(key, f"{key.value!r} is not a key ([A-Za-z0-9][A-Za-z0-9._-]{{0,63}})")
+
+    def _check_lanes(self, node: ast.expr) -> None:
+        """A literal lanes manifest is checked as ``runs.lanes`` would check it."""
+        from pisub.errors import InvalidInput
+        from pisub.workflow.lanes import check_lanes
+
+        try:
+            lanes = ast.literal_eval(node)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return  # computed at run time: checked then
+        try:
+            checked = check_lanes(lanes, "runs.lanes")
+        except InvalidInput as exc:
+            self.report.add(node, exc.message)
+            return
+        for lane in checked:
+            for stage in lane.stages:
+                agent = stage.agent or (lane.defaults.agent if lane.defaults else None)
+                if agent is not None and self.agents is not None and agent not in self.agents:
+                    self.report.add(node, f"lane {lane.key!r} stage {stage.key!r}: no agent named {agent!r}")
 
     def _check_key(self, node: ast.AST | None, params: str) -> None:
         """A literal key must be a key, and unique — unless the calls are the same call (the
