@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from pisub.errors import InvalidInput, WaitTimeout
+from pisub.errors import InvalidInput, RunNotFound, WaitTimeout
 from pisub.paths import STATUS_FILE, Home, RunPaths, open_home, validate_run_ref
 from pisub.polling import Every, poll
 from pisub.protocol.codec import now_iso
@@ -26,6 +26,7 @@ from pisub.store import RunStore, load_manifest, load_result, load_status
 
 if TYPE_CHECKING:
     from pisub.agents import Catalog
+    from pisub.retained import Retained
 
 
 def _text(value: str, what: str) -> str:
@@ -496,6 +497,8 @@ class Run:
         Raises:
             NotResumable: the run is finished and cannot take briefs (stopped, not pi, no session).
         """
+        if child is not None and (target := self._ended_child(child)) is not None:
+            return target.follow_up(message)  # a finished (retained) child: a brief for its resume
         status = self.status()
         if not status.state.is_terminal:
             return self.send_follow_up(message, child=child), None
@@ -505,6 +508,18 @@ class Run:
         session = resumable_session(self.id, status, self.manifest().agent.runner)
         receipt = add_brief(self.paths, self.home.leases, session, self.id, _text(message, "message"))
         return receipt.request_id, receipt
+
+    def _ended_child(self, index: int) -> Run | None:
+        """Child ``index``'s run when it has ended (its own follow-ups become briefs)."""
+        steps = self.status().steps
+        if not 0 <= index < len(steps) or steps[index].run_id is None:
+            return None
+        child = Run(steps[index].run_id or "", home=self.home.root)
+        try:
+            ended = child.status().state.is_terminal
+        except RunNotFound:
+            return None
+        return child if ended else None
 
     def receipt(self, request_id: str) -> Receipt | None:
         """The receipt of a request, or None while there is none."""
@@ -551,6 +566,25 @@ class Run:
         return done
 
 
+def retained_children(
+    *, parent: str | None = None, limit: int = 10, home: Path | None = None
+) -> list[Retained]:
+    """The ``limit`` most recently ended child runs (of workflow ``parent``, or of every run),
+    newest first, each ``resumable`` or not with the reason; continue one with
+    ``runs.run(key, resume=RUN_ID, ...)`` or ``pisub resume RUN``.
+
+    Raises:
+        InvalidInput: a bad limit. RunNotFound: no such parent.
+    """
+    from pisub.retained import retained
+
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise InvalidInput("limit must be 1 to 1000")
+    parent_id = Run(parent, home=home).id if parent is not None else None
+    statuses = list_runs(home=home, children=True)
+    return retained(open_home(home), statuses, parent_id, limit)
+
+
 def list_runs(
     *,
     home: Path | None = None,
@@ -564,7 +598,7 @@ def list_runs(
     A run whose files cannot be read is left out and described in ``problems``; a run removed
     meanwhile (``pisub gc``) is left out silently.
     """
-    from pisub.errors import PisubError, RunNotFound
+    from pisub.errors import PisubError
     from pisub.fsio import load_json
     from pisub.mailbox import inbox_needs_answers
     from pisub.reconcile import observe

@@ -41,6 +41,7 @@ _ops.register(app)
 app.add_typer(_agents.app, name="agents")
 app.add_typer(_leases.app, name="lease")
 app.add_typer(_workflows.app, name="workflow")
+app.add_typer(_workflows.children_app, name="children")
 
 
 def main() -> None:

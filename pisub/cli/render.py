@@ -147,6 +147,16 @@ def fleet_text(rows: Sequence[Any]) -> str:
     return "no live runs" if len(table) == 1 else _table(table)
 
 
+def retained_text(children: Sequence[Any]) -> str:
+    """``pisub children list``: one line per finished child, newest first."""
+    rows = [("RUN", "KEY", "PARENT", "AGENT", "STATE", "ENDED", "RESUME")]
+    for c in children:
+        resume = "resumable" if c.resumable else f"not resumable: {c.reason}"
+        parent = (c.parent_run_id or "-")[:8]
+        rows.append((c.run_id[:8], c.key or "-", parent, c.agent, c.state, age(c.ended_at), resume))
+    return "no finished children" if len(rows) == 1 else _table(rows)
+
+
 def list_text(statuses: Iterable[Status]) -> str:
     rows = [("RUN", "STATE", "AGENT", "STARTED", "ENDED", "PARENT")]
     for st in statuses:

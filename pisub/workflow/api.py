@@ -112,6 +112,12 @@ class Runs:
         self._coordinator.track(batch)
         return batch
 
+    def start_batch(self, calls: list[ChildCall], where: str) -> list[ChildFuture]:
+        """Start a checked batch (all or none) and return one future per call, in order (the
+        built-in shapes use it; a script uses ``runs.all``)."""
+        unique_keys(calls, where)
+        return self._start(calls, where, label="", observed=True)
+
     def lanes(self, lanes: list[dict[str, Any]]) -> ChildFuture:
         """Run lanes of ordered stages side by side (see :mod:`pisub.workflow.lanes`); the
         board, a list of ``{key, state, failedStage?, stages: [...]}``. The whole manifest is

@@ -230,15 +230,15 @@ def stage_call(lane: Lane, number: int, resume: str | None = None) -> ChildCall:
 # == running =======================================================================
 async def run_lanes(runs: Runs, lanes: list[Lane]) -> list[LaneBoard]:
     """Run every lane; the board, in lane order."""
-    first = [stage_call(lane, 0) for lane in lanes]
-    batch: list[ChildResult] = await runs.all([_as_params(call) for call in first])
+    batch = runs.start_batch([stage_call(lane, 0) for lane in lanes], "runs.lanes")
     boards = await asyncio.gather(
-        *(_lane(runs, lane, result) for lane, result in zip(lanes, batch, strict=True))
+        *(_lane(runs, lane, first) for lane, first in zip(lanes, batch, strict=True))
     )
     return list(boards)
 
 
-async def _lane(runs: Runs, lane: Lane, first: ChildResult) -> LaneBoard:
+async def _lane(runs: Runs, lane: Lane, started: asyncio.Future[ChildResult]) -> LaneBoard:
+    first = await started
     stages = [_stage_board(lane.stages[0].key, first)]
     previous = first
     for number in range(1, len(lane.stages)):

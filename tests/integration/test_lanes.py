@@ -253,3 +253,21 @@ def test_validate_checks_a_literal_lanes_manifest(home: Path, counted: Path, tmp
     assert done.returncode == 1
     errors = json.loads(done.stdout)["errors"]
     assert any("first stage" in e["message"] for e in errors)
+
+
+def test_children_list_names_why_a_child_cannot_be_resumed(home: Path, counted: Path) -> None:
+    run = launch_lanes([_lane("a", "a1", "a2"), _lane("b", "b1 sleep 30")])
+    # Lane a goes on while lane b's first stage still runs.
+    wait_for(lambda: any(s.key == "a.s2" and str(s.status) == "complete" for s in run.status().steps), 30)
+    listed = pisub.retained_children(parent=run.id)
+    assert [c.key for c in listed] == ["a.s2", "a.s1"]  # newest first, finished only
+    assert all(not c.resumable and c.reason and "not a pi run" in c.reason for c in listed)
+    assert len(pisub.retained_children(limit=1)) == 1
+    with pytest.raises(InvalidInput):
+        pisub.retained_children(limit=0)
+    text = pisub_cli("children", "list", "--parent", run.id, check=True).stdout
+    assert "a.s1" in text and "not resumable: not a pi run" in text
+    run.send_stop()
+    run.wait(timeout=30)
+    assert "b.s1" in {c.key for c in pisub.retained_children(parent=run.id)}
+    assert pisub_cli("children", "list", "--parent", "nope").returncode != 0
