@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import stat
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -66,14 +67,20 @@ def _regular(path: Path, tmp: Path) -> None:
     path.write_bytes(STEER)
 
 
+def _made_then_moved(path: Path, tmp: Path, finish: Callable[[Path], None]) -> None:
+    """Made aside, finished, then renamed into place: a live runner never sees it half made."""
+    aside = tmp / f"aside-{uuid.uuid4().hex}.json"
+    aside.write_bytes(STEER)
+    finish(aside)
+    os.rename(aside, path)
+
+
 def _unreadable(path: Path, tmp: Path) -> None:
-    _regular(path, tmp)
-    path.chmod(0)
+    _made_then_moved(path, tmp, lambda p: p.chmod(0))
 
 
 def _foreign(path: Path, tmp: Path) -> None:
-    _regular(path, tmp)
-    os.chown(path, 12345, 12345)
+    _made_then_moved(path, tmp, lambda p: os.chown(p, 12345, 12345))
 
 
 PLANTERS: dict[str, Callable[[Path, Path], None]] = {
