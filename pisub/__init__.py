@@ -23,12 +23,12 @@ __all__ = [
     "launch",
     "launch_chain",
     "launch_lanes",
-    "retained_children",
     "launch_parallel",
     "launch_workflow",
     "list_runs",
     "resume",
     "resume_workflow",
+    "retained_children",
 ]
 
 _HOMES = {
@@ -57,12 +57,12 @@ if TYPE_CHECKING:
         launch,
         launch_chain,
         launch_lanes,
-        retained_children,
         launch_parallel,
         launch_workflow,
         list_runs,
         resume,
         resume_workflow,
+        retained_children,
     )
     from pisub.errors import PisubError
     from pisub.protocol.result import Result
