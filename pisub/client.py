@@ -26,6 +26,7 @@ from pisub.store import RunStore, load_manifest, load_result, load_status
 
 if TYPE_CHECKING:
     from pisub.agents import Catalog
+    from pisub.protocol.workflow import Isolation
     from pisub.retained import Retained
 
 
@@ -120,6 +121,8 @@ def launch_workflow(
     state_ns: str | None = None,
     fork_from: str | None = None,
     timeout: float | None = None,
+    isolation: str | None = None,
+    base_ref: str | None = None,
     home: Path | None = None,
 ) -> Run:
     """Start a detached workflow run of the Python file ``script`` (``async def main(runs,
@@ -149,6 +152,8 @@ def launch_workflow(
         state_ns=state_ns,
         fork_from=fork_from,
         timeout=timeout,
+        isolation=isolation,
+        base_ref=base_ref,
         home=home,
     )
 
@@ -203,13 +208,15 @@ def _launch_workflow(
     state_ns: str | None = None,
     fork_from: str | None = None,
     timeout: float | None = None,
+    isolation: str | None = None,
+    base_ref: str | None = None,
     home: Path | None = None,
 ) -> Run:
     import uuid
 
     from pisub.launcher import new_manifest, start_run, working_dir
     from pisub.lineage import caller_lineage
-    from pisub.protocol.workflow import DEFAULT_CONCURRENCY, DEFAULT_MAX_SPAWNS, WorkflowSpec
+    from pisub.protocol.workflow import DEFAULT_CONCURRENCY, DEFAULT_MAX_SPAWNS, Isolation, WorkflowSpec
     from pisub.shared_state import check_json, check_namespace
 
     lineage = caller_lineage(os.environ)
@@ -221,8 +228,11 @@ def _launch_workflow(
     max_spawns = _count(max_spawns, DEFAULT_MAX_SPAWNS, 1, 10_000, "max-spawns")
     if state_ns is not None:
         check_namespace(state_ns)
+    default_isolation = _isolation(isolation, base_ref)
     if tasks:
-        _check_tasks(tasks, agent_catalog(home=h.root, cwd=workdir), workdir, fork_from)
+        _check_tasks(tasks, agent_catalog(home=h.root, cwd=workdir), workdir, fork_from, default_isolation)
+    elif default_isolation is not None:
+        _check_worktree_source(workdir, "the workflow")
     caller = LimitValues(timeout=timeout).check("the call")
     run_id = str(uuid.uuid4())
     spec = WorkflowSpec(
@@ -231,6 +241,8 @@ def _launch_workflow(
         args=spec_args,
         tasks=list(tasks or []) if lanes is None else [],
         lanes=list(lanes or []),
+        isolation=default_isolation or Isolation.NONE,
+        base_ref=base_ref,
         concurrency=concurrency,
         max_spawns=max_spawns,
         state_ns=state_ns,
@@ -251,12 +263,54 @@ def _launch_workflow(
     return Run(start_run(h, manifest, seeds=seeds).run_id, home=h.root)
 
 
-def _check_tasks(tasks: list[Any], catalog: Catalog, workdir: Path, fork_from: str | None) -> None:
+def _isolation(isolation: str | None, base_ref: str | None) -> Isolation | None:
+    """The workflow's default isolation (None: none).
+
+    Raises:
+        InvalidInput: an unknown isolation, or a base ref without worktree isolation.
+    """
+    from pisub.protocol.workflow import Isolation
+
+    if isolation is None or isolation == Isolation.NONE:
+        if base_ref is not None:
+            raise InvalidInput("--base-ref needs --isolation worktree")
+        return None
+    if isolation != Isolation.WORKTREE:
+        raise InvalidInput(f"isolation must be none or worktree, not {isolation!r:.40}")
+    if base_ref is not None:
+        from pisub.worktrees.repo import check_ref_text
+
+        check_ref_text(base_ref)
+    return Isolation.WORKTREE
+
+
+def _check_worktree_source(cwd: Path, where: str) -> None:
+    """A worktree child's source is a clean git repository: checked before anything is created.
+
+    Raises:
+        InvalidInput: naming ``where``, the repository and its uncommitted paths.
+    """
+    from pisub.errors import PisubError
+    from pisub.worktrees import preflight
+
+    try:
+        preflight(cwd)
+    except PisubError as exc:
+        raise type(exc)(f"{where}: isolation='worktree': {exc.message}") from None
+
+
+def _check_tasks(
+    tasks: list[Any],
+    catalog: Catalog,
+    workdir: Path,
+    fork_from: str | None,
+    isolation: Isolation | None = None,
+) -> None:
     """Every check a task's child will meet, before the workflow is created: an unknown agent
     or a bad field starts nothing (the error names ``tasks[i]``)."""
     from pisub.errors import PisubError
     from pisub.launcher import check_task, working_dir
-    from pisub.protocol.workflow import Context
+    from pisub.protocol.workflow import Context, Isolation
 
     for index, call in enumerate(tasks):
         where = f"tasks[{index}] ({call.key})"
@@ -273,6 +327,8 @@ def _check_tasks(tasks: list[Any], catalog: Catalog, workdir: Path, fork_from: s
                 raise InvalidInput(f"{', '.join(pi_only)} needs a pi agent; {call.agent!r} is {agent.runner}")
             if call.context == Context.FORK and fork_from is None:
                 raise InvalidInput("context='fork' needs a session to fork: give --fork-from RUN")
+            if (call.isolation or isolation) == Isolation.WORKTREE:
+                _check_worktree_source(working_dir(call.cwd, workdir), "isolation")
         except PisubError as exc:
             raise type(exc)(f"{where}: {exc.message}") from None
 

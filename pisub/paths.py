@@ -111,6 +111,13 @@ class Home:
         return self.root / "budgets"
 
     @property
+    def worktrees(self) -> Path:
+        """Where isolated children's git worktrees live: ``$PISUB_WORKTREES``, else
+        ``worktrees/`` here; one root per repository, ``<that>/<repository name>/``."""
+        given = os.environ.get("PISUB_WORKTREES")
+        return Path(given).expanduser().absolute() if given else self.root / "worktrees"
+
+    @property
     def gc_lock(self) -> Path:
         """What ``pisub gc`` locks (one at a time): the ``runs`` directory itself."""
         return self.runs
@@ -273,6 +280,11 @@ class RunPaths:
     def journal(self) -> Path:
         """A workflow's journal of child starts and ends (``journal.jsonl``)."""
         return self.root / "journal.jsonl"
+
+    @property
+    def worktree_patch(self) -> Path:
+        """The patch of the work done in this run's git worktree (isolation ``worktree``)."""
+        return self.root / "worktree.patch"
 
     @property
     def workflow_script(self) -> Path:

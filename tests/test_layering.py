@@ -42,6 +42,7 @@ LAYERS: dict[str, int] = {
     "revive": 4,
     "views": 4,
     "retained": 4,
+    "worktree_ops": 4,
     "cli": 5,
     "__main__": 5,
     "testing": 6,

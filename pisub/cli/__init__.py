@@ -25,6 +25,7 @@ from pisub.cli import leases as _leases
 from pisub.cli import ops as _ops
 from pisub.cli import runs as _runs
 from pisub.cli import workflows as _workflows
+from pisub.cli import worktrees as _worktrees
 from pisub.errors import InternalError, PisubError, printable, storage_error
 
 app = typer.Typer(
@@ -42,6 +43,7 @@ app.add_typer(_agents.app, name="agents")
 app.add_typer(_leases.app, name="lease")
 app.add_typer(_workflows.app, name="workflow")
 app.add_typer(_workflows.children_app, name="children")
+app.add_typer(_worktrees.app, name="worktree")
 
 
 def main() -> None:

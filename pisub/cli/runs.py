@@ -42,6 +42,10 @@ def run(
     ),
     state_ns: str | None = typer.Option(None, "--state-ns", help="The workflow state namespace to share."),
     fork_from: str | None = typer.Option(None, "--fork-from", help="RUN or session file for context='fork'."),
+    isolation: str | None = typer.Option(
+        None, "--isolation", help="worktree: every child in its own git worktree (workflows)."
+    ),
+    base_ref: str | None = typer.Option(None, "--base-ref", help="The commit worktrees start from (HEAD)."),
     cwd: Path | None = typer.Option(None, "--cwd", help="Working directory of the child."),
     timeout: float | None = typer.Option(None, "--timeout", help="Runtime limit in seconds."),
     idle_timeout: float | None = typer.Option(None, "--idle-timeout", help="Seconds without output."),
@@ -66,6 +70,8 @@ def run(
                 "state_ns": state_ns,
                 "fork_from": fork_from,
                 "timeout": timeout,
+                "isolation": isolation,
+                "base_ref": base_ref,
             }
             handle: Run = _start_workflow(workflow, parallel, chain, lanes, tasks, args, options)
         else:
@@ -73,6 +79,8 @@ def run(
 
             if agent is None or task is None:
                 raise InvalidInput("give --agent NAME and TASK (or a workflow: --workflow FILE)")
+            if isolation is not None or base_ref is not None:
+                raise InvalidInput("--isolation and --base-ref are for workflows (their children)")
             handle = launch(agent, task, cwd=cwd, timeout=timeout, idle_timeout=idle_timeout)
     except DepthExceeded as exc:
         if as_json:  # the refusal as a result (mode "management") on stdout, the line on stderr

@@ -27,3 +27,13 @@ class Context(enum.StrEnum):
     FRESH = "fresh"
     FORK = "fork"
     """A pi child starts from a copy of the workflow's ``forkFrom`` session."""
+
+
+class Isolation(enum.StrEnum):
+    NONE = "none"
+    WORKTREE = "worktree"
+    """The child works in its own git worktree; its work is captured as a patch at its end."""
+
+
+BaseRef = Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
+"""A git ref or commit id a worktree starts from (default ``HEAD``, resolved at allocation)."""

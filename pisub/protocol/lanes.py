@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from pisub.protocol.codec import Record, StrictRecord
-from pisub.protocol.fields import Context, Key, OutputMode, Seconds, ShortPath
+from pisub.protocol.fields import BaseRef, Context, Isolation, Key, OutputMode, Seconds, ShortPath
 
 MAX_LANES_BYTES = 64 * 1024
 """A lanes manifest as canonical JSON (sorted keys, no spaces)."""
@@ -33,6 +33,8 @@ class LaneDefaults(StrictRecord, kw_only=True, omit_defaults=True):
     idle_timeout: Seconds | None = None
     output_mode: OutputMode | None = None
     context: Context | None = None
+    isolation: Isolation | None = None
+    base_ref: BaseRef | None = None
 
 
 class Stage(StrictRecord, kw_only=True, omit_defaults=True):
@@ -50,6 +52,8 @@ class Stage(StrictRecord, kw_only=True, omit_defaults=True):
     model: ModelName | None = None
     context: Context | None = None
     cwd: ShortPath | None = None
+    isolation: Isolation | None = None
+    base_ref: BaseRef | None = None
 
 
 class Lane(StrictRecord, kw_only=True, omit_defaults=True):

@@ -9,6 +9,7 @@ from pisub import defaults
 from pisub.errors import InvalidInput
 from pisub.protocol.codec import Record
 from pisub.protocol.workflow import WorkflowSpec
+from pisub.protocol.worktree import WorktreeLink
 
 AgentRunner = Literal["external-cli", "pi"]
 """What an agent file may name as its runner."""
@@ -154,3 +155,6 @@ class Manifest(Record, kw_only=True):
     """The depth limit inside this run: a run it starts is refused when ``depth`` reached it."""
     workflow: WorkflowSpec | None = None
     """What a workflow run (``agent.runner`` ``workflow``) runs."""
+    worktree: WorktreeLink | None = None
+    """The git worktree this run works in (``cwd`` is inside it); its runner captures the work
+    when the child ends."""

@@ -11,8 +11,9 @@ import msgspec
 from pisub.protocol.codec import Record, StrictRecord
 from pisub.protocol.fields import KEY_PATTERN as KEY_PATTERN  # (re-exported: callers name them here)
 from pisub.protocol.fields import KEY_RE as KEY_RE
+from pisub.protocol.fields import BaseRef, Key, Seconds, ShortPath
 from pisub.protocol.fields import Context as Context
-from pisub.protocol.fields import Key, Seconds, ShortPath
+from pisub.protocol.fields import Isolation as Isolation
 from pisub.protocol.fields import OutputMode as OutputMode
 from pisub.protocol.lanes import Lane
 from pisub.protocol.result import ErrorInfo, Usage
@@ -54,6 +55,10 @@ class ChildCall(StrictRecord, kw_only=True, omit_defaults=True):
     context: Context = Context.FRESH
     cwd: ShortPath | None = None
     """Relative to the workflow's cwd."""
+    isolation: Isolation | None = None
+    """``worktree``: the child works in its own git worktree (default: the workflow's)."""
+    base_ref: BaseRef | None = None
+    """The commit its worktree starts from (default: the workflow's, else ``HEAD``)."""
 
 
 class WorkflowSpec(Record, kw_only=True):
@@ -67,6 +72,9 @@ class WorkflowSpec(Record, kw_only=True):
     """The tasks of a ``parallel`` or ``chain`` workflow."""
     lanes: list[Lane] = []
     """The lanes of a ``lanes`` workflow."""
+    isolation: Isolation = Isolation.NONE
+    """Every child's isolation unless its call says otherwise."""
+    base_ref: str | None = None
     concurrency: int = DEFAULT_CONCURRENCY
     max_spawns: int = DEFAULT_MAX_SPAWNS
     state_ns: str | None = None

@@ -79,6 +79,18 @@ class WorktreeRecord(Record, kw_only=True):
     updated_at: str
 
 
+class WorktreeLink(Record, kw_only=True):
+    """``manifest.worktree``: where a run's worktree and its ownership record are."""
+
+    record: str
+    """Absolute path of the ownership record (``<root>/<run_id>.json``)."""
+    path: str
+    """Absolute path of the worktree."""
+    repo: str
+    base_commit: str
+    branch: str
+
+
 class ApplyMode(enum.StrEnum):
     """Where an applied patch goes."""
 

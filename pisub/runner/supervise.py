@@ -20,11 +20,12 @@ import selectors
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pisub.children.external_cli import child_env
 from pisub.children.protocol import Child, ChildHooks, ChildOutcome
-from pisub.errors import storage_error
+from pisub.errors import PisubError, storage_error
 from pisub.paths import RunPaths
 from pisub.procs import start_ticks, start_time
 from pisub.protocol.codec import now_iso
@@ -412,6 +413,7 @@ class Supervisor:
         child.close(self.sel)
         verdict = self._judge(outcome)
         self.event("child.exited", 0, exitCode=outcome.exit_code, signal=outcome.signal)
+        self._capture_worktree()
         # The outcome in runner.log first: where a reader's repair finds it if the files cannot
         # be written (a full disk).
         why = f": {verdict.error.code}: {verdict.error.message}" if verdict.error else ""
@@ -426,6 +428,33 @@ class Supervisor:
         if self.watcher is not None:
             self.watcher.stop()
         return self._write_end(verdict, outcome, deadline)
+
+    def _capture_worktree(self) -> None:
+        """Save the work of an isolated child (nothing of it runs any more) as a patch and a
+        ``refs/pisub/`` commit. A capture that fails leaves the worktree as it is: cleanup keeps
+        it (``uncaptured``) and the failure is an event and a line in ``runner.log``."""
+        link = self.manifest.worktree
+        if link is None:
+            return
+        from pisub.worktrees import capture
+
+        try:
+            record = capture(Path(link.record), self.paths.worktree_patch)
+        except Exception as exc:  # any failure: the work stays in the worktree, never lost
+            message = exc.message if isinstance(exc, PisubError) else f"{type(exc).__name__}: {exc}"
+            note(f"could not capture the worktree {link.path}: {message}")
+            self.event("worktree.capture_failed", 0, path=link.path, error=message)
+            return
+        patch = record.patch
+        self.event(
+            "worktree.captured",
+            0,
+            path=link.path,
+            ref=record.ref,
+            sha256=patch.sha256 if patch else None,
+            bytes=patch.size if patch else 0,
+            files=len(patch.files) + patch.files_omitted if patch else 0,
+        )
 
     def _persist(self, what: str, write: Callable[[], object], deadline: float) -> bool:
         return persist(self.trouble, what, write, deadline)

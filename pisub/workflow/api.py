@@ -61,6 +61,8 @@ class Runs:
         model: str | None = None,
         context: str = "fresh",
         cwd: str | None = None,
+        isolation: str | None = None,
+        base_ref: str | None = None,
     ) -> ChildFuture:
         """Start child ``key`` (or, for a key already called with the same parameters, return its
         result again); its :class:`~pisub.protocol.workflow.ChildResult`.
@@ -81,6 +83,8 @@ class Runs:
             "model": model,
             "context": context,
             "cwd": cwd,
+            "isolation": isolation,
+            "base_ref": base_ref,
         }
         call = from_python(key, params, f"runs.run({key!r:.80})")
         return self._start([call], f"runs.run({key!r})", label=f"runs.run({key!r})")[0]

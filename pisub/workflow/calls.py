@@ -12,7 +12,7 @@ from pisub.errors import InvalidInput, PisubError, printable
 from pisub.protocol.codec import convert, decode
 from pisub.protocol.workflow import KEY_RE, ChildCall
 
-_PYTHON_NAMES = {"outputMode": "output_mode", "idleTimeout": "idle_timeout"}
+_PYTHON_NAMES = {"outputMode": "output_mode", "idleTimeout": "idle_timeout", "baseRef": "base_ref"}
 _CAMEL = {python: camel for camel, python in _PYTHON_NAMES.items()}
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import hashlib
+import os
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -31,7 +32,7 @@ from pisub.protocol.control import Interrupt, Receipt, ReceiptState, Request, St
 from pisub.protocol.manifest import LimitValues, Manifest
 from pisub.protocol.result import SingleResult
 from pisub.protocol.status import StepState, StepStatus
-from pisub.protocol.workflow import ChildCall, ChildResult, Context, SteerResult, WorkflowSpec
+from pisub.protocol.workflow import ChildCall, ChildResult, Context, Isolation, SteerResult, WorkflowSpec
 from pisub.spawn_budget import SpawnBudget
 from pisub.store import load_result
 from pisub.workflow import outcomes
@@ -258,7 +259,26 @@ class ChildRuns:
             manifest, seeds = self._plan_start(call, cwd, where, run_id=record.run_id)
             return _Plan(cwd=cwd, manifest=manifest, seeds=seeds, journaled=True)
         manifest, seeds = self._plan_start(call, cwd, where)
+        if self._isolation(call) is Isolation.WORKTREE:
+            self._preflight(cwd, where)
         return _Plan(cwd=cwd, manifest=manifest, seeds=seeds, needs_claim=True)
+
+    def _isolation(self, call: ChildCall) -> Isolation:
+        return call.isolation if call.isolation is not None else self.spec.isolation
+
+    def _preflight(self, cwd: Path, where: str) -> None:
+        """A worktree child's source is a clean git repository (checked per batch; again when
+        its worktree is made). Isolation is never dropped silently.
+
+        Raises:
+            InvalidInput: not a repository, or uncommitted changes (naming them).
+        """
+        from pisub.worktrees import preflight
+
+        try:
+            preflight(cwd)
+        except PisubError as exc:
+            raise type(exc)(f"{where}: isolation='worktree': {exc.message}") from None
 
     def _child_cwd(self, call: ChildCall, where: str) -> Path:
         from pisub.launcher import working_dir
@@ -433,12 +453,46 @@ class ChildRuns:
 
         error: str | None = None
         try:
+            if self._isolation(entry.call) is Isolation.WORKTREE:
+                manifest = self._in_worktree(entry, manifest)
             start_run(self.home, manifest, seeds=seeds)
         except PisubError as exc:
             error = exc.message
         except Exception as exc:  # reported as the child's failure, never lost in this thread
             error = f"{type(exc).__name__}: {exc}"
         self.host.post(lambda: self._launched(entry, error))
+
+    def _in_worktree(self, entry: ChildEntry, manifest: Manifest) -> Manifest:
+        """``manifest`` moved into a new git worktree of its cwd's repository (its ownership
+        record written first; the repository checked clean again now). A worktree this run id
+        already has (a resumed workflow re-creating a journaled child) is taken as it is.
+
+        Raises:
+            InvalidInput, WorktreeError, StorageError: no worktree, so no child.
+        """
+        from pisub.protocol.worktree import WorktreeLink
+        from pisub.worktrees import allocate, load_record, record_path, repo_root
+
+        cwd = Path(manifest.cwd)
+        repo = repo_root(cwd)
+        root = self.home.worktrees / repo.name
+        existing = record_path(root, manifest.run_id)
+        if existing.is_file():
+            record = load_record(existing)
+        else:
+            base = entry.call.base_ref if entry.call.base_ref is not None else self.spec.base_ref
+            record = allocate(repo, base_ref=base, run_id=manifest.run_id, key=entry.key, root=root)
+            existing = record_path(Path(record.path).parent, manifest.run_id)
+        inside = Path(os.path.realpath(cwd)).relative_to(os.path.realpath(repo))
+        moved = msgspec.structs.replace(manifest, cwd=str(Path(record.path) / inside))
+        moved.worktree = WorktreeLink(
+            record=str(existing),
+            path=record.path,
+            repo=record.repo,
+            base_commit=record.base_commit,
+            branch=record.branch,
+        )
+        return moved
 
     def _launched(self, entry: ChildEntry, error: str | None) -> None:
         assert entry.run_id is not None

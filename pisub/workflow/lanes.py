@@ -222,7 +222,16 @@ def stage_call(lane: Lane, number: int, resume: str | None = None) -> ChildCall:
         "resume": resume,
         "output": stage.output,
     }
-    for name in ("output_mode", "timeout", "idle_timeout", "model", "context", "cwd"):
+    for name in (
+        "output_mode",
+        "timeout",
+        "idle_timeout",
+        "model",
+        "context",
+        "cwd",
+        "isolation",
+        "base_ref",
+    ):
         fields[name] = pick(name)
     return ChildCall(**{k: v for k, v in fields.items() if v is not None})
 

@@ -269,7 +269,7 @@ class _Calls:
 
 
 _COLLECTING = ("append", "add", "extend", "insert", "appendleft")
-_PYTHON_NAMES = {"outputMode": "output_mode", "idleTimeout": "idle_timeout"}
+_PYTHON_NAMES = {"outputMode": "output_mode", "idleTimeout": "idle_timeout", "baseRef": "base_ref"}
 
 
 def _same_call(params: dict[str, ast.expr]) -> str:
