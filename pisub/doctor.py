@@ -293,7 +293,7 @@ def collect(home: Home, older_than: float, dry_run: bool) -> GcResult:
                 continue
             with contextlib.suppress(PisubError):
                 statuses[name] = observe(home.run(name))  # a dead runner's run is repaired first
-        held = _held_by_workflows(home, statuses, now, older_than)
+        held = _held_by_workflows(home, statuses, now, older_than) | _held_by_worktrees(home, statuses)
         for name in statuses:
             paths = home.run(name)
             doomed = None
@@ -335,6 +335,31 @@ def _held_by_workflows(home: Home, statuses: dict[str, Status], now: float, olde
             if holder != name and holder in statuses:
                 kept.add(holder)
     return kept | {name for name, st in statuses.items() if st.parent_run_id in kept}
+
+
+def _held_by_worktrees(home: Home, statuses: dict[str, Status]) -> set[str]:
+    """Runs whose git worktree holds work not yet applied or discarded: their patch file is
+    part of that work (``pisub worktree apply`` reads it)."""
+    from pisub.protocol.worktree import WorktreeState
+    from pisub.store import load_manifest
+    from pisub.worktrees import load_record
+
+    kept = set()
+    for name in statuses:
+        try:
+            link = load_manifest(home.run(name)).worktree
+        except PisubError:
+            continue  # judged as any run is
+        if link is None:
+            continue
+        try:
+            state = load_record(Path(link.record)).state
+        except PisubError:
+            kept.add(name)  # a worktree we cannot judge: kept
+            continue
+        if state in (WorktreeState.ALLOCATED, WorktreeState.CAPTURED):
+            kept.add(name)
+    return kept
 
 
 def _leased_sessions(home: Home) -> list[str]:

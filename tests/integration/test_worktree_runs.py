@@ -183,3 +183,14 @@ def test_a_base_ref_and_a_subdirectory_cwd_carry_into_the_worktree(repo: Path) -
     )
     inner = pisub.Run(_wait(deeper).details.results[0].run_id or "")
     assert inner.manifest().cwd.endswith("/sub") and (Path(inner.manifest().cwd) / "g.txt").is_file()
+
+
+def test_gc_keeps_a_run_whose_worktree_work_is_not_applied(repo: Path) -> None:
+    run = launch_parallel([{"key": "w", "agent": "editor", "task": "n.txt=1"}], cwd=repo, isolation="worktree")
+    child = _wait(run).details.results[0].run_id or ""
+    pisub_cli("gc", "--older-than", "0s", check=True)
+    assert (pisub.Run(child).dir / "worktree.patch").is_file()
+    pisub_cli("worktree", "apply", child, check=True)
+    pisub_cli("gc", "--older-than", "0s", check=True)
+    with pytest.raises(pisub.PisubError):
+        pisub.Run(child).status()  # applied: an ordinary finished run again
