@@ -78,8 +78,13 @@ def uncaptured_change(record: WorktreeRecord) -> str | None:
     return None
 
 
-def judge(root: Path, rec_path: Path, record: WorktreeRecord, active: Active) -> PlanEntry:
-    """The cleanup decision for one valid record (see :class:`Reason` for the order)."""
+def judge(
+    root: Path, rec_path: Path, record: WorktreeRecord, active: Active, settled: Active | None = None
+) -> PlanEntry:
+    """The cleanup decision for one valid record (see :class:`Reason` for the order).
+    ``settled(run_id)``: its captured work is accounted for elsewhere (a lane's recorded merge
+    or supersession), so a clean ``captured`` worktree is ``safe`` too (its ``refs/pisub/``
+    commit stays)."""
     name = rec_path.name.removesuffix(RECORD_SUFFIX)
     problem = ownership_problem(root, rec_path, record)
     if problem is not None:
@@ -101,11 +106,14 @@ def judge(root: Path, rec_path: Path, record: WorktreeRecord, active: Active) ->
     if change is not None:
         return replace(entry, reason=Reason.DIRTY, detail=change)
     if record.state is WorktreeState.CAPTURED:
+        if settled is not None and settled(record.run_id):
+            why = "captured; its lane's evidence is recorded"
+            return replace(entry, decision=Decision.REMOVE, detail=why)
         return replace(entry, reason=Reason.UNAPPLIED, detail="captured, neither applied nor discarded")
     return replace(entry, decision=Decision.REMOVE)
 
 
-def cleanup_plan(root: Path, active: Active) -> list[PlanEntry]:
+def cleanup_plan(root: Path, active: Active, settled: Active | None = None) -> list[PlanEntry]:
     """One entry per record of ``root`` and per other entry without a record (``unknown``):
     ``remove`` only when ``safe``. Changes nothing; never follows a symlink or blocks on a FIFO.
 
@@ -120,7 +128,7 @@ def cleanup_plan(root: Path, active: Active) -> list[PlanEntry]:
         if isinstance(found, str):
             entries.append(_unknown(name, found, record=rec_path))
         else:
-            entries.append(judge(root, rec_path, found, active))
+            entries.append(judge(root, rec_path, found, active, settled))
     for name in entry_names(root):
         if name.endswith(RECORD_SUFFIX) or name in accounted:
             continue
@@ -129,15 +137,19 @@ def cleanup_plan(root: Path, active: Active) -> list[PlanEntry]:
     return entries
 
 
-def _recheck(root: Path, run_id: str, active: Active) -> tuple[PlanEntry, WorktreeRecord | None]:
+def _recheck(
+    root: Path, run_id: str, active: Active, settled: Active | None
+) -> tuple[PlanEntry, WorktreeRecord | None]:
     rec_path = record_path(root, run_id)
     found = read_entry(rec_path)
     if isinstance(found, str):
         return _unknown(run_id, found, record=rec_path), None
-    return judge(root, rec_path, found, active), found
+    return judge(root, rec_path, found, active, settled), found
 
 
-def remove_safe(root: Path, entries: list[PlanEntry], active: Active | None = None) -> list[Removal]:
+def remove_safe(
+    root: Path, entries: list[PlanEntry], active: Active | None = None, settled: Active | None = None
+) -> list[Removal]:
     """Remove the worktrees of the ``remove`` entries of a plan, each re-judged right before
     (with ``active`` when given): a worktree that changed, became live or lost its record since
     the plan is kept. Removing = ``git worktree remove --force``, ``git worktree prune``, delete
@@ -159,7 +171,7 @@ def remove_safe(root: Path, entries: list[PlanEntry], active: Active | None = No
             if not is_run_id(run_id):
                 done.append(Removal(entry=_unknown(run_id, "not a run id"), removed=False))
                 continue
-            fresh, record = _recheck(root, run_id, is_active)
+            fresh, record = _recheck(root, run_id, is_active, settled)
             if fresh.decision is not Decision.REMOVE or record is None:
                 done.append(Removal(entry=fresh, removed=False))
                 continue

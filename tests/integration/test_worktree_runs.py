@@ -186,7 +186,8 @@ def test_a_base_ref_and_a_subdirectory_cwd_carry_into_the_worktree(repo: Path) -
 
 
 def test_gc_keeps_a_run_whose_worktree_work_is_not_applied(repo: Path) -> None:
-    run = launch_parallel([{"key": "w", "agent": "editor", "task": "n.txt=1"}], cwd=repo, isolation="worktree")
+    task = {"key": "w", "agent": "editor", "task": "n.txt=1"}
+    run = launch_parallel([task], cwd=repo, isolation="worktree")
     child = _wait(run).details.results[0].run_id or ""
     pisub_cli("gc", "--older-than", "0s", check=True)
     assert (pisub.Run(child).dir / "worktree.patch").is_file()
