@@ -282,6 +282,11 @@ class RunPaths:
         return self.root / "journal.jsonl"
 
     @property
+    def handoff(self) -> Path:
+        """A lane's recorded evidence (``pisub lane record-merge`` / ``record-supersession``)."""
+        return self.root / "handoff.json"
+
+    @property
     def worktree_patch(self) -> Path:
         """The patch of the work done in this run's git worktree (isolation ``worktree``)."""
         return self.root / "worktree.patch"

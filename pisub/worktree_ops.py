@@ -112,19 +112,34 @@ def discard_worktree(ref: str, *, force: bool, home: Path | None = None) -> None
     discard(record)
 
 
-def cleanup_worktrees(*, apply: bool, home: Path | None = None) -> tuple[list[PlanEntry], list[Removal]]:
+def cleanup_worktrees(
+    *, apply: bool, lane: str | None = None, home: Path | None = None
+) -> tuple[list[PlanEntry], list[Removal]]:
     """The cleanup plan of every worktree (``remove`` / ``keep`` / ``unknown`` with the reason);
-    with ``apply``, each ``remove`` entry is checked again and only safe ones are removed."""
+    with ``apply``, each ``remove`` entry is checked again and only safe ones are removed.
+    With ``lane`` (a workflow run whose merge or supersession is recorded and still holds,
+    see ``pisub lane status``) that lane's captured, unchanged worktrees count as safe too;
+    the lane's evidence is checked again before anything is removed."""
     from pisub.worktrees import cleanup_plan, remove_safe
 
     h = open_home(home)
+    settled: set[str] = set()
+    if lane is not None:
+        from pisub.lane_evidence import settled_children
+
+        settled = settled_children(lane, home)
     plan: list[PlanEntry] = []
     removed: list[Removal] = []
     for root in roots(h):
-        entries = cleanup_plan(root, lambda rid: is_active(h, rid))
+        entries = cleanup_plan(root, lambda rid: is_active(h, rid), settled.__contains__)
         plan += entries
         if apply:
-            removed += remove_safe(root, entries, lambda rid: is_active(h, rid))
+            again: set[str] = set()
+            if lane is not None:
+                from pisub.lane_evidence import settled_children
+
+                again = settled_children(lane, home)  # the evidence right before removing
+            removed += remove_safe(root, entries, lambda rid: is_active(h, rid), again.__contains__)
     return plan, removed
 
 

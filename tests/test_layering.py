@@ -43,6 +43,7 @@ LAYERS: dict[str, int] = {
     "views": 4,
     "retained": 4,
     "worktree_ops": 4,
+    "lane_evidence": 4,
     "cli": 5,
     "__main__": 5,
     "testing": 6,

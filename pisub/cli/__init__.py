@@ -21,6 +21,7 @@ import typer
 
 from pisub.cli import agents as _agents
 from pisub.cli import control as _control
+from pisub.cli import lanes as _lanes
 from pisub.cli import leases as _leases
 from pisub.cli import ops as _ops
 from pisub.cli import runs as _runs
@@ -44,6 +45,7 @@ app.add_typer(_leases.app, name="lease")
 app.add_typer(_workflows.app, name="workflow")
 app.add_typer(_workflows.children_app, name="children")
 app.add_typer(_worktrees.app, name="worktree")
+app.add_typer(_lanes.app, name="lane")
 
 
 def main() -> None:

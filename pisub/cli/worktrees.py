@@ -80,6 +80,11 @@ def discard(
 def cleanup(
     plan: bool = typer.Option(False, "--plan", help="Only say what would be removed (the default)."),
     apply_: bool = typer.Option(False, "--apply", help="Remove the safe ones (each checked again)."),
+    lane: str | None = typer.Option(
+        None,
+        "--lane",
+        help="A lane (workflow run) whose recorded merge or supersession covers its worktrees.",
+    ),
     as_json: bool = JSON,
 ) -> None:
     """Plan each worktree remove|keep|unknown with the reason (safe, dirty, active, unapplied,
@@ -92,7 +97,7 @@ def cleanup(
 
     if plan and apply_:
         raise InvalidInput("give --plan or --apply, not both")
-    entries, removed = cleanup_worktrees(apply=apply_)
+    entries, removed = cleanup_worktrees(apply=apply_, lane=lane)
     if as_json:
         json_line({"plan": msgspec.to_builtins(entries), "removed": msgspec.to_builtins(removed)})
         return

@@ -10,12 +10,14 @@ import msgspec
 from pisub.protocol.agent import AgentFrontmatter
 from pisub.protocol.control import Receipt, Request
 from pisub.protocol.events import Event
+from pisub.protocol.handoff import Handoff
 from pisub.protocol.lanes import Lane, LaneBoard
 from pisub.protocol.lease import Brief, LeaseOwner
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import Result
 from pisub.protocol.status import Status
 from pisub.protocol.workflow import ChildCall, ChildResult, JournalEntry, SharedState
+from pisub.protocol.worktree import WorktreeRecord
 
 SCHEMAS: dict[str, Any] = {
     "manifest": Manifest,
@@ -33,6 +35,8 @@ SCHEMAS: dict[str, Any] = {
     "tasks": list[ChildCall],
     "lanes": list[Lane],
     "lane-board": list[LaneBoard],
+    "handoff": Handoff,
+    "worktree-record": WorktreeRecord,
 }
 """File name (without ``.json``) → the type it describes."""
 

@@ -151,8 +151,7 @@ def test_a_runner_killed_mid_edit_leaves_its_worktree_kept_as_uncaptured(repo: P
     assert runner is not None
     os.kill(runner, signal.SIGKILL)
     wait_for(lambda: child.status().state == "failed", 15)
-    run.send_stop()
-    run.wait(timeout=30)
+    run.wait(timeout=30)  # its only lane is blocked: the workflow ends by itself
     plan = json.loads(pisub_cli("worktree", "cleanup", "--apply", "--json", check=True).stdout)
     assert [(e["runId"], e["decision"], e["reason"]) for e in plan["plan"]] == [
         (child_id, "keep", "uncaptured")
@@ -195,3 +194,98 @@ def test_gc_keeps_a_run_whose_worktree_work_is_not_applied(repo: Path) -> None:
     pisub_cli("gc", "--older-than", "0s", check=True)
     with pytest.raises(pisub.PisubError):
         pisub.Run(child).status()  # applied: an ordinary finished run again
+
+
+def _two_writers(repo: Path, *names: str) -> tuple[pisub.Run, list[str]]:
+    tasks = [{"key": n, "agent": "editor", "task": f"{n}.txt={n}"} for n in names]
+    run = launch_parallel(tasks, cwd=repo, isolation="worktree")
+    return run, [r.run_id or "" for r in _wait(run).details.results]
+
+
+def _lane_state(run_id: str) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads(pisub_cli("lane", "status", run_id, "--json", check=True).stdout)
+    return found
+
+
+def test_lane_evidence_allows_cleanup_only_while_the_facts_hold(repo: Path) -> None:
+    run, (a, b) = _two_writers(repo, "a", "b")
+    state = _lane_state(run.id)
+    assert state["state"] == "terminal-blocked" and "no merge" in state["reason"]
+    assert sorted(state["children"]) == sorted([a, b])
+    merge = ["--pr", "7", "--reviewed-head", "abc1234", "--merge-commit", "def5678", "--by", "ana"]
+    bad = pisub_cli("lane", "record-merge", run.id, *merge, "--post-merge-checks", "maybe")
+    assert (
+        bad.returncode == 1 and "recorded, skipped or failed" in bad.stderr and "Traceback" not in bad.stderr
+    )
+    wrong = pisub_cli(
+        "lane", "record-merge", run.id, *merge[:3], "zz", *merge[4:], "--post-merge-checks", "recorded"
+    )
+    assert wrong.returncode == 1 and "INVALID_INPUT" in wrong.stderr
+    not_equal = pisub_cli("lane", "record-merge", run.id, *merge, "--post-merge-checks", "recorded", "--json")
+    assert json.loads(not_equal.stdout)["state"] == "terminal-blocked"
+    done = pisub_cli(
+        "lane",
+        "record-merge",
+        run.id,
+        *merge,
+        "--tree-equivalent",
+        "--post-merge-checks",
+        "recorded",
+        check=True,
+    )
+    assert f"allows: pisub worktree cleanup --apply --lane {run.id}" in done.stdout
+    assert _lane_state(run.id)["state"] == "terminal-eligible"
+    handoff = pisub.Run(run.id).dir / "handoff.json"
+    assert stat_mode(handoff) == 0o600 and json.loads(handoff.read_text())["merge"]["pr"] == 7
+
+    # Without --lane nothing is removed (captured, never applied); a change blocks the lane.
+    plain = json.loads(pisub_cli("worktree", "cleanup", "--plan", "--json", check=True).stdout)["plan"]
+    assert {e["reason"] for e in plain} == {"unapplied"}
+    worktree_b = Path(pisub.Run(b).manifest().worktree.path)  # type: ignore[union-attr]
+    (worktree_b / "late.txt").write_text("written after the merge\n")
+    blocked = _lane_state(run.id)
+    assert blocked["state"] == "terminal-blocked" and "b" in blocked["reason"]
+    out = json.loads(
+        pisub_cli("worktree", "cleanup", "--apply", "--lane", run.id, "--json", check=True).stdout
+    )
+    assert not [r for r in out["removed"] if r["removed"]]
+    (worktree_b / "late.txt").unlink()
+    assert _lane_state(run.id)["state"] == "terminal-eligible"
+    out = json.loads(
+        pisub_cli("worktree", "cleanup", "--apply", "--lane", run.id, "--json", check=True).stdout
+    )
+    assert sorted(r["entry"]["runId"] for r in out["removed"] if r["removed"]) == sorted([a, b])
+    assert not worktree_b.exists()
+    assert git(repo, "rev-parse", "--verify", f"refs/pisub/{b}").strip()  # the work stays in git
+    after = _lane_state(run.id)
+    assert after["state"] == "terminal-eligible", after  # the records moved, the facts held
+
+
+def test_a_lane_superseded_by_another_and_an_active_lane_refuses_evidence(repo: Path) -> None:
+    first, _ = _two_writers(repo, "x")
+    second, _ = _two_writers(repo, "y")
+    done = json.loads(
+        pisub_cli(
+            "lane",
+            "record-supersession",
+            first.id,
+            "--by-lane",
+            second.id,
+            "--by",
+            "bo",
+            "--json",
+            check=True,
+        ).stdout
+    )
+    assert done["state"] == "superseded-eligible" and done["supersession"]["byLane"] == second.id
+    live = launch_parallel(
+        [{"key": "slow", "agent": "editor", "task": "s.txt=1 sleep 30"}], cwd=repo, isolation="worktree"
+    )
+    wait_for(lambda: live.status().steps and live.status().steps[0].pid, 30)
+    assert _lane_state(live.id)["state"] == "active"
+    refused = pisub_cli("lane", "record-supersession", live.id, "--by-lane", first.id, "--by", "bo")
+    assert refused.returncode == 1 and "active" in refused.stderr
+    single = pisub_cli("lane", "status", pisub.Run(done["children"][0]).id)
+    assert single.returncode == 1 and "not a workflow run" in single.stderr
+    live.send_stop()
+    live.wait(timeout=30)

@@ -1,0 +1,80 @@
+"""``handoff.json`` of a lane (a workflow run whose children worked in worktrees): the evidence
+people record about what became of its work — a merge, or a supersession by another lane —
+with a digest of the facts it attests. Input from the CLI is strict; the file is
+forward-compatible."""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Literal
+
+import msgspec
+
+from pisub.protocol.codec import Record
+
+CommitId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{7,64}$")]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+
+
+class PostMergeChecks(enum.StrEnum):
+    RECORDED = "recorded"
+    """The checks after the merge ran and their results are recorded (where the team keeps them)."""
+    SKIPPED = "skipped"
+    FAILED = "failed"
+
+
+class MergeEvidence(Record, kw_only=True):
+    pr: Annotated[int, msgspec.Meta(ge=1, le=10**12)]
+    reviewed_head: CommitId
+    merge_commit: CommitId
+    tree_equivalent: bool
+    """The merged tree is the lane's captured work (as reviewed)."""
+    post_merge_checks: PostMergeChecks
+    attested_by: Name
+    attested_at: str
+
+
+class Supersession(Record, kw_only=True):
+    by_lane: str
+    """The workflow run whose work replaces this lane's."""
+    attested_by: Name
+    attested_at: str
+
+
+class Handoff(Record, kw_only=True):
+    v: Literal[1] = 1
+    run_id: str
+    digest: str
+    """SHA-256 of the lane's facts when the evidence was recorded (every child's worktree:
+    run id, key, patch hash, capture commit, whether it holds more)."""
+    merge: MergeEvidence | None = None
+    supersession: Supersession | None = None
+    updated_at: str
+
+
+class LaneState(enum.StrEnum):
+    ACTIVE = "active"
+    """The workflow or one of its children still runs."""
+    TERMINAL_ELIGIBLE = "terminal-eligible"
+    """A merge is recorded, tree-equivalent, checks recorded, and nothing changed since."""
+    TERMINAL_BLOCKED = "terminal-blocked"
+    """Finished, but its worktrees may not be cleaned up (the reason says why)."""
+    SUPERSEDED_ELIGIBLE = "superseded-eligible"
+    """Another lane's work replaces it, recorded, and nothing changed since."""
+    UNKNOWN = "unknown"
+    """Its files cannot be read or judged."""
+
+
+class LaneStatus(Record, kw_only=True):
+    """What ``pisub lane status`` says."""
+
+    run_id: str
+    state: LaneState
+    reason: str | None = None
+    children: list[str] = []
+    """The child runs with worktrees (their work is what the evidence is about)."""
+    digest: str | None = None
+    merge: MergeEvidence | None = None
+    supersession: Supersession | None = None
+    cleanup_command: str | None = None
+    """The exact command that the evidence allows (never run by pisub)."""
