@@ -23,9 +23,9 @@ class WorktreeRow(Record, kw_only=True):
 
 def roots(home: Home) -> list[Path]:
     """Every worktree root (one per repository) under the home's worktree directory."""
-    from pisub.worktrees.records import is_plain_dir
+    from pisub.worktrees.records import checked_base, is_plain_dir
 
-    base = home.worktrees
+    base = checked_base(home.worktrees, home.root)
     try:
         names = sorted(os.listdir(base))
     except FileNotFoundError:

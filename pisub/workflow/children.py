@@ -472,10 +472,11 @@ class ChildRuns:
         """
         from pisub.protocol.worktree import WorktreeLink
         from pisub.worktrees import allocate, load_record, record_path, repo_root
+        from pisub.worktrees.records import checked_base
 
         cwd = Path(manifest.cwd)
         repo = repo_root(cwd)
-        root = self.home.worktrees / repo.name
+        root = checked_base(self.home.worktrees, self.home.root) / repo.name
         existing = record_path(root, manifest.run_id)
         if existing.is_file():
             record = load_record(existing)

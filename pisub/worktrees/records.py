@@ -165,3 +165,17 @@ def is_plain_dir(path: Path) -> bool:
         return stat.S_ISDIR(os.lstat(path).st_mode)
     except OSError:
         return False
+
+
+def checked_base(base: Path, home_root: Path) -> Path:
+    """``base`` (where worktree roots live), refused when it is the home's own ``worktrees``
+    and something other than a directory (a planted symlink) stands there.
+
+    Raises:
+        InvalidInput: naming it and the fix.
+    """
+    if base.parent == home_root and os.path.lexists(base) and not is_plain_dir(base):
+        raise InvalidInput(
+            f"{printable(os.fspath(base))} is not a directory (a symlink?): remove it, or set PISUB_WORKTREES"
+        )
+    return base

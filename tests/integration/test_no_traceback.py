@@ -61,6 +61,7 @@ def corrupted_home(home: Path, make_agent: AgentMaker, tmp_path: Path) -> list[s
     good = pisub.launch("quick", "x")
     good.wait(timeout=30)
     runs = home / "runs"
+    (home / "worktrees").symlink_to(tmp_path)  # planted: never listed through
     broken: list[str] = []
     cases = [
         ("status.json", "garbage"),
@@ -129,6 +130,10 @@ RUN_COMMANDS = [
     ["stop", "--wait", "0.5"],
     ["resume"],
     ["lease", "break", "--force"],
+    ["lane", "status"],
+    ["lane", "record-supersession", "--by-lane", "nope", "--by", "x"],
+    ["worktree", "apply"],
+    ["worktree", "discard", "--force"],
 ]
 
 
@@ -143,10 +148,11 @@ def test_every_command_on_every_broken_run_fails_in_one_line(corrupted_home: lis
     calls = []
     for run_id in corrupted_home:
         for command in RUN_COMMANDS:
-            args = [*command[:2], run_id, *command[2:]] if command[0] == "lease" else [command[0], run_id]
+            grouped = command[0] in ("lease", "lane", "worktree")
+            args = [*command[:2], run_id, *command[2:]] if grouped else [command[0], run_id]
             if command[0] in ("steer", "follow-up", "resume"):
                 args.append("a message")
-            if command[0] != "lease":
+            if not grouped:
                 args += command[1:]
             calls.append(args)
     _run_all(calls)
@@ -175,5 +181,14 @@ def test_every_home_wide_command_survives_the_broken_home(corrupted_home: list[s
         ["run", "--parallel", "/dev/null"],
         ["workflow", "validate", "/dev/zero"],
         ["workflow", "validate", "/nonexistent.py", "--json"],
+        ["run", "--lanes", "/dev/zero"],
+        ["run", "--lanes", "/nonexistent.json"],
+        ["run", "--task", "garbage=x", "--isolation", "worktree"],
+        ["children", "list"],
+        ["children", "list", "--json", "--limit", "0"],
+        ["worktree", "list"],
+        ["worktree", "list", "--json"],
+        ["worktree", "cleanup", "--plan"],
+        ["worktree", "cleanup", "--apply", "--json"],
     ):
         _run(*args)
