@@ -38,6 +38,10 @@ def list_(as_json: bool = JSON) -> None:
             f"{rec.branch if rec else '-'}  patch: {captured}  "
             f"cleanup: {plan.decision.value} ({plan.reason.value}){': ' + plan.detail if plan.detail else ''}"
         )
+        if patch is not None and (patch.ignored_changed or patch.ignored_omitted):
+            count = len(patch.ignored_changed) + patch.ignored_omitted
+            shown = ", ".join(patch.ignored_changed[:5])
+            out(f"warning: {count} ignored path(s) in its worktree are not in the patch: {shown}")
 
 
 @app.command("apply")

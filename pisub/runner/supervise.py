@@ -454,7 +454,10 @@ class Supervisor:
             sha256=patch.sha256 if patch else None,
             bytes=patch.size if patch else 0,
             files=len(patch.files) + patch.files_omitted if patch else 0,
+            ignoredChanged=len(patch.ignored_changed) + patch.ignored_omitted if patch else 0,
         )
+        if patch is not None and patch.ignored_changed:
+            note(f"ignored files changed in the worktree (not in the patch): {patch.ignored_changed[:10]}")
 
     def _persist(self, what: str, write: Callable[[], object], deadline: float) -> bool:
         return persist(self.trouble, what, write, deadline)

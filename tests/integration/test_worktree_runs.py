@@ -289,3 +289,16 @@ def test_a_lane_superseded_by_another_and_an_active_lane_refuses_evidence(repo: 
     assert single.returncode == 1 and "not a workflow run" in single.stderr
     live.send_stop()
     live.wait(timeout=30)
+
+
+def test_changed_ignored_files_are_a_warning_not_silence(repo: Path) -> None:
+    (repo / ".gitignore").write_text("*.log\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "ignore logs")
+    run = launch_parallel(
+        [{"key": "l", "agent": "editor", "task": "debug.log=noise"}], cwd=repo, isolation="worktree"
+    )
+    child = _wait(run).details.results[0].run_id or ""
+    shown = pisub_cli("worktree", "list", check=True).stdout
+    assert "warning: 1 ignored path(s)" in shown and "debug.log" in shown
+    assert '"ignoredChanged":1' in (pisub.Run(child).dir / "events.jsonl").read_text().replace(" ", "")
