@@ -186,12 +186,21 @@ def launch_lanes(lanes: list[dict[str, Any]], **options: Any) -> Run:
     Raises:
         InvalidInput: every problem, naming the lane, stage and field.
     """
-    from pisub.protocol.workflow import Shape
+    from pisub.protocol.workflow import DEFAULT_MAX_SPAWNS, Shape
+    from pisub.spawn_budget import FanoutLimit
     from pisub.workflow.lanes import check_lanes, stage_call
 
     checked = check_lanes(lanes, "lanes")
     every = [stage_call(lane, n) for lane in checked for n in range(len(lane.stages))]
-    return _launch_workflow(Shape.LANES, name="lanes", tasks=every, lanes=checked, **options)
+    labels = [
+        f"lanes[{i}] ({lane.key}).stages[{n}] ({stage.key})"
+        for i, lane in enumerate(checked)
+        for n, stage in enumerate(lane.stages)
+    ]
+    limit = options.get("max_spawns") or DEFAULT_MAX_SPAWNS
+    if len(every) > limit:
+        raise FanoutLimit(f"lanes: {len(every)} stages would start more than {limit} children (--max-spawns)")
+    return _launch_workflow(Shape.LANES, name="lanes", tasks=every, lanes=checked, labels=labels, **options)
 
 
 def _launch_workflow(
@@ -201,6 +210,7 @@ def _launch_workflow(
     script: Path | None = None,
     tasks: list[Any] | None = None,
     lanes: list[Any] | None = None,
+    labels: list[str] | None = None,
     args: dict[str, Any] | None = None,
     cwd: str | Path | None = None,
     concurrency: int | None = None,
@@ -230,9 +240,10 @@ def _launch_workflow(
         check_namespace(state_ns)
     default_isolation = _isolation(isolation, base_ref)
     if tasks:
-        _check_tasks(tasks, agent_catalog(home=h.root, cwd=workdir), workdir, fork_from, default_isolation)
+        catalog = agent_catalog(home=h.root, cwd=workdir)
+        _check_tasks(tasks, catalog, workdir, fork_from, default_isolation, base_ref, labels, h)
     elif default_isolation is not None:
-        _check_worktree_source(workdir, "the workflow")
+        _check_worktree_source(workdir, "the workflow", base_ref, home=h)
     caller = LimitValues(timeout=timeout).check("the call")
     run_id = str(uuid.uuid4())
     spec = WorkflowSpec(
@@ -284,19 +295,27 @@ def _isolation(isolation: str | None, base_ref: str | None) -> Isolation | None:
     return Isolation.WORKTREE
 
 
-def _check_worktree_source(cwd: Path, where: str) -> None:
-    """A worktree child's source is a clean git repository: checked before anything is created.
+def _check_worktree_source(
+    cwd: Path, where: str, base_ref: str | None, key: str | None = None, home: Home | None = None
+) -> None:
+    """A worktree child's source (a clean repository, its base ref, its cwd in that commit, a
+    branch name for its key): checked before anything is created.
 
     Raises:
-        InvalidInput: naming ``where``, the repository and its uncommitted paths.
+        InvalidInput: naming ``where`` and what is wrong.
     """
     from pisub.errors import PisubError
-    from pisub.worktrees import preflight
+    from pisub.worktrees import check_source
 
     try:
-        preflight(cwd)
+        repo = check_source(cwd, base_ref, key)
+        if home is not None:
+            from pisub.worktrees.records import check_root
+
+            check_root(home.worktrees, home.root, repo)
     except PisubError as exc:
-        raise type(exc)(f"{where}: isolation='worktree': {exc.message}") from None
+        prefix = f"{where}: " if where else ""
+        raise type(exc)(f"{prefix}isolation='worktree': {exc.message}") from None
 
 
 def _check_tasks(
@@ -305,6 +324,9 @@ def _check_tasks(
     workdir: Path,
     fork_from: str | None,
     isolation: Isolation | None = None,
+    base_ref: str | None = None,
+    labels: list[str] | None = None,
+    home: Home | None = None,
 ) -> None:
     """Every check a task's child will meet, before the workflow is created: an unknown agent
     or a bad field starts nothing (the error names ``tasks[i]``)."""
@@ -313,7 +335,7 @@ def _check_tasks(
     from pisub.protocol.workflow import Context, Isolation
 
     for index, call in enumerate(tasks):
-        where = f"tasks[{index}] ({call.key})"
+        where = labels[index] if labels is not None else f"tasks[{index}] ({call.key})"
         try:
             agent = catalog.get(call.agent).spec()
             check_task(call.task, "task")
@@ -328,7 +350,8 @@ def _check_tasks(
             if call.context == Context.FORK and fork_from is None:
                 raise InvalidInput("context='fork' needs a session to fork: give --fork-from RUN")
             if (call.isolation or isolation) == Isolation.WORKTREE:
-                _check_worktree_source(working_dir(call.cwd, workdir), "isolation")
+                base = call.base_ref if call.base_ref is not None else base_ref
+                _check_worktree_source(working_dir(call.cwd, workdir), "", base, call.key, home)
         except PisubError as exc:
             raise type(exc)(f"{where}: {exc.message}") from None
 
@@ -558,6 +581,14 @@ class Run:
         status = self.status()
         if not status.state.is_terminal:
             return self.send_follow_up(message, child=child), None
+        if child is not None:
+            steps = status.steps
+            if not 0 <= child < len(steps):
+                raise InvalidInput(f"run {self.id} has no child {child} (it has {len(steps)})")
+            raise InvalidInput(
+                f"child {steps[child].key or child} of run {self.id} never started ({steps[child].status}): "
+                "there is no session to follow up"
+            )
         from pisub.briefs import add_brief
         from pisub.launcher import resumable_session
 

@@ -231,7 +231,8 @@ def resumable_session(run_id: str, status: Status, runner: str) -> str:
         NotResumable: the run is stopped, still going, not a pi run, or has no session file.
     """
     if runner != "pi":
-        raise NotResumable(f"run {run_id} is an {runner} run; only pi runs can be resumed")
+        article = "an" if runner[:1] in "aeiou" else "a"
+        raise NotResumable(f"run {run_id} is {article} {runner} run; only pi runs can be resumed")
     if status.state == RunState.STOPPED:
         raise NotResumable(f"run {run_id} is stopped; start a new run")
     if not status.state.is_terminal:

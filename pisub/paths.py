@@ -115,7 +115,7 @@ class Home:
         """Where isolated children's git worktrees live: ``$PISUB_WORKTREES``, else
         ``worktrees/`` here; one root per repository, ``<that>/<repository name>/``."""
         given = os.environ.get("PISUB_WORKTREES")
-        return Path(given).expanduser().absolute() if given else self.root / "worktrees"
+        return Path(given).expanduser() if given else self.root / "worktrees"
 
     @property
     def gc_lock(self) -> Path:

@@ -116,6 +116,14 @@ class Runs:
         self._coordinator.track(batch)
         return batch
 
+    def reserve(self, keys: list[str]) -> None:
+        """Claim the spawn budget for ``keys`` at once, all or none (the built-in shapes use it).
+
+        Raises:
+            FanoutLimit: they do not fit; nothing was claimed.
+        """
+        self._coordinator.reserve(keys)
+
     def start_batch(self, calls: list[ChildCall], where: str) -> list[ChildFuture]:
         """Start a checked batch (all or none) and return one future per call, in order (the
         built-in shapes use it; a script uses ``runs.all``)."""
@@ -136,6 +144,8 @@ class Runs:
         checked = check_lanes(lanes, "runs.lanes")
         every = [stage_call(lane, number) for lane in checked for number in range(len(lane.stages))]
         self._coordinator.check_agents(every, "runs.lanes")
+        resumed = {f"{lane.key}.{stage.key}" for lane in checked for stage in lane.stages if stage.resume}
+        self._coordinator.check_same_calls(every, "runs.lanes", resumed)
         loop = asyncio.get_running_loop()
         future = ChildFuture(loop=loop)
         future.label = "runs.lanes([" + ", ".join(repr(lane.key) for lane in checked) + "])"

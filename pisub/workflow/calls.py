@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +109,7 @@ def load_tasks(path: Path) -> list[ChildCall]:
     from pisub.fsio import read_bytes
 
     try:
-        data = read_bytes(path, limit=MAX_TASKS_FILE)
+        data = read_bytes(os.path.realpath(path), limit=MAX_TASKS_FILE)  # the user's own path
     except OSError as exc:
         raise InvalidInput(f"cannot read tasks file {path}: {exc.strerror or exc}") from exc
     if len(data) > MAX_TASKS_FILE:

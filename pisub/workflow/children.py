@@ -260,23 +260,25 @@ class ChildRuns:
             return _Plan(cwd=cwd, manifest=manifest, seeds=seeds, journaled=True)
         manifest, seeds = self._plan_start(call, cwd, where)
         if self._isolation(call) is Isolation.WORKTREE:
-            self._preflight(cwd, where)
+            self._preflight(call, cwd, where)
         return _Plan(cwd=cwd, manifest=manifest, seeds=seeds, needs_claim=True)
 
     def _isolation(self, call: ChildCall) -> Isolation:
         return call.isolation if call.isolation is not None else self.spec.isolation
 
-    def _preflight(self, cwd: Path, where: str) -> None:
-        """A worktree child's source is a clean git repository (checked per batch; again when
-        its worktree is made). Isolation is never dropped silently.
+    def _preflight(self, call: ChildCall, cwd: Path, where: str) -> None:
+        """A worktree child's source: a clean git repository, its base ref, its cwd in that
+        commit, a branch name for its key (checked per batch; again when its worktree is made).
+        Isolation is never dropped silently.
 
         Raises:
-            InvalidInput: not a repository, or uncommitted changes (naming them).
+            InvalidInput: naming what is wrong (the uncommitted paths, the ref, the key).
         """
-        from pisub.worktrees import preflight
+        from pisub.worktrees import check_source
 
+        base = call.base_ref if call.base_ref is not None else self.spec.base_ref
         try:
-            preflight(cwd)
+            check_source(cwd, base, call.key)
         except PisubError as exc:
             raise type(exc)(f"{where}: isolation='worktree': {exc.message}") from None
 
@@ -328,6 +330,41 @@ class ChildRuns:
         if run_id is not None:
             manifest.run_id = run_id
         return manifest, seeds
+
+    def check_same_calls(self, calls: list[ChildCall], where: str, resumed: set[str]) -> None:
+        """Each call whose key this workflow already knows (now or from its journal) is the
+        same call; for a key in ``resumed`` (its ``resume`` is only known once its predecessor
+        ran) every parameter but ``resume`` is compared. Nothing is started.
+
+        Raises:
+            InvalidInput: naming the first key called with other parameters.
+        """
+        for call in calls:
+            assert call.key is not None
+            with self.lock:
+                entry = self.by_key.get(call.key)
+            record = self.replayed.keys.get(call.key)
+            if entry is not None:
+                known_fp, known_resume = entry.fingerprint, entry.call.resume
+            elif record is not None and call.key not in resumed:
+                known_fp, known_resume = record.fingerprint, None
+            else:
+                continue
+            same = call if call.key not in resumed else msgspec.structs.replace(call, resume=known_resume)
+            if fingerprint(same) != known_fp:
+                raise InvalidInput(
+                    f"{where}: key {call.key!r} was already used with other parameters "
+                    "(a key names one child)"
+                )
+
+    def reserve(self, keys: list[str]) -> None:
+        """Claim a start from the spawn budget for each of ``keys`` now, all or none (a key
+        claimed before costs nothing).
+
+        Raises:
+            FanoutLimit: they do not fit; nothing was claimed.
+        """
+        self.budget.claim(self.spec.journal, keys)
 
     def check_agents(self, calls: list[ChildCall], where: str) -> None:
         """Every call's agent exists where its child would run (nothing is started).
@@ -472,11 +509,11 @@ class ChildRuns:
         """
         from pisub.protocol.worktree import WorktreeLink
         from pisub.worktrees import allocate, load_record, record_path, repo_root
-        from pisub.worktrees.records import checked_base
+        from pisub.worktrees.records import check_root
 
         cwd = Path(manifest.cwd)
         repo = repo_root(cwd)
-        root = checked_base(self.home.worktrees, self.home.root) / repo.name
+        root = check_root(self.home.worktrees, self.home.root, repo)
         existing = record_path(root, manifest.run_id)
         if existing.is_file():
             record = load_record(existing)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,7 +61,7 @@ def load_lanes(path: Path) -> Any:
     from pisub.fsio import read_bytes
 
     try:
-        data = read_bytes(path, limit=MAX_LANES_FILE + 1)
+        data = read_bytes(os.path.realpath(path), limit=MAX_LANES_FILE + 1)  # the user's own path
     except OSError as exc:
         raise InvalidInput(f"cannot read lanes file {printable(str(path))}: {exc.strerror or exc}") from exc
     if len(data) > MAX_LANES_FILE:
@@ -166,22 +167,22 @@ def _check_keys(lanes: list[Lane], where: str, problems: list[str]) -> None:
     for index, lane in enumerate(lanes):
         at = f"{where}[{index}] ({lane.key})"
         if lane.key in lane_keys:
-            problems.append(f"{at}.key: lane key {lane.key!r} is used twice")
+            problems.append(f"{at}.key (the lane key {lane.key!r} is used twice)")
         lane_keys.add(lane.key)
         stage_keys: set[str] = set()
         for number, stage in enumerate(lane.stages):
             here = f"{at}.stages[{number}] ({stage.key})"
             if stage.key in stage_keys:
-                problems.append(f"{here}.key: stage key {stage.key!r} is used twice in the lane")
+                problems.append(f"{here}.key (the stage key {stage.key!r} is used twice in the lane)")
                 continue
             stage_keys.add(stage.key)
             child = child_key(lane, stage)
             if not KEY_RE.fullmatch(child):
                 problems.append(
-                    f"{here}.key: the child key {child!r} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,63}}"
+                    f"{here}.key (the child key {child!r} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,63}})"
                 )
             elif child in children:
-                problems.append(f"{here}.key: the child key {child!r} is another lane's stage")
+                problems.append(f"{here}.key (the child key {child!r} is another lane's stage)")
             children.add(child)
             if _agent(lane, number) is None:
                 problems.append(f"{here}.agent: no agent (give one, or the lane's defaults.agent)")
@@ -239,6 +240,8 @@ def stage_call(lane: Lane, number: int, resume: str | None = None) -> ChildCall:
 # == running =======================================================================
 async def run_lanes(runs: Runs, lanes: list[Lane]) -> list[LaneBoard]:
     """Run every lane; the board, in lane order."""
+    # Every stage's start claimed at once: a manifest that does not fit the budget starts nothing.
+    runs.reserve([child_key(lane, stage) for lane in lanes for stage in lane.stages])
     batch = runs.start_batch([stage_call(lane, 0) for lane in lanes], "runs.lanes")
     boards = await asyncio.gather(
         *(_lane(runs, lane, first) for lane, first in zip(lanes, batch, strict=True))
@@ -287,8 +290,20 @@ def _as_params(call: ChildCall, *, key: bool = True) -> dict[str, Any]:
     return {k: (v.value if hasattr(v, "value") else v) for k, v in params.items() if v is not None}
 
 
+def _final_output(result: ChildResult) -> str:
+    """The stage's final output: for ``file-only``, what the saved file holds (its tail)."""
+    if result.output_reference is None or not result.output.startswith("Output saved to: "):
+        return result.output
+    from pisub.fsio import read_tail
+
+    try:
+        return read_tail(Path(result.output_reference), 256 * 1024).decode("utf-8", "replace")
+    except OSError:
+        return result.output
+
+
 def _stage_board(key: str, result: ChildResult) -> StageBoard:
-    verdict = verdict_of(result.output) if result.ok else None
+    verdict = verdict_of(_final_output(result)) if result.ok else None
     if result.state == "stopped":
         state = StageState.STOPPED
     elif result.ok and verdict == "blocked":
@@ -323,16 +338,18 @@ def _cap(text: str | None) -> str | None:
 
 
 def verdict_of(output: str) -> str | None:
-    """The ``verdict`` of the last fenced ```json block of ``output`` that is an object with one
-    (a string); prose is never read."""
-    for block in reversed(_FENCE.findall(output[-256 * 1024 :])):
-        try:
-            value = json.loads(block)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(value, dict) and isinstance(value.get("verdict"), str):
-            verdict: str = value["verdict"]
-            return verdict
+    """The ``verdict`` of the last fenced ```json block of ``output`` when that block is an
+    object with a string ``verdict`` (else none); prose is never read."""
+    blocks = _FENCE.findall(output[-256 * 1024 :])
+    if not blocks:
+        return None
+    try:
+        value = json.loads(blocks[-1])
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(value, dict) and isinstance(value.get("verdict"), str):
+        verdict: str = value["verdict"]
+        return verdict
     return None
 
 

@@ -11,6 +11,7 @@ run time, where a static check cannot see (a call in a loop, a key computed at r
 from __future__ import annotations
 
 import ast
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +56,7 @@ def validate_file(path: Path, agents: set[str] | None) -> Report:
 
     report = Report()
     try:
-        data = read_bytes(path, limit=MAX_SCRIPT_BYTES)
+        data = read_bytes(os.path.realpath(path), limit=MAX_SCRIPT_BYTES)  # a link is the user's own
     except OSError as exc:
         report.add(None, f"cannot read {path}: {exc.strerror or exc}")
         return report

@@ -25,7 +25,7 @@ from pisub.worktrees.cleanup import cleanup_plan, remove_safe
 from pisub.worktrees.git import WorktreeError
 from pisub.worktrees.isolation import allocate, apply, branch_name, capture, capture_ref, discard
 from pisub.worktrees.records import list_records, load_record, record_path, save_record
-from pisub.worktrees.repo import dirty_paths, preflight, repo_root, resolve_base
+from pisub.worktrees.repo import check_source, dirty_paths, preflight, repo_root, resolve_base
 
 __all__ = [
     "ApplyMode",
@@ -44,6 +44,7 @@ __all__ = [
     "branch_name",
     "capture",
     "capture_ref",
+    "check_source",
     "cleanup_plan",
     "dirty_paths",
     "discard",

@@ -19,7 +19,7 @@ from pisub.fsio import private_mkdir
 from pisub.paths import is_run_id
 from pisub.protocol.codec import now_iso
 from pisub.protocol.worktree import Decision, PlanEntry, Reason, Removal, WorktreeRecord, WorktreeState
-from pisub.worktrees.git import WorktreeError
+from pisub.worktrees.git import WorktreeError, run_git
 from pisub.worktrees.isolation import capture_ref, delete_ref, remove_worktree, root_lock
 from pisub.worktrees.records import (
     RECORD_SUFFIX,
@@ -28,6 +28,7 @@ from pisub.worktrees.records import (
     is_plain_dir,
     list_records,
     ownership_problem,
+    private_problem,
     read_entry,
     record_path,
     save_record,
@@ -78,6 +79,36 @@ def uncaptured_change(record: WorktreeRecord) -> str | None:
     return None
 
 
+def leftover_work(record: WorktreeRecord) -> str | None:
+    """What the worktree holds that no patch can carry (None when nothing): ignored files the
+    child wrote, a nested repository, files inside a submodule's directory. A worktree that
+    cannot be inspected counts as holding some."""
+    path = Path(record.path)
+    if not os.path.lexists(path):
+        return None
+    status = ["status", "--porcelain=v1", "-z", "--ignored=matching", "--untracked-files=all"]
+    try:
+        out = run_git(path, status, what="list the worktree's ignored files").stdout
+        staged = run_git(path, ["ls-files", "-s", "-z"], what="list the worktree's index").stdout
+    except WorktreeError as exc:
+        return f"cannot inspect it: {exc.message}"
+    ignored = [e[3:] for e in out.split(b"\0") if e.startswith(b"!! ")]
+    if ignored:
+        first = printable(os.fsdecode(ignored[0]), one_line=True)
+        return f"{len(ignored)} ignored path(s) not in any patch ({first}...)"
+    for entry in staged.split(b"\0"):
+        if entry.startswith(b"160000 "):
+            inner = os.fsdecode(entry.split(b"\t", 1)[1])
+            try:
+                holds = bool(os.listdir(path / inner))
+            except OSError:
+                holds = False
+            if holds:
+                show = printable(inner, one_line=True)
+                return f"a nested repository or submodule at {show}: its files are not in any patch"
+    return None
+
+
 def judge(
     root: Path, rec_path: Path, record: WorktreeRecord, active: Active, settled: Active | None = None
 ) -> PlanEntry:
@@ -102,7 +133,7 @@ def judge(
         return replace(entry, reason=Reason.ACTIVE, detail="its run is live")
     if record.state is WorktreeState.ALLOCATED:
         return replace(entry, reason=Reason.UNCAPTURED, detail="allocated and never captured")
-    change = uncaptured_change(record)
+    change = uncaptured_change(record) or leftover_work(record)
     if change is not None:
         return replace(entry, reason=Reason.DIRTY, detail=change)
     if record.state is WorktreeState.CAPTURED:
@@ -122,6 +153,9 @@ def cleanup_plan(root: Path, active: Active, settled: Active | None = None) -> l
     """
     entries: list[PlanEntry] = []
     accounted: set[str] = set()
+    problem = private_problem(root, "worktree root")
+    if problem is not None:  # someone else could have written anything here: nothing is judged
+        return [_unknown(name, problem, worktree=root / name) for name in entry_names(root)]
     for rec_path, found in list_records(root):
         name = rec_path.name.removesuffix(RECORD_SUFFIX)
         accounted.add(name)
@@ -132,7 +166,7 @@ def cleanup_plan(root: Path, active: Active, settled: Active | None = None) -> l
     for name in entry_names(root):
         if name.endswith(RECORD_SUFFIX) or name in accounted:
             continue
-        kind = "directory" if is_plain_dir(root / name) else "entry"
+        kind = "directory" if is_plain_dir(root / name) else "file or link"
         entries.append(_unknown(name, f"a {kind} without a record", worktree=root / name))
     return entries
 

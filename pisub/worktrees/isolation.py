@@ -41,7 +41,14 @@ from pisub.worktrees.patches import (
     staged_patch,
     verify_reproduces,
 )
-from pisub.worktrees.records import load_owned, publish_record, record_path, save_record
+from pisub.worktrees.records import (
+    expected_branch,
+    load_owned,
+    private_problem,
+    publish_record,
+    record_path,
+    save_record,
+)
 from pisub.worktrees.repo import (
     check_branch_name,
     is_worktree_top,
@@ -64,7 +71,7 @@ def _show(path: Path | str) -> str:
 
 def branch_name(run_id: str, key: str) -> str:
     """The branch of a run's worktree: ``pisub/<run_id[:8]>/<key>``."""
-    return f"pisub/{run_id[:8]}/{key}"
+    return expected_branch(run_id, key)
 
 
 def capture_ref(run_id: str) -> str:
@@ -128,6 +135,9 @@ def _prepare_root(root: Path, repo: Path) -> Path:
         private_mkdir(absolute)  # refuses a symlink or a file standing there
     except OSError as exc:
         raise storage_error(exc, "create the worktree root", root) from exc
+    problem = private_problem(absolute, "worktree root")
+    if problem is not None:
+        raise InvalidInput(f"{_show(absolute)}: {problem}; use a directory of your own (chmod 700)")
     return _json_safe(Path(os.path.realpath(root)), "worktree root")
 
 
@@ -165,8 +175,10 @@ def allocate(repo: Path, *, base_ref: str | None, run_id: str, key: str, root: P
         updated_at=now,
     )
     rec_path = record_path(real_root, run_id)
-    publish_record(rec_path, record)
-    _add_worktree(top, path, branch, base, rec_path)
+    # One `git worktree add` at a time per root (git's own bookkeeping of worktrees races).
+    with root_lock(real_root):
+        publish_record(rec_path, record)
+        _add_worktree(top, path, branch, base, rec_path)
     return record
 
 

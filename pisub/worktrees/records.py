@@ -130,17 +130,40 @@ def read_entry(path: Path) -> WorktreeRecord | str:
     return record
 
 
+def expected_branch(run_id: str, key: str) -> str:
+    """The branch of a run's worktree: ``pisub/<run_id[:8]>/<key>``."""
+    return f"pisub/{run_id[:8]}/{key}"
+
+
+def private_problem(path: Path, what: str) -> str | None:
+    """Why ``path`` (a worktree root or a record) is not this user's own, unwritable by others
+    (None when it is): something another user could have written is never acted on."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"the {what} cannot be inspected: {exc.strerror or exc}"
+    if st.st_uid != os.geteuid():
+        return f"the {what} belongs to uid {st.st_uid}, not to this user"
+    if st.st_mode & 0o022:
+        return f"the {what} is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
 def ownership_problem(root: Path, rec_path: Path, record: WorktreeRecord) -> str | None:
     """Why the record read from ``rec_path`` is not trusted to describe the worktree
     ``<root>/<run_id>`` (None when it is): a forged or copied record must never make pisub
-    run git in, or remove, a directory that is not its own."""
+    run git in, or remove, a directory — or delete a branch — that is not its own."""
     if not is_run_id(record.run_id):
         return "the record's runId is not a run id"
     if rec_path.name != f"{record.run_id}{RECORD_SUFFIX}":
         return "the record names another run"
     if record.path != os.path.join(os.path.realpath(root), record.run_id):
         return f"the record's worktree {printable(record.path, one_line=True)} is not in this root"
-    return None
+    if record.branch != expected_branch(record.run_id, record.key):
+        return f"the record's branch {printable(record.branch, one_line=True)} is not the run's own"
+    if not os.path.isabs(record.repo):
+        return "the record's repository is not an absolute path"
+    return private_problem(root, "worktree root") or private_problem(rec_path, "record")
 
 
 def list_records(root: Path) -> list[tuple[Path, WorktreeRecord | str]]:
@@ -174,8 +197,30 @@ def checked_base(base: Path, home_root: Path) -> Path:
     Raises:
         InvalidInput: naming it and the fix.
     """
+    if not base.is_absolute():
+        raise InvalidInput(f"PISUB_WORKTREES must be an absolute path, not {printable(os.fspath(base))!r}")
+    runs = home_root / "runs"
+    if base == runs or runs in base.parents:
+        raise InvalidInput("PISUB_WORKTREES must not be inside pisub's runs (gc removes runs)")
     if base.parent == home_root and os.path.lexists(base) and not is_plain_dir(base):
         raise InvalidInput(
             f"{printable(os.fspath(base))} is not a directory (a symlink?): remove it, or set PISUB_WORKTREES"
         )
     return base
+
+
+def check_root(base: Path, home_root: Path, repo: Path) -> Path:
+    """The worktree root of ``repo`` under ``base`` (see :func:`checked_base`), refused when it
+    exists and is not this user's own and private.
+
+    Raises:
+        InvalidInput: naming it and the fix.
+    """
+    root = checked_base(base, home_root) / repo.name
+    if os.path.lexists(root):
+        problem = private_problem(root, "worktree root")
+        if problem is not None:
+            raise InvalidInput(
+                f"{printable(os.fspath(root))}: {problem}; use a directory of your own (chmod 700)"
+            )
+    return root

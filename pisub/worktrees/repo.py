@@ -199,3 +199,32 @@ def snapshot_tree(worktree: Path) -> str:
             run_git(worktree, ["read-tree", "HEAD"], what=what, env=env)
             run_git(worktree, ["add", "-A"], what=what, env=env)
         return git_out(worktree, ["write-tree"], what=what, env=env).decode("ascii", "replace")
+
+
+def check_source(cwd: Path, base_ref: str | None, key: str | None = None) -> Path:
+    """Everything a worktree child needs of its source, checked before anything starts: a
+    clean repository, a base ref naming a commit, the cwd present in that commit (not an
+    ignored or untracked directory), and a branch name git accepts for ``key``.
+
+    Returns:
+        The repository's top level.
+
+    Raises:
+        InvalidInput: naming what is wrong.
+    """
+    top = preflight(cwd)
+    commit = resolve_base(top, base_ref)
+    inside = os.path.relpath(os.path.realpath(cwd), os.path.realpath(top))
+    if inside != ".":
+        spec = f"{commit}:{inside}"
+        kind = run_git(top, ["cat-file", "-t", spec], what="look up the cwd in the base", check=False)
+        if not kind.ok or kind.stdout.strip() != b"tree":
+            raise InvalidInput(
+                f"the cwd {_show(cwd)} is not a directory of the base commit {commit[:12]} "
+                "(an ignored or untracked directory is not in a worktree); run from a tracked one"
+            )
+    if key is not None:
+        from pisub.worktrees.records import expected_branch
+
+        check_branch_name(top, expected_branch("0" * 8, key))
+    return top
