@@ -90,3 +90,28 @@ def test_children_list_says_which_are_resumable_and_a_follow_up_becomes_a_brief(
     assert again.wait(timeout=120).state == "complete"
     request = _sent_with(model_server, f"{tag}-next")[-1]
     assert f"{tag}-brief" in json.dumps(request)
+
+
+def test_a_pi_stage_ending_with_a_blocked_verdict_blocks_its_lane(
+    pi_home: Path, model_server: FakeModelServer
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    verdict = '```json\n{"verdict": "blocked", "why": "needs a human"}\n```'
+    run = launch_lanes(
+        [
+            {
+                "key": "review",
+                "defaults": {"agent": "pi"},
+                "stages": [
+                    {"key": "look", "task": f"look {tag}\n{verdict}"},
+                    {"key": "fix", "task": f"fix {tag}"},
+                ],
+            }
+        ]
+    )
+    result = run.wait(timeout=120)
+    board = json.loads(result.content[0].text[result.content[0].text.index("[") :])
+    (lane,) = board
+    assert lane["state"] == "blocked" and lane["failedStage"] == "look"
+    assert lane["stages"][0]["verdict"] == "blocked" and lane["stages"][1]["state"] == "skipped"
+    assert not _sent_with(model_server, f"fix {tag}")
