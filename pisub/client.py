@@ -197,7 +197,10 @@ def launch_lanes(lanes: list[dict[str, Any]], **options: Any) -> Run:
         for i, lane in enumerate(checked)
         for n, stage in enumerate(lane.stages)
     ]
-    limit = options.get("max_spawns") or DEFAULT_MAX_SPAWNS
+    from pisub.config import load_config
+
+    limit = options.get("max_spawns") or load_config(open_home(options.get("home")).root).workflow.max_spawns
+    limit = limit or DEFAULT_MAX_SPAWNS
     if len(every) > limit:
         raise FanoutLimit(f"lanes: {len(every)} stages would start more than {limit} children (--max-spawns)")
     return _launch_workflow(Shape.LANES, name="lanes", tasks=every, lanes=checked, labels=labels, **options)
@@ -234,8 +237,11 @@ def _launch_workflow(
     h = open_home(home)
     spec_args = dict(args or {})
     check_json(spec_args, "the workflow's args")
-    concurrency = _count(concurrency, DEFAULT_CONCURRENCY, 1, 20, "concurrency")
-    max_spawns = _count(max_spawns, DEFAULT_MAX_SPAWNS, 1, 10_000, "max-spawns")
+    from pisub.config import load_config
+
+    configured = load_config(h.root).workflow
+    concurrency = _count(concurrency, configured.concurrency or DEFAULT_CONCURRENCY, 1, 20, "concurrency")
+    max_spawns = _count(max_spawns, configured.max_spawns or DEFAULT_MAX_SPAWNS, 1, 10_000, "max-spawns")
     if state_ns is not None:
         check_namespace(state_ns)
     default_isolation = _isolation(isolation, base_ref)

@@ -110,7 +110,12 @@ def plan_run(
         resolve_pi(spec, home)
     else:
         check_command(spec.command, cwd)
-    limits = Limits.resolve((caller, "the call"), (found.limits(), str(found.path)))
+    from pisub.config import config_limits, config_path, load_config
+
+    configured = config_limits(load_config(home.root))
+    limits = Limits.resolve(
+        (caller, "the call"), (found.limits(), str(found.path)), (configured, str(config_path(home.root)))
+    )
     lineage = lineage.lowered(spec.max_depth)
     return new_manifest(spec, task, str(cwd), limits, lineage=lineage, key=key, run_id=run_id)
 

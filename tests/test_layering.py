@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "spawn_budget": 2,
     "shared_state": 2,
     "doctor": 2,
+    "config": 2,
     "worktrees": 2,
     "children": 3,
     "runner": 3,

@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from pisub.protocol.agent import AgentFrontmatter
+from pisub.protocol.config import Config
 from pisub.protocol.control import Receipt, Request
 from pisub.protocol.events import Event
 from pisub.protocol.handoff import Handoff
@@ -37,6 +38,7 @@ SCHEMAS: dict[str, Any] = {
     "lane-board": list[LaneBoard],
     "handoff": Handoff,
     "worktree-record": WorktreeRecord,
+    "config": Config,
 }
 """File name (without ``.json``) → the type it describes."""
 

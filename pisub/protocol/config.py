@@ -1,0 +1,36 @@
+"""``<home>/config.toml``: the user's defaults (TOML, keys in snake_case as written). Input
+from outside, so strict: an unknown key or a wrong type is an error naming the field."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from pisub.protocol.workflow import MAX_CONCURRENCY, MAX_SPAWNS_LIMIT
+
+Seconds = Annotated[float, msgspec.Meta(gt=0, le=366 * 86400)]
+Bytes = Annotated[int, msgspec.Meta(gt=0, le=2**40)]
+
+
+class LimitsSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    """``[limits]``: a run's limits unless its call or its agent sets them."""
+
+    timeout: Seconds | None = None
+    idle_timeout: Seconds | None = None
+    output_cap: Bytes | None = None
+    output_hard_cap: Bytes | None = None
+
+
+class WorkflowSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    """``[workflow]``: a workflow's defaults unless its call sets them."""
+
+    concurrency: Annotated[int, msgspec.Meta(ge=1, le=MAX_CONCURRENCY)] | None = None
+    max_spawns: Annotated[int, msgspec.Meta(ge=1, le=MAX_SPAWNS_LIMIT)] | None = None
+
+
+class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    """The whole file; every section and key is optional."""
+
+    limits: LimitsSection = msgspec.field(default_factory=LimitsSection)
+    workflow: WorkflowSection = msgspec.field(default_factory=WorkflowSection)

@@ -1,0 +1,103 @@
+"""``<home>/config.toml``: defaults below the call and the agent file, above the built-ins."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pisub
+from pisub.client import launch_parallel
+from pisub.errors import InvalidInput
+from tests.conftest import AgentMaker, pisub_cli
+
+
+@pytest.fixture
+def quick(home: Path, make_agent: AgentMaker) -> None:
+    make_agent("quick", command="true")
+    make_agent("timed", command="true", timeout=7)
+
+
+def _shown() -> dict[str, tuple[Any, str]]:
+    rows = json.loads(pisub_cli("config", "show", "--json", check=True).stdout)
+    return {r["name"]: (r["value"], r["source"]) for r in rows}
+
+
+def test_without_a_file_every_setting_is_the_default(home: Path, quick: None) -> None:
+    shown = _shown()
+    assert shown["limits.timeout"] == (1800, "default")
+    assert shown["workflow.concurrency"] == (4, "default")
+    assert all(source == "default" for _value, source in shown.values())
+    assert "limits.timeout" in pisub_cli("config", "show", check=True).stdout
+
+
+def test_the_file_sits_between_the_agent_and_the_defaults(
+    home: Path, quick: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (home / "config.toml").write_text(
+        "[limits]\ntimeout = 5\nidle_timeout = 2.5\n\n[workflow]\nconcurrency = 2\nmax_spawns = 9\n"
+    )
+    monkeypatch.setenv("PISUB_MAX_DEPTH", "1")
+    shown = _shown()
+    assert shown["limits.timeout"] == (5, "config.toml")
+    assert shown["limits.idle_timeout"] == (2.5, "config.toml")
+    assert shown["limits.output_cap"][1] == "default"
+    assert shown["workflow.max_spawns"] == (9, "config.toml")
+    assert shown["depth.max_depth"] == (1, "env PISUB_MAX_DEPTH")
+    assert pisub.launch("quick", "x").manifest().limits.timeout == 5  # the file
+    assert pisub.launch("timed", "x").manifest().limits.timeout == 7  # the agent beats it
+    assert pisub.launch("timed", "x", timeout=3).manifest().limits.timeout == 3  # the call beats both
+    run = launch_parallel([{"agent": "quick", "task": "x"}])
+    spec = run.manifest().workflow
+    assert spec is not None and spec.concurrency == 2 and spec.max_spawns == 9
+    again = launch_parallel([{"agent": "quick", "task": "x"}], concurrency=3).manifest().workflow
+    assert again is not None and again.concurrency == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("[limits]\ncolour = 1\n", "colour"),
+        ("[limits]\nidle_timeout = 'soon'\n", "limits.idle_timeout"),
+        ("[limits]\ntimeout = -1\n", "limits.timeout"),
+        ("[workflow]\nconcurrency = 99\n", "workflow.concurrency"),
+        ("[nonsense]\n", "nonsense"),
+        ("[limits\n", "not valid TOML"),
+        (b"\xff\xfe", "not valid TOML"),
+    ],
+)
+def test_a_bad_file_is_one_line_naming_the_field(
+    home: Path, quick: None, text: str | bytes, needle: str
+) -> None:
+    path = home / "config.toml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(InvalidInput, match=r"config\.toml") as caught:
+        pisub.launch("quick", "x")
+    assert needle in caught.value.message
+    for args in (["config", "show"], ["run", "--agent", "quick", "x"]):
+        done = pisub_cli(*args)
+        assert done.returncode == 1 and "Traceback" not in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and needle in done.stderr
+    assert not list(pisub.list_runs())
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "directory", "huge"])
+def test_a_hostile_file_is_refused_never_followed_or_waited_on(
+    home: Path, quick: None, tmp_path: Path, kind: str
+) -> None:
+    path = home / "config.toml"
+    if kind == "symlink":
+        elsewhere = tmp_path / "elsewhere.toml"
+        elsewhere.write_text("[limits]\ntimeout = 5\n")
+        path.symlink_to(elsewhere)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.write_text("# " + "x" * 400_000 + "\n")
+    done = pisub_cli("config", "show", timeout=20)
+    assert done.returncode == 1 and "Traceback" not in done.stderr and "config.toml" in done.stderr
