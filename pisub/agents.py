@@ -118,6 +118,14 @@ def _check(fm: AgentFrontmatter, path: Path) -> None:
         raise InvalidInput(f"{path}: an external-cli agent needs a 'command'")
     if fm.runner == "external-cli":
         pi_only = [k for k in ("model", "tools", "thinking") if getattr(fm, k) is not None]
+        pi_only += [
+            camel
+            for k, camel in (
+                ("tool_timeout_ms", "toolTimeoutMs"),
+                ("checkpoint_before_deadline_ms", "checkpointBeforeDeadlineMs"),
+            )
+            if getattr(fm, k) is not None
+        ]
         pi_only += ["trustProject"] if fm.trust_project else []
         if pi_only:
             raise InvalidInput(f"{path}: {', '.join(pi_only)} only apply to runner: pi")
@@ -132,7 +140,13 @@ def limits_of(fm: AgentFrontmatter) -> LimitValues:
         idle_timeout=fm.idle_timeout,
         output_cap=fm.output_cap,
         output_hard_cap=fm.output_hard_cap,
+        tool_timeout=_seconds(fm.tool_timeout_ms),
+        checkpoint_before_deadline=_seconds(fm.checkpoint_before_deadline_ms),
     )
+
+
+def _seconds(milliseconds: int | None) -> float | None:
+    return milliseconds / 1000 if milliseconds is not None else None
 
 
 def project_agent_dirs(cwd: Path) -> list[Path]:

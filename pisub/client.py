@@ -59,9 +59,13 @@ def launch(
     cwd: str | Path | None = None,
     timeout: float | None = None,
     idle_timeout: float | None = None,
+    tool_timeout: float | None = None,
+    checkpoint_before_deadline: float | None = None,
     home: Path | None = None,
 ) -> Run:
     """Start a detached run of ``agent`` on ``task`` and return once its runner committed.
+    ``tool_timeout`` (seconds one pi tool call may take) and ``checkpoint_before_deadline``
+    (ask a pi child to checkpoint this long before its runtime deadline) apply to pi runs.
 
     Raises:
         InvalidInput: empty task, bad cwd or limits.
@@ -73,7 +77,12 @@ def launch(
     from pisub.lineage import caller_lineage
 
     check_task(task)
-    caller = LimitValues(timeout=timeout, idle_timeout=idle_timeout).check("the call")
+    caller = LimitValues(
+        timeout=timeout,
+        idle_timeout=idle_timeout,
+        tool_timeout=tool_timeout,
+        checkpoint_before_deadline=checkpoint_before_deadline,
+    ).check("the call")
     lineage = caller_lineage(os.environ)  # refused here, before anything else, when too deep
     workdir = working_dir(cwd)
     h = open_home(home)

@@ -73,7 +73,34 @@ def config_limits(config: Config) -> LimitValues:
         idle_timeout=section.idle_timeout,
         output_cap=section.output_cap,
         output_hard_cap=section.output_hard_cap,
+        tool_timeout=_seconds(section.tool_timeout_ms),
+        tool_timeout_exempt=section.tool_timeout_exempt,
+        checkpoint_before_deadline=_seconds(section.checkpoint_before_deadline_ms),
     )
+
+
+def _seconds(milliseconds: int | None) -> float | None:
+    return milliseconds / 1000 if milliseconds is not None else None
+
+
+ENV_TOOL_TIMEOUT_MS = "PISUB_TOOL_TIMEOUT_MS"
+
+
+def env_limits(env: dict[str, str] | None = None) -> LimitValues:
+    """The limits the environment gives (below the config file): ``PISUB_TOOL_TIMEOUT_MS``.
+
+    Raises:
+        InvalidInput: it is not a whole number of milliseconds from 1 to 2**31-1.
+    """
+    env = dict(os.environ) if env is None else env
+    text = env.get(ENV_TOOL_TIMEOUT_MS, "").strip()
+    if not text:
+        return LimitValues()
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 2**31 - 1):
+        raise InvalidInput(
+            f"{ENV_TOOL_TIMEOUT_MS}={text[:40]!r}: give a whole number of milliseconds (1 to 2147483647)"
+        )
+    return LimitValues(tool_timeout=int(text) / 1000)
 
 
 def effective(home_root: Path, env: dict[str, str] | None = None) -> list[Setting]:
@@ -96,6 +123,25 @@ def effective(home_root: Path, env: dict[str, str] | None = None) -> list[Settin
     }
     for name, default in limit_defaults.items():
         rows.append(_pick(f"limits.{name}", getattr(config.limits, name), default))
+    tool_ms = config.limits.tool_timeout_ms
+    if tool_ms is not None:
+        rows.append(Setting("limits.tool_timeout_ms", tool_ms, "config.toml"))
+    elif env.get(ENV_TOOL_TIMEOUT_MS, "").strip():
+        env_ms = env_limits(env).tool_timeout
+        rows.append(
+            Setting("limits.tool_timeout_ms", round((env_ms or 0) * 1000), f"env {ENV_TOOL_TIMEOUT_MS}")
+        )
+    else:
+        fast = ", ".join(defaults.FAST_TOOLS)
+        rows.append(
+            Setting(
+                "limits.tool_timeout_ms", f"{defaults.FAST_TOOL_TIMEOUT_S * 1000:g} for {fast}", "default"
+            )
+        )
+    rows.append(_pick("limits.tool_timeout_exempt", config.limits.tool_timeout_exempt, []))
+    rows.append(
+        _pick("limits.checkpoint_before_deadline_ms", config.limits.checkpoint_before_deadline_ms, None)
+    )
     rows.append(_pick("workflow.concurrency", config.workflow.concurrency, DEFAULT_CONCURRENCY))
     rows.append(_pick("workflow.max_spawns", config.workflow.max_spawns, DEFAULT_MAX_SPAWNS))
     depth_source = "env PISUB_MAX_DEPTH" if env.get("PISUB_MAX_DEPTH") else "default"

@@ -41,3 +41,12 @@ MIN_PREFIX: int = 8
 DEFAULT_MAX_DEPTH: int = 2
 """How deep runs may nest: a run started from inside a run at this depth or deeper is refused
 (``PISUB_MAX_DEPTH``; top-level runs have depth 0)."""
+
+FAST_TOOLS: tuple[str, ...] = ("read", "grep", "find", "ls", "edit", "write")
+"""pi's built-in tools that finish quickly: they get :data:`FAST_TOOL_TIMEOUT_S` by default."""
+
+FAST_TOOL_TIMEOUT_S: float = 300.0
+"""How long one call of a fast built-in tool may take when no tool timeout is set."""
+
+CHECKPOINT_MIN_LEFT_S: float = 1.0
+"""A deadline checkpoint is not sent when less than this would remain."""

@@ -110,11 +110,14 @@ def plan_run(
         resolve_pi(spec, home)
     else:
         check_command(spec.command, cwd)
-    from pisub.config import config_limits, config_path, load_config
+    from pisub.config import ENV_TOOL_TIMEOUT_MS, config_limits, config_path, env_limits, load_config
 
     configured = config_limits(load_config(home.root))
     limits = Limits.resolve(
-        (caller, "the call"), (found.limits(), str(found.path)), (configured, str(config_path(home.root)))
+        (caller, "the call"),
+        (found.limits(), str(found.path)),
+        (configured, str(config_path(home.root))),
+        (env_limits(), ENV_TOOL_TIMEOUT_MS),
     )
     lineage = lineage.lowered(spec.max_depth)
     return new_manifest(spec, task, str(cwd), limits, lineage=lineage, key=key, run_id=run_id)

@@ -72,7 +72,7 @@ def make_result(
         error=error.message if error is not None and state != "complete" else None,
         session_file=session_file,
         output=text,
-        timeout_reason=timeout_reason if timeout_reason in ("runtime", "idle") else None,  # type: ignore[arg-type]
+        timeout_reason=timeout_reason if timeout_reason in ("runtime", "idle", "tool") else None,  # type: ignore[arg-type]
     )
     content = text if state == "complete" or error is None else _failure_text(error, text)
     return Result(

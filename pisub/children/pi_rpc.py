@@ -25,6 +25,7 @@ import os
 import re
 import selectors
 import shutil
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -540,13 +541,23 @@ class PiChild(ProcessChild):
             self._log(text)
 
     def _tool_start(self, ev: Json) -> None:
-        preview = tool_preview(text_of(ev.get("toolName")) or "?", ev.get("args"))
+        name = text_of(ev.get("toolName")) or "?"
+        preview = tool_preview(name, ev.get("args"))
         self.progress.tools += 1
         self.progress.current_tool = preview
+        call = text_of(ev.get("toolCallId")) or f"#{self.progress.tools}"
+        if len(self.progress.tools_running) < 1000:  # (a hostile stream of starts stays bounded)
+            self.progress.tools_running[call[:200]] = (name[:200], time.monotonic())
         self._log(f"tool: {preview}")
 
-    def _tool_end(self, _ev: Json) -> None:
+    def _tool_end(self, ev: Json) -> None:
         self.progress.current_tool = None
+        running = self.progress.tools_running
+        call = (text_of(ev.get("toolCallId")) or "")[:200]
+        if call in running:
+            del running[call]
+        elif running:  # no id to match: the oldest ends
+            del running[min(running, key=lambda k: running[k][1])]
 
     def _agent_end(self, _ev: Json) -> None:
         self._streaming = False

@@ -73,6 +73,8 @@ class Progress:
     turns: int = 0
     tools: int = 0
     current_tool: str | None = None
+    tools_running: dict[str, tuple[str, float]] = field(default_factory=dict)
+    """Tool calls started and not yet ended: call id → (tool name, monotonic start)."""
     recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_LINES))
     _partial: bytearray = field(default_factory=bytearray)
 

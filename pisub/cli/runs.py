@@ -49,6 +49,14 @@ def run(
     cwd: Path | None = typer.Option(None, "--cwd", help="Working directory of the child."),
     timeout: float | None = typer.Option(None, "--timeout", help="Runtime limit in seconds."),
     idle_timeout: float | None = typer.Option(None, "--idle-timeout", help="Seconds without output."),
+    tool_timeout: float | None = typer.Option(
+        None, "--tool-timeout", help="Seconds one tool call of a pi child may take."
+    ),
+    checkpoint: float | None = typer.Option(
+        None,
+        "--checkpoint-before-deadline",
+        help="pi: ask for a checkpoint this many seconds before the deadline.",
+    ),
     as_json: bool = JSON,
 ) -> None:
     """Start a detached run — one agent on TASK, or a workflow (--workflow, --parallel, --chain,
@@ -81,7 +89,15 @@ def run(
                 raise InvalidInput("give --agent NAME and TASK (or a workflow: --workflow FILE)")
             if isolation is not None or base_ref is not None:
                 raise InvalidInput("--isolation and --base-ref are for workflows (their children)")
-            handle = launch(agent, task, cwd=cwd, timeout=timeout, idle_timeout=idle_timeout)
+            handle = launch(
+                agent,
+                task,
+                cwd=cwd,
+                timeout=timeout,
+                idle_timeout=idle_timeout,
+                tool_timeout=tool_timeout,
+                checkpoint_before_deadline=checkpoint,
+            )
     except DepthExceeded as exc:
         if as_json:  # the refusal as a result (mode "management") on stdout, the line on stderr
             from pisub.results import management_result

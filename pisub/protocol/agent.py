@@ -22,6 +22,10 @@ class AgentFrontmatter(StrictRecord, kw_only=True):
     idle_timeout: float | None = None
     output_cap: int | None = None
     output_hard_cap: int | None = None
+    tool_timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] | None = None
+    """pi only: milliseconds one tool call may take."""
+    checkpoint_before_deadline_ms: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] | None = None
+    """pi only: ask the child to checkpoint this long before its runtime deadline."""
     model: str | None = None
     """pi only: ``provider/id`` (or any pattern pi's ``--model`` takes)."""
     tools: list[str] | None = None

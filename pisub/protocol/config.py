@@ -20,6 +20,11 @@ class LimitsSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, om
     idle_timeout: Seconds | None = None
     output_cap: Bytes | None = None
     output_hard_cap: Bytes | None = None
+    tool_timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] | None = None
+    """pi runs: milliseconds one tool call may take (``PISUB_TOOL_TIMEOUT_MS`` below it)."""
+    tool_timeout_exempt: list[Annotated[str, msgspec.Meta(min_length=1, max_length=128)]] | None = None
+    """Tools that wait on purpose: never timed."""
+    checkpoint_before_deadline_ms: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] | None = None
 
 
 class WorkflowSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):

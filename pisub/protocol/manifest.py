@@ -26,6 +26,12 @@ class LimitValues(Record, kw_only=True, omit_defaults=True):
     idle_timeout: float | None = None
     output_cap: int | None = None
     output_hard_cap: int | None = None
+    tool_timeout: float | None = None
+    """Seconds one tool call of a pi child may take (from its start event to its end)."""
+    tool_timeout_exempt: list[str] | None = None
+    """Tools that wait on purpose: no tool timeout."""
+    checkpoint_before_deadline: float | None = None
+    """Seconds before the runtime deadline at which a pi child is asked to checkpoint."""
 
     def check(self, where: str) -> LimitValues:
         """``self``, once every value is usable: seconds positive and finite, bytes positive.
@@ -33,9 +39,9 @@ class LimitValues(Record, kw_only=True, omit_defaults=True):
         Raises:
             InvalidInput: naming ``where`` and the field.
         """
-        for name in ("timeout", "idle_timeout"):
+        for name in ("timeout", "idle_timeout", "tool_timeout", "checkpoint_before_deadline"):
             value = getattr(self, name)
-            if value is not None and not (math.isfinite(value) and value > 0):
+            if value is not None and not (math.isfinite(value) and 0 < value <= 366 * 86400):
                 raise InvalidInput(f"{where}: {_camel(name)} must be a positive number of seconds")
         for name in ("output_cap", "output_hard_cap"):
             value = getattr(self, name)
@@ -71,6 +77,12 @@ class Limits(Record, kw_only=True):
     """Bytes of each child stream written to its log."""
     output_hard_cap: int
     """Bytes of child output after which the child is stopped."""
+    tool_timeout: float | None = None
+    """Seconds any one tool call may take; None: only the fast built-in tools'
+    :data:`~pisub.defaults.FAST_TOOL_TIMEOUT_S` applies."""
+    tool_timeout_exempt: list[str] = []
+    checkpoint_before_deadline: float | None = None
+    """pi runs: this long before the runtime deadline the runner asks the child to checkpoint."""
 
     @classmethod
     def resolve(cls, *sources: tuple[LimitValues | None, str]) -> Limits:
@@ -97,6 +109,14 @@ class Limits(Record, kw_only=True):
             grace=defaults.DEFAULT_GRACE_S,
             output_cap=cap,
             output_hard_cap=hard,
+            tool_timeout=next((v.tool_timeout for v in given if v.tool_timeout is not None), None),
+            tool_timeout_exempt=next(
+                (list(v.tool_timeout_exempt) for v in given if v.tool_timeout_exempt is not None), []
+            ),
+            checkpoint_before_deadline=next(
+                (v.checkpoint_before_deadline for v in given if v.checkpoint_before_deadline is not None),
+                None,
+            ),
         )
 
 

@@ -57,7 +57,7 @@ class SingleResult(Record, kw_only=True, omit_defaults=True):
     error: str | None = None
     session_file: str | None = None
     output: str | None = None
-    timeout_reason: Literal["runtime", "idle"] | None = None
+    timeout_reason: Literal["runtime", "idle", "tool"] | None = None
     key: str | None = None
     """A workflow's child: its key."""
     run_id: str | None = None

@@ -55,6 +55,10 @@ class ChildCall(StrictRecord, kw_only=True, omit_defaults=True):
     context: Context = Context.FRESH
     cwd: ShortPath | None = None
     """Relative to the workflow's cwd."""
+    tool_timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] | None = None
+    """pi: milliseconds one tool call may take."""
+    checkpoint_before_deadline_ms: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] | None = None
+    """pi: ask the child to checkpoint this long before its runtime deadline."""
     isolation: Isolation | None = None
     """``worktree``: the child works in its own git worktree (default: the workflow's)."""
     base_ref: BaseRef | None = None

@@ -28,9 +28,11 @@ class EndCause(enum.IntEnum):
     """The runtime limit."""
     IDLE = 4
     """The idle limit (no output)."""
-    OUTPUT = 5
+    TOOL = 5
+    """One tool call took longer than the tool timeout."""
+    OUTPUT = 6
     """The output hard cap."""
-    INTERRUPT = 6
+    INTERRUPT = 7
     """An ``interrupt`` request (pi did not end its work in time, or an external CLI)."""
 
     @property
@@ -56,6 +58,8 @@ class Circumstances:
     limits: Limits
     signal: int | None = None
     """The signal the runner received (for :attr:`EndCause.SIGNAL`)."""
+    tool: tuple[str, float] | None = None
+    """The tool that timed out and its timeout in seconds (for :attr:`EndCause.TOOL`)."""
 
 
 def judge(causes: set[EndCause], outcome: ChildOutcome, circumstances: Circumstances) -> Verdict:
@@ -108,6 +112,13 @@ RULES: dict[EndCause, Rule] = {
         ErrorCode.SUBAGENT_TIMEOUT,
         f"Subagent timed out after {c.limits.idle_timeout:g}s without activity.",
         "idle",
+    ),
+    EndCause.TOOL: lambda o, c: _failed(
+        RunState.FAILED,
+        124,
+        ErrorCode.SUBAGENT_TIMEOUT,
+        f"Tool '{c.tool[0] if c.tool else '?'}' exceeded its timeout of {c.tool[1] if c.tool else 0:g}s.",
+        "tool",
     ),
     EndCause.OUTPUT: lambda o, c: _failed(
         RunState.FAILED,

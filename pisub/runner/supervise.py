@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pisub import defaults
 from pisub.children.external_cli import child_env
 from pisub.children.protocol import Child, ChildHooks, ChildOutcome
 from pisub.errors import PisubError, storage_error
@@ -58,6 +59,10 @@ class Deadline(enum.Enum):
     IDLE = "idle"
     SIGNAL = "signal"
     OUTPUT = "output"
+    TOOL = "tool"
+    """A tool call ran past the tool timeout."""
+    CHECKPOINT = "checkpoint"
+    """Time to ask a pi child to checkpoint before its runtime deadline."""
     INTERRUPT = "interrupt"
     """pi had :data:`ABORT_CONFIRM_S` to end its work after an abort."""
     KILL = "kill"
@@ -65,6 +70,13 @@ class Deadline(enum.Enum):
     DRAIN = "drain"
     """Output is still read for a moment after the child exited."""
 
+
+CHECKPOINT_MESSAGE = (
+    "Your runtime ends in about {seconds:.0f} seconds. Checkpoint now: finish the tool you are "
+    "running and start nothing new; then report the files you changed, the build and test "
+    "state, the work that remains, and what is committed or not."
+)
+"""The steer a pi child gets ``checkpointBeforeDeadline`` before its runtime deadline."""
 
 Report = Callable[[dict[str, object]], None]
 ChildFactory = Callable[[Manifest, RunPaths, ChildHooks], Child]
@@ -109,6 +121,10 @@ class Supervisor:
         self.lease: LeaseOwner | None = None
         self.leases_dir = paths.home.leases
         self.trouble = WriteTrouble()
+        self.tool_timed_out: tuple[str, float] | None = None
+        self.checkpoint_armed = (
+            manifest.agent.runner == "pi" and manifest.limits.checkpoint_before_deadline is not None
+        )
 
     # -- hooks the child calls ---------------------------------------------------
     def activity(self, child: int) -> None:
@@ -353,6 +369,17 @@ class Supervisor:
                 due[Deadline.RUNTIME] = self.started + lim.timeout
             if lim.idle_timeout is not None:
                 due[Deadline.IDLE] = self.last_activity + lim.idle_timeout
+            tool = self._tool_deadline()
+            if tool is not None:
+                due[Deadline.TOOL] = tool[0]
+            if (
+                self.checkpoint_armed
+                and lim.timeout is not None
+                and lim.checkpoint_before_deadline is not None
+            ):
+                due[Deadline.CHECKPOINT] = max(
+                    self.started, self.started + lim.timeout - lim.checkpoint_before_deadline
+                )
         if self.signalled is not None:
             due[Deadline.SIGNAL] = 0.0
         if self.output_total > lim.output_hard_cap:
@@ -376,8 +403,57 @@ class Supervisor:
             elif deadline is Deadline.INTERRUPT:
                 self.abort_deadline = None
                 self._end(EndCause.INTERRUPT)
+            elif deadline is Deadline.TOOL:
+                found = self._tool_deadline()
+                if found is not None and found[0] <= now:
+                    self.tool_timed_out = (found[1], found[2])
+                    self._end(EndCause.TOOL)
+            elif deadline is Deadline.CHECKPOINT:
+                self.checkpoint_armed = False
+                self._checkpoint(now)
             elif deadline is not Deadline.DRAIN:
                 self._end(EndCause[deadline.name])
+
+    def _tool_deadline(self) -> tuple[float, str, float] | None:
+        """The earliest end a running tool call may have (monotonic), its tool and its timeout:
+        the run's tool timeout for every tool but the exempt ones, else the fast built-in
+        tools' default. Never later than the run's own deadline matters: both apply."""
+        if self.child is None:
+            return None
+        lim = self.limits
+        earliest: tuple[float, str, float] | None = None
+        for name, started in self.child.progress.tools_running.values():
+            if name in lim.tool_timeout_exempt:
+                continue
+            if lim.tool_timeout is not None:
+                limit = lim.tool_timeout
+            elif name in defaults.FAST_TOOLS:
+                limit = defaults.FAST_TOOL_TIMEOUT_S
+            else:
+                continue
+            if earliest is None or started + limit < earliest[0]:
+                earliest = (started + limit, name, limit)
+        return earliest
+
+    def _checkpoint(self, now: float) -> None:
+        """Ask the pi child, through an ordinary steer request in its own inbox (so it has a
+        receipt), to wrap up before the runtime deadline; not when less than
+        :data:`~pisub.defaults.CHECKPOINT_MIN_LEFT_S` would remain."""
+        lim = self.limits
+        assert lim.timeout is not None
+        left = self.started + lim.timeout - now
+        if left < defaults.CHECKPOINT_MIN_LEFT_S or self.terminating:
+            return
+        from pisub.mailbox import write_request
+        from pisub.protocol.control import Steer
+
+        request = Steer(v=1, message=CHECKPOINT_MESSAGE.format(seconds=left), source="deadline-checkpoint")
+        try:
+            rid = write_request(self.paths, request)
+        except Exception as exc:  # any failure: noted; the deadline still applies
+            note(f"could not send the deadline checkpoint: {exc}")
+            return
+        self.event("deadline.checkpoint", 0, requestId=rid, secondsLeft=round(left, 1))
 
     def _end(self, cause: EndCause) -> None:
         """End the child with TERM (to its group), then KILL after the grace period."""
@@ -474,7 +550,7 @@ class Supervisor:
                 key.data(mask)
 
     def _judge(self, outcome: ChildOutcome) -> Verdict:
-        return judge(self.causes, outcome, Circumstances(self.limits, self.signalled))
+        return judge(self.causes, outcome, Circumstances(self.limits, self.signalled, self.tool_timed_out))
 
     def _write_end(self, verdict: Verdict, outcome: ChildOutcome, deadline: float | None = None) -> bool:
         rec = self.recorder

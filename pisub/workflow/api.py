@@ -63,6 +63,8 @@ class Runs:
         cwd: str | None = None,
         isolation: str | None = None,
         base_ref: str | None = None,
+        tool_timeout_ms: int | None = None,
+        checkpoint_before_deadline_ms: int | None = None,
     ) -> ChildFuture:
         """Start child ``key`` (or, for a key already called with the same parameters, return its
         result again); its :class:`~pisub.protocol.workflow.ChildResult`.
@@ -85,6 +87,8 @@ class Runs:
             "cwd": cwd,
             "isolation": isolation,
             "base_ref": base_ref,
+            "tool_timeout_ms": tool_timeout_ms,
+            "checkpoint_before_deadline_ms": checkpoint_before_deadline_ms,
         }
         call = from_python(key, params, f"runs.run({key!r:.80})")
         return self._start([call], f"runs.run({key!r})", label=f"runs.run({key!r})")[0]

@@ -13,7 +13,13 @@ from pisub.errors import InvalidInput, PisubError, printable
 from pisub.protocol.codec import convert, decode
 from pisub.protocol.workflow import KEY_RE, ChildCall
 
-_PYTHON_NAMES = {"outputMode": "output_mode", "idleTimeout": "idle_timeout", "baseRef": "base_ref"}
+_PYTHON_NAMES = {
+    "outputMode": "output_mode",
+    "idleTimeout": "idle_timeout",
+    "baseRef": "base_ref",
+    "toolTimeoutMs": "tool_timeout_ms",
+    "checkpointBeforeDeadlineMs": "checkpoint_before_deadline_ms",
+}
 _CAMEL = {python: camel for camel, python in _PYTHON_NAMES.items()}
 
 

@@ -297,7 +297,16 @@ class ChildRuns:
 
         assert call.key is not None
         lineage = self.lineage.child(self.manifest.run_id)
-        caller = LimitValues(timeout=call.timeout, idle_timeout=call.idle_timeout)
+        caller = LimitValues(
+            timeout=call.timeout,
+            idle_timeout=call.idle_timeout,
+            tool_timeout=call.tool_timeout_ms / 1000 if call.tool_timeout_ms is not None else None,
+            checkpoint_before_deadline=(
+                call.checkpoint_before_deadline_ms / 1000
+                if call.checkpoint_before_deadline_ms is not None
+                else None
+            ),
+        )
         seeds: dict[str, Path] = {}
         try:
             if call.resume is not None:

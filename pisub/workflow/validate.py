@@ -270,7 +270,13 @@ class _Calls:
 
 
 _COLLECTING = ("append", "add", "extend", "insert", "appendleft")
-_PYTHON_NAMES = {"outputMode": "output_mode", "idleTimeout": "idle_timeout", "baseRef": "base_ref"}
+_PYTHON_NAMES = {
+    "outputMode": "output_mode",
+    "idleTimeout": "idle_timeout",
+    "baseRef": "base_ref",
+    "toolTimeoutMs": "tool_timeout_ms",
+    "checkpointBeforeDeadlineMs": "checkpoint_before_deadline_ms",
+}
 
 
 def _same_call(params: dict[str, ast.expr]) -> str:

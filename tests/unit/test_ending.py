@@ -13,13 +13,14 @@ from pisub.runner.ending import Circumstances, EndCause, judge
 LIMITS = Limits(timeout=60, idle_timeout=10, grace=3, output_cap=1 << 20, output_hard_cap=1 << 26)
 TERMED = ChildOutcome(exit_code=143, process_exit=143, signal=15, output="partial")
 CLEAN = ChildOutcome(exit_code=0, process_exit=0, output="done")
-CIRCUMSTANCES = Circumstances(LIMITS, signal=15)
+CIRCUMSTANCES = Circumstances(LIMITS, signal=15, tool=("bash", 2.5))
 
 EXPECTED = {
     EndCause.STOP: (RunState.STOPPED, 143, "SUBAGENT_FAILED", None),
     EndCause.SIGNAL: (RunState.STOPPED, 143, "SUBAGENT_FAILED", None),
     EndCause.RUNTIME: (RunState.FAILED, 124, "SUBAGENT_TIMEOUT", "runtime"),
     EndCause.IDLE: (RunState.FAILED, 124, "SUBAGENT_TIMEOUT", "idle"),
+    EndCause.TOOL: (RunState.FAILED, 124, "SUBAGENT_TIMEOUT", "tool"),
     EndCause.OUTPUT: (RunState.FAILED, 1, "SUBAGENT_OUTPUT_TRUNCATED", None),
     EndCause.INTERRUPT: (RunState.PAUSED, 143, None, None),
 }
@@ -35,7 +36,7 @@ def test_each_cause_alone(cause: EndCause) -> None:
 
 @pytest.mark.parametrize(("first", "second"), list(itertools.combinations(list(EndCause), 2)))
 def test_the_cause_of_higher_precedence_wins(first: EndCause, second: EndCause) -> None:
-    """Precedence: stop > signal > runtime > idle > output > interrupt (e.g. a stop that arrives
+    """Precedence: stop > signal > runtime > idle > tool > output > interrupt (e.g. a stop that arrives
     while a timeout is ending the child still makes the run ``stopped``)."""
     assert judge({first, second}, TERMED, CIRCUMSTANCES) == judge({first}, TERMED, CIRCUMSTANCES)
 
@@ -61,3 +62,5 @@ def test_the_messages_quote_the_limits_and_the_signal() -> None:
     assert runtime is not None and "60s" in runtime.message
     signal = judge({EndCause.SIGNAL}, TERMED, Circumstances(LIMITS, signal=2)).error
     assert signal is not None and "signal 2" in signal.message
+    tool = judge({EndCause.TOOL}, TERMED, CIRCUMSTANCES).error
+    assert tool is not None and tool.message == "Tool 'bash' exceeded its timeout of 2.5s."
