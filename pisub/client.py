@@ -132,6 +132,7 @@ def launch_workflow(
     timeout: float | None = None,
     isolation: str | None = None,
     base_ref: str | None = None,
+    usage_budget: dict[str, Any] | None = None,
     home: Path | None = None,
 ) -> Run:
     """Start a detached workflow run of the Python file ``script`` (``async def main(runs,
@@ -163,6 +164,7 @@ def launch_workflow(
         timeout=timeout,
         isolation=isolation,
         base_ref=base_ref,
+        usage_budget=usage_budget,
         home=home,
     )
 
@@ -232,6 +234,7 @@ def _launch_workflow(
     timeout: float | None = None,
     isolation: str | None = None,
     base_ref: str | None = None,
+    usage_budget: dict[str, Any] | None = None,
     home: Path | None = None,
 ) -> Run:
     import uuid
@@ -259,6 +262,7 @@ def _launch_workflow(
         _check_tasks(tasks, catalog, workdir, fork_from, default_isolation, base_ref, labels, h)
     elif default_isolation is not None:
         _check_worktree_source(workdir, "the workflow", base_ref, home=h)
+    budget = _usage_budget(usage_budget, lineage.root_run_id)
     caller = LimitValues(timeout=timeout).check("the call")
     run_id = str(uuid.uuid4())
     spec = WorkflowSpec(
@@ -268,6 +272,7 @@ def _launch_workflow(
         tasks=list(tasks or []) if lanes is None else [],
         lanes=list(lanes or []),
         isolation=default_isolation or Isolation.NONE,
+        usage_budget=budget,
         base_ref=base_ref,
         concurrency=concurrency,
         max_spawns=max_spawns,
@@ -287,6 +292,32 @@ def _launch_workflow(
     manifest.workflow = spec
     seeds = {"workflow.py": script} if script is not None else {}
     return Run(start_run(h, manifest, seeds=seeds).run_id, home=h.root)
+
+
+def _usage_budget(given: dict[str, Any] | None, root_run_id: str | None) -> Any:
+    """The workflow's usage budget (``{tokens?: {soft?, hard}, costUsd?: {soft?, hard}}``).
+
+    Raises:
+        InvalidInput: a bad field (named), or a workflow started inside a tree sets one.
+    """
+    if given is None:
+        return None
+    from pisub.errors import PisubError
+    from pisub.protocol.budget import UsageBudgetSpec
+    from pisub.protocol.codec import convert
+
+    if root_run_id is not None:
+        raise InvalidInput("a usage budget is set by the top-level workflow of a tree (this one is nested)")
+    try:
+        spec = convert(given, UsageBudgetSpec, "usageBudget")
+    except PisubError as exc:
+        raise InvalidInput(exc.message) from None
+    if spec.tokens is None and spec.cost_usd is None:
+        raise InvalidInput("usageBudget: give tokens and/or costUsd, each {hard, soft?}")
+    for name, limit in (("tokens", spec.tokens), ("costUsd", spec.cost_usd)):
+        if limit is not None and limit.soft is not None and limit.soft > limit.hard:
+            raise InvalidInput(f"usageBudget.{name}: soft must not be above hard")
+    return spec
 
 
 def _isolation(isolation: str | None, base_ref: str | None) -> Isolation | None:

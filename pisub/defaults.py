@@ -50,3 +50,9 @@ FAST_TOOL_TIMEOUT_S: float = 300.0
 
 CHECKPOINT_MIN_LEFT_S: float = 1.0
 """A deadline checkpoint is not sent when less than this would remain."""
+
+USAGE_ESTIMATE_TOKENS: float = 50_000.0
+"""What one child start reserves from a usage budget's tokens (``budgets.usage_estimate_tokens``)."""
+
+USAGE_ESTIMATE_COST_USD: float = 0.5
+"""What one child start reserves from a usage budget's cost."""

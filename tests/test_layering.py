@@ -31,6 +31,7 @@ LAYERS: dict[str, int] = {
     "pi_versions": 2,
     "journal": 2,
     "spawn_budget": 2,
+    "usage_budget": 2,
     "shared_state": 2,
     "doctor": 2,
     "config": 2,

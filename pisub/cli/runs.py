@@ -46,6 +46,9 @@ def run(
         None, "--isolation", help="worktree: every child in its own git worktree (workflows)."
     ),
     base_ref: str | None = typer.Option(None, "--base-ref", help="The commit worktrees start from (HEAD)."),
+    usage_budget: str | None = typer.Option(
+        None, "--usage-budget", help='JSON: {"tokens": {"hard": N, "soft": N}, "costUsd": {...}} (workflows).'
+    ),
     cwd: Path | None = typer.Option(None, "--cwd", help="Working directory of the child."),
     timeout: float | None = typer.Option(None, "--timeout", help="Runtime limit in seconds."),
     idle_timeout: float | None = typer.Option(None, "--idle-timeout", help="Seconds without output."),
@@ -80,6 +83,7 @@ def run(
                 "timeout": timeout,
                 "isolation": isolation,
                 "base_ref": base_ref,
+                "usage_budget": _json_option(usage_budget, "--usage-budget"),
             }
             handle: Run = _start_workflow(workflow, parallel, chain, lanes, tasks, args, options)
         else:
@@ -87,8 +91,8 @@ def run(
 
             if agent is None or task is None:
                 raise InvalidInput("give --agent NAME and TASK (or a workflow: --workflow FILE)")
-            if isolation is not None or base_ref is not None:
-                raise InvalidInput("--isolation and --base-ref are for workflows (their children)")
+            if isolation is not None or base_ref is not None or usage_budget is not None:
+                raise InvalidInput("--isolation, --base-ref and --usage-budget are for workflows")
             handle = launch(
                 agent,
                 task,
@@ -144,6 +148,27 @@ def _start_workflow(
     assert source is not None
     calls = [_camel(c) for c in load_tasks(source)]
     return (launch_parallel if parallel is not None else launch_chain)(calls, **options)
+
+
+def _json_option(text: str | None, flag: str) -> Any:
+    """A JSON flag's value (None when not given).
+
+    Raises:
+        InvalidInput: it is not a JSON object.
+    """
+    if text is None:
+        return None
+    import json
+
+    from pisub.errors import InvalidInput
+
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        raise InvalidInput(f"{flag}: not JSON") from None
+    if not isinstance(value, dict):
+        raise InvalidInput(f"{flag}: give a JSON object")
+    return value
 
 
 def _camel(call: Any) -> dict[str, Any]:

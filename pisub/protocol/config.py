@@ -34,8 +34,16 @@ class WorkflowSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, 
     max_spawns: Annotated[int, msgspec.Meta(ge=1, le=MAX_SPAWNS_LIMIT)] | None = None
 
 
+class BudgetsSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    """``[budgets]``: what one child start reserves from a workflow's usage budget."""
+
+    usage_estimate_tokens: Annotated[float, msgspec.Meta(gt=0, le=1e12)] | None = None
+    usage_estimate_cost_usd: Annotated[float, msgspec.Meta(gt=0, le=1e9)] | None = None
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
     """The whole file; every section and key is optional."""
 
     limits: LimitsSection = msgspec.field(default_factory=LimitsSection)
     workflow: WorkflowSection = msgspec.field(default_factory=WorkflowSection)
+    budgets: BudgetsSection = msgspec.field(default_factory=BudgetsSection)

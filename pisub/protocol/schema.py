@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from pisub.protocol.agent import AgentFrontmatter
+from pisub.protocol.budget import UsageBudgetSpec
 from pisub.protocol.config import Config
 from pisub.protocol.control import Receipt, Request
 from pisub.protocol.events import Event
@@ -39,6 +40,7 @@ SCHEMAS: dict[str, Any] = {
     "handoff": Handoff,
     "worktree-record": WorktreeRecord,
     "config": Config,
+    "usage-budget": UsageBudgetSpec,
 }
 """File name (without ``.json``) → the type it describes."""
 

@@ -7,6 +7,7 @@ from typing import Literal
 
 import msgspec
 
+from pisub.protocol.budget import UsageTotals
 from pisub.protocol.codec import Record
 from pisub.protocol.control import InboxInfo, Ledger
 from pisub.protocol.result import ErrorInfo
@@ -103,6 +104,8 @@ class Status(Record, kw_only=True):
     steering: Ledger = msgspec.field(default_factory=Ledger)
     """Monotonic counters of control requests and the last 20 of them."""
     steps: list[StepStatus] = []
+    usage: UsageTotals | None = None
+    """A workflow's tree's usage budget: used, reserved, soft or hard limit reached."""
     parent_run_id: str | None = None
     """The run this one was started from; None for a top-level run (see the manifest)."""
     root_run_id: str | None = None

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from pisub.protocol.budget import UsageBudgetSpec
 from pisub.protocol.codec import Record, StrictRecord
 from pisub.protocol.fields import KEY_PATTERN as KEY_PATTERN  # (re-exported: callers name them here)
 from pisub.protocol.fields import KEY_RE as KEY_RE
@@ -78,6 +79,8 @@ class WorkflowSpec(Record, kw_only=True):
     """The lanes of a ``lanes`` workflow."""
     isolation: Isolation = Isolation.NONE
     """Every child's isolation unless its call says otherwise."""
+    usage_budget: UsageBudgetSpec | None = None
+    """The tree's usage budget (set by a top-level workflow only)."""
     base_ref: str | None = None
     concurrency: int = DEFAULT_CONCURRENCY
     max_spawns: int = DEFAULT_MAX_SPAWNS

@@ -27,14 +27,16 @@ from pisub.errors import InvalidInput, PisubError, RunNotFound
 from pisub.journal import Journal, Replay
 from pisub.lineage import Lineage
 from pisub.paths import Home, RunPaths
+from pisub.protocol.budget import UsageTotals
 from pisub.protocol.codec import now_iso
 from pisub.protocol.control import Interrupt, Receipt, ReceiptState, Request, Steer, Stop
 from pisub.protocol.manifest import LimitValues, Manifest
 from pisub.protocol.result import SingleResult
 from pisub.protocol.status import StepState, StepStatus
 from pisub.protocol.workflow import ChildCall, ChildResult, Context, Isolation, SteerResult, WorkflowSpec
-from pisub.spawn_budget import SpawnBudget
+from pisub.spawn_budget import SpawnBudget, claim_name
 from pisub.store import load_result
+from pisub.usage_budget import UsageBudget
 from pisub.workflow import outcomes
 from pisub.workflow.calls import fingerprint
 from pisub.workflow.watch import ChildWatch
@@ -67,6 +69,9 @@ class Host(Protocol):
 
     def receipt_moved(self, request_id: str, index: int, state: ReceiptState, reason: str | None) -> None:
         """Child ``index``'s receipt of forwarded request ``request_id`` moved to ``state``."""
+
+    def usage(self, totals: UsageTotals) -> None:
+        """The tree's usage budget changed (shown in the workflow's status)."""
 
 
 class Phase(enum.Enum):
@@ -131,6 +136,7 @@ class ChildRuns:
             max_depth=manifest.max_depth,
         )
         self.budget = SpawnBudget(home.budgets, self.spec.budget, self.spec.max_spawns)
+        self.usage = UsageBudget(home.budgets, self.spec.budget)
         self.watch = ChildWatch()
         self.lock = threading.RLock()
         """Guards the entries: the script thread admits calls while the loop runs them."""
@@ -228,7 +234,14 @@ class ChildRuns:
             prepared.append((call, fp, None, self._prepare(call, fp, where)))
         fresh = [call.key for call, _fp, existing, plan in prepared if existing is None and plan.needs_claim]
         if fresh:
-            self.budget.claim(self.spec.journal, [k for k in fresh if k is not None])
+            keys = [k for k in fresh if k is not None]
+            names = [claim_name(self.spec.journal, k) for k in keys]
+            self.usage.reserve(names)  # the usage budget first: all or none, like the spawns
+            try:
+                self.budget.claim(self.spec.journal, keys)
+            except BaseException:
+                self.usage.release(names)
+                raise
         with self.lock:
             for (call, fp, existing, plan), future in zip(prepared, futures, strict=True):
                 entry = existing if existing is not None else self._register(call, fp, plan)
@@ -661,6 +674,7 @@ class ChildRuns:
         step.current_tool = None
         if entry.run_id is not None:
             self.watch.remove(entry.run_id)
+        self._count_usage(entry, outcome)
         self.host.event(
             "child.settled",
             entry.index,
@@ -673,6 +687,20 @@ class ChildRuns:
         for future, loop in entry.futures:
             _resolve(future, loop, outcome)
         self.host.commit()
+
+    def _count_usage(self, entry: ChildEntry, outcome: ChildResult) -> None:
+        """The child's usage counted in the tree's usage budget, its reservation given back."""
+        if not self.usage.active():
+            return
+        try:
+            name = claim_name(self.spec.journal, entry.key)
+            self.usage.settle(name, outcome.usage if entry.run_id is not None else None)
+            totals = self.usage.totals()
+        except PisubError as exc:
+            self.host.trouble("count the usage budget", OSError(0, exc.message))
+            return
+        if totals is not None:
+            self.host.usage(totals)
 
     def _never_started(self, entry: ChildEntry, why: str, state: str = "stopped") -> None:
         self._settle(

@@ -30,6 +30,7 @@ from pisub.errors import PisubError, storage_error
 from pisub.journal import Journal, replay
 from pisub.lineage import markers
 from pisub.paths import ENV_RUN_DIR, RunPaths
+from pisub.protocol.budget import UsageTotals
 from pisub.protocol.codec import encode, now_iso
 from pisub.protocol.control import Interrupt, ReceiptState, Request, Stop
 from pisub.protocol.manifest import Manifest
@@ -152,6 +153,11 @@ class Coordinator:
         except (LeaseHeld, PisubError, OSError) as exc:
             self._fail_startup(f"cannot take over the workflow's journal: {exc}")
             return False
+        try:
+            self._create_usage_budget()
+        except (PisubError, OSError) as exc:
+            self._fail_startup(f"cannot set the usage budget: {exc}")
+            return False
         self.children = ChildRuns(self, self.home, self.manifest, status.steps, journal, replayed)
         if self.children.watch.fd is not None:
             self.sel.register(self.children.watch.fd, selectors.EVENT_READ, lambda _mask: None)
@@ -174,6 +180,21 @@ class Coordinator:
             self.event("workflow.journal_skipped", lines=replayed.skipped)
         self.report({"ok": True, "pid": os.getpid()})
         return True
+
+    def _create_usage_budget(self) -> None:
+        """A top-level workflow's usage budget, with the per-child estimate of the config."""
+        if self.spec.usage_budget is None:
+            return
+        from pisub import defaults
+        from pisub.config import load_config
+        from pisub.usage_budget import UsageBudget
+
+        configured = load_config(self.home.root).budgets
+        UsageBudget(self.home.budgets, self.spec.budget).create(
+            self.spec.usage_budget,
+            configured.usage_estimate_tokens or defaults.USAGE_ESTIMATE_TOKENS,
+            configured.usage_estimate_cost_usd or defaults.USAGE_ESTIMATE_COST_USD,
+        )
 
     def _fail_startup(self, message: str) -> None:
         from pisub.mailbox import close_inbox, settle_closed_inbox
@@ -490,6 +511,18 @@ class Coordinator:
     def receipt_moved(self, request_id: str, index: int, state: ReceiptState, reason: str | None) -> None:
         if self.dispatcher is not None:
             self.dispatcher.update_target(request_id, index, state, reason)
+
+    def usage(self, totals: UsageTotals) -> None:
+        if self.recorder is None:
+            return
+        before = self.recorder.status.usage
+        self.recorder.status.usage = totals
+        for flag, event in (
+            ("soft_reached", "budget.usage_soft_reached"),
+            ("hard_reached", "budget.usage_spent"),
+        ):
+            if getattr(totals, flag) and not (before is not None and getattr(before, flag)):
+                self.event(event, tokens=totals.tokens, costUsd=totals.cost_usd)
 
 
 def _returned_text(value: Any) -> str:
