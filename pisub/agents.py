@@ -123,6 +123,7 @@ def _check(fm: AgentFrontmatter, path: Path) -> None:
             for k, camel in (
                 ("tool_timeout_ms", "toolTimeoutMs"),
                 ("checkpoint_before_deadline_ms", "checkpointBeforeDeadlineMs"),
+                ("tool_budget", "toolBudget"),
             )
             if getattr(fm, k) is not None
         ]
@@ -142,6 +143,7 @@ def limits_of(fm: AgentFrontmatter) -> LimitValues:
         output_hard_cap=fm.output_hard_cap,
         tool_timeout=_seconds(fm.tool_timeout_ms),
         checkpoint_before_deadline=_seconds(fm.checkpoint_before_deadline_ms),
+        tool_budget=fm.tool_budget.budget() if fm.tool_budget is not None else None,
     )
 
 

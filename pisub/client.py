@@ -61,11 +61,13 @@ def launch(
     idle_timeout: float | None = None,
     tool_timeout: float | None = None,
     checkpoint_before_deadline: float | None = None,
+    tool_budget: dict[str, Any] | None = None,
     home: Path | None = None,
 ) -> Run:
     """Start a detached run of ``agent`` on ``task`` and return once its runner committed.
-    ``tool_timeout`` (seconds one pi tool call may take) and ``checkpoint_before_deadline``
-    (ask a pi child to checkpoint this long before its runtime deadline) apply to pi runs.
+    ``tool_timeout`` (seconds one pi tool call may take), ``checkpoint_before_deadline`` (ask a
+    pi child to checkpoint this long before its runtime deadline) and ``tool_budget``
+    (``{hard, soft?, block?}`` tool calls) apply to pi runs.
 
     Raises:
         InvalidInput: empty task, bad cwd or limits.
@@ -82,6 +84,7 @@ def launch(
         idle_timeout=idle_timeout,
         tool_timeout=tool_timeout,
         checkpoint_before_deadline=checkpoint_before_deadline,
+        tool_budget=_tool_budget(tool_budget),
     ).check("the call")
     lineage = caller_lineage(os.environ)  # refused here, before anything else, when too deep
     workdir = working_dir(cwd)
@@ -292,6 +295,24 @@ def _launch_workflow(
     manifest.workflow = spec
     seeds = {"workflow.py": script} if script is not None else {}
     return Run(start_run(h, manifest, seeds=seeds).run_id, home=h.root)
+
+
+def _tool_budget(given: dict[str, Any] | None) -> Any:
+    """A call's tool budget, checked (``{hard, soft?, block?}``).
+
+    Raises:
+        InvalidInput: naming the field.
+    """
+    if given is None:
+        return None
+    from pisub.errors import PisubError
+    from pisub.protocol.budget import ToolBudgetInput
+    from pisub.protocol.codec import convert
+
+    try:
+        return convert(given, ToolBudgetInput, "toolBudget").budget()
+    except PisubError as exc:
+        raise InvalidInput(exc.message) from None
 
 
 def _usage_budget(given: dict[str, Any] | None, root_run_id: str | None) -> Any:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from pisub import defaults
 from pisub.errors import InvalidInput, PisubError, printable
 from pisub.protocol.codec import convert
@@ -76,6 +78,7 @@ def config_limits(config: Config) -> LimitValues:
         tool_timeout=_seconds(section.tool_timeout_ms),
         tool_timeout_exempt=section.tool_timeout_exempt,
         checkpoint_before_deadline=_seconds(section.checkpoint_before_deadline_ms),
+        tool_budget=section.tool_budget.budget() if section.tool_budget is not None else None,
     )
 
 
@@ -142,6 +145,9 @@ def effective(home_root: Path, env: dict[str, str] | None = None) -> list[Settin
     rows.append(
         _pick("limits.checkpoint_before_deadline_ms", config.limits.checkpoint_before_deadline_ms, None)
     )
+    budget = config.limits.tool_budget
+    shown = msgspec.to_builtins(budget) if budget is not None else None
+    rows.append(_pick("limits.tool_budget", shown, None))
     rows.append(_pick("workflow.concurrency", config.workflow.concurrency, DEFAULT_CONCURRENCY))
     rows.append(_pick("workflow.max_spawns", config.workflow.max_spawns, DEFAULT_MAX_SPAWNS))
     depth_source = "env PISUB_MAX_DEPTH" if env.get("PISUB_MAX_DEPTH") else "default"

@@ -80,7 +80,15 @@ def find_pi(env: Mapping[str, str] | None = None) -> str:
     return str(Path(found).absolute())
 
 
-def pi_argv(spec: AgentSpec, session_file: Path, system_prompt_file: Path | None) -> list[str]:
+TOOL_BUDGET_EXTENSION = Path(__file__).with_name("pi_tool_budget.ts")
+"""The pi extension that blocks tools past a run's tool budget (loaded with ``-e``)."""
+
+ENV_TOOL_BUDGET = "PISUB_TOOL_BUDGET"
+
+
+def pi_argv(
+    spec: AgentSpec, session_file: Path, system_prompt_file: Path | None, extensions: list[Path] | None = None
+) -> list[str]:
     """The command line of a pi child (never through a shell)."""
     assert spec.command, "the launcher resolves the pi binary into the manifest"
     argv = [spec.command, "--mode", "rpc", "--session", str(session_file)]
@@ -102,6 +110,8 @@ def pi_argv(spec: AgentSpec, session_file: Path, system_prompt_file: Path | None
         argv += ["--thinking", spec.thinking]
     if system_prompt_file is not None:
         argv += ["--append-system-prompt", str(system_prompt_file)]
+    for extension in extensions or []:
+        argv += ["--extension", str(extension)]  # loaded even with --no-extensions
     return [*argv, *spec.args]
 
 
@@ -306,7 +316,12 @@ class PiChild(ProcessChild):
         if spec.system_prompt.strip():
             prompt_file = self.paths.system_prompt
             atomic_write(prompt_file, spec.system_prompt.encode("utf-8"))
-        argv = pi_argv(spec, self.session_path, prompt_file)
+        extensions = []
+        budget = self.manifest.limits.tool_budget
+        if budget is not None:
+            extensions.append(TOOL_BUDGET_EXTENSION)
+            self.env[ENV_TOOL_BUDGET] = json.dumps({"hard": budget.hard, "block": budget.block})
+        argv = pi_argv(spec, self.session_path, prompt_file, extensions)
         self.spawn(argv, cwd=self.manifest.cwd, env=self.env, umask=self.manifest.umask)
 
     def register(self, sel: selectors.BaseSelector) -> None:

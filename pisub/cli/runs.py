@@ -55,6 +55,9 @@ def run(
     tool_timeout: float | None = typer.Option(
         None, "--tool-timeout", help="Seconds one tool call of a pi child may take."
     ),
+    tool_budget: str | None = typer.Option(
+        None, "--tool-budget", help='pi: JSON {"hard": N, "soft": N, "block": ["read", ...]} tool calls.'
+    ),
     checkpoint: float | None = typer.Option(
         None,
         "--checkpoint-before-deadline",
@@ -101,6 +104,7 @@ def run(
                 idle_timeout=idle_timeout,
                 tool_timeout=tool_timeout,
                 checkpoint_before_deadline=checkpoint,
+                tool_budget=_json_option(tool_budget, "--tool-budget"),
             )
     except DepthExceeded as exc:
         if as_json:  # the refusal as a result (mode "management") on stdout, the line on stderr

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import msgspec
 
+from pisub.protocol.budget import ToolBudgetInput
 from pisub.protocol.codec import StrictRecord
 from pisub.protocol.manifest import AgentRunner, ThinkingLevel
 
@@ -26,6 +27,8 @@ class AgentFrontmatter(StrictRecord, kw_only=True):
     """pi only: milliseconds one tool call may take."""
     checkpoint_before_deadline_ms: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] | None = None
     """pi only: ask the child to checkpoint this long before its runtime deadline."""
+    tool_budget: ToolBudgetInput | None = None
+    """pi only: ``{hard, soft?, block?}`` tool calls."""
     model: str | None = None
     """pi only: ``provider/id`` (or any pattern pi's ``--model`` takes)."""
     tools: list[str] | None = None

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import msgspec
 
+from pisub.protocol.budget import ToolBudgetInput
 from pisub.protocol.workflow import MAX_CONCURRENCY, MAX_SPAWNS_LIMIT
 
 Seconds = Annotated[float, msgspec.Meta(gt=0, le=366 * 86400)]
@@ -25,6 +26,8 @@ class LimitsSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, om
     tool_timeout_exempt: list[Annotated[str, msgspec.Meta(min_length=1, max_length=128)]] | None = None
     """Tools that wait on purpose: never timed."""
     checkpoint_before_deadline_ms: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] | None = None
+    tool_budget: ToolBudgetInput | None = None
+    """pi runs: ``{hard, soft?, block?}`` (the tightest of call, agent and this wins)."""
 
 
 class WorkflowSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):

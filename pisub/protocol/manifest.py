@@ -7,6 +7,7 @@ from typing import Literal
 
 from pisub import defaults
 from pisub.errors import InvalidInput
+from pisub.protocol.budget import ToolBudget
 from pisub.protocol.codec import Record
 from pisub.protocol.workflow import WorkflowSpec
 from pisub.protocol.worktree import WorktreeLink
@@ -32,6 +33,7 @@ class LimitValues(Record, kw_only=True, omit_defaults=True):
     """Tools that wait on purpose: no tool timeout."""
     checkpoint_before_deadline: float | None = None
     """Seconds before the runtime deadline at which a pi child is asked to checkpoint."""
+    tool_budget: ToolBudget | None = None
 
     def check(self, where: str) -> LimitValues:
         """``self``, once every value is usable: seconds positive and finite, bytes positive.
@@ -47,6 +49,12 @@ class LimitValues(Record, kw_only=True, omit_defaults=True):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise InvalidInput(f"{where}: {_camel(name)} must be a positive number of bytes")
+        budget = self.tool_budget
+        if budget is not None:
+            if budget.soft is not None and budget.soft > budget.hard:
+                raise InvalidInput(f"{where}: toolBudget.soft must not be above toolBudget.hard")
+            if not budget.block:
+                raise InvalidInput(f'{where}: toolBudget.block must name at least one tool (or "*")')
         return self
 
 
@@ -83,6 +91,8 @@ class Limits(Record, kw_only=True):
     tool_timeout_exempt: list[str] = []
     checkpoint_before_deadline: float | None = None
     """pi runs: this long before the runtime deadline the runner asks the child to checkpoint."""
+    tool_budget: ToolBudget | None = None
+    """pi runs: the tightest of the call's, the agent's and the config's."""
 
     @classmethod
     def resolve(cls, *sources: tuple[LimitValues | None, str]) -> Limits:
@@ -116,6 +126,11 @@ class Limits(Record, kw_only=True):
             checkpoint_before_deadline=next(
                 (v.checkpoint_before_deadline for v in given if v.checkpoint_before_deadline is not None),
                 None,
+            ),
+            tool_budget=min(
+                (v.tool_budget for v in given if v.tool_budget is not None),
+                key=lambda b: (b.hard, b.soft or b.hard),
+                default=None,
             ),
         )
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from pisub.protocol.budget import UsageBudgetSpec
+from pisub.protocol.budget import ToolBudgetInput, UsageBudgetSpec
 from pisub.protocol.codec import Record, StrictRecord
 from pisub.protocol.fields import KEY_PATTERN as KEY_PATTERN  # (re-exported: callers name them here)
 from pisub.protocol.fields import KEY_RE as KEY_RE
@@ -60,6 +60,8 @@ class ChildCall(StrictRecord, kw_only=True, omit_defaults=True):
     """pi: milliseconds one tool call may take."""
     checkpoint_before_deadline_ms: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] | None = None
     """pi: ask the child to checkpoint this long before its runtime deadline."""
+    tool_budget: ToolBudgetInput | None = None
+    """pi: ``{hard, soft?, block?}`` tool calls (the tightest of call, agent and config)."""
     isolation: Isolation | None = None
     """``worktree``: the child works in its own git worktree (default: the workflow's)."""
     base_ref: BaseRef | None = None

@@ -78,6 +78,12 @@ CHECKPOINT_MESSAGE = (
 )
 """The steer a pi child gets ``checkpointBeforeDeadline`` before its runtime deadline."""
 
+TOOL_BUDGET_MESSAGE = (
+    "You have made {calls} tool calls of the {hard} your tool budget allows; past it, reading "
+    "tools are blocked. Finish the task with what you have."
+)
+"""The steer a pi child gets at its tool budget's soft limit."""
+
 Report = Callable[[dict[str, object]], None]
 ChildFactory = Callable[[Manifest, RunPaths, ChildHooks], Child]
 
@@ -122,6 +128,8 @@ class Supervisor:
         self.leases_dir = paths.home.leases
         self.trouble = WriteTrouble()
         self.tool_timed_out: tuple[str, float] | None = None
+        self.budget_soft_sent = False
+        self.budget_hard_noted = False
         self.checkpoint_armed = (
             manifest.agent.runner == "pi" and manifest.limits.checkpoint_before_deadline is not None
         )
@@ -138,6 +146,7 @@ class Supervisor:
         step.current_tool = progress.current_tool
         step.recent_output = list(progress.recent)
         self.recorder.touch()
+        self._watch_tool_budget(progress.tools)
 
     def output(self, child: int, nbytes: int, truncated: bool) -> None:
         assert self.recorder is not None
@@ -435,6 +444,31 @@ class Supervisor:
                 earliest = (started + limit, name, limit)
         return earliest
 
+    def _watch_tool_budget(self, calls: int) -> None:
+        """At the soft limit, nudge the child once with an ordinary steer request (so it has a
+        receipt); past the hard limit, note once that pi now blocks the budget's tools."""
+        budget = self.limits.tool_budget
+        if budget is None or self.manifest.agent.runner != "pi":
+            return
+        if budget.soft is not None and calls >= budget.soft and not self.budget_soft_sent:
+            self.budget_soft_sent = True
+            self._steer_self(TOOL_BUDGET_MESSAGE.format(calls=calls, hard=budget.hard), "tool-budget")
+            self.event("budget.soft_reached", 0, calls=calls, soft=budget.soft, hard=budget.hard)
+        if calls > budget.hard and not self.budget_hard_noted:
+            self.budget_hard_noted = True
+            self.event("budget.hard_blocked", 0, calls=calls, hard=budget.hard, blocked=budget.block)
+
+    def _steer_self(self, message: str, source: str) -> str | None:
+        """Drop a steer request into this run's own inbox; its id (None when it failed)."""
+        from pisub.mailbox import write_request
+        from pisub.protocol.control import Steer
+
+        try:
+            return write_request(self.paths, Steer(v=1, message=message, source=source))
+        except Exception as exc:  # any failure: noted; nothing else depends on it
+            note(f"could not send a {source} steer: {exc}")
+            return None
+
     def _checkpoint(self, now: float) -> None:
         """Ask the pi child, through an ordinary steer request in its own inbox (so it has a
         receipt), to wrap up before the runtime deadline; not when less than
@@ -444,16 +478,9 @@ class Supervisor:
         left = self.started + lim.timeout - now
         if left < defaults.CHECKPOINT_MIN_LEFT_S or self.terminating:
             return
-        from pisub.mailbox import write_request
-        from pisub.protocol.control import Steer
-
-        request = Steer(v=1, message=CHECKPOINT_MESSAGE.format(seconds=left), source="deadline-checkpoint")
-        try:
-            rid = write_request(self.paths, request)
-        except Exception as exc:  # any failure: noted; the deadline still applies
-            note(f"could not send the deadline checkpoint: {exc}")
-            return
-        self.event("deadline.checkpoint", 0, requestId=rid, secondsLeft=round(left, 1))
+        rid = self._steer_self(CHECKPOINT_MESSAGE.format(seconds=left), "deadline-checkpoint")
+        if rid is not None:
+            self.event("deadline.checkpoint", 0, requestId=rid, secondsLeft=round(left, 1))
 
     def _end(self, cause: EndCause) -> None:
         """End the child with TERM (to its group), then KILL after the grace period."""

@@ -8,9 +8,10 @@ The reply to ``POST /v1/chat/completions`` is chosen from the conversation, firs
 
 1. the last message has role ``tool``      -> text ``Tool said: <tool output, stripped>``;
 2. the last user message contains ``ERROR500`` -> HTTP 500, JSON body, message ``fake server error``;
-3. the last user message contains ``TOOL:<cmd>`` (``cmd`` = rest of that line, stripped)
-   -> text ``Running a command.`` plus one ``bash`` tool call ``{"command": "<cmd>"}``,
-   ``finish_reason: "tool_calls"``;
+3. the last user message contains ``CALLS:[["read", {"path": "x"}], ["bash", {...}]]`` (a JSON
+   list on that line) -> text ``Calling tools.`` plus those tool calls in one message; else
+   ``TOOL:<cmd>`` (``cmd`` = rest of that line, stripped) -> text ``Running a command.`` plus
+   one ``bash`` tool call ``{"command": "<cmd>"}``; ``finish_reason: "tool_calls"``;
 4. the last user message contains ``SLOW`` (or ``SLOW:<n>``) -> a long text in ``n`` chunks
    (default :attr:`FakeModelServer.slow_chunks`), :attr:`FakeModelServer.slow_delay` seconds apart;
 5. any user message contains ``ECHO_HISTORY`` -> ``History: `` + the texts of all user messages,
@@ -87,6 +88,7 @@ PI_HERMETIC_ARGS: Final[tuple[str, ...]] = (
 
 _SLOW_RE: Final = re.compile(r"SLOW(?::(\d+))?")
 _TOOL_RE: Final = re.compile(r"TOOL:([^\r\n]*)")
+_CALLS_RE: Final = re.compile(r"CALLS:([^\r\n]*)")
 # Errors that mean "the client went away"; never worth a traceback.
 _DISCONNECT_ERRORS: Final = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError)
 
@@ -131,14 +133,24 @@ class _Reply:
         text: str = "",
         text_chunks: list[str] | None = None,
         tool_command: str | None = None,
+        tool_calls: list[tuple[str, JsonDict]] | None = None,
         error_status: int | None = None,
         chunk_delay: float = 0.0,
     ) -> None:
         self.text = text
         self.text_chunks = text_chunks if text_chunks is not None else _split(text, TEXT_CHUNK_CHARS)
-        self.tool_command = tool_command
+        self.tool_calls: list[tuple[str, JsonDict]] = list(tool_calls or [])
+        if tool_command is not None:
+            self.tool_calls.append(("bash", {"command": tool_command}))
         self.error_status = error_status
         self.chunk_delay = chunk_delay
+
+    @property
+    def tool_command(self) -> str | None:
+        """Whether this reply calls tools (the first call's command, for a bash call)."""
+        if not self.tool_calls:
+            return None
+        return str(self.tool_calls[0][1].get("command", ""))
 
 
 def _split(text: str, size: int) -> list[str]:
@@ -160,6 +172,16 @@ def choose_reply(body: JsonDict, *, slow_chunks: int, slow_delay: float) -> _Rep
 
     if "ERROR500" in last_user:
         return _Reply(error_status=500)
+    calls = _CALLS_RE.search(last_user)
+    if calls is not None:
+        try:
+            wanted = json.loads(calls.group(1))
+            parsed = [(str(name), dict(args)) for name, args in wanted]
+        except (ValueError, TypeError):
+            parsed = []
+        if parsed:
+            text = "Calling tools."
+            return _Reply(text=text, text_chunks=[text], tool_calls=parsed)
     tool = _TOOL_RE.search(last_user)
     if tool is not None:
         text = "Running a command."
@@ -344,17 +366,20 @@ def _stream_deltas(reply: _Reply) -> Iterator[JsonDict]:
         delta: JsonDict = {"role": "assistant", "content": piece} if first else {"content": piece}
         first = False
         yield delta
-    if reply.tool_command is None:
-        return
-    call_id = "call_" + uuid.uuid4().hex[:8]
-    arguments = json.dumps({"command": reply.tool_command})
-    yield {
-        "tool_calls": [
-            {"index": 0, "id": call_id, "type": "function", "function": {"name": "bash", "arguments": ""}}
-        ]
-    }
-    for piece in _split(arguments, TOOL_ARGS_CHUNK_CHARS):
-        yield {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
+    for index, (name, args) in enumerate(reply.tool_calls):
+        call_id = "call_" + uuid.uuid4().hex[:8]
+        yield {
+            "tool_calls": [
+                {
+                    "index": index,
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": ""},
+                }
+            ]
+        }
+        for piece in _split(json.dumps(args), TOOL_ARGS_CHUNK_CHARS):
+            yield {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
 
 
 def _chunk(completion_id: str, created: int, model: str, delta: JsonDict, finish: str | None) -> JsonDict:
@@ -378,13 +403,14 @@ def _usage(completion_tokens: int) -> JsonDict:
 def _completion(reply: _Reply, model: str) -> JsonDict:
     """A non-streaming ``chat.completion`` (pi always streams; this is for other clients)."""
     message: JsonDict = {"role": "assistant", "content": reply.text}
-    if reply.tool_command is not None:
+    if reply.tool_calls:
         message["tool_calls"] = [
             {
                 "id": "call_" + uuid.uuid4().hex[:8],
                 "type": "function",
-                "function": {"name": "bash", "arguments": json.dumps({"command": reply.tool_command})},
+                "function": {"name": name, "arguments": json.dumps(args)},
             }
+            for name, args in reply.tool_calls
         ]
     count = len(reply.text_chunks)
     return {

@@ -65,6 +65,7 @@ class Runs:
         base_ref: str | None = None,
         tool_timeout_ms: int | None = None,
         checkpoint_before_deadline_ms: int | None = None,
+        tool_budget: dict[str, Any] | None = None,
     ) -> ChildFuture:
         """Start child ``key`` (or, for a key already called with the same parameters, return its
         result again); its :class:`~pisub.protocol.workflow.ChildResult`.
@@ -89,6 +90,7 @@ class Runs:
             "base_ref": base_ref,
             "tool_timeout_ms": tool_timeout_ms,
             "checkpoint_before_deadline_ms": checkpoint_before_deadline_ms,
+            "tool_budget": tool_budget,
         }
         call = from_python(key, params, f"runs.run({key!r:.80})")
         return self._start([call], f"runs.run({key!r})", label=f"runs.run({key!r})")[0]

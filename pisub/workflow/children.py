@@ -319,6 +319,7 @@ class ChildRuns:
                 if call.checkpoint_before_deadline_ms is not None
                 else None
             ),
+            tool_budget=call.tool_budget.budget() if call.tool_budget is not None else None,
         )
         seeds: dict[str, Path] = {}
         try:

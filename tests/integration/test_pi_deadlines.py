@@ -65,3 +65,39 @@ def test_no_checkpoint_when_less_than_a_second_would_remain(pi_home: Path) -> No
     result = run.wait(timeout=60)
     assert result.state == "failed" and result.details.results[0].timeout_reason == "runtime"
     assert '"deadline.checkpoint"' not in (run.dir / "events.jsonl").read_text()
+
+
+def test_past_the_hard_tool_budget_read_is_blocked_inside_pi_and_bash_still_works(
+    pi_home: Path, model_server: FakeModelServer
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    calls = json.dumps([["bash", {"command": f"echo first-{tag}"}], ["read", {"path": "/etc/hostname"}]])
+    run = pisub.launch("pi", f"CALLS:{calls}", timeout=60, tool_budget={"hard": 1})
+    result = run.wait(timeout=60)
+    assert result.state == "complete", result.content[0].text
+    after = [
+        r
+        for r in list(model_server.requests)
+        if f"first-{tag}" in json.dumps(r) and r["messages"][-1]["role"] == "tool"
+    ]
+    assert after, "the model never saw the tool results"
+    sent = json.dumps(after[-1])
+    assert "blocked by the tool budget" in sent and f"first-{tag}\\n" in sent
+    assert '"budget.hard_blocked"' in (run.dir / "events.jsonl").read_text()
+
+
+def test_the_soft_tool_budget_nudges_with_a_steer_and_the_tightest_budget_wins(
+    pi_home: Path, model_server: FakeModelServer
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    run = pisub.launch("pi", f"go {tag} TOOL: sleep 2", timeout=60, tool_budget={"hard": 5, "soft": 1})
+    assert run.wait(timeout=60).state == "complete"
+    events = [json.loads(line) for line in (run.dir / "events.jsonl").read_text().splitlines()]
+    assert any(e.get("type") == "budget.soft_reached" for e in events)
+    assert any("tool budget allows" in json.dumps(r) for r in list(model_server.requests))
+    (pi_home / "config.toml").write_text("[limits.tool_budget]\nhard = 2\n")
+    assert pisub.launch("pi", "hi", tool_budget={"hard": 9}).manifest().limits.tool_budget.hard == 2  # type: ignore[union-attr]
+    tight = pisub.launch("pi", "hi", tool_budget={"hard": 1, "block": ["*"]}).manifest().limits.tool_budget
+    assert tight is not None and tight.hard == 1 and tight.block == ["*"]
+    bad = pisub_cli("run", "--agent", "pi", "hi", "--tool-budget", '{"hard": 2, "soft": 3}')
+    assert bad.returncode == 1 and "soft must not be above" in bad.stderr
