@@ -62,12 +62,16 @@ def launch(
     tool_timeout: float | None = None,
     checkpoint_before_deadline: float | None = None,
     tool_budget: dict[str, Any] | None = None,
+    acceptance: Any = None,
+    gate: str | None = None,
     home: Path | None = None,
 ) -> Run:
     """Start a detached run of ``agent`` on ``task`` and return once its runner committed.
     ``tool_timeout`` (seconds one pi tool call may take), ``checkpoint_before_deadline`` (ask a
     pi child to checkpoint this long before its runtime deadline) and ``tool_budget``
-    (``{hard, soft?, block?}`` tool calls) apply to pi runs.
+    (``{hard, soft?, block?}`` tool calls) apply to pi runs. ``gate`` (a command that must
+    pass on the child's tree) or ``acceptance`` (``{level, verify?, ...}``) is checked by the
+    runner when the child has ended.
 
     Raises:
         InvalidInput: empty task, bad cwd or limits.
@@ -89,7 +93,10 @@ def launch(
     lineage = caller_lineage(os.environ)  # refused here, before anything else, when too deep
     workdir = working_dir(cwd)
     h = open_home(home)
-    manifest = plan_run(h, agent, task, cwd=workdir, caller=caller, lineage=lineage)
+    from pisub.acceptance.spec import parse
+
+    accept = parse(acceptance, gate, "the call")
+    manifest = plan_run(h, agent, task, cwd=workdir, caller=caller, lineage=lineage, acceptance=accept)
     return Run(start_run(h, manifest).run_id, home=h.root)
 
 
@@ -406,6 +413,9 @@ def _check_tasks(
         try:
             agent = catalog.get(call.agent).spec()
             check_task(call.task, "task")
+            from pisub.acceptance.spec import parse
+
+            parse(call.acceptance, call.gate, "acceptance", resume=call.resume is not None)
             working_dir(call.cwd, workdir)
             if call.resume is not None:
                 validate_run_ref(call.resume)

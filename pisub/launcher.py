@@ -25,6 +25,7 @@ from pisub.store import RunStore
 
 if TYPE_CHECKING:
     from pisub.agents import Catalog
+    from pisub.protocol.acceptance import Acceptance
 
 MAX_TASK_BYTES = 1024 * 1024
 
@@ -84,9 +85,11 @@ def plan_run(
     model: str | None = None,
     catalog: Catalog | None = None,
     run_id: str | None = None,
+    acceptance: Acceptance | None = None,
 ) -> Manifest:
     """The manifest of a new run of ``agent`` on ``task`` in ``cwd`` (already checked by
-    :func:`working_dir`), after every check; nothing is created.
+    :func:`working_dir`), after every check; nothing is created. ``acceptance``: the call's
+    (else the agent file's ``acceptance`` / ``gate``).
 
     Raises:
         InvalidInput: empty task, bad limits, a model for a non-pi agent.
@@ -120,7 +123,14 @@ def plan_run(
         (env_limits(), ENV_TOOL_TIMEOUT_MS),
     )
     lineage = lineage.lowered(spec.max_depth)
-    return new_manifest(spec, task, str(cwd), limits, lineage=lineage, key=key, run_id=run_id)
+    manifest = new_manifest(spec, task, str(cwd), limits, lineage=lineage, key=key, run_id=run_id)
+    if acceptance is None:
+        from pisub.acceptance.spec import parse
+
+        fm = found.frontmatter
+        acceptance = parse(fm.acceptance, fm.gate, str(found.path))
+    manifest.acceptance = acceptance
+    return manifest
 
 
 def new_manifest(

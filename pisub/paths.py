@@ -282,6 +282,11 @@ class RunPaths:
         return self.root / "journal.jsonl"
 
     @property
+    def acceptance_dir(self) -> Path:
+        """The outputs of the run's acceptance ``verify`` commands: ``acceptance/<id>.log``."""
+        return self.root / "acceptance"
+
+    @property
     def handoff(self) -> Path:
         """A lane's recorded evidence (``pisub lane record-merge`` / ``record-supersession``)."""
         return self.root / "handoff.json"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pisub.defaults import RESULT_MAX_BYTES, RESULT_MAX_LINES
+from pisub.protocol.acceptance import AcceptanceRecord
 from pisub.protocol.codec import now_iso
 from pisub.protocol.result import (
     Details,
@@ -53,6 +54,7 @@ def make_result(
     timeout_reason: str | None = None,
     session_file: str | None = None,
     full_output: Path | None = None,
+    acceptance: AcceptanceRecord | None = None,
 ) -> Result:
     """The tool result of a finished run; every returned text is redacted."""
     assert state in TERMINAL_STATES, state
@@ -73,6 +75,7 @@ def make_result(
         session_file=session_file,
         output=text,
         timeout_reason=timeout_reason if timeout_reason in ("runtime", "idle", "tool") else None,  # type: ignore[arg-type]
+        acceptance=acceptance,
     )
     content = text if state == "complete" or error is None else _failure_text(error, text)
     return Result(

@@ -32,6 +32,7 @@ LAYERS: dict[str, int] = {
     "journal": 2,
     "spawn_budget": 2,
     "usage_budget": 2,
+    "acceptance": 2,
     "shared_state": 2,
     "doctor": 2,
     "config": 2,

@@ -58,6 +58,10 @@ def run(
     tool_budget: str | None = typer.Option(
         None, "--tool-budget", help='pi: JSON {"hard": N, "soft": N, "block": ["read", ...]} tool calls.'
     ),
+    gate: str | None = typer.Option(None, "--gate", help="A command that must pass on the child's tree."),
+    acceptance: str | None = typer.Option(
+        None, "--acceptance", help='JSON: {"level": "verified", "verify": [{"id", "command"}]} or "auto".'
+    ),
     checkpoint: float | None = typer.Option(
         None,
         "--checkpoint-before-deadline",
@@ -105,6 +109,8 @@ def run(
                 tool_timeout=tool_timeout,
                 checkpoint_before_deadline=checkpoint,
                 tool_budget=_json_option(tool_budget, "--tool-budget"),
+                acceptance=_acceptance_option(acceptance),
+                gate=gate,
             )
     except DepthExceeded as exc:
         if as_json:  # the refusal as a result (mode "management") on stdout, the line on stderr
@@ -152,6 +158,13 @@ def _start_workflow(
     assert source is not None
     calls = [_camel(c) for c in load_tasks(source)]
     return (launch_parallel if parallel is not None else launch_chain)(calls, **options)
+
+
+def _acceptance_option(text: str | None) -> Any:
+    """``--acceptance``: ``auto`` or a JSON object."""
+    if text is None or text.strip() == "auto":
+        return None if text is None else "auto"
+    return _json_option(text, "--acceptance")
 
 
 def _json_option(text: str | None, flag: str) -> Any:

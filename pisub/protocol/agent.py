@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 
@@ -29,6 +29,10 @@ class AgentFrontmatter(StrictRecord, kw_only=True):
     """pi only: ask the child to checkpoint this long before its runtime deadline."""
     tool_budget: ToolBudgetInput | None = None
     """pi only: ``{hard, soft?, block?}`` tool calls."""
+    acceptance: str | bool | dict[str, Any] | None = None
+    """``"auto"`` or ``{level, verify?, ...}`` (checked when a run is planned)."""
+    gate: str | None = None
+    """A command that must pass on the child's tree for its run to complete."""
     model: str | None = None
     """pi only: ``provider/id`` (or any pattern pi's ``--model`` takes)."""
     tools: list[str] | None = None

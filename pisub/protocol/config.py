@@ -44,9 +44,17 @@ class BudgetsSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, o
     usage_estimate_cost_usd: Annotated[float, msgspec.Meta(gt=0, le=1e9)] | None = None
 
 
+class AcceptanceSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    """``[acceptance]``: how verify commands are memoized."""
+
+    verify_env: list[Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]] | None = None
+    """Environment variables whose values are part of the verify cache's key (names only)."""
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
     """The whole file; every section and key is optional."""
 
     limits: LimitsSection = msgspec.field(default_factory=LimitsSection)
     workflow: WorkflowSection = msgspec.field(default_factory=WorkflowSection)
     budgets: BudgetsSection = msgspec.field(default_factory=BudgetsSection)
+    acceptance: AcceptanceSection = msgspec.field(default_factory=AcceptanceSection)

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pisub import defaults
 from pisub.errors import InvalidInput
+from pisub.protocol.acceptance import Acceptance
 from pisub.protocol.budget import ToolBudget
 from pisub.protocol.codec import Record
 from pisub.protocol.workflow import WorkflowSpec
@@ -190,6 +191,8 @@ class Manifest(Record, kw_only=True):
     """The depth limit inside this run: a run it starts is refused when ``depth`` reached it."""
     workflow: WorkflowSpec | None = None
     """What a workflow run (``agent.runner`` ``workflow``) runs."""
+    acceptance: Acceptance | None = None
+    """What the runner checks of the child's work when it ends (acceptance gates)."""
     worktree: WorktreeLink | None = None
     """The git worktree this run works in (``cwd`` is inside it); its runner captures the work
     when the child ends."""

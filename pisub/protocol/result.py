@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from typing import Literal
 
+from pisub.protocol.acceptance import AcceptanceRecord
 from pisub.protocol.codec import Record
 
 
@@ -65,6 +66,8 @@ class SingleResult(Record, kw_only=True, omit_defaults=True):
     state: str | None = None
     """A workflow's child: how it ended (``complete``, ``failed``, ``stopped``, ``paused``,
     ``skipped``)."""
+    acceptance: AcceptanceRecord | None = None
+    """What the runner checked of the child's work (acceptance gates)."""
 
 
 class TextContent(Record, kw_only=True):

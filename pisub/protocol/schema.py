@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 
+from pisub.protocol.acceptance import AcceptanceSpec
 from pisub.protocol.agent import AgentFrontmatter
 from pisub.protocol.budget import UsageBudgetSpec
 from pisub.protocol.config import Config
@@ -41,6 +42,7 @@ SCHEMAS: dict[str, Any] = {
     "worktree-record": WorktreeRecord,
     "config": Config,
     "usage-budget": UsageBudgetSpec,
+    "acceptance": AcceptanceSpec,
 }
 """File name (without ``.json``) → the type it describes."""
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from pisub.protocol.acceptance import AcceptanceRecord
 from pisub.protocol.budget import ToolBudgetInput, UsageBudgetSpec
 from pisub.protocol.codec import Record, StrictRecord
 from pisub.protocol.fields import KEY_PATTERN as KEY_PATTERN  # (re-exported: callers name them here)
@@ -62,6 +63,10 @@ class ChildCall(StrictRecord, kw_only=True, omit_defaults=True):
     """pi: ask the child to checkpoint this long before its runtime deadline."""
     tool_budget: ToolBudgetInput | None = None
     """pi: ``{hard, soft?, block?}`` tool calls (the tightest of call, agent and config)."""
+    acceptance: str | bool | dict[str, Any] | None = None
+    """``"auto"`` or ``{level, verify?, ...}``: what the child's work must show."""
+    gate: Annotated[str, msgspec.Meta(min_length=1, max_length=16 * 1024)] | None = None
+    """A command that must pass on the child's tree (not on a resume)."""
     isolation: Isolation | None = None
     """``worktree``: the child works in its own git worktree (default: the workflow's)."""
     base_ref: BaseRef | None = None
@@ -112,6 +117,8 @@ class ChildResult(Record, kw_only=True):
     agent: str = ""
     task: str = ""
     session_file: str | None = None
+    acceptance: AcceptanceRecord | None = None
+    """What the runner checked of the child's work (acceptance gates)."""
 
 
 class SteerResult(Record, kw_only=True):

@@ -40,7 +40,10 @@ from pisub.runner.recorder import Recorder, WriteTrouble, note
 from pisub.runner.tree import ProcessTree, Subreaper
 from pisub.store import load_status, write_result
 
-if TYPE_CHECKING:  # imported where used: a launch waits only for what its start-up needs
+if TYPE_CHECKING:
+    from pisub.protocol.acceptance import (
+        AcceptanceRecord,
+    )  # imported where used: a launch waits only for what its start-up needs
     from pisub.protocol.lease import LeaseOwner
     from pisub.runner.dispatch import Dispatcher
     from pisub.runner.inbox import InboxWatcher
@@ -129,6 +132,7 @@ class Supervisor:
         self.trouble = WriteTrouble()
         self.tool_timed_out: tuple[str, float] | None = None
         self.budget_soft_sent = False
+        self.acceptance: AcceptanceRecord | None = None
         self.budget_hard_noted = False
         self.checkpoint_armed = (
             manifest.agent.runner == "pi" and manifest.limits.checkpoint_before_deadline is not None
@@ -517,6 +521,7 @@ class Supervisor:
         verdict = self._judge(outcome)
         self.event("child.exited", 0, exitCode=outcome.exit_code, signal=outcome.signal)
         self._capture_worktree()
+        verdict = self._accept(verdict)
         # The outcome in runner.log first: where a reader's repair finds it if the files cannot
         # be written (a full disk).
         why = f": {verdict.error.code}: {verdict.error.message}" if verdict.error else ""
@@ -531,6 +536,50 @@ class Supervisor:
         if self.watcher is not None:
             self.watcher.stop()
         return self._write_end(verdict, outcome, deadline)
+
+    def _accept(self, verdict: Verdict) -> Verdict:
+        """Run the acceptance checks of a child that completed (its ``verify`` commands on its
+        tree); an explicit gate that fails makes the run ``failed``."""
+        wanted = self.manifest.acceptance
+        if wanted is None or verdict.state is not RunState.COMPLETE:
+            return verdict
+        from pisub.acceptance.verify import place, run_checks
+        from pisub.config import load_config
+        from pisub.protocol.acceptance import AcceptanceRecord, EvidenceStatus, Outcome
+
+        try:
+            allowed = load_config(self.paths.home.root).acceptance.verify_env or []
+        except PisubError:
+            allowed = []
+        env = dict(os.environ)
+        where = place(Path(self.manifest.cwd), allowed, env)
+        checks = run_checks(
+            wanted.spec.verify or [], where, self.paths.home.cache / "verify", self.paths.acceptance_dir, env
+        )
+        failed = [c for c in checks if c.outcome is Outcome.FAILED]
+        status = (
+            EvidenceStatus.REJECTED
+            if failed
+            else (EvidenceStatus.VERIFIED if checks else EvidenceStatus.CLAIMED)
+        )
+        why = "; ".join(f"{c.id}: {c.reason}" for c in failed) or None
+        self.acceptance = AcceptanceRecord(
+            level=wanted.spec.level,
+            explicit=wanted.explicit,
+            evidence_status=status,
+            checks=checks,
+            reason=why,
+        )
+        self.event(
+            "acceptance.checked",
+            0,
+            status=status.value,
+            checks=[{"id": c.id, "outcome": c.outcome.value, "cache": c.cache} for c in checks],
+        )
+        if failed and wanted.explicit:
+            message = f"acceptance gate failed: {why}"
+            return Verdict(RunState.FAILED, 1, ErrorInfo(code=ErrorCode.SUBAGENT_FAILED, message=message))
+        return verdict
 
     def _capture_worktree(self) -> None:
         """Save the work of an isolated child (nothing of it runs any more) as a patch and a
@@ -596,6 +645,7 @@ class Supervisor:
             timeout_reason=verdict.timeout_reason,
             session_file=outcome.session_file,
             full_output=self.paths.output_log(0),
+            acceptance=self.acceptance,
         )
         deadline = deadline if deadline is not None else time.monotonic() + FINAL_WRITE_S
         if not self._persist("write result.json", lambda: write_result(self.paths, result), deadline):

@@ -66,6 +66,8 @@ class Runs:
         tool_timeout_ms: int | None = None,
         checkpoint_before_deadline_ms: int | None = None,
         tool_budget: dict[str, Any] | None = None,
+        acceptance: Any = None,
+        gate: str | None = None,
     ) -> ChildFuture:
         """Start child ``key`` (or, for a key already called with the same parameters, return its
         result again); its :class:`~pisub.protocol.workflow.ChildResult`.
@@ -91,6 +93,8 @@ class Runs:
             "tool_timeout_ms": tool_timeout_ms,
             "checkpoint_before_deadline_ms": checkpoint_before_deadline_ms,
             "tool_budget": tool_budget,
+            "acceptance": acceptance,
+            "gate": gate,
         }
         call = from_python(key, params, f"runs.run({key!r:.80})")
         return self._start([call], f"runs.run({key!r})", label=f"runs.run({key!r})")[0]

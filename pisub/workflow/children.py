@@ -323,12 +323,16 @@ class ChildRuns:
         )
         seeds: dict[str, Path] = {}
         try:
+            from pisub.acceptance.spec import parse
+
+            accept = parse(call.acceptance, call.gate, "the call", resume=call.resume is not None)
             if call.resume is not None:
                 if call.context == Context.FORK:
                     raise InvalidInput("resume and context='fork' exclude each other")
                 manifest = plan_resume(
                     self.home, call.resume, call.task, lineage=lineage, key=call.key, timeout=call.timeout
                 )
+                manifest.acceptance = accept
                 if manifest.agent.name != call.agent:
                     raise InvalidInput(
                         f"run {call.resume} is a run of agent {manifest.agent.name!r}, not {call.agent!r}"
@@ -345,6 +349,7 @@ class ChildRuns:
                     key=call.key,
                     model=call.model,
                     run_id=run_id,
+                    acceptance=accept,
                 )
                 if call.context == Context.FORK:
                     seeds["session.jsonl"] = self._fork_source(manifest)

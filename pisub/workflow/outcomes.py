@@ -28,6 +28,7 @@ def from_result(key: str, call: ChildCall, run_id: str | None, result: Result) -
         agent=call.agent,
         task=call.task,
         session_file=single.session_file if single is not None else None,
+        acceptance=single.acceptance if single is not None else None,
     )
 
 
@@ -121,6 +122,7 @@ def as_single(outcome: ChildResult, output_bytes: int = MAX_RESULTS_BYTES) -> Si
         key=outcome.key,
         run_id=outcome.run_id,
         state=outcome.state,
+        acceptance=outcome.acceptance,
     )
 
 

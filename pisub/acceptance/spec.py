@@ -1,0 +1,65 @@
+"""``acceptance`` and ``gate`` as a call, an agent file or a workflow child gives them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pisub.errors import InvalidInput, PisubError
+from pisub.protocol.acceptance import Acceptance, AcceptanceSpec, Level, VerifyCommand
+from pisub.protocol.codec import convert
+
+GATE_ID = "gate"
+
+
+def parse(acceptance: Any, gate: Any, where: str, *, resume: bool = False) -> Acceptance | None:
+    """The explicit acceptance of a call (None: ``"auto"`` or nothing given).
+
+    ``gate: "CMD"`` is ``{level: "verified", verify: [{id: "gate", command: CMD}]}``.
+
+    Raises:
+        InvalidInput: naming ``where`` and the field — a bare ``"none"``, ``true``,
+            ``"reviewed"`` as a level, ``gate`` with ``acceptance`` (other than ``false``),
+            ``gate`` on a resume, or any bad field.
+    """
+    if acceptance is False:
+        acceptance = None  # false: omitted
+    if gate is not None:
+        if acceptance is not None and acceptance != "auto":
+            raise InvalidInput(f"{where}: give gate or acceptance, not both")
+        if resume:
+            raise InvalidInput(f"{where}: gate does not apply to a resume (its work was accepted before)")
+        if not isinstance(gate, str) or not gate.strip():
+            raise InvalidInput(f'{where}.gate: give the command that must pass, e.g. "pytest -q"')
+        verify = [VerifyCommand(id=GATE_ID, command=gate)]
+        return Acceptance(spec=AcceptanceSpec(level=Level.VERIFIED, verify=verify), explicit=True)
+    if acceptance is None or acceptance == "auto":
+        return None
+    if acceptance is True or acceptance == "none":
+        raise InvalidInput(
+            f'{where}.acceptance: give "auto" or an object with a level '
+            "(none, attested, checked, verified), not a bare " + repr(acceptance)
+        )
+    if not isinstance(acceptance, dict):
+        raise InvalidInput(f'{where}.acceptance: give "auto" or an object {{level, verify?, ...}}')
+    if acceptance.get("level") == "reviewed":
+        raise InvalidInput(
+            f'{where}.acceptance.level: "reviewed" is an outcome, not a level; ask for it with '
+            "review: {required: true}"
+        )
+    try:
+        spec = convert(acceptance, AcceptanceSpec, f"{where}.acceptance")
+    except PisubError as exc:
+        raise InvalidInput(exc.message) from None
+    if spec.level is Level.VERIFIED and not spec.verify:
+        raise InvalidInput(f"{where}.acceptance.verify: level verified needs at least one command")
+    ids = [v.id for v in spec.verify or []]
+    if len(ids) != len(set(ids)):
+        raise InvalidInput(f"{where}.acceptance.verify: ids must be unique")
+    if spec.review is not None and spec.review.required:
+        raise InvalidInput(f"{where}.acceptance.review: review gates are not supported yet")
+    if spec.level in (Level.ATTESTED, Level.CHECKED):
+        raise InvalidInput(
+            f"{where}.acceptance.level: {spec.level.value} (a parsed acceptance report) is not "
+            "supported yet; use verified with verify commands, or none"
+        )
+    return Acceptance(spec=spec, explicit=True)

@@ -1,0 +1,206 @@
+"""``verify`` commands: run by the runner on the host after the child ended, in the child's
+working tree, each with its own timeout and its output kept (capped) as evidence — and
+memoized per tree state, so an unchanged tree never runs a command twice.
+
+The cache key is the SHA-256 of the command, the tree (``git write-tree`` of a temporary
+index holding the tracked files and the untracked, not ignored ones) and the values of the
+environment variables the config allows (their names only are ever written down). The cache
+lives in ``<home>/cache/verify/`` and is shared by every run of the same repository.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pisub.errors import PisubError
+from pisub.fsio import atomic_write, load_json, private_mkdir
+from pisub.protocol.acceptance import Check, Outcome, VerifyCommand
+from pisub.protocol.codec import Record, encode_pretty
+
+DEFAULT_TIMEOUT_S = 600.0
+KEEP_BYTES = 32 * 1024
+"""Bytes of a command's output kept from its start and from its end."""
+
+
+class Cached(Record, kw_only=True):
+    exit_code: int
+    outcome: Outcome
+    reason: str | None = None
+    at: str
+
+
+@dataclass
+class Place:
+    """Where commands run and what their results are keyed by."""
+
+    cwd: Path
+    tree: str | None
+    """The tree's id (None: not a git tree, nothing is cached)."""
+    env_hash: str
+
+
+def place(cwd: Path, allowed_env: list[str], env: dict[str, str] | None = None) -> Place:
+    """The working tree ``cwd`` as the cache sees it now."""
+    env = dict(os.environ) if env is None else env
+    values = json.dumps([[name, env.get(name)] for name in sorted(set(allowed_env))])
+    return Place(cwd=cwd, tree=_tree(cwd), env_hash=hashlib.sha256(values.encode()).hexdigest())
+
+
+def _tree(cwd: Path) -> str | None:
+    from pisub.worktrees.repo import repo_root, snapshot_tree
+
+    try:
+        top = repo_root(cwd)
+        inside = os.path.relpath(os.path.realpath(cwd), os.path.realpath(top))
+        return f"{snapshot_tree(top)}:{inside}"
+    except PisubError:
+        return None
+
+
+def key_of(command: VerifyCommand, where: Place) -> str | None:
+    if where.tree is None:
+        return None
+    raw = json.dumps([command.command, where.tree, where.env_hash])
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def run_checks(
+    commands: list[VerifyCommand], where: Place, cache_dir: Path, log_dir: Path, env: dict[str, str]
+) -> list[Check]:
+    """Every command's check, in order (each runs even when an earlier one failed)."""
+    return [_check(command, where, cache_dir, log_dir, env) for command in commands]
+
+
+def _check(
+    command: VerifyCommand, where: Place, cache_dir: Path, log_dir: Path, env: dict[str, str]
+) -> Check:
+    key = key_of(command, where)
+    if key is not None:
+        hit = _cached(cache_dir, key)
+        if hit is not None:
+            return Check(
+                id=command.id,
+                kind="verify",
+                outcome=hit.outcome,
+                reason=hit.reason,
+                exit_code=hit.exit_code,
+                cache="hit",
+                key=key,
+            )
+    check = _run(command, where.cwd, log_dir, env)
+    check.cache = "off" if key is None else "miss"
+    check.key = key
+    if key is not None and check.exit_code is not None:
+        from pisub.protocol.codec import now_iso
+
+        record = Cached(exit_code=check.exit_code, outcome=check.outcome, reason=check.reason, at=now_iso())
+        try:
+            private_mkdir(cache_dir.parent)
+            private_mkdir(cache_dir)
+            atomic_write(cache_dir / f"{key}.json", encode_pretty(record))
+        except OSError:
+            pass  # no cache this time: the command ran, its result stands
+    return check
+
+
+def _cached(cache_dir: Path, key: str) -> Cached | None:
+    try:
+        return load_json(cache_dir / f"{key}.json", Cached, limit=64 * 1024)
+    except (OSError, PisubError):
+        return None
+
+
+def _run(command: VerifyCommand, cwd: Path, log_dir: Path, env: dict[str, str]) -> Check:
+    try:
+        argv = shlex.split(command.command)
+    except ValueError as exc:
+        return Check(
+            id=command.id, kind="verify", outcome=Outcome.FAILED, reason=f"cannot split the command: {exc}"
+        )
+    if not argv:
+        return Check(id=command.id, kind="verify", outcome=Outcome.FAILED, reason="the command is empty")
+    timeout = command.timeout_ms / 1000 if command.timeout_ms is not None else DEFAULT_TIMEOUT_S
+    log = log_dir / f"{command.id}.log"
+    try:
+        private_mkdir(log_dir)
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        return Check(
+            id=command.id, kind="verify", outcome=Outcome.FAILED, reason=f"cannot write its log: {exc}"
+        )
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=fd,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        os.close(fd)
+        return Check(
+            id=command.id,
+            kind="verify",
+            outcome=Outcome.FAILED,
+            reason=f"cannot start {argv[0]!r}: {exc.strerror or exc}",
+        )
+    os.close(fd)
+    deadline = time.monotonic() + timeout
+    try:
+        code = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        _cap(log)
+        return Check(
+            id=command.id,
+            kind="verify",
+            outcome=Outcome.FAILED,
+            reason=f"timed out after {timeout:g}s",
+            exit_code=124,
+            output=str(log),
+        )
+    _cap(log)
+    outcome = Outcome.PASSED if code == 0 else Outcome.FAILED
+    reason = None if code == 0 else f"exited with code {code}"
+    return Check(
+        id=command.id, kind="verify", outcome=outcome, reason=reason, exit_code=code, output=str(log)
+    )
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=3)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _cap(log: Path) -> None:
+    """Keep the first and last :data:`KEEP_BYTES` of a long log."""
+    try:
+        size = log.stat().st_size
+        if size <= 2 * KEEP_BYTES:
+            return
+        with open(log, "rb") as fh:
+            head = fh.read(KEEP_BYTES)
+            fh.seek(size - KEEP_BYTES)
+            tail = fh.read()
+        marker = f"\n[... {size - 2 * KEEP_BYTES} bytes not kept ...]\n".encode()
+        atomic_write(log, head + marker + tail)
+    except OSError:
+        return

@@ -1,0 +1,105 @@
+"""Acceptance gates: what a caller asks of a child's work (input: strict) and what the runner
+found (in the result: forward-compatible)."""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Literal
+
+import msgspec
+
+from pisub.protocol.codec import Record, StrictRecord
+
+
+class Level(enum.StrEnum):
+    NONE = "none"
+    ATTESTED = "attested"
+    CHECKED = "checked"
+    VERIFIED = "verified"
+    """Every ``verify`` command, run by the runner on the child's tree, passed."""
+
+
+class EvidenceKind(enum.StrEnum):
+    CHANGED_FILES = "changed-files"
+    TESTS_ADDED = "tests-added"
+    COMMANDS_RUN = "commands-run"
+    VALIDATION_OUTPUT = "validation-output"
+    RESIDUAL_RISKS = "residual-risks"
+    NO_STAGED_FILES = "no-staged-files"
+    DIFF_SUMMARY = "diff-summary"
+    REVIEW_FINDINGS = "review-findings"
+    MANUAL_NOTES = "manual-notes"
+
+
+CheckId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+
+
+class VerifyCommand(StrictRecord, kw_only=True, omit_defaults=True):
+    id: CheckId
+    command: Annotated[str, msgspec.Meta(min_length=1, max_length=16 * 1024)]
+    """Split like a shell line (``shlex``) and run without a shell, in the child's tree."""
+    timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=24 * 3600 * 1000)] | None = None
+
+
+class Review(StrictRecord, kw_only=True, omit_defaults=True):
+    required: bool
+    agent: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] | None = None
+
+
+class AcceptanceSpec(StrictRecord, kw_only=True, omit_defaults=True):
+    """``acceptance``: the level and what the child's work must show."""
+
+    level: Level
+    criteria: list[Annotated[str, msgspec.Meta(min_length=1, max_length=4000)]] | None = None
+    evidence: list[EvidenceKind] | None = None
+    verify: list[VerifyCommand] | None = None
+    review: Review | None = None
+    report: Literal["on", "off"] | None = None
+    reason: Annotated[str, msgspec.Meta(max_length=4000)] | None = None
+
+
+class Acceptance(Record, kw_only=True):
+    """``manifest.acceptance``: what the runner checks when the child has ended."""
+
+    spec: AcceptanceSpec
+    explicit: bool
+    """Asked for by the call or the agent (a failure fails the run); else inferred (reported)."""
+
+
+class Outcome(enum.StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+class Check(Record, kw_only=True, omit_defaults=True):
+    id: str
+    kind: Literal["verify", "report", "review"]
+    outcome: Outcome
+    reason: str | None = None
+    exit_code: int | None = None
+    output: str | None = None
+    """The file holding the command's output (its first and last 32 KiB)."""
+    cache: Literal["hit", "miss", "off"] | None = None
+    key: str | None = None
+    """The verify cache's key: SHA-256 of the command, the tree and the allowed environment."""
+
+
+class EvidenceStatus(enum.StrEnum):
+    CLAIMED = "claimed"
+    ATTESTED = "attested"
+    CHECKED = "checked"
+    VERIFIED = "verified"
+    REVIEW_REQUIRED = "review-required"
+    REVIEWED = "reviewed"
+    REJECTED = "rejected"
+
+
+class AcceptanceRecord(Record, kw_only=True, omit_defaults=True):
+    """``details.results[i].acceptance``."""
+
+    level: Level
+    explicit: bool
+    evidence_status: EvidenceStatus
+    checks: list[Check] = []
+    reason: str | None = None

@@ -1,0 +1,135 @@
+"""Acceptance gates: verify commands run by the runner on the child's tree, memoized per tree
+state; an explicit gate that fails fails the run. Real runs, real git repositories."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pisub
+from pisub.client import launch_parallel
+from pisub.errors import InvalidInput
+from tests.conftest import AgentMaker, pisub_cli
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path: Path, home: Path, make_agent: AgentMaker, monkeypatch: pytest.MonkeyPatch) -> Path:
+    config = tmp_path / "gitconfig"
+    config.write_text("[user]\n\tname = T\n\temail = t@example.com\n[init]\n\tdefaultBranch = main\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    make_agent("worker", command="true")
+    path = tmp_path / "repo"
+    path.mkdir()
+    git(path, "init", "-q")
+    (path / "test_ok.py").write_text("def test_ok():\n    assert True\n")
+    git(path, "add", "-A")
+    git(path, "commit", "-qm", "base")
+    return path
+
+
+def _counter(tmp_path: Path) -> tuple[str, Path]:
+    """A verify command that counts its executions in a file outside the repository."""
+    count = tmp_path / "count.txt"
+    count.write_text("")
+    script = tmp_path / "count.py"
+    script.write_text(f"open({str(count)!r}, 'a').write('x')\n")
+    return f"{sys.executable} {script}", count
+
+
+def test_a_pytest_gate_passing_and_failing(repo: Path) -> None:
+    gate = f"{sys.executable} -m pytest -q -p no:cacheprovider"
+    ok = pisub.launch("worker", "x", cwd=repo, gate=gate)
+    result = ok.wait(timeout=120)
+    assert result.state == "complete", result.content[0].text
+    record = result.details.results[0].acceptance
+    assert record is not None and record.evidence_status == "verified" and record.explicit
+    (check,) = record.checks
+    assert check.id == "gate" and check.outcome == "passed" and check.exit_code == 0
+    assert check.output is not None and "passed" in Path(check.output).read_text()
+
+    (repo / "test_bad.py").write_text("def test_bad():\n    assert False\n")
+    bad = pisub.launch("worker", "x", cwd=repo, gate=gate)
+    result = bad.wait(timeout=120)
+    assert result.state == "failed" and result.details.error is not None
+    assert result.details.error.code == "SUBAGENT_FAILED"
+    assert "acceptance gate failed: gate: exited with code 1" in result.details.error.message
+    assert result.details.results[0].acceptance.evidence_status == "rejected"  # type: ignore[union-attr]
+
+
+def test_an_unchanged_tree_never_reruns_a_command_and_an_untracked_file_does(
+    repo: Path, tmp_path: Path
+) -> None:
+    command, count = _counter(tmp_path)
+    first = pisub.launch("worker", "x", cwd=repo, gate=command).wait(timeout=60)
+    second = pisub.launch("worker", "x", cwd=repo, gate=command).wait(timeout=60)
+    assert count.read_text() == "x"  # ran once
+    caches = [r.details.results[0].acceptance.checks[0].cache for r in (first, second)]  # type: ignore[union-attr]
+    assert caches == ["miss", "hit"]
+    (repo / "new_untracked.txt").write_text("appears\n")
+    third = pisub.launch("worker", "x", cwd=repo, gate=command).wait(timeout=60)
+    assert count.read_text() == "xx" and third.details.results[0].acceptance.checks[0].cache == "miss"  # type: ignore[union-attr]
+    events = (pisub.Run(third.details.run_id or "").dir / "events.jsonl").read_text()
+    assert '"acceptance.checked"' in events
+
+
+def test_a_workflow_childs_gate_is_in_its_result_and_a_resume_takes_none(repo: Path, tmp_path: Path) -> None:
+    command, _count = _counter(tmp_path)
+    run = launch_parallel([{"key": "a", "agent": "worker", "task": "x", "gate": command}], cwd=repo)
+    result = run.wait(timeout=60)
+    assert result.state == "complete"
+    record = result.details.results[0].acceptance
+    assert record is not None and record.checks[0].outcome == "passed"
+    with pytest.raises(InvalidInput, match="resume"):
+        launch_parallel(
+            [{"key": "b", "agent": "worker", "task": "x", "gate": command, "resume": "abc"}], cwd=repo
+        )
+
+
+@pytest.mark.parametrize(
+    ("acceptance", "gate", "needle"),
+    [
+        ("none", None, "not a bare"),
+        (True, None, "not a bare"),
+        ({"level": "reviewed"}, None, "is an outcome"),
+        ({"level": "verified"}, None, "at least one command"),
+        (
+            {"level": "verified", "verify": [{"id": "a", "command": "x"}, {"id": "a", "command": "y"}]},
+            None,
+            "unique",
+        ),
+        ({"level": "verified", "verify": [{"id": "a", "command": "x"}], "colour": 1}, None, "colour"),
+        ({"level": "none"}, "true", "not both"),
+        ("auto", "", "give the command"),
+    ],
+)
+def test_bad_acceptance_is_refused_naming_the_field(
+    repo: Path, acceptance: Any, gate: str | None, needle: str
+) -> None:
+    with pytest.raises(InvalidInput, match=needle):
+        pisub.launch("worker", "x", cwd=repo, acceptance=acceptance, gate=gate)
+    assert not list(pisub.list_runs())
+
+
+def test_the_cli_and_an_agent_file_gate(repo: Path, make_agent: AgentMaker) -> None:
+    make_agent("gated", command="true", gate="false")
+    done = pisub_cli("run", "--agent", "gated", "x", "--cwd", str(repo), "--json", check=True)
+    result = pisub.Run(json.loads(done.stdout)["runId"]).wait(timeout=60)
+    assert result.state == "failed" and "acceptance gate failed" in (
+        result.details.error.message if result.details.error else ""
+    )
+    done = pisub_cli(
+        "run", "--agent", "gated", "x", "--cwd", str(repo), "--gate", "true", "--json", check=True
+    )
+    assert pisub.Run(json.loads(done.stdout)["runId"]).wait(timeout=60).state == "complete"  # the call wins
+    bad = pisub_cli("run", "--agent", "worker", "x", "--acceptance", '{"level": "reviewed"}')
+    assert bad.returncode == 1 and "is an outcome" in bad.stderr
