@@ -130,7 +130,16 @@ def plan_run(
         fm = found.frontmatter
         acceptance = parse(fm.acceptance, fm.gate, str(found.path))
     manifest.acceptance = acceptance
+    with_report_section(manifest)
     return manifest
+
+
+def with_report_section(manifest: Manifest) -> None:
+    """A child asked for an acceptance report is told so at the end of its task."""
+    from pisub.acceptance.report import prompt_section, wants_report
+
+    if manifest.acceptance is not None and wants_report(manifest.acceptance.spec):
+        manifest.task = manifest.task + "\n" + prompt_section(manifest.acceptance.spec)
 
 
 def new_manifest(

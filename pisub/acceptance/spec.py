@@ -57,9 +57,5 @@ def parse(acceptance: Any, gate: Any, where: str, *, resume: bool = False) -> Ac
         raise InvalidInput(f"{where}.acceptance.verify: ids must be unique")
     if spec.review is not None and spec.review.required:
         raise InvalidInput(f"{where}.acceptance.review: review gates are not supported yet")
-    if spec.level in (Level.ATTESTED, Level.CHECKED):
-        raise InvalidInput(
-            f"{where}.acceptance.level: {spec.level.value} (a parsed acceptance report) is not "
-            "supported yet; use verified with verify commands, or none"
-        )
+
     return Acceptance(spec=spec, explicit=True)

@@ -40,10 +40,8 @@ from pisub.runner.recorder import Recorder, WriteTrouble, note
 from pisub.runner.tree import ProcessTree, Subreaper
 from pisub.store import load_status, write_result
 
-if TYPE_CHECKING:
-    from pisub.protocol.acceptance import (
-        AcceptanceRecord,
-    )  # imported where used: a launch waits only for what its start-up needs
+if TYPE_CHECKING:  # imported where used: a launch waits only for what its start-up needs
+    from pisub.protocol.acceptance import AcceptanceRecord, AcceptanceSpec, Check, EvidenceStatus, Level
     from pisub.protocol.lease import LeaseOwner
     from pisub.runner.dispatch import Dispatcher
     from pisub.runner.inbox import InboxWatcher
@@ -521,7 +519,7 @@ class Supervisor:
         verdict = self._judge(outcome)
         self.event("child.exited", 0, exitCode=outcome.exit_code, signal=outcome.signal)
         self._capture_worktree()
-        verdict = self._accept(verdict)
+        verdict = self._accept(verdict, outcome)
         # The outcome in runner.log first: where a reader's repair finds it if the files cannot
         # be written (a full disk).
         why = f": {verdict.error.code}: {verdict.error.message}" if verdict.error else ""
@@ -537,31 +535,29 @@ class Supervisor:
             self.watcher.stop()
         return self._write_end(verdict, outcome, deadline)
 
-    def _accept(self, verdict: Verdict) -> Verdict:
-        """Run the acceptance checks of a child that completed (its ``verify`` commands on its
-        tree); an explicit gate that fails makes the run ``failed``."""
+    def _accept(self, verdict: Verdict, outcome: ChildOutcome) -> Verdict:
+        """Run the acceptance checks of a child that completed: its report (read from its final
+        output, which then loses the block) and its ``verify`` commands on its tree. An explicit
+        acceptance that fails makes the run ``failed``."""
         wanted = self.manifest.acceptance
         if wanted is None or verdict.state is not RunState.COMPLETE:
             return verdict
         from pisub.acceptance.verify import place, run_checks
         from pisub.config import load_config
-        from pisub.protocol.acceptance import AcceptanceRecord, EvidenceStatus, Outcome
+        from pisub.protocol.acceptance import AcceptanceRecord, Outcome
 
+        checks = self._report_checks(wanted.spec, outcome)
         try:
             allowed = load_config(self.paths.home.root).acceptance.verify_env or []
         except PisubError:
             allowed = []
-        env = dict(os.environ)
-        where = place(Path(self.manifest.cwd), allowed, env)
-        checks = run_checks(
-            wanted.spec.verify or [], where, self.paths.home.cache / "verify", self.paths.acceptance_dir, env
-        )
+        if wanted.spec.verify:
+            env = dict(os.environ)
+            where = place(Path(self.manifest.cwd), allowed, env)
+            cache = self.paths.home.cache / "verify"
+            checks += run_checks(wanted.spec.verify, where, cache, self.paths.acceptance_dir, env)
         failed = [c for c in checks if c.outcome is Outcome.FAILED]
-        status = (
-            EvidenceStatus.REJECTED
-            if failed
-            else (EvidenceStatus.VERIFIED if checks else EvidenceStatus.CLAIMED)
-        )
+        status = _evidence_status(wanted.spec.level, checks, failed)
         why = "; ".join(f"{c.id}: {c.reason}" for c in failed) or None
         self.acceptance = AcceptanceRecord(
             level=wanted.spec.level,
@@ -580,6 +576,63 @@ class Supervisor:
             message = f"acceptance gate failed: {why}"
             return Verdict(RunState.FAILED, 1, ErrorInfo(code=ErrorCode.SUBAGENT_FAILED, message=message))
         return verdict
+
+    def _report_checks(self, spec: AcceptanceSpec, outcome: ChildOutcome) -> list[Check]:
+        """The report's checks (none when the spec asks for no report); the block is taken out
+        of ``outcome.output``."""
+        from pisub.acceptance.report import extract, missing_evidence, parse, wants_report
+        from pisub.protocol.acceptance import Check, Level, Outcome
+
+        if not wants_report(spec):
+            return []
+        text, outcome.output = extract(outcome.output)
+        if text is None:
+            return [
+                Check(id="report", kind="report", outcome=Outcome.FAILED, reason="no acceptance-report block")
+            ]
+        try:
+            report = parse(text)
+        except PisubError as exc:
+            return [Check(id="report", kind="report", outcome=Outcome.FAILED, reason=exc.message)]
+        checks = [Check(id="report", kind="report", outcome=Outcome.PASSED)]
+        missing = missing_evidence(spec, report)
+        if missing:
+            checks.append(
+                Check(
+                    id="evidence",
+                    kind="report",
+                    outcome=Outcome.FAILED,
+                    reason="missing: " + ", ".join(missing),
+                )
+            )
+        if spec.level is Level.CHECKED:
+            checks.append(self._checked_claims(report))
+        return checks
+
+    def _checked_claims(self, report: dict[str, object]) -> Check:
+        """``checked``: what the runner can see of the report's claims holds (the files it says
+        it changed exist or are deleted in git; no staged files when it says so)."""
+        from pisub.protocol.acceptance import Check, Outcome
+
+        cwd = Path(self.manifest.cwd)
+        changed = report.get("changedFiles") or []
+        assert isinstance(changed, list)
+        absent = [f for f in changed if not (cwd / str(f)).exists() and not _deleted_in_git(cwd, str(f))]
+        if absent:
+            return Check(
+                id="claims",
+                kind="report",
+                outcome=Outcome.FAILED,
+                reason=f"no such changed file: {absent[0]}",
+            )
+        if report.get("noStagedFiles") is True and _has_staged(cwd):
+            return Check(
+                id="claims",
+                kind="report",
+                outcome=Outcome.FAILED,
+                reason="it says nothing is staged; git has staged changes",
+            )
+        return Check(id="claims", kind="report", outcome=Outcome.PASSED)
 
     def _capture_worktree(self) -> None:
         """Save the work of an isolated child (nothing of it runs any more) as a patch and a
@@ -683,3 +736,35 @@ def make_child(manifest: Manifest, paths: RunPaths, hooks: ChildHooks) -> Child:
 
 def _step_state(state: RunState) -> StepState:
     return StepState(state.value)
+
+
+def _evidence_status(level: Level, checks: list[Check], failed: list[Check]) -> EvidenceStatus:
+    from pisub.protocol.acceptance import EvidenceStatus, Level
+
+    if failed:
+        return EvidenceStatus.REJECTED
+    if any(c.kind == "verify" for c in checks):
+        return EvidenceStatus.VERIFIED
+    if level is Level.CHECKED:
+        return EvidenceStatus.CHECKED
+    if level is Level.ATTESTED:
+        return EvidenceStatus.ATTESTED
+    return EvidenceStatus.CLAIMED
+
+
+def _git_quiet(cwd: Path, args: list[str]) -> int | None:
+    try:
+        return subprocess.run(
+            ["git", "-C", str(cwd), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60
+        ).returncode
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def _deleted_in_git(cwd: Path, name: str) -> bool:
+    """Whether ``name`` is tracked at HEAD (so its absence is a deletion)."""
+    return _git_quiet(cwd, ["cat-file", "-e", f"HEAD:./{name}"]) == 0
+
+
+def _has_staged(cwd: Path) -> bool:
+    return _git_quiet(cwd, ["diff", "--cached", "--quiet"]) == 1

@@ -306,7 +306,7 @@ class ChildRuns:
     def _plan_start(
         self, call: ChildCall, cwd: Path, where: str, run_id: str | None = None
     ) -> tuple[Manifest, dict[str, Path]]:
-        from pisub.launcher import plan_resume, plan_run
+        from pisub.launcher import plan_resume, plan_run, with_report_section
 
         assert call.key is not None
         lineage = self.lineage.child(self.manifest.run_id)
@@ -333,6 +333,7 @@ class ChildRuns:
                     self.home, call.resume, call.task, lineage=lineage, key=call.key, timeout=call.timeout
                 )
                 manifest.acceptance = accept
+                with_report_section(manifest)
                 if manifest.agent.name != call.agent:
                     raise InvalidInput(
                         f"run {call.resume} is a run of agent {manifest.agent.name!r}, not {call.agent!r}"

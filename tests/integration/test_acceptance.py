@@ -133,3 +133,85 @@ def test_the_cli_and_an_agent_file_gate(repo: Path, make_agent: AgentMaker) -> N
     assert pisub.Run(json.loads(done.stdout)["runId"]).wait(timeout=60).state == "complete"  # the call wins
     bad = pisub_cli("run", "--agent", "worker", "x", "--acceptance", '{"level": "reviewed"}')
     assert bad.returncode == 1 and "is an outcome" in bad.stderr
+
+
+# Prints the report it finds in $REPORT (after a line of prose), and saves its task.
+REPORTER = """
+import os, sys
+task = sys.stdin.read()
+open(os.environ["TASK_SEEN"], "w").write(task)
+print("All done.")
+report = os.environ.get("REPORT")
+if report:
+    print("```acceptance-report")
+    print(report)
+    print("```")
+"""
+
+
+@pytest.fixture
+def reporter(repo: Path, make_agent: AgentMaker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    seen = tmp_path / "task-seen.txt"
+    monkeypatch.setenv("TASK_SEEN", str(seen))
+    make_agent("reporter", python=REPORTER)
+    return seen
+
+
+def _report_run(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, report: str | None, acceptance: dict[str, Any]
+) -> Any:
+    if report is None:
+        monkeypatch.delenv("REPORT", raising=False)
+    else:
+        monkeypatch.setenv("REPORT", report)
+    return pisub.launch("reporter", "do it", cwd=repo, acceptance=acceptance).wait(timeout=60)
+
+
+def test_an_attested_report_is_read_tolerantly_and_taken_out_of_the_output(
+    repo: Path, reporter: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wanted = {
+        "level": "attested",
+        "evidence": ["changed-files", "no-staged-files"],
+        "criteria": ["tests pass"],
+    }
+    report = json.dumps(
+        {"report": {"files_changed": "test_ok.py", "no_staged_files": "true", "notes": "fine"}}
+    )
+    result = _report_run(repo, monkeypatch, report, wanted)
+    assert result.state == "complete", result.content[0].text
+    record = result.details.results[0].acceptance
+    assert record is not None and record.evidence_status == "attested"
+    assert "acceptance-report" not in result.content[0].text and "All done." in result.content[0].text
+    seen = reporter.read_text()
+    assert "```acceptance-report" in seen and "tests pass" in seen and "changed-files" in seen
+
+
+@pytest.mark.parametrize(
+    ("report", "needle"),
+    [
+        (None, "no acceptance-report block"),
+        ('{"colour": "red"}', "acceptance-report.colour"),
+        ('{"files": ["a"], "changed_files": ["b"]}', "given twice"),
+        ("[1, 2]", "expected a JSON object"),
+        ('{"noStagedFiles": "perhaps"}', "expected true or false"),
+        ('{"manualNotes": "x"}', "missing: changed-files"),
+    ],
+)
+def test_a_bad_or_missing_report_fails_with_the_field(
+    repo: Path, reporter: Path, monkeypatch: pytest.MonkeyPatch, report: str | None, needle: str
+) -> None:
+    result = _report_run(repo, monkeypatch, report, {"level": "attested", "evidence": ["changed-files"]})
+    assert result.state == "failed" and result.details.error is not None
+    assert needle in result.details.error.message
+
+
+def test_checked_claims_are_checked(repo: Path, reporter: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wanted = {"level": "checked"}
+    lying = _report_run(repo, monkeypatch, '{"changedFiles": ["nowhere.py"]}', wanted)
+    assert lying.state == "failed" and "no such changed file: nowhere.py" in (
+        lying.details.error.message if lying.details.error else ""
+    )
+    honest = _report_run(repo, monkeypatch, '{"changedFiles": ["test_ok.py"], "noStagedFiles": true}', wanted)
+    assert honest.state == "complete"
+    assert honest.details.results[0].acceptance.evidence_status == "checked"

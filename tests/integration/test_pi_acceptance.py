@@ -32,3 +32,14 @@ def test_a_pytest_gate_on_a_pi_childs_tree(
     failing = pisub.launch("pi", broken, cwd=repo, gate=gate).wait(timeout=120)
     assert failing.state == "failed" and failing.details.error is not None
     assert "acceptance gate failed" in failing.details.error.message
+
+
+def test_a_malformed_acceptance_report_from_pi_fails_with_the_field(pi_home: Path, tmp_path: Path) -> None:
+    task = """please run TOOL: printf 'ok\\n```acceptance-report\\n{"colour": 1}\\n```\\n'"""
+    result = pisub.launch("pi", task, cwd=tmp_path, acceptance={"level": "attested"}).wait(timeout=120)
+    assert result.state == "failed" and result.details.error is not None, result.content[0].text
+    assert "acceptance-report.colour" in result.details.error.message
+    good = """please run TOOL: printf 'ok\\n```acceptance-report\\n{"status": "done"}\\n```\\n'"""
+    fine = pisub.launch("pi", good, cwd=tmp_path, acceptance={"level": "attested"}).wait(timeout=120)
+    assert fine.state == "complete", fine.content[0].text
+    assert "acceptance-report" not in fine.content[0].text
