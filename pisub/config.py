@@ -116,6 +116,7 @@ def effective(home_root: Path, env: dict[str, str] | None = None) -> list[Settin
     from pisub.lineage import caller_lineage
 
     config = load_config(home_root)
+    config_limits(config).check(os.fspath(config_path(home_root)))  # as a run checks them
     env = dict(os.environ) if env is None else env
     rows = []
     limit_defaults: dict[str, Any] = {

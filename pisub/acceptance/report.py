@@ -94,7 +94,9 @@ def parse(text: str) -> dict[str, Any]:
             ``acceptance-report.<key>``), or a value of the wrong kind.
     """
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except InvalidInput:
+        raise
     except (ValueError, RecursionError) as exc:
         raise InvalidInput(f"{FENCE}: not JSON ({exc})") from None
     if isinstance(data, dict) and len(data) == 1:
@@ -132,9 +134,22 @@ def _value(field: str, value: Any, where: str) -> Any:
         if isinstance(value, str) and value.strip().lower() in ("true", "yes", "false", "no"):
             return value.strip().lower() in ("true", "yes")
         raise InvalidInput(f"{where}: expected true or false")
-    if isinstance(value, str | int | float) and not isinstance(value, bool):
-        return str(value)
+    if isinstance(value, str):
+        return value
     raise InvalidInput(f"{where}: expected a string")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise InvalidInput(f"{FENCE}.{key}: given twice (ambiguous)")
+        found[key] = value
+    return found
+
+
+def _no_constant(name: str) -> Any:
+    raise InvalidInput(f"{FENCE}: {name} is not a JSON value")
 
 
 def missing_evidence(spec: AcceptanceSpec, report: dict[str, Any]) -> list[str]:

@@ -30,8 +30,12 @@ def parse(acceptance: Any, gate: Any, where: str, *, resume: bool = False) -> Ac
             raise InvalidInput(f"{where}: gate does not apply to a resume (its work was accepted before)")
         if not isinstance(gate, str) or not gate.strip():
             raise InvalidInput(f'{where}.gate: give the command that must pass, e.g. "pytest -q"')
-        verify = [VerifyCommand(id=GATE_ID, command=gate)]
-        return Acceptance(spec=AcceptanceSpec(level=Level.VERIFIED, verify=verify), explicit=True)
+        try:
+            command = convert({"id": GATE_ID, "command": gate}, VerifyCommand, f"{where}.gate")
+        except PisubError as exc:
+            raise InvalidInput(exc.message) from None
+        _check_split(command, f"{where}.gate")
+        return Acceptance(spec=AcceptanceSpec(level=Level.VERIFIED, verify=[command]), explicit=True)
     if acceptance is None or acceptance == "auto":
         return None
     if acceptance is True or acceptance == "none":
@@ -52,6 +56,8 @@ def parse(acceptance: Any, gate: Any, where: str, *, resume: bool = False) -> Ac
         raise InvalidInput(exc.message) from None
     if spec.level is Level.VERIFIED and not spec.verify:
         raise InvalidInput(f"{where}.acceptance.verify: level verified needs at least one command")
+    for index, command in enumerate(spec.verify or []):
+        _check_split(command, f"{where}.acceptance.verify[{index}]")
     ids = [v.id for v in spec.verify or []]
     if len(ids) != len(set(ids)):
         raise InvalidInput(f"{where}.acceptance.verify: ids must be unique")
@@ -59,3 +65,19 @@ def parse(acceptance: Any, gate: Any, where: str, *, resume: bool = False) -> Ac
         raise InvalidInput(f"{where}.acceptance.review: review gates are not supported yet")
 
     return Acceptance(spec=spec, explicit=True)
+
+
+def _check_split(command: VerifyCommand, where: str) -> None:
+    """The command splits like a shell line into a program and its arguments.
+
+    Raises:
+        InvalidInput: unbalanced quotes, or nothing to run.
+    """
+    import shlex
+
+    try:
+        argv = shlex.split(command.command)
+    except ValueError as exc:
+        raise InvalidInput(f"{where}: the command does not split like a shell line ({exc})") from None
+    if not argv:
+        raise InvalidInput(f"{where}: the command is empty")

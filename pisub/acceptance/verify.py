@@ -55,36 +55,55 @@ def place(cwd: Path, allowed_env: list[str], env: dict[str, str] | None = None) 
 
 
 def _tree(cwd: Path) -> str | None:
+    """The tree's id, or None (nothing cached) outside git or when it holds a nested
+    repository or submodule, whose files the id does not cover."""
+    from pisub.worktrees.git import git_out
     from pisub.worktrees.repo import repo_root, snapshot_tree
 
     try:
         top = repo_root(cwd)
         inside = os.path.relpath(os.path.realpath(cwd), os.path.realpath(top))
-        return f"{snapshot_tree(top)}:{inside}"
+        tree = snapshot_tree(top)
+        listing = git_out(top, ["ls-tree", "-r", "-z", tree], what="list the tree")
     except PisubError:
         return None
+    if any(entry.startswith(b"160000 ") for entry in listing.split(b"\0")):
+        return None
+    return f"{tree}:{inside}"
 
 
 def key_of(command: VerifyCommand, where: Place) -> str | None:
     if where.tree is None:
         return None
-    raw = json.dumps([command.command, where.tree, where.env_hash])
+    raw = json.dumps([command.command, command.timeout_ms, where.tree, where.env_hash])
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
 def run_checks(
-    commands: list[VerifyCommand], where: Place, cache_dir: Path, log_dir: Path, env: dict[str, str]
+    commands: list[VerifyCommand],
+    where: Place,
+    cache_dir: Path,
+    log_dir: Path,
+    env: dict[str, str],
+    not_before: float | None = None,
 ) -> list[Check]:
-    """Every command's check, in order (each runs even when an earlier one failed)."""
-    return [_check(command, where, cache_dir, log_dir, env) for command in commands]
+    """Every command's check, in order (each runs even when an earlier one failed). A cache
+    entry changed at or after ``not_before`` (when the child started: the child could have
+    written it) is not trusted."""
+    return [_check(command, where, cache_dir, log_dir, env, not_before) for command in commands]
 
 
 def _check(
-    command: VerifyCommand, where: Place, cache_dir: Path, log_dir: Path, env: dict[str, str]
+    command: VerifyCommand,
+    where: Place,
+    cache_dir: Path,
+    log_dir: Path,
+    env: dict[str, str],
+    not_before: float | None,
 ) -> Check:
     key = key_of(command, where)
     if key is not None:
-        hit = _cached(cache_dir, key)
+        hit = _cached(cache_dir, key, not_before)
         if hit is not None:
             return Check(
                 id=command.id,
@@ -98,7 +117,7 @@ def _check(
     check = _run(command, where.cwd, log_dir, env)
     check.cache = "off" if key is None else "miss"
     check.key = key
-    if key is not None and check.exit_code is not None:
+    if key is not None and check.exit_code is not None and check.exit_code != 124:  # a timeout: not kept
         from pisub.protocol.codec import now_iso
 
         record = Cached(exit_code=check.exit_code, outcome=check.outcome, reason=check.reason, at=now_iso())
@@ -111,11 +130,28 @@ def _check(
     return check
 
 
-def _cached(cache_dir: Path, key: str) -> Cached | None:
+def _cached(cache_dir: Path, key: str, not_before: float | None) -> Cached | None:
+    """A trusted cache entry: a regular file of this user's in a real directory, not changed
+    since the child started, whose outcome agrees with its exit code."""
+    import stat
+
+    from pisub.worktrees.records import is_plain_dir
+
+    path = cache_dir / f"{key}.json"
+    if not is_plain_dir(cache_dir):
+        return None
     try:
-        return load_json(cache_dir / f"{key}.json", Cached, limit=64 * 1024)
+        st = os.lstat(path)
+        entry = load_json(path, Cached, limit=64 * 1024)
     except (OSError, PisubError):
         return None
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        return None
+    if not_before is not None and st.st_ctime >= not_before:
+        return None  # written while the child ran: it could have forged it
+    if (entry.exit_code == 0) != (entry.outcome is Outcome.PASSED):
+        return None
+    return entry
 
 
 def _run(command: VerifyCommand, cwd: Path, log_dir: Path, env: dict[str, str]) -> Check:

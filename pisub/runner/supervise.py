@@ -555,7 +555,8 @@ class Supervisor:
             env = dict(os.environ)
             where = place(Path(self.manifest.cwd), allowed, env)
             cache = self.paths.home.cache / "verify"
-            checks += run_checks(wanted.spec.verify, where, cache, self.paths.acceptance_dir, env)
+            not_before = time.time() - (time.monotonic() - self.started)  # when the child started
+            checks += run_checks(wanted.spec.verify, where, cache, self.paths.acceptance_dir, env, not_before)
         failed = [c for c in checks if c.outcome is Outcome.FAILED]
         status = _evidence_status(wanted.spec.level, checks, failed)
         why = "; ".join(f"{c.id}: {c.reason}" for c in failed) or None
@@ -617,7 +618,7 @@ class Supervisor:
         cwd = Path(self.manifest.cwd)
         changed = report.get("changedFiles") or []
         assert isinstance(changed, list)
-        absent = [f for f in changed if not (cwd / str(f)).exists() and not _deleted_in_git(cwd, str(f))]
+        absent = [f for f in changed if not _changed_file_ok(cwd, str(f))]
         if absent:
             return Check(
                 id="claims",
@@ -768,3 +769,17 @@ def _deleted_in_git(cwd: Path, name: str) -> bool:
 
 def _has_staged(cwd: Path) -> bool:
     return _git_quiet(cwd, ["diff", "--cached", "--quiet"]) == 1
+
+
+def _changed_file_ok(cwd: Path, name: str) -> bool:
+    """A claimed changed file: a relative path inside the tree (not in ``.git``), naming a
+    regular file there or one deleted from HEAD."""
+    if not name.strip() or os.path.isabs(name):
+        return False
+    root = os.path.realpath(cwd)
+    target = os.path.realpath(os.path.join(root, name))
+    if not target.startswith(root + os.sep) or ".git" in Path(os.path.relpath(target, root)).parts:
+        return False
+    if os.path.isfile(target):
+        return True
+    return not os.path.lexists(target) and _deleted_in_git(cwd, name)

@@ -215,3 +215,88 @@ def test_checked_claims_are_checked(repo: Path, reporter: Path, monkeypatch: pyt
     honest = _report_run(repo, monkeypatch, '{"changedFiles": ["test_ok.py"], "noStagedFiles": true}', wanted)
     assert honest.state == "complete"
     assert honest.details.results[0].acceptance.evidence_status == "checked"
+
+
+FORGER = """
+import json, os, sys
+sys.stdin.read()
+from pathlib import Path
+from pisub.acceptance.verify import key_of, place
+from pisub.protocol.acceptance import VerifyCommand
+manifest = json.loads((Path(os.environ["PISUB_RUN_DIR"]) / "manifest.json").read_text())
+command = VerifyCommand(**manifest["acceptance"]["spec"]["verify"][0])
+key = key_of(command, place(Path.cwd(), []))
+cache = Path(os.environ["PISUB_HOME"]) / "cache" / "verify"
+cache.mkdir(parents=True, exist_ok=True)
+forged = {"exitCode": 0, "outcome": "passed", "reason": "trust me", "at": "x"}
+(cache / f"{key}.json").write_text(json.dumps(forged))
+print("forged", key)
+"""
+
+
+def test_a_child_cannot_forge_its_own_gate_result(
+    repo: Path, make_agent: AgentMaker, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PISUB_HOME", str(home))
+    make_agent("forger", python=FORGER)
+    result = pisub.launch("forger", "x", cwd=repo, gate="false").wait(timeout=60)
+    assert result.state == "failed", result.content[0].text
+    check = result.details.results[0].acceptance.checks[0]  # type: ignore[union-attr]
+    assert check.cache == "miss" and check.exit_code == 1
+
+
+def test_what_the_cache_key_cannot_see_is_never_cached(repo: Path, tmp_path: Path) -> None:
+    command, _count = _counter(tmp_path)
+    subprocess.run(["git", "init", "-q", str(repo / "sub")], check=True)
+    (repo / "sub" / "ok").write_text("1\n")
+    subprocess.run(["git", "-C", str(repo / "sub"), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo / "sub"), "commit", "-qm", "inner"], check=True)
+    nested = pisub.launch("worker", "x", cwd=repo, gate=command).wait(timeout=60)
+    assert nested.details.results[0].acceptance.checks[0].cache == "off"  # type: ignore[union-attr]
+
+
+def test_a_changed_timeout_is_a_new_key_and_a_timeout_is_not_kept(repo: Path) -> None:
+    def verify(timeout_ms: int) -> Any:
+        wanted = {
+            "level": "verified",
+            "verify": [{"id": "s", "command": "sleep 1.5", "timeoutMs": timeout_ms}],
+        }
+        return pisub.launch("worker", "x", cwd=repo, acceptance=wanted).wait(timeout=60)
+
+    assert verify(300).state == "failed"
+    again = verify(300)
+    assert again.details.results[0].acceptance.checks[0].cache == "miss"
+    assert verify(20_000).state == "complete"
+
+
+@pytest.mark.parametrize(
+    ("gate", "needle"),
+    [("x" * 20_000, "16384"), ("echo 'unbalanced", "does not split")],
+)
+def test_bad_gates_are_refused_at_launch(repo: Path, gate: str, needle: str) -> None:
+    with pytest.raises(InvalidInput, match=needle):
+        pisub.launch("worker", "x", cwd=repo, gate=gate)
+    assert not list(pisub.list_runs())
+
+
+@pytest.mark.parametrize("claim", ["../../etc/passwd", "/etc/passwd", ".git", "", "."])
+def test_checked_claims_must_be_files_inside_the_tree(
+    repo: Path, reporter: Path, monkeypatch: pytest.MonkeyPatch, claim: str
+) -> None:
+    result = _report_run(repo, monkeypatch, json.dumps({"changedFiles": [claim]}), {"level": "checked"})
+    assert result.state == "failed"
+
+
+@pytest.mark.parametrize(
+    "report", ['{"changedFiles": ["a"], "changedFiles": ["b"]}', '{"manualNotes": NaN}', '{"manualNotes": 5}']
+)
+def test_a_report_is_strict_about_duplicates_and_kinds(
+    repo: Path, reporter: Path, monkeypatch: pytest.MonkeyPatch, report: str
+) -> None:
+    assert _report_run(repo, monkeypatch, report, {"level": "attested"}).state == "failed"
+
+
+def test_config_show_checks_limits_as_a_run_does(repo: Path, home: Path) -> None:
+    (home / "config.toml").write_text("[limits.tool_budget]\nhard = 5\nsoft = 10\n")
+    done = pisub_cli("config", "show")
+    assert done.returncode == 1 and "soft must not be above" in done.stderr
