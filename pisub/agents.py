@@ -15,7 +15,7 @@ from pisub.errors import InvalidInput, PisubError, UnknownAgent
 from pisub.fsio import read_bytes
 from pisub.protocol.agent import AgentFrontmatter
 from pisub.protocol.codec import convert
-from pisub.protocol.manifest import AgentSpec, LimitValues
+from pisub.protocol.manifest import AgentSpec, LimitValues, seconds_of_ms
 
 Scope = Literal["user", "project"]
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -141,14 +141,10 @@ def limits_of(fm: AgentFrontmatter) -> LimitValues:
         idle_timeout=fm.idle_timeout,
         output_cap=fm.output_cap,
         output_hard_cap=fm.output_hard_cap,
-        tool_timeout=_seconds(fm.tool_timeout_ms),
-        checkpoint_before_deadline=_seconds(fm.checkpoint_before_deadline_ms),
+        tool_timeout=seconds_of_ms(fm.tool_timeout_ms),
+        checkpoint_before_deadline=seconds_of_ms(fm.checkpoint_before_deadline_ms),
         tool_budget=fm.tool_budget.budget() if fm.tool_budget is not None else None,
     )
-
-
-def _seconds(milliseconds: int | None) -> float | None:
-    return milliseconds / 1000 if milliseconds is not None else None
 
 
 def project_agent_dirs(cwd: Path) -> list[Path]:

@@ -18,7 +18,7 @@ from pisub import defaults
 from pisub.errors import InvalidInput, PisubError, printable
 from pisub.protocol.codec import convert
 from pisub.protocol.config import Config
-from pisub.protocol.manifest import LimitValues
+from pisub.protocol.manifest import LimitValues, seconds_of_ms
 from pisub.protocol.workflow import DEFAULT_CONCURRENCY, DEFAULT_MAX_SPAWNS
 
 MAX_CONFIG_BYTES = 256 * 1024
@@ -75,15 +75,11 @@ def config_limits(config: Config) -> LimitValues:
         idle_timeout=section.idle_timeout,
         output_cap=section.output_cap,
         output_hard_cap=section.output_hard_cap,
-        tool_timeout=_seconds(section.tool_timeout_ms),
+        tool_timeout=seconds_of_ms(section.tool_timeout_ms),
         tool_timeout_exempt=section.tool_timeout_exempt,
-        checkpoint_before_deadline=_seconds(section.checkpoint_before_deadline_ms),
+        checkpoint_before_deadline=seconds_of_ms(section.checkpoint_before_deadline_ms),
         tool_budget=section.tool_budget.budget() if section.tool_budget is not None else None,
     )
-
-
-def _seconds(milliseconds: int | None) -> float | None:
-    return milliseconds / 1000 if milliseconds is not None else None
 
 
 ENV_TOOL_TIMEOUT_MS = "PISUB_TOOL_TIMEOUT_MS"

@@ -59,6 +59,11 @@ class LimitValues(Record, kw_only=True, omit_defaults=True):
         return self
 
 
+def seconds_of_ms(milliseconds: int | None) -> float | None:
+    """A limit given in milliseconds (agent files, the config, workflow children) in seconds."""
+    return milliseconds / 1000 if milliseconds is not None else None
+
+
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)

@@ -754,11 +754,13 @@ def _evidence_status(level: Level, checks: list[Check], failed: list[Check]) -> 
 
 
 def _git_quiet(cwd: Path, args: list[str]) -> int | None:
+    """git's exit code in ``cwd`` (hardened, timed: :func:`pisub.worktrees.git.run_git`);
+    None when git could not run."""
+    from pisub.worktrees.git import WorktreeError, run_git
+
     try:
-        return subprocess.run(
-            ["git", "-C", str(cwd), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60
-        ).returncode
-    except (OSError, subprocess.TimeoutExpired):
+        return run_git(cwd, args, what="check the report's claims", check=False).returncode
+    except WorktreeError:
         return None
 
 

@@ -30,7 +30,7 @@ from pisub.paths import Home, RunPaths
 from pisub.protocol.budget import UsageTotals
 from pisub.protocol.codec import now_iso
 from pisub.protocol.control import Interrupt, Receipt, ReceiptState, Request, Steer, Stop
-from pisub.protocol.manifest import LimitValues, Manifest
+from pisub.protocol.manifest import LimitValues, Manifest, seconds_of_ms
 from pisub.protocol.result import SingleResult
 from pisub.protocol.status import StepState, StepStatus
 from pisub.protocol.workflow import ChildCall, ChildResult, Context, Isolation, SteerResult, WorkflowSpec
@@ -313,12 +313,8 @@ class ChildRuns:
         caller = LimitValues(
             timeout=call.timeout,
             idle_timeout=call.idle_timeout,
-            tool_timeout=call.tool_timeout_ms / 1000 if call.tool_timeout_ms is not None else None,
-            checkpoint_before_deadline=(
-                call.checkpoint_before_deadline_ms / 1000
-                if call.checkpoint_before_deadline_ms is not None
-                else None
-            ),
+            tool_timeout=seconds_of_ms(call.tool_timeout_ms),
+            checkpoint_before_deadline=seconds_of_ms(call.checkpoint_before_deadline_ms),
             tool_budget=call.tool_budget.budget() if call.tool_budget is not None else None,
         )
         seeds: dict[str, Path] = {}
