@@ -702,10 +702,11 @@ class Supervisor:
             acceptance=self.acceptance,
         )
         deadline = deadline if deadline is not None else time.monotonic() + FINAL_WRITE_S
+        # before result.json (readers take a result as the end): a resume that sees it finds
+        # the lease free; the child has ended, so nothing writes the session any more
+        self._persist("release the session lease", self._release_lease, deadline)
         if not self._persist("write result.json", lambda: write_result(self.paths, result), deadline):
             return False
-        # before the terminal status: a resume that sees it finds the lease free
-        self._persist("release the session lease", self._release_lease, deadline)
         step = rec.step(0)
         if step.status == StepState.RUNNING:
             step.status = _step_state(verdict.state)

@@ -451,16 +451,18 @@ class Coordinator:
         if state is RunState.STOPPED and self.end_error is None:
             self.end_error = ErrorInfo(code=ErrorCode.SUBAGENT_FAILED, message="Workflow stopped by request.")
         result = self._result(state)
-        if not self._persist("write result.json", lambda: write_result(self.paths, result), deadline):
-            return False
+        if self.children is not None:
+            self.children.close()
+        # before result.json (readers take a result as the end): a resume that sees it finds
+        # the journal's lease free; nothing writes the journal any more
         if self.lease is not None:
             from pisub.leases import release
 
             lease = self.lease
             self._persist("release the journal's lease", lambda: release(self.home.leases, lease), deadline)
             self.lease = None
-        if self.children is not None:
-            self.children.close()
+        if not self._persist("write result.json", lambda: write_result(self.paths, result), deadline):
+            return False
         rec.status.state = state
         rec.status.error = self.end_error
         rec.status.ended_at = result.ended_at

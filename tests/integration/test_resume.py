@@ -179,3 +179,23 @@ def test_pause_and_revive_a_frozen_pi(pi_home: Path, model_server: FakeModelServ
     assert not sleeping()
     # The claim stays: a late retry cannot start a second replacement.
     assert (run.dir / "recovery" / "claim.json").exists()
+
+
+def test_a_resume_started_the_instant_a_result_appears_finds_the_lease_free(
+    pi_home: Path, model_server: FakeModelServer
+) -> None:
+    """Readers take ``result.json`` as the run's end: the runner has given the session's lease
+    up by then. The source's runner is frozen the moment its result appears, and the resume
+    must still start (a CI flake: a lane's ``resume: "previous"`` stage was refused LEASE_HELD)."""
+    tag = uuid.uuid4().hex[:8]
+    source = pisub.launch("pi", f"first message {tag}")
+    runner_pid = wait_for(lambda: source.status().pid, timeout=30)
+    assert wait_for(lambda: source.paths.result.exists(), timeout=60, interval=0.0005)
+    os.kill(runner_pid, signal.SIGSTOP)
+    try:
+        new = resume(source.id, f"ECHO_HISTORY {tag}")
+        result = new.wait(timeout=60)
+    finally:
+        os.kill(runner_pid, signal.SIGCONT)
+    assert result.state == "complete", result.content[0].text
+    assert source.wait(timeout=30).state == "complete"
