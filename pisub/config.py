@@ -147,6 +147,23 @@ def effective(home_root: Path, env: dict[str, str] | None = None) -> list[Settin
     rows.append(_pick("limits.tool_budget", shown, None))
     rows.append(_pick("workflow.concurrency", config.workflow.concurrency, DEFAULT_CONCURRENCY))
     rows.append(_pick("workflow.max_spawns", config.workflow.max_spawns, DEFAULT_MAX_SPAWNS))
+    rows.append(_pick("acceptance.infer", config.acceptance.infer, True))
+    rows.append(_pick("acceptance.reviewer", config.acceptance.reviewer, "reviewer"))
+    rows.append(_pick("acceptance.verify_env", config.acceptance.verify_env, []))
+    rows.append(
+        _pick(
+            "budgets.usage_estimate_tokens",
+            config.budgets.usage_estimate_tokens,
+            defaults.USAGE_ESTIMATE_TOKENS,
+        )
+    )
+    rows.append(
+        _pick(
+            "budgets.usage_estimate_cost_usd",
+            config.budgets.usage_estimate_cost_usd,
+            defaults.USAGE_ESTIMATE_COST_USD,
+        )
+    )
     depth_source = "env PISUB_MAX_DEPTH" if env.get("PISUB_MAX_DEPTH") else "default"
     rows.append(Setting("depth.max_depth", caller_lineage(env).max_depth, depth_source))
     return rows

@@ -24,8 +24,10 @@ from pisub.protocol.status import RunState, Status
 from pisub.store import RunStore
 
 if TYPE_CHECKING:
-    from pisub.agents import Catalog
+    from pisub.acceptance.infer import Setting
+    from pisub.agents import Agent, Catalog
     from pisub.protocol.acceptance import Acceptance
+    from pisub.protocol.config import Config
 
 MAX_TASK_BYTES = 1024 * 1024
 
@@ -86,10 +88,12 @@ def plan_run(
     catalog: Catalog | None = None,
     run_id: str | None = None,
     acceptance: Acceptance | None = None,
+    setting: Setting | None = None,
 ) -> Manifest:
     """The manifest of a new run of ``agent`` on ``task`` in ``cwd`` (already checked by
     :func:`working_dir`), after every check; nothing is created. ``acceptance``: the call's
-    (else the agent file's ``acceptance`` / ``gate``).
+    (else the agent file's ``acceptance`` / ``gate``, else inferred for ``setting``, a run of
+    its own by default: :mod:`pisub.acceptance.infer`).
 
     Raises:
         InvalidInput: empty task, bad limits, a model for a non-pi agent.
@@ -115,23 +119,52 @@ def plan_run(
         check_command(spec.command, cwd)
     from pisub.config import ENV_TOOL_TIMEOUT_MS, config_limits, config_path, env_limits, load_config
 
-    configured = config_limits(load_config(home.root))
+    config = load_config(home.root)
     limits = Limits.resolve(
         (caller, "the call"),
         (found.limits(), str(found.path)),
-        (configured, str(config_path(home.root))),
+        (config_limits(config), str(config_path(home.root))),
         (env_limits(), ENV_TOOL_TIMEOUT_MS),
     )
     lineage = lineage.lowered(spec.max_depth)
     manifest = new_manifest(spec, task, str(cwd), limits, lineage=lineage, key=key, run_id=run_id)
-    if acceptance is None:
-        from pisub.acceptance.spec import parse
-
-        fm = found.frontmatter
-        acceptance = parse(fm.acceptance, fm.gate, str(found.path))
-    manifest.acceptance = acceptance
+    manifest.acceptance = _acceptance(acceptance, found, catalog, config, setting)
     with_report_section(manifest)
     return manifest
+
+
+def _acceptance(
+    given: Acceptance | None, found: Agent, catalog: Catalog, config: Config, setting: Setting | None
+) -> Acceptance | None:
+    """The call's acceptance, else the agent file's, else the inferred one (None when the
+    config turns inference off); a review gate's reviewer must exist.
+
+    Raises:
+        InvalidInput: a bad ``acceptance`` / ``gate`` in the agent file, or no reviewer agent.
+    """
+    from pisub.acceptance.infer import Setting, infer, role_of
+    from pisub.acceptance.spec import parse
+
+    fm = found.frontmatter
+    chosen = given if given is not None else parse(fm.acceptance, fm.gate, str(found.path))
+    reviewer = config.acceptance.reviewer or "reviewer"
+    if chosen is None:
+        if config.acceptance.infer is False:
+            return None
+        role = role_of(fm.acceptance_role, fm.runner, fm.tools)
+        known = reviewer if reviewer in catalog.agents and reviewer != fm.name else None
+        return infer(role, setting or Setting.DIRECT, known)
+    review = chosen.spec.review
+    if review is not None and review.required:
+        name = review.agent or reviewer
+        if name not in catalog.agents:
+            available = ", ".join(sorted(catalog.agents)) or "(none)"
+            raise InvalidInput(
+                f"acceptance.review.agent: no agent {name!r} to review with (available: {available}); "
+                "write one (a read-only pi agent) or name another"
+            )
+        review.agent = name  # the runner reviews with the agent named now
+    return chosen
 
 
 def with_report_section(manifest: Manifest) -> None:

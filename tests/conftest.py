@@ -198,7 +198,12 @@ def pi_home(
     agents = home / "agents"
     agents.mkdir(parents=True, mode=0o700, exist_ok=True)
     os.chmod(home, 0o700)
-    (agents / "pi.md").write_text("---\nname: pi\nrunner: pi\ndescription: the real pi\n---\nBe terse.\n")
+    # The scripted model echoes the task: this agent asks for no acceptance report, so that the
+    # transport's tests see the task as sent (inference is tested with agents of its own).
+    no_report = 'acceptance: {level: none, reason: "the scripted model echoes the task"}\n'
+    (agents / "pi.md").write_text(
+        f"---\nname: pi\nrunner: pi\ndescription: the real pi\n{no_report}---\nBe terse.\n"
+    )
     return home
 
 

@@ -61,9 +61,6 @@ def parse(acceptance: Any, gate: Any, where: str, *, resume: bool = False) -> Ac
     ids = [v.id for v in spec.verify or []]
     if len(ids) != len(set(ids)):
         raise InvalidInput(f"{where}.acceptance.verify: ids must be unique")
-    if spec.review is not None and spec.review.required:
-        raise InvalidInput(f"{where}.acceptance.review: review gates are not supported yet")
-
     return Acceptance(spec=spec, explicit=True)
 
 

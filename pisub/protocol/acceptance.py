@@ -19,6 +19,14 @@ class Level(enum.StrEnum):
     """Every ``verify`` command, run by the runner on the child's tree, passed."""
 
 
+class AcceptanceRole(enum.StrEnum):
+    """An agent file's ``acceptanceRole``: what the inference of ``"auto"`` takes it for (it
+    changes no tool access)."""
+
+    READ_ONLY = "read-only"
+    WRITER = "writer"
+
+
 class EvidenceKind(enum.StrEnum):
     CHANGED_FILES = "changed-files"
     TESTS_ADDED = "tests-added"
@@ -43,7 +51,10 @@ class VerifyCommand(StrictRecord, kw_only=True, omit_defaults=True):
 
 class Review(StrictRecord, kw_only=True, omit_defaults=True):
     required: bool
-    agent: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] | None = None
+    agent: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")] | None = None
+    """The reviewer agent (default: config ``acceptance.reviewer``, else ``reviewer``)."""
+    focus: Annotated[str, msgspec.Meta(min_length=1, max_length=4000)] | None = None
+    """What the reviewer should look at most."""
 
 
 class AcceptanceSpec(StrictRecord, kw_only=True, omit_defaults=True):
@@ -72,6 +83,22 @@ class Outcome(enum.StrEnum):
     SKIPPED = "skipped"
 
 
+class Severity(enum.StrEnum):
+    BLOCKING = "blocking"
+    """Must be fixed: the review rejects the work."""
+    MAJOR = "major"
+    MINOR = "minor"
+    NOTE = "note"
+
+
+class Finding(Record, kw_only=True, omit_defaults=True):
+    """One item of a reviewer's verdict."""
+
+    severity: Severity
+    message: str
+    file: str | None = None
+
+
 class Check(Record, kw_only=True, omit_defaults=True):
     id: str
     kind: Literal["verify", "report", "review"]
@@ -83,6 +110,10 @@ class Check(Record, kw_only=True, omit_defaults=True):
     cache: Literal["hit", "miss", "off"] | None = None
     key: str | None = None
     """The verify cache's key: SHA-256 of the command, the tree and the allowed environment."""
+    run_id: str | None = None
+    """A review check: the reviewer's run."""
+    findings: list[Finding] | None = None
+    """A review check: what the reviewer found."""
 
 
 class EvidenceStatus(enum.StrEnum):
@@ -103,3 +134,22 @@ class AcceptanceRecord(Record, kw_only=True, omit_defaults=True):
     evidence_status: EvidenceStatus
     checks: list[Check] = []
     reason: str | None = None
+
+
+class VerdictWord(enum.StrEnum):
+    APPROVE = "approve"
+    REJECT = "reject"
+
+
+class FindingInput(StrictRecord, kw_only=True, omit_defaults=True):
+    severity: Severity
+    message: Annotated[str, msgspec.Meta(min_length=1, max_length=4000)]
+    file: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
+
+
+class ReviewVerdict(StrictRecord, kw_only=True, omit_defaults=True):
+    """A reviewer's fenced ``review-verdict`` block (input from a model: strict, after the
+    synonyms are normalised)."""
+
+    verdict: VerdictWord
+    findings: Annotated[list[FindingInput], msgspec.Meta(max_length=200)] = []

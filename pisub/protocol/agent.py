@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from pisub.protocol.acceptance import AcceptanceRole
 from pisub.protocol.budget import ToolBudgetInput
 from pisub.protocol.codec import StrictRecord
 from pisub.protocol.manifest import AgentRunner, ThinkingLevel
@@ -33,6 +34,9 @@ class AgentFrontmatter(StrictRecord, kw_only=True):
     """``"auto"`` or ``{level, verify?, ...}`` (checked when a run is planned)."""
     gate: str | None = None
     """A command that must pass on the child's tree for its run to complete."""
+    acceptance_role: AcceptanceRole | None = None
+    """What the inference of ``acceptance: "auto"`` takes this agent for (``read-only`` or
+    ``writer``); without it, a pi agent whose tools are all read-only is read-only."""
     model: str | None = None
     """pi only: ``provider/id`` (or any pattern pi's ``--model`` takes)."""
     tools: list[str] | None = None

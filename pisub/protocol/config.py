@@ -45,8 +45,12 @@ class BudgetsSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, o
 
 
 class AcceptanceSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
-    """``[acceptance]``: how verify commands are memoized."""
+    """``[acceptance]``: the inference of ``"auto"``, review gates, the verify cache."""
 
+    infer: bool | None = None
+    """``"auto"`` resolves through the inference table (default true); false: to level none."""
+    reviewer: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")] | None = None
+    """The agent a review gate runs when it names none (default ``reviewer``)."""
     verify_env: list[Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]] | None = None
     """Environment variables whose values are part of the verify cache's key (names only)."""
 

@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # imported where used: a launch waits only for what its start
     from pisub.protocol.lease import LeaseOwner
     from pisub.runner.dispatch import Dispatcher
     from pisub.runner.inbox import InboxWatcher
+    from pisub.runner.review import ReviewOutcome
 
 ABORT_CONFIRM_S = 3.0
 """How long pi has to end its work after an abort before it is TERMed."""
@@ -131,6 +132,9 @@ class Supervisor:
         self.tool_timed_out: tuple[str, float] | None = None
         self.budget_soft_sent = False
         self.acceptance: AcceptanceRecord | None = None
+        self.reviewing = False
+        """The child completed and its reviewer runs: a stop request stops the review."""
+        self.review_stop = False
         self.budget_hard_noted = False
         self.checkpoint_armed = (
             manifest.agent.runner == "pi" and manifest.limits.checkpoint_before_deadline is not None
@@ -205,6 +209,10 @@ class Supervisor:
     def stop(self, child: int | None, reason: str | None) -> str | None:
         if child not in (None, 0):
             return f"no child {child} (this run has one child, 0)"
+        if self.reviewing:
+            self.review_stop = True
+            self.event("review.stop", 0, reason=reason)
+            return None
         if self.child is None or self.child.poll() is not None:
             return "the child has already exited"
         self.event("child.stop", 0, reason=reason)
@@ -558,7 +566,12 @@ class Supervisor:
             not_before = time.time() - (time.monotonic() - self.started)  # when the child started
             checks += run_checks(wanted.spec.verify, where, cache, self.paths.acceptance_dir, env, not_before)
         failed = [c for c in checks if c.outcome is Outcome.FAILED]
-        status = _evidence_status(wanted.spec.level, checks, failed)
+        review = None
+        if wanted.spec.review is not None and wanted.spec.review.required and not failed:
+            review = self._review(wanted.spec)
+            checks.append(review.check)
+            failed += [review.check] if review.check.outcome is Outcome.FAILED else []
+        status = _evidence_status(wanted.spec.level, checks, failed, review)
         why = "; ".join(f"{c.id}: {c.reason}" for c in failed) or None
         self.acceptance = AcceptanceRecord(
             level=wanted.spec.level,
@@ -573,10 +586,47 @@ class Supervisor:
             status=status.value,
             checks=[{"id": c.id, "outcome": c.outcome.value, "cache": c.cache} for c in checks],
         )
+        if self.review_stop:
+            message = "Subagent stopped by request (during its review)."
+            return Verdict(RunState.STOPPED, 0, ErrorInfo(code=ErrorCode.SUBAGENT_FAILED, message=message))
         if failed and wanted.explicit:
             message = f"acceptance gate failed: {why}"
             return Verdict(RunState.FAILED, 1, ErrorInfo(code=ErrorCode.SUBAGENT_FAILED, message=message))
         return verdict
+
+    def _review(self, spec: AcceptanceSpec) -> ReviewOutcome:
+        """Run the review gate: the reviewer as a child run; a stop request (or a signal) that
+        arrives meanwhile stops the reviewer and then this run."""
+        from pisub.acceptance.review import diff_of
+        from pisub.config import load_config
+        from pisub.runner.review import reviewer_name, run_review
+
+        try:
+            configured = load_config(self.paths.home.root).acceptance.reviewer
+        except PisubError:
+            configured = None
+        reviewer = reviewer_name(spec, configured)
+        patch = self.paths.worktree_patch if self.manifest.worktree is not None else None
+        diff = diff_of(Path(self.manifest.cwd), patch)
+        self.reviewing = True
+        try:
+            return run_review(
+                self.paths,
+                self.manifest,
+                reviewer,
+                diff,
+                started=lambda rid: self.event("review.started", 0, runId=rid, agent=reviewer),
+                stop_requested=self._review_stopped,
+            )
+        finally:
+            self.reviewing = False
+
+    def _review_stopped(self) -> bool:
+        if self.dispatcher is not None:
+            self.dispatcher.scan()  # a stop request is answered now, not after the review
+        if self.signalled is not None:
+            self.review_stop = True
+        return self.review_stop
 
     def _report_checks(self, spec: AcceptanceSpec, outcome: ChildOutcome) -> list[Check]:
         """The report's checks (none when the spec asks for no report); the block is taken out
@@ -740,11 +790,17 @@ def _step_state(state: RunState) -> StepState:
     return StepState(state.value)
 
 
-def _evidence_status(level: Level, checks: list[Check], failed: list[Check]) -> EvidenceStatus:
+def _evidence_status(
+    level: Level, checks: list[Check], failed: list[Check], review: ReviewOutcome | None
+) -> EvidenceStatus:
     from pisub.protocol.acceptance import EvidenceStatus, Level
 
+    if review is not None and not review.finished:
+        return EvidenceStatus.REVIEW_REQUIRED
     if failed:
         return EvidenceStatus.REJECTED
+    if review is not None:
+        return EvidenceStatus.REVIEWED
     if any(c.kind == "verify" for c in checks):
         return EvidenceStatus.VERIFIED
     if level is Level.CHECKED:

@@ -8,15 +8,18 @@ The reply to ``POST /v1/chat/completions`` is chosen from the conversation, firs
 
 1. the last message has role ``tool``      -> text ``Tool said: <tool output, stripped>``;
 2. the last user message contains ``ERROR500`` -> HTTP 500, JSON body, message ``fake server error``;
-3. the last user message contains ``CALLS:[["read", {"path": "x"}], ["bash", {...}]]`` (a JSON
+3. the last user message is a review request (it starts ``Review another agent's``, as pisub's
+   review gates ask) and contains ``REVIEW_VERDICT:<json>`` (rest of that line) -> text
+   ``Reviewed.`` plus a fenced ``review-verdict`` block holding ``<json>``;
+4. the last user message contains ``CALLS:[["read", {"path": "x"}], ["bash", {...}]]`` (a JSON
    list on that line) -> text ``Calling tools.`` plus those tool calls in one message; else
    ``TOOL:<cmd>`` (``cmd`` = rest of that line, stripped) -> text ``Running a command.`` plus
    one ``bash`` tool call ``{"command": "<cmd>"}``; ``finish_reason: "tool_calls"``;
-4. the last user message contains ``SLOW`` (or ``SLOW:<n>``) -> a long text in ``n`` chunks
+5. the last user message contains ``SLOW`` (or ``SLOW:<n>``) -> a long text in ``n`` chunks
    (default :attr:`FakeModelServer.slow_chunks`), :attr:`FakeModelServer.slow_delay` seconds apart;
-5. any user message contains ``ECHO_HISTORY`` -> ``History: `` + the texts of all user messages,
+6. any user message contains ``ECHO_HISTORY`` -> ``History: `` + the texts of all user messages,
    joined with `` | ``;
-6. otherwise -> ``Hello from the fake LLM. You said: <last user text, stripped>``.
+7. otherwise -> ``Hello from the fake LLM. You said: <last user text, stripped>``.
 
 Every streamed reply ends with a ``finish_reason`` chunk, a usage chunk
 (``{"choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": <chunks>, ...}}``) and
@@ -89,6 +92,8 @@ PI_HERMETIC_ARGS: Final[tuple[str, ...]] = (
 _SLOW_RE: Final = re.compile(r"SLOW(?::(\d+))?")
 _TOOL_RE: Final = re.compile(r"TOOL:([^\r\n]*)")
 _CALLS_RE: Final = re.compile(r"CALLS:([^\r\n]*)")
+_VERDICT_RE: Final = re.compile(r"REVIEW_VERDICT:([^\r\n]*)")
+REVIEW_REQUEST: Final = "Review another agent's"
 # Errors that mean "the client went away"; never worth a traceback.
 _DISCONNECT_ERRORS: Final = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError)
 
@@ -172,6 +177,10 @@ def choose_reply(body: JsonDict, *, slow_chunks: int, slow_delay: float) -> _Rep
 
     if "ERROR500" in last_user:
         return _Reply(error_status=500)
+    verdict = _VERDICT_RE.search(last_user) if last_user.startswith(REVIEW_REQUEST) else None
+    if verdict is not None:
+        text = f"Reviewed.\n```review-verdict\n{verdict.group(1).strip()}\n```"
+        return _Reply(text=text)
     calls = _CALLS_RE.search(last_user)
     if calls is not None:
         try:

@@ -33,7 +33,15 @@ from pisub.protocol.control import Interrupt, Receipt, ReceiptState, Request, St
 from pisub.protocol.manifest import LimitValues, Manifest, seconds_of_ms
 from pisub.protocol.result import SingleResult
 from pisub.protocol.status import StepState, StepStatus
-from pisub.protocol.workflow import ChildCall, ChildResult, Context, Isolation, SteerResult, WorkflowSpec
+from pisub.protocol.workflow import (
+    ChildCall,
+    ChildResult,
+    Context,
+    Isolation,
+    Shape,
+    SteerResult,
+    WorkflowSpec,
+)
 from pisub.spawn_budget import SpawnBudget, claim_name
 from pisub.store import load_result
 from pisub.usage_budget import UsageBudget
@@ -306,6 +314,7 @@ class ChildRuns:
     def _plan_start(
         self, call: ChildCall, cwd: Path, where: str, run_id: str | None = None
     ) -> tuple[Manifest, dict[str, Path]]:
+        from pisub.acceptance.infer import Setting
         from pisub.launcher import plan_resume, plan_run, with_report_section
 
         assert call.key is not None
@@ -347,6 +356,7 @@ class ChildRuns:
                     model=call.model,
                     run_id=run_id,
                     acceptance=accept,
+                    setting=Setting.DYNAMIC if self.spec.shape is Shape.WORKFLOW else Setting.DECLARED,
                 )
                 if call.context == Context.FORK:
                     seeds["session.jsonl"] = self._fork_source(manifest)

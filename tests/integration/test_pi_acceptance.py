@@ -43,3 +43,46 @@ def test_a_malformed_acceptance_report_from_pi_fails_with_the_field(pi_home: Pat
     fine = pisub.launch("pi", good, cwd=tmp_path, acceptance={"level": "attested"}).wait(timeout=120)
     assert fine.state == "complete", fine.content[0].text
     assert "acceptance-report" not in fine.content[0].text
+
+
+def _pi_reviewer(pi_home: Path) -> None:
+    (pi_home / "agents" / "reviewer.md").write_text(
+        "---\nname: reviewer\nrunner: pi\ntools: [read, grep, find, ls]\ndescription: reviews\n---\nReview.\n"
+    )
+
+
+def test_a_review_gate_runs_a_pi_reviewer_on_the_diff(pi_home: Path, tmp_path: Path) -> None:
+    """The child writes a file in a git tree; a pi reviewer gets the diff and its verdict
+    decides (the scripted model answers the review request with the verdict it carries)."""
+    _pi_reviewer(pi_home)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "-C", str(repo), "init", "-q"], check=True)
+    blocking = '{"verdict": "approve", "findings": [{"severity": "blocking", "message": "no tests"}]}'
+    verdicts = {"reviewed": '{"verdict": "approve"}', "rejected": blocking}
+    for status, verdict in verdicts.items():
+        review = {"required": True, "focus": f"REVIEW_VERDICT:{verdict}"}
+        task = "please run TOOL: echo new > made.txt"
+        run = pisub.launch("pi", task, cwd=repo, acceptance={"level": "none", "review": review})
+        result = run.wait(timeout=180)
+        record = result.details.results[0].acceptance
+        assert record is not None and record.evidence_status == status, result.content[0].text
+        check = record.checks[-1]
+        assert check.kind == "review" and check.run_id is not None
+        reviewer = pisub.Run(check.run_id)
+        assert reviewer.manifest().agent.name == "reviewer" and reviewer.manifest().parent_run_id == run.id
+        assert "made.txt" in reviewer.manifest().task  # the diff lists the new file
+        assert result.state == ("complete" if status == "reviewed" else "failed")
+
+
+def test_a_default_pi_run_is_checked_by_inference_and_never_failed_by_it(
+    pi_home: Path, tmp_path: Path
+) -> None:
+    (pi_home / "agents" / "plain.md").write_text("---\nname: plain\nrunner: pi\n---\nBe terse.\n")
+    result = pisub.launch("plain", "hello there", cwd=tmp_path).wait(timeout=120)
+    assert result.state == "complete", result.content[0].text
+    record = result.details.results[0].acceptance
+    assert record is not None and record.level == "checked" and not record.explicit
+    # the scripted model echoes the task, template included: a report the runner can read
+    assert record.evidence_status == "checked", record
+    assert "```acceptance-report" not in result.content[0].text

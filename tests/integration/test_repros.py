@@ -409,7 +409,8 @@ def test_hostile_pi_events_never_kill_the_runner(
     run = pisub.launch("fakepi", "survive this")
     result = run.wait(timeout=30)
     assert result.state == "complete", result.content[0].text
-    assert result.details.results[0].output == "done: survive this"
+    output = result.details.results[0].output or ""
+    assert output.startswith("done: survive this")  # the fake pi echoes the task (and its acceptance section)
     assert b"Traceback" not in (run.dir / "runner.log").read_bytes()
 
 

@@ -1,0 +1,90 @@
+"""What ``acceptance: "auto"`` (the default) resolves to: a small table from two facts — what
+the agent is (:class:`Role`) and where the run sits (:class:`Setting`) — never from the
+task's wording.
+
+=========== ============================= =====================================
+role        setting                       acceptance
+=========== ============================= =====================================
+read-only   any                           none
+unknown     any                           none (pisub cannot tell what it does)
+writer      a run of its own              checked
+writer      a declared workflow child     checked
+writer      a child a script started      checked + review required
+=========== ============================= =====================================
+
+The review row needs a reviewer agent; when none is known, the row is ``checked`` and its
+reason says why. An inferred acceptance is reported and never fails the run.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pisub.protocol.acceptance import Acceptance, AcceptanceRole, AcceptanceSpec, Level, Review
+
+READ_ONLY_TOOLS = frozenset({"read", "grep", "find", "ls"})
+"""pi's tools that change nothing."""
+
+PI_DEFAULT_TOOLS = frozenset({"read", "bash", "edit", "write"})
+"""The tools a pi agent without a ``tools`` list has."""
+
+
+class Role(enum.StrEnum):
+    READ_ONLY = "read-only"
+    WRITER = "writer"
+    UNKNOWN = "unknown"
+
+
+class Setting(enum.StrEnum):
+    """Where a run sits (every pisub run is detached, so "async" tells nothing apart)."""
+
+    DIRECT = "direct"
+    """A run of its own (``pisub run``, ``pisub.launch``)."""
+    DECLARED = "declared"
+    """A child declared before the workflow started: ``--parallel``, ``--chain``, ``--lanes``."""
+    DYNAMIC = "dynamic"
+    """A child a workflow script decided to start while it ran."""
+
+
+@dataclass(frozen=True)
+class Row:
+    level: Level
+    review: bool
+    why: str
+
+
+TABLE: dict[tuple[Role, Setting], Row] = {
+    **{(Role.READ_ONLY, s): Row(Level.NONE, False, "a read-only agent") for s in Setting},
+    **{
+        (Role.UNKNOWN, s): Row(Level.NONE, False, "an external agent without acceptanceRole") for s in Setting
+    },
+    (Role.WRITER, Setting.DIRECT): Row(Level.CHECKED, False, "a writer run on its own"),
+    (Role.WRITER, Setting.DECLARED): Row(Level.CHECKED, False, "a writer in a declared workflow"),
+    (Role.WRITER, Setting.DYNAMIC): Row(Level.CHECKED, True, "a writer a workflow script started"),
+}
+
+
+def role_of(declared: AcceptanceRole | None, runner: str, tools: Iterable[str] | None) -> Role:
+    """The agent's role: its ``acceptanceRole`` when it says; else a pi agent is read-only when
+    every tool it has changes nothing, a writer otherwise; an external agent is unknown."""
+    if declared is not None:
+        return Role(declared.value)
+    if runner != "pi":
+        return Role.UNKNOWN
+    have = PI_DEFAULT_TOOLS if tools is None else frozenset(tools)
+    return Role.READ_ONLY if have <= READ_ONLY_TOOLS else Role.WRITER
+
+
+def infer(role: Role, setting: Setting, reviewer: str | None) -> Acceptance:
+    """The inferred acceptance (``explicit`` false) of a run; ``reviewer``: the reviewer agent,
+    None when there is none (then no review is inferred)."""
+    row = TABLE[(role, setting)]
+    review = None
+    why = f"inferred: {row.why}"
+    if row.review and reviewer is not None:
+        review = Review(required=True, agent=reviewer)
+    elif row.review:
+        why += " (no reviewer agent, so no review)"
+    return Acceptance(spec=AcceptanceSpec(level=row.level, review=review, reason=why), explicit=False)

@@ -1,0 +1,138 @@
+"""A review gate, run by the runner of the reviewed run once its child completed and every
+other check passed: the reviewer agent is started as a real run (a child of the reviewed run,
+key ``review``, acceptance ``none``) on the task, the criteria and the diff, and the runner
+waits for its result and reads its verdict (:mod:`pisub.acceptance.review`)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pisub.errors import PisubError
+from pisub.paths import RunPaths
+from pisub.protocol.acceptance import Acceptance, AcceptanceSpec, Check, Finding, Level, Outcome
+from pisub.protocol.manifest import LimitValues, Manifest
+
+REVIEW_KEY = "review"
+DEFAULT_REVIEWER = "reviewer"
+POLL_S = 0.2
+
+
+@dataclass
+class ReviewOutcome:
+    check: Check
+    finished: bool
+    """Whether the reviewer gave a verdict (else the work still needs a review)."""
+
+
+def reviewer_name(spec: AcceptanceSpec, configured: str | None) -> str:
+    agent = spec.review.agent if spec.review is not None else None
+    return agent or configured or DEFAULT_REVIEWER
+
+
+def run_review(
+    paths: RunPaths,
+    manifest: Manifest,
+    reviewer: str,
+    diff: str | None,
+    *,
+    started: Callable[[str], None],
+    stop_requested: Callable[[], bool],
+) -> ReviewOutcome:
+    """Run the reviewer to its end (or until ``stop_requested``, which stops it) and judge its
+    verdict. Never raises: a reviewer that cannot start or gives no verdict is a failed check."""
+    from pisub.acceptance.review import review_task
+
+    assert manifest.acceptance is not None
+    task = review_task(manifest.acceptance.spec, manifest.task, diff)
+    try:
+        review_paths = _start(paths, manifest, reviewer, task)
+    except PisubError as exc:
+        return _unfinished(f"the reviewer {reviewer!r} could not start: {exc.message}")
+    started(review_paths.run_id)
+    return _await(review_paths, stop_requested)
+
+
+def _start(paths: RunPaths, manifest: Manifest, reviewer: str, task: str) -> RunPaths:
+    from pisub.agents import discover
+    from pisub.launcher import plan_run, start_run
+    from pisub.lineage import Lineage
+
+    home = paths.home
+    cwd = Path(manifest.cwd)
+    here = Lineage(manifest.parent_run_id, manifest.root_run_id, manifest.depth, manifest.max_depth)
+    plan = plan_run(
+        home,
+        reviewer,
+        task,
+        cwd=cwd,
+        caller=LimitValues(),
+        lineage=here.child(manifest.run_id),
+        key=REVIEW_KEY,
+        catalog=discover(home.agents, cwd),
+        acceptance=Acceptance(spec=AcceptanceSpec(level=Level.NONE, reason="a reviewer"), explicit=True),
+    )
+    return start_run(home, plan)
+
+
+def _await(review: RunPaths, stop_requested: Callable[[], bool]) -> ReviewOutcome:
+    from pisub.mailbox import write_request
+    from pisub.polling import poll
+    from pisub.protocol.control import Stop
+    from pisub.reconcile import observe
+
+    stopping = False
+
+    def ended() -> bool | None:
+        nonlocal stopping
+        if not stopping and stop_requested():
+            stopping = True
+            with contextlib.suppress(PisubError):  # it has ended meanwhile
+                write_request(review, Stop(v=1, reason="the reviewed run was stopped", source="review"))
+        try:
+            return True if observe(review).state.is_terminal else None
+        except PisubError:
+            return True  # gone or unreadable: judged below
+
+    poll(ended, None, interval=POLL_S, first=0.02, first_for=1.0)
+    return _judge(review)
+
+
+def _judge(review: RunPaths) -> ReviewOutcome:
+    from pisub.acceptance.review import extract, parse, rejection
+    from pisub.store import load_result
+
+    try:
+        result = load_result(review)
+    except PisubError as exc:
+        return _unfinished(f"the reviewer's result cannot be read: {exc.message}", review.run_id)
+    if result is None or result.state != "complete":
+        state = result.state if result is not None else "no result"
+        return _unfinished(f"the reviewer ended {state}", review.run_id)
+    output = result.details.results[0].output if result.details.results else ""
+    text = extract(output or "")
+    if text is None:
+        return _unfinished("the reviewer gave no review-verdict block", review.run_id)
+    try:
+        verdict = parse(text)
+    except PisubError as exc:
+        return _unfinished(exc.message, review.run_id)
+    findings = [Finding(severity=f.severity, message=f.message, file=f.file) for f in verdict.findings]
+    why = rejection(verdict)
+    check = Check(
+        id="review",
+        kind="review",
+        outcome=Outcome.FAILED if why else Outcome.PASSED,
+        reason=why,
+        run_id=review.run_id,
+        findings=findings,
+    )
+    return ReviewOutcome(check, finished=True)
+
+
+def _unfinished(why: str, run_id: str | None = None) -> ReviewOutcome:
+    return ReviewOutcome(
+        Check(id="review", kind="review", outcome=Outcome.FAILED, reason=why, run_id=run_id), finished=False
+    )
