@@ -64,9 +64,11 @@ def launch(
     tool_budget: dict[str, Any] | None = None,
     acceptance: Any = None,
     gate: str | None = None,
+    model: str | None = None,
     home: Path | None = None,
 ) -> Run:
     """Start a detached run of ``agent`` on ``task`` and return once its runner committed.
+    ``model`` (pi agents: ``provider/id``) replaces the agent's.
     ``tool_timeout`` (seconds one pi tool call may take), ``checkpoint_before_deadline`` (ask a
     pi child to checkpoint this long before its runtime deadline) and ``tool_budget``
     (``{hard, soft?, block?}`` tool calls) apply to pi runs. ``gate`` (a command that must
@@ -96,7 +98,9 @@ def launch(
     from pisub.acceptance.spec import parse
 
     accept = parse(acceptance, gate, "the call")
-    manifest = plan_run(h, agent, task, cwd=workdir, caller=caller, lineage=lineage, acceptance=accept)
+    manifest = plan_run(
+        h, agent, task, cwd=workdir, caller=caller, lineage=lineage, acceptance=accept, model=model
+    )
     return Run(start_run(h, manifest).run_id, home=h.root)
 
 

@@ -25,6 +25,7 @@ from pisub.cli import control as _control
 from pisub.cli import lanes as _lanes
 from pisub.cli import leases as _leases
 from pisub.cli import ops as _ops
+from pisub.cli import pi_ext as _pi_ext
 from pisub.cli import runs as _runs
 from pisub.cli import workflows as _workflows
 from pisub.cli import worktrees as _worktrees
@@ -48,6 +49,7 @@ app.add_typer(_workflows.children_app, name="children")
 app.add_typer(_worktrees.app, name="worktree")
 app.add_typer(_lanes.app, name="lane")
 app.add_typer(_config.app, name="config")
+_pi_ext.register(app)
 
 
 def main() -> None:

@@ -59,6 +59,7 @@ def run(
         None, "--tool-budget", help='pi: JSON {"hard": N, "soft": N, "block": ["read", ...]} tool calls.'
     ),
     gate: str | None = typer.Option(None, "--gate", help="A command that must pass on the child's tree."),
+    model: str | None = typer.Option(None, "--model", help="pi agents: provider/id instead of the agent's."),
     acceptance: str | None = typer.Option(
         None, "--acceptance", help='JSON: {"level": "verified", "verify": [{"id", "command"}]} or "auto".'
     ),
@@ -111,6 +112,7 @@ def run(
                 tool_budget=_json_option(tool_budget, "--tool-budget"),
                 acceptance=_acceptance_option(acceptance),
                 gate=gate,
+                model=model,
             )
     except DepthExceeded as exc:
         if as_json:  # the refusal as a result (mode "management") on stdout, the line on stderr

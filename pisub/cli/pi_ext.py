@@ -1,0 +1,54 @@
+"""``pisub pi-extension path|install``, ``pisub guide [TOPIC]`` and ``pisub home``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from pisub.cli.render import out
+
+app = typer.Typer(
+    help="The subagent tool for pi (a pi extension).", no_args_is_help=True, add_completion=False
+)
+
+
+@app.command("path")
+def path() -> None:
+    """Print the packaged extension's path (for pi -e PATH; it runs pisub from PATH or $PISUB_ARGV)."""
+    from pisub.pi_integration import extension_path
+
+    out(str(extension_path()))
+
+
+@app.command("install")
+def install(
+    into: Path | None = typer.Option(
+        None, "--into", help="A directory instead of pi's extensions directory."
+    ),
+) -> None:
+    """Install the extension into pi's extensions directory ($PI_CODING_AGENT_DIR/extensions or
+    ~/.pi/agent/extensions), set to run this pisub; prints where it went."""
+    from pisub.pi_integration import install_extension
+
+    out(str(install_extension(into)))
+
+
+def guide(topic: str | None = typer.Argument(None, help="overview, workflows, agents, control, ...")) -> None:
+    """Print a guide topic (an unknown topic lists the valid ones)."""
+    from pisub.pi_integration import guide as text
+
+    out(text(topic).rstrip("\n"))
+
+
+def home() -> None:
+    """Print the pisub home directory (created if missing)."""
+    from pisub.paths import open_home
+
+    out(str(open_home().root))
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="pi-extension")
+    root.command("guide")(guide)
+    root.command("home")(home)

@@ -1,0 +1,476 @@
+// pisub's `subagent` tool for pi: every call becomes one `pisub ... --json` command (argv, never a
+// shell), and its answer the tool result `{content: [{type: "text", text}], details: {mode, runId?,
+// results: [], error?: {code, message}}}`. The extension keeps no state of its own beyond a notice
+// ledger in the pisub home: a reloaded pi, or a second pi on the same session, sees the same runs.
+//
+// Completion notices: a background run started from this session is recorded in
+// <home>/notices/<session key>/<run id>.json; once its status is terminal, the first pi instance
+// that creates <run id>.sent (O_EXCL) sends the parent session one message (and starts a turn when
+// the session is idle). Exactly one notice per run and session, across restarts.
+//
+// The pisub command: PISUB_ARGV (a JSON array, e.g. ["/usr/bin/python3", "-m", "pisub"]), else
+// the PISUB_ARGV_DEFAULT below (written by `pisub pi-extension install`), else ["pisub"].
+import * as crypto from "node:crypto";
+import * as fs from "node:fs";
+import * as path from "node:path";
+
+const PISUB_ARGV_DEFAULT: string[] | null = null; // replaced by `pisub pi-extension install`
+const POLL_MS = 1000;
+const REPAIR_EVERY = 10; // polls between `pisub status` calls (a reader repairs a dead runner)
+const TERMINAL = new Set(["complete", "failed", "stopped", "paused"]);
+const HEAD_CHARS = 600;
+
+const ACTIONS = [
+  "run",
+  "status",
+  "steer",
+  "follow_up",
+  "interrupt",
+  "stop",
+  "resume",
+  "list",
+  "get",
+  "doctor",
+  "children.list",
+  "validate",
+  "guide",
+  "fleet",
+];
+
+const str = (description: string) => ({ type: "string", description });
+const num = (description: string) => ({ type: "number", description });
+const any = (description: string) => ({ description });
+
+export const PARAMETERS = {
+  type: "object",
+  additionalProperties: false,
+  properties: {
+    action: str(`One of: ${ACTIONS.join(", ")}. Omit it to start a run (agent + task).`),
+    agent: str("The agent to run (pisub agents list)."),
+    task: str("What the agent should do."),
+    async: { type: "boolean", description: "false: wait for the run and return its result (default: background)." },
+    id: str("A run id or a unique prefix (status, steer, interrupt, stop, resume, get)."),
+    childId: str("A workflow child's key or index (status, steer, interrupt, stop, get)."),
+    message: str("The message of a steer, follow_up or resume."),
+    mode: str("steer: steer | follow_up | auto."),
+    index: num("resume: the workflow child's index whose session continues."),
+    model: str("pi agents: provider/id."),
+    cwd: str("The working directory."),
+    timeoutMs: num("The run's timeout in milliseconds."),
+    acceptance: any('"auto" or {level, verify?, review?, ...} (see guide acceptance).'),
+    gate: str("A command that must pass on the child's tree."),
+    toolBudget: any("{hard, soft?, block?}"),
+    toolTimeoutMs: num("Milliseconds one tool call may take."),
+    usageBudget: any("Workflows: {tokens?: {soft?, hard}, costUsd?: {soft?, hard}}."),
+    workflowScriptPath: str("Start the workflow script at this path."),
+    lanes: str("Start the lanes manifest at this path."),
+    view: str("status: summary | fleet | transcript."),
+    lines: num("status view transcript: lines (at most 500)."),
+    reason: str("interrupt / stop: why."),
+    topic: str("guide: overview, workflows, agents, control, acceptance, configuration, tool-reference, models."),
+    path: str("validate: the workflow script to check."),
+    parent: str("children.list: the workflow run."),
+    capabilities: { type: "boolean", description: "list: also say what this pisub can do." },
+  },
+};
+
+type Result = { content: { type: "text"; text: string }[]; details: any };
+
+function pisubArgv(): string[] {
+  const raw = process.env.PISUB_ARGV;
+  if (raw) {
+    try {
+      const parsed = JSON.parse(raw);
+      if (Array.isArray(parsed) && parsed.length > 0 && parsed.every((p) => typeof p === "string")) return parsed;
+    } catch {
+      // fall through
+    }
+  }
+  return PISUB_ARGV_DEFAULT ?? ["pisub"];
+}
+
+function answer(text: string, details: any): Result {
+  return { content: [{ type: "text", text }], details };
+}
+
+function failure(code: string, message: string): Result {
+  return answer(`${code}: ${message}`, { mode: "management", results: [], error: { code, message } });
+}
+
+// `pisub: message [CODE]` (the CLI's one error line) as {code, message}.
+function cliError(stderr: string, code: number): { code: string; message: string } {
+  const line = stderr.trim().split("\n").pop() ?? "";
+  const m = /^pisub: (.*) \[([A-Z_]+)\]$/.exec(line);
+  if (m) return { code: m[2], message: m[1] };
+  return { code: "SUBAGENT_FAILED", message: line || `pisub exited with code ${code}` };
+}
+
+function seconds(ms: unknown): string | null {
+  return typeof ms === "number" && ms > 0 ? String(ms / 1000) : null;
+}
+
+function json(value: unknown): string | null {
+  if (value === undefined || value === null) return null;
+  return typeof value === "string" ? value : JSON.stringify(value);
+}
+
+function flag(argv: string[], name: string, value: string | null | undefined): void {
+  if (value !== null && value !== undefined && value !== "") argv.push(name, value);
+}
+
+// The known action one typo away (one letter added, dropped, changed, or two neighbours
+// swapped: Damerau-Levenshtein distance 1), never executed.
+function distance(a: string, b: string): number {
+  const d: number[][] = [];
+  for (let i = 0; i <= a.length; i++) {
+    d.push([i]);
+    for (let j = 1; j <= b.length; j++) d[i].push(i === 0 ? j : 0);
+  }
+  for (let i = 1; i <= a.length; i++) {
+    for (let j = 1; j <= b.length; j++) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      d[i][j] = Math.min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost);
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) {
+        d[i][j] = Math.min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.length][b.length];
+}
+
+function near(action: string): string | null {
+  if (action.length > 64) return null;
+  const close = ACTIONS.filter((known) => distance(known, action) === 1);
+  return close.length === 1 ? close[0] : null;
+}
+
+// The argv of a call (after `pisub`), or a failure.
+export function plan(p: any): string[] | Result {
+  const action = p.action ?? (p.workflowScriptPath || p.lanes ? "run" : p.agent || p.task ? "run" : "");
+  const child = (argv: string[]) => flag(argv, "--child", p.childId === undefined ? null : String(p.childId));
+  switch (action) {
+    case "run": {
+      const argv = ["run", "--json"];
+      flag(argv, "--cwd", p.cwd);
+      flag(argv, "--timeout", seconds(p.timeoutMs));
+      if (p.workflowScriptPath) {
+        argv.push("--workflow", p.workflowScriptPath);
+        flag(argv, "--usage-budget", json(p.usageBudget));
+        return argv;
+      }
+      if (p.lanes) {
+        argv.push("--lanes", p.lanes);
+        flag(argv, "--usage-budget", json(p.usageBudget));
+        return argv;
+      }
+      if (!p.agent || !p.task) return failure("INVALID_INPUT", "a run needs agent and task (or workflowScriptPath)");
+      argv.push("--agent", p.agent);
+      flag(argv, "--model", p.model);
+      flag(argv, "--tool-timeout", seconds(p.toolTimeoutMs));
+      flag(argv, "--tool-budget", json(p.toolBudget));
+      flag(argv, "--gate", p.gate);
+      if (p.acceptance !== undefined && p.acceptance !== "auto") flag(argv, "--acceptance", json(p.acceptance));
+      argv.push("--", p.task);
+      return argv;
+    }
+    case "status": {
+      if (!p.id) return failure("INVALID_INPUT", "status needs id");
+      const argv = ["status", p.id, "--json"];
+      child(argv);
+      flag(argv, "--view", p.view);
+      if (typeof p.lines === "number") argv.push("--lines", String(Math.min(500, Math.max(1, Math.floor(p.lines)))));
+      return argv;
+    }
+    case "steer":
+    case "follow_up": {
+      if (!p.id || !p.message) return failure("INVALID_INPUT", `${action} needs id and message`);
+      const argv = action === "steer" ? ["steer", p.id, "--json", "--wait", "3"] : ["follow-up", p.id, "--json", "--wait", "3"];
+      if (action === "steer") flag(argv, "--mode", p.mode);
+      child(argv);
+      argv.push("--", p.message);
+      return argv;
+    }
+    case "interrupt":
+    case "stop": {
+      if (!p.id) return failure("INVALID_INPUT", `${action} needs id`);
+      const argv = [action, p.id, "--json", "--wait", "3"];
+      child(argv);
+      flag(argv, "--reason", p.reason);
+      return argv;
+    }
+    case "resume": {
+      if (!p.id) return failure("INVALID_INPUT", "resume needs id");
+      const argv = ["resume", p.id, "--json"];
+      if (typeof p.index === "number") argv.push("--child", String(p.index));
+      flag(argv, "--timeout", seconds(p.timeoutMs));
+      if (p.message) argv.push("--", p.message);
+      return argv;
+    }
+    case "list":
+      return ["list", "--json"];
+    case "fleet":
+      return ["fleet", "--json"];
+    case "get": {
+      if (!p.id) return failure("INVALID_INPUT", "get needs id");
+      const argv = ["result", p.id, "--json"];
+      child(argv);
+      return argv;
+    }
+    case "doctor":
+      return ["doctor"];
+    case "children.list": {
+      const argv = ["children", "list", "--json"];
+      flag(argv, "--parent", p.parent ?? p.id);
+      return argv;
+    }
+    case "validate": {
+      const target = p.path ?? p.workflowScriptPath;
+      if (!target) return failure("INVALID_INPUT", "validate needs path");
+      return ["workflow", "validate", target, "--json"];
+    }
+    case "guide":
+      return p.topic ? ["guide", p.topic] : ["guide"];
+    default: {
+      const hint = near(String(action));
+      const did = hint ? ` Did you mean "${hint}"? (not run)` : "";
+      return failure(
+        "INVALID_INPUT",
+        `unknown action ${JSON.stringify(action)}.${did} Safe next steps: action "status" with an id, or action "list".`,
+      );
+    }
+  }
+}
+
+function parseLines(stdout: string): any[] {
+  const out: any[] = [];
+  for (const line of stdout.split("\n")) {
+    const t = line.trim();
+    if (!t) continue;
+    try {
+      out.push(JSON.parse(t));
+    } catch {
+      out.push(t);
+    }
+  }
+  return out;
+}
+
+// The tool result of a finished command.
+export function shape(p: any, argv: string[], code: number, stdout: string, stderr: string): Result {
+  const control = ["steer", "follow-up", "interrupt", "stop"].includes(argv[0]);
+  const receipt = control && (code === 2 || code === 3) && stdout.trim().startsWith("{");
+  if (code !== 0 && !receipt && !(argv[0] === "doctor" || argv[0] === "workflow")) {
+    const err = cliError(stderr, code);
+    return failure(err.code, err.message);
+  }
+  const verb = argv[0];
+  if (verb === "guide" || verb === "doctor") {
+    return answer(stdout.trim(), { mode: "management", results: [], ok: code === 0 });
+  }
+  const items = parseLines(stdout);
+  const first = items[0];
+  if (verb === "run" || verb === "resume") {
+    const text = `started run ${first.runId} (${first.state}); it runs in the background: ` +
+      `subagent {action: "status", id: "${first.runId}"}; a notice comes when it ends.`;
+    return answer(text, { mode: "single", runId: first.runId, runDir: first.runDir, results: [], started: first });
+  }
+  if (verb === "result" || (verb === "wait")) {
+    const text = first?.content?.[0]?.text ?? "";
+    return answer(text, first?.details ?? { mode: "single", results: [] });
+  }
+  if (control) {
+    // exit 2: failed / rejected / partial; 3: no answer past pending within the wait
+    const r = first ?? {};
+    const rid = r.id ?? r.requestId ?? "";
+    const text = `${r.state}: ${verb} ${rid}${r.reason ? ": " + r.reason : ""}`;
+    return answer(text, { mode: "management", runId: p.id, results: [], receipt: r, deliveryStatus: r.state });
+  }
+  const text = items.map((i) => (typeof i === "string" ? i : JSON.stringify(i))).join("\n") || "(nothing)";
+  return answer(text.slice(0, 50_000), { mode: "management", results: [], items: items.slice(0, 500) });
+}
+
+function sessionKey(ctx: any): string {
+  let id = "";
+  try {
+    id = ctx?.sessionManager?.getSessionFile?.() ?? ctx?.sessionManager?.getSessionId?.() ?? "";
+  } catch {
+    id = "";
+  }
+  return crypto.createHash("sha256").update(id || `pid-${process.pid}`).digest("hex").slice(0, 32);
+}
+
+function privateDir(dir: string): void {
+  fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+}
+
+function writeAtomic(file: string, text: string): void {
+  const tmp = `${file}.tmp-${process.pid}-${crypto.randomBytes(4).toString("hex")}`;
+  fs.writeFileSync(tmp, text, { mode: 0o600, flag: "wx" });
+  fs.renameSync(tmp, file);
+}
+
+const RUN_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+class Notices {
+  dir: string | null = null;
+  timer: any = null;
+  polls = 0;
+
+  constructor(private pi: any) {}
+
+  bind(home: string, key: string): void {
+    this.dir = path.join(home, "notices", key);
+  }
+
+  record(runId: string, runDir: string, agent: string | undefined): void {
+    if (!this.dir || !RUN_ID.test(runId)) return;
+    privateDir(this.dir);
+    writeAtomic(path.join(this.dir, `${runId}.json`), JSON.stringify({ v: 1, runId, runDir, agent: agent ?? null }) + "\n");
+    this.start();
+  }
+
+  pending(): { runId: string; runDir: string; agent: string | null }[] {
+    if (!this.dir) return [];
+    let names: string[] = [];
+    try {
+      names = fs.readdirSync(this.dir);
+    } catch {
+      return [];
+    }
+    const out = [];
+    for (const name of names) {
+      const runId = name.endsWith(".json") ? name.slice(0, -5) : "";
+      if (!RUN_ID.test(runId) || names.includes(`${runId}.sent`)) continue;
+      try {
+        const st = fs.lstatSync(path.join(this.dir, name));
+        if (!st.isFile() || st.size > 64 * 1024) continue;
+        const rec = JSON.parse(fs.readFileSync(path.join(this.dir, name), "utf8"));
+        if (rec && typeof rec.runDir === "string") out.push({ runId, runDir: rec.runDir, agent: rec.agent ?? null });
+      } catch {
+        continue;
+      }
+    }
+    return out;
+  }
+
+  start(): void {
+    if (this.timer) return;
+    this.timer = setInterval(() => void this.poll(), POLL_MS);
+    this.timer.unref?.();
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+  }
+
+  async poll(): Promise<void> {
+    const runs = this.pending();
+    if (runs.length === 0) return this.stop();
+    this.polls++;
+    for (const run of runs) {
+      let state = readState(run.runDir);
+      if (!TERMINAL.has(state ?? "") && this.polls % REPAIR_EVERY === 0) {
+        const argv = pisubArgv();
+        await this.pi.exec(argv[0], [...argv.slice(1), "status", run.runId, "--json"], { timeout: 30_000 }).catch(() => null);
+        state = readState(run.runDir);
+      }
+      if (TERMINAL.has(state ?? "")) this.notify(run, state as string);
+    }
+  }
+
+  notify(run: { runId: string; runDir: string; agent: string | null }, state: string): void {
+    if (!this.dir) return;
+    try {
+      fs.closeSync(fs.openSync(path.join(this.dir, `${run.runId}.sent`), "wx", 0o600));
+    } catch {
+      return; // another instance (or an earlier life of this session) sent it
+    }
+    let head = "";
+    try {
+      const result = JSON.parse(fs.readFileSync(path.join(run.runDir, "result.json"), "utf8"));
+      head = String(result?.content?.[0]?.text ?? "").slice(0, HEAD_CHARS);
+    } catch {
+      head = "";
+    }
+    const who = run.agent ? ` (${run.agent})` : "";
+    const text = `pisub: run ${run.runId}${who} ended ${state}.${head ? "\n" + head : ""}`;
+    this.pi.sendMessage(
+      { customType: "pisub-notice", content: text, display: true, details: { runId: run.runId, state } },
+      { triggerTurn: true, deliverAs: "followUp" },
+    );
+  }
+}
+
+function readState(runDir: string): string | null {
+  try {
+    const status = JSON.parse(fs.readFileSync(path.join(runDir, "status.json"), "utf8"));
+    return typeof status?.state === "string" ? status.state : null;
+  } catch {
+    return null;
+  }
+}
+
+async function homeOf(pi: any): Promise<string | null> {
+  const argv = pisubArgv();
+  try {
+    const r = await pi.exec(argv[0], [...argv.slice(1), "home"], { timeout: 30_000 });
+    return r.code === 0 ? r.stdout.trim() : null;
+  } catch {
+    return null;
+  }
+}
+
+export default function (pi: any) {
+  const notices = new Notices(pi);
+
+  pi.on("session_start", async (_event: any, ctx: any) => {
+    const home = await homeOf(pi);
+    if (home) {
+      notices.bind(home, sessionKey(ctx));
+      if (notices.pending().length) notices.start();
+    }
+  });
+  pi.on("session_shutdown", async () => notices.stop());
+
+  pi.registerTool({
+    name: "subagent",
+    label: "Subagent",
+    description:
+      "Delegate work to a sub-agent run by pisub (detached; it survives this session). Start a run with agent + task " +
+      "(background by default: a notice arrives when it ends; async: false waits), or manage runs with action: " +
+      ACTIONS.join(", ") + ". action guide explains everything.",
+    promptSnippet: "Start and steer background sub-agent runs (pisub)",
+    parameters: PARAMETERS,
+    async execute(_id: string, params: any, signal: any, _onUpdate: any, ctx: any): Promise<Result> {
+      const planned = plan(params ?? {});
+      if (!Array.isArray(planned)) return planned;
+      const argv = pisubArgv();
+      let r: any;
+      try {
+        r = await pi.exec(argv[0], [...argv.slice(1), ...planned], { signal, cwd: ctx?.cwd, timeout: 120_000 });
+      } catch (e: any) {
+        return failure("LAUNCH_FAILED", `cannot run pisub (${argv[0]}): ${e?.message ?? e}`);
+      }
+      const result = shape(params, planned, r.code, r.stdout ?? "", r.stderr ?? "");
+      const started = planned[0] === "run" || planned[0] === "resume";
+      if (started && !result.details.error) {
+        const runId = result.details.runId;
+        if (!notices.dir) {
+          const home = await homeOf(pi);
+          if (home) notices.bind(home, sessionKey(ctx));
+        }
+        if (params?.async === false) {
+          const waited = await pi.exec(argv[0], [...argv.slice(1), "wait", runId, "--json"], { signal });
+          return shape(params, ["wait"], waited.code, waited.stdout ?? "", waited.stderr ?? "");
+        }
+        try {
+          notices.record(runId, result.details.runDir, params?.agent);
+        } catch (e: any) {
+          result.content[0].text += ` (no completion notice: ${e?.message ?? e})`;
+        }
+      }
+      return result;
+    },
+  });
+}

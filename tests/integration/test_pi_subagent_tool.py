@@ -1,0 +1,194 @@
+"""The `subagent` tool inside a real parent pi (RPC mode, the extension loaded), whose scripted
+model calls the tool: background runs, steering with receipts, completion notices (exactly one
+per run, across a restart of the parent), and every action through the tool."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pisub
+from pisub.pi_integration import extension_path, install_extension
+from pisub.pi_versions import caps_of, detect_version
+from pisub.testing.fake_model import PI_HERMETIC_ARGS, FakeModelServer
+from tests.conftest import pisub_cli, wait_for
+
+pytestmark = pytest.mark.pi
+
+
+class ParentPi:
+    """A parent pi in RPC mode with the extension loaded; its stdout events collected."""
+
+    def __init__(self, pi_bin: str, session: Path, cwd: Path) -> None:
+        argv = [pi_bin, "--mode", "rpc", "--session", str(session), *PI_HERMETIC_ARGS]
+        if caps_of(detect_version(pi_bin)).approve_flag:
+            argv.append("--no-approve")
+        argv += ["--extension", str(extension_path())]
+        env = {**os.environ, "PISUB_ARGV": json.dumps([sys.executable, "-m", "pisub"])}
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env
+        )
+        self.events: list[dict[str, Any]] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with contextlib.suppress(ValueError):
+                self.events.append(json.loads(line))
+
+    def prompt(self, message: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps({"type": "prompt", "message": message}) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def ends(self) -> int:
+        return sum(1 for e in self.events if e.get("type") == "agent_end")
+
+    def call(self, arguments: dict[str, Any]) -> str:
+        """Have the model call the tool once; the tool result's text."""
+        done = self.ends()
+        self.prompt("CALLS:" + json.dumps([["subagent", arguments]]))
+        wait_for(lambda: self.ends() > done, timeout=90, what="the parent's turn to end")
+        results = [e for e in self.events if e.get("type") == "tool_execution_end"]
+        result = results[-1].get("result") or {}
+        return str((result.get("content") or [{}])[0].get("text", ""))
+
+    def stderr(self) -> str:
+        return self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.reader.join(timeout=5)
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+
+@pytest.fixture
+def parent(pi_home: Path, pi_bin: str, tmp_path: Path) -> Iterator[ParentPi]:
+    pi = ParentPi(pi_bin, tmp_path / "parent.jsonl", tmp_path)
+    yield pi
+    pi.close()
+
+
+def _notices(server: FakeModelServer, run_id: str) -> list[dict[str, Any]]:
+    """The model requests whose last message is this run's completion notice."""
+    found = []
+    for request in list(server.requests):
+        messages = request.get("messages") or []
+        last = json.dumps(messages[-1]) if messages else ""
+        if f"pisub: run {run_id}" in last:
+            found.append(request)
+    return found
+
+
+def _started(text: str) -> str:
+    assert text.startswith("started run "), text
+    return text.split()[2]
+
+
+def test_a_background_child_is_steered_and_its_end_starts_one_parent_turn(
+    parent: ParentPi, model_server: FakeModelServer
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    run_id = _started(parent.call({"agent": "pi", "task": f"SLOW:60 child {tag}"}))
+    child = pisub.Run(run_id)
+    wait_for(lambda: child.status().state == "running", timeout=30)
+    steered = parent.call({"action": "steer", "id": run_id, "message": f"hurry {tag}"})
+    assert steered.split(":")[0] in ("delivered", "queued"), steered
+    result = child.wait(timeout=120)
+    assert result.state == "complete"
+    notices = wait_for(lambda: _notices(model_server, run_id), timeout=30, what="the completion notice")
+    assert len(notices) == 1
+    # a new turn answered it: the parent ended one more turn, and no second notice follows
+    wait_for(lambda: parent.ends() >= 3, timeout=30)
+    parent.call({"action": "list"})  # some seconds of polling later
+    assert len(_notices(model_server, run_id)) == 1
+
+
+def test_a_stopped_child_yields_one_notice(parent: ParentPi, model_server: FakeModelServer) -> None:
+    run_id = _started(parent.call({"agent": "pi", "task": "SLOW:400 long child"}))
+    stopped = parent.call({"action": "stop", "id": run_id})
+    assert stopped.startswith("delivered"), stopped
+    assert pisub.Run(run_id).wait(timeout=60).state == "stopped"
+    notices = wait_for(lambda: _notices(model_server, run_id), timeout=30)
+    assert len(notices) == 1 and "ended stopped" in json.dumps(notices[0]["messages"][-1])
+
+
+def test_a_restarted_parent_still_gets_exactly_one_notice(
+    pi_home: Path, pi_bin: str, tmp_path: Path, model_server: FakeModelServer
+) -> None:
+    session = tmp_path / "parent.jsonl"
+    first = ParentPi(pi_bin, session, tmp_path)
+    try:
+        run_id = _started(first.call({"agent": "pi", "task": "SLOW:50 outlives its parent"}))
+    finally:
+        first.close()
+    second = ParentPi(pi_bin, session, tmp_path)
+    try:
+        assert pisub.Run(run_id).wait(timeout=120).state == "complete"
+        wait_for(lambda: _notices(model_server, run_id), timeout=30)
+        wait_for(lambda: second.ends() >= 1, timeout=30)
+        second.call({"action": "list"})
+        assert len(_notices(model_server, run_id)) == 1
+    finally:
+        second.close()
+
+
+def test_every_action_through_the_tool(parent: ParentPi, tmp_path: Path) -> None:
+    done = json.loads(pisub_cli("run", "--agent", "pi", "--json", "finished work").stdout)["runId"]
+    pisub.Run(done).wait(timeout=60)
+    waited = parent.call({"agent": "pi", "task": "wait for me", "async": False})
+    assert "You said: wait for me" in waited
+    assert "complete" in parent.call({"action": "status", "id": done})
+    assert "You said: finished work" in parent.call({"action": "get", "id": done})
+    assert done in parent.call({"action": "list"})
+    assert "Workflows" in parent.call({"action": "guide", "topic": "workflows"})
+    assert "topics:" in parent.call({"action": "guide", "topic": "nope"})
+    resumed = _started(parent.call({"action": "resume", "id": done, "message": "and then?"}))
+    assert pisub.Run(resumed).wait(timeout=60).state == "complete"
+    script = tmp_path / "wf.py"
+    script.write_text(
+        "async def main(runs, state, args):\n    return await runs.run('kid', agent='pi', task='a kid')\n"
+    )
+    assert '"ok":true' in parent.call({"action": "validate", "path": str(script)})
+    workflow = _started(parent.call({"workflowScriptPath": str(script)}))
+    assert pisub.Run(workflow).wait(timeout=60).state == "complete"
+    assert '"key":"kid"' in parent.call({"action": "children.list", "parent": workflow})
+    assert "a kid" in parent.call({"action": "get", "id": workflow, "childId": "kid"})
+    assert "complete" in parent.call({"action": "status", "id": workflow})
+    interrupted = parent.call({"action": "interrupt", "id": done})
+    assert interrupted.startswith("failed: interrupt") and "has finished" in interrupted, interrupted
+    typo = parent.call({"action": "stauts", "id": done})
+    assert typo.startswith("INVALID_INPUT") and '"status"? (not run)' in typo
+    far = parent.call({"action": "explode"})
+    assert "Did you mean" not in far and 'action "list"' in far
+    assert parent.call({"action": "status", "id": "0" * 8}).startswith("RUN_NOT_FOUND")
+    assert "pi" in parent.call({"action": "doctor"})
+
+
+def test_install_writes_an_extension_that_runs_this_pisub(tmp_path: Path) -> None:
+    path = install_extension(tmp_path / "ext")
+    text = path.read_text()
+    assert json.dumps([sys.executable, "-m", "pisub"]) in text
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    proc = pisub_cli("pi-extension", "install", "--into", str(tmp_path / "ext2"))
+    assert proc.returncode == 0 and Path(proc.stdout.strip()).is_file()
