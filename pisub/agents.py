@@ -17,7 +17,10 @@ from pisub.protocol.agent import AgentFrontmatter
 from pisub.protocol.codec import convert
 from pisub.protocol.manifest import AgentSpec, LimitValues, seconds_of_ms
 
-Scope = Literal["user", "project"]
+Scope = Literal["builtin", "user", "project"]
+
+SHIPPED_DIR = Path(__file__).parent / "agents_builtin"
+"""The agents pisub ships (scope ``builtin``: every other scope wins over them)."""
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAX_AGENT_FILE = 1024 * 1024
 
@@ -33,7 +36,9 @@ class Agent:
 
     @property
     def name(self) -> str:
-        return self.frontmatter.name
+        """The runtime name: ``package.name`` when the agent has a package."""
+        fm = self.frontmatter
+        return f"{fm.package}.{fm.name}" if fm.package else fm.name
 
     def limits(self) -> LimitValues:
         """The limits this agent file sets (each may be absent)."""
@@ -43,7 +48,7 @@ class Agent:
         """The snapshot of this agent that goes into a run's manifest."""
         fm = self.frontmatter
         return AgentSpec(
-            name=fm.name,
+            name=self.name,
             description=fm.description,
             runner=fm.runner,
             command=fm.command,
@@ -67,6 +72,8 @@ class Catalog:
 
     agents: dict[str, Agent] = field(default_factory=dict)
     problems: dict[Path, str] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)
+    """Alias → runtime name."""
 
     def get(self, name: str) -> Agent:
         """The agent called ``name``.
@@ -76,6 +83,8 @@ class Catalog:
         """
         if name in self.agents:
             return self.agents[name]
+        if name in self.aliases and self.aliases[name] in self.agents:
+            return self.agents[self.aliases[name]]
         available = ", ".join(sorted(self.agents)) or "(none)"
         broken = [f"{path}: {why}" for path, why in self.problems.items() if path.stem == name]
         hint = f" (unreadable: {'; '.join(broken)})" if broken else ""
@@ -112,8 +121,13 @@ def parse_agent(text: str, path: Path, scope: Scope = "user") -> Agent:
 
 
 def _check(fm: AgentFrontmatter, path: Path) -> None:
-    if not NAME_RE.fullmatch(fm.name):
-        raise InvalidInput(f"{path}: agent name {fm.name!r} must match {NAME_RE.pattern}")
+    for what, value in [
+        ("name", fm.name),
+        ("package", fm.package),
+        *(("aliases", a) for a in fm.aliases or []),
+    ]:
+        if value is not None and not NAME_RE.fullmatch(value):
+            raise InvalidInput(f"{path}: agent {what} {value!r} must match {NAME_RE.pattern}")
     if fm.runner == "external-cli" and not fm.command:
         raise InvalidInput(f"{path}: an external-cli agent needs a 'command'")
     if fm.runner == "external-cli":
@@ -159,9 +173,10 @@ def project_agent_dirs(cwd: Path) -> list[Path]:
 
 
 def discover(user_dir: Path, cwd: Path) -> Catalog:
-    """Every agent visible from ``cwd``; project agents override user agents."""
+    """Every agent visible from ``cwd``; project agents override user agents, which override the
+    agents pisub ships."""
     catalog = Catalog()
-    scoped: list[tuple[Scope, Path]] = [("user", user_dir)]
+    scoped: list[tuple[Scope, Path]] = [("builtin", SHIPPED_DIR), ("user", user_dir)]
     # The git root comes before cwd so that the nearest project scope wins.
     scoped += [("project", d) for d in reversed(project_agent_dirs(cwd))]
     for scope, directory in scoped:
@@ -181,4 +196,8 @@ def discover(user_dir: Path, cwd: Path) -> Catalog:
                 catalog.problems[path] = " ".join(why.split())  # one line, whatever YAML said
                 continue
             catalog.agents[agent.name] = agent
+    for agent in catalog.agents.values():
+        for alias in agent.frontmatter.aliases or []:
+            if alias not in catalog.agents:
+                catalog.aliases[alias] = agent.name
     return catalog

@@ -26,6 +26,7 @@ from pisub.store import RunStore, load_manifest, load_result, load_status
 
 if TYPE_CHECKING:
     from pisub.agents import Catalog
+    from pisub.models import Model
     from pisub.protocol.workflow import Isolation
     from pisub.retained import Retained
 
@@ -797,3 +798,64 @@ def list_runs(
         problems += [f"{name}: not a run directory (a symlink or file in runs/)" for name in store.strays()]
     statuses.sort(key=lambda s: s.started_at)
     return iter(statuses)
+
+
+def edit_agent(
+    op: str,
+    name: str | None = None,
+    *,
+    config: dict[str, Any] | None = None,
+    scope: str | None = None,
+    expect: str | None = None,
+    home: Path | None = None,
+    cwd: Path | None = None,
+) -> Path:
+    """Create, update, delete, disable, enable, eject or reset an agent file (``op``); the
+    file's path. ``config``: frontmatter keys in camelCase plus ``systemPrompt`` (and
+    ``scope`` for create); ``false`` or ``""`` clears a key. ``expect``: the SHA-256 of the
+    file as the caller read it (``pisub agents show --json``).
+
+    Raises:
+        InvalidInput, UnknownAgent, AgentConflict (the file changed, or exists already).
+    """
+    from pisub import agent_files as af
+    from pisub.errors import InvalidInput
+
+    h = open_home(home)
+    where = Path(cwd or os.getcwd()).resolve()
+    if op == "create":
+        return af.create(h.agents, where, dict(config or {}, **({"scope": scope} if scope else {}))).path
+    if name is None:
+        raise InvalidInput(f"{op} needs the agent's name")
+    if op == "update":
+        return af.update(h.agents, where, name, dict(config or {}), scope=scope, expect=expect).path
+    if op == "delete":
+        return af.delete(h.agents, where, name, scope=scope, expect=expect)
+    if op in ("disable", "enable"):
+        return af.set_disabled(h.agents, where, name, op == "disable", scope=scope).path
+    if op == "eject":
+        return af.eject(h.agents, where, name, scope or "user").path
+    if op == "reset":
+        return af.reset(h.agents, where, name, scope=scope).path
+    raise InvalidInput(f"unknown agent operation {op[:32]!r}")
+
+
+def agent_file_sha(path: Path) -> str:
+    """The SHA-256 of an agent file's bytes (what ``expect`` names)."""
+    import hashlib
+
+    from pisub.fsio import read_bytes
+
+    return hashlib.sha256(read_bytes(path, limit=256 * 1024)).hexdigest()
+
+
+def pi_models(search: str | None = None) -> list[Model]:
+    """The models the pi pisub runs knows (``pi --list-models [search]``).
+
+    Raises:
+        LaunchFailed: pi is missing, or cannot list its models.
+    """
+    from pisub.children.pi_rpc import find_pi
+    from pisub.models import list_models
+
+    return list_models(find_pi(), search)

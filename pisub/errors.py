@@ -64,6 +64,18 @@ class UnknownAgent(PisubError):
     code = "UNKNOWN_AGENT"
 
 
+class AgentDisabled(PisubError):
+    """The agent exists but is disabled (``pisub agents enable NAME``)."""
+
+    code = "SUBAGENT_DISABLED"
+
+
+class AgentConflict(PisubError):
+    """An agent file is not what the caller read (it changed, or already exists)."""
+
+    code = "AGENT_CONFLICT"
+
+
 class RunNotFound(PisubError):
     """No run directory matches the given id or prefix."""
 

@@ -108,13 +108,19 @@ def plan_run(
 
         catalog = discover(home.agents, cwd)
     found = catalog.get(agent)
+    if found.frontmatter.disabled:
+        from pisub.errors import AgentDisabled
+
+        raise AgentDisabled(
+            f"agent {found.name!r} is disabled; enable it with: pisub agents enable {found.name}"
+        )
     spec = found.spec()
-    if model is not None:
-        if spec.runner != "pi":
-            raise InvalidInput(f"agent {agent!r} is an {spec.runner} agent: a model applies to pi agents")
-        spec.model = check_text(model, "model")
+    if model is not None and spec.runner != "pi":
+        raise InvalidInput(f"agent {agent!r} is an {spec.runner} agent: a model applies to pi agents")
     if spec.runner == "pi":
         resolve_pi(spec, home)
+    if model is not None:
+        _choose_model(spec, check_text(model, "model"))
     else:
         check_command(spec.command, cwd)
     from pisub.config import ENV_TOOL_TIMEOUT_MS, config_limits, config_path, env_limits, load_config
@@ -152,7 +158,7 @@ def _acceptance(
         if config.acceptance.infer is False:
             return None
         role = role_of(fm.acceptance_role, fm.runner, fm.tools)
-        known = reviewer if reviewer in catalog.agents and reviewer != fm.name else None
+        known = reviewer if reviewer in catalog.agents and reviewer != found.name else None
         return infer(role, setting or Setting.DIRECT, known)
     review = chosen.spec.review
     if review is not None and review.required:
@@ -165,6 +171,27 @@ def _acceptance(
             )
         review.agent = name  # the runner reviews with the agent named now
     return chosen
+
+
+def _choose_model(spec: AgentSpec, model: str) -> None:
+    """``provider/id[:thinking]`` (the suffix replaces the agent's thinking level), or a bare id
+    that exactly one model pi knows has.
+
+    Raises:
+        InvalidInput: an unknown or ambiguous bare id. LaunchFailed: pi cannot list its models.
+    """
+    from typing import cast
+
+    from pisub.models import list_models, resolve, split_thinking
+    from pisub.protocol.manifest import ThinkingLevel
+
+    name, thinking = split_thinking(model)
+    if "/" not in name:
+        assert spec.command is not None
+        name = resolve(name, list_models(spec.command))
+    spec.model = name
+    if thinking is not None:
+        spec.thinking = cast(ThinkingLevel, thinking)
 
 
 def with_report_section(manifest: Manifest) -> None:

@@ -1,4 +1,4 @@
-"""``pisub agents list|show``."""
+"""``pisub agents list|show|create|update|delete|disable|enable|eject|reset``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ import typer
 
 from pisub.cli.render import err, json_line, out
 
-app = typer.Typer(help="List and show agent definitions.", no_args_is_help=True, rich_markup_mode=None)
+app = typer.Typer(help="List, show and edit agent definitions.", no_args_is_help=True, rich_markup_mode=None)
+
+SCOPE = typer.Option(None, "--scope", help="user or project (needed only when both have the agent).")
+EXPECT = typer.Option(None, "--expect", help="The file's sha256 as you read it (agents show --json).")
 
 
 @app.command("list")
@@ -39,11 +42,12 @@ def list_(as_json: bool = typer.Option(False, "--json", help="One JSON object pe
 @app.command()
 def show(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
     """Show one agent: its settings and system prompt."""
-    from pisub.client import agent_catalog
+    from pisub.client import agent_catalog, agent_file_sha
 
     agent = agent_catalog().get(name)
     if as_json:
-        json_line({"scope": agent.scope, "path": str(agent.path), "spec": agent.spec()})
+        sha = agent_file_sha(agent.path)
+        json_line({"scope": agent.scope, "path": str(agent.path), "sha256": sha, "spec": agent.spec()})
         return
     fm = agent.frontmatter
     out(f"name         {fm.name}\nscope        {agent.scope} ({agent.path})\nrunner       {fm.runner}")
@@ -56,3 +60,94 @@ def show(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
             out(f"{label:<12} {value:g}s")
     if agent.system_prompt.strip():
         out("\n" + agent.system_prompt.strip())
+
+
+def _config(text: str | None, prompt: str | None) -> dict[str, object]:
+    import json
+
+    from pisub.errors import InvalidInput
+
+    try:
+        config = json.loads(text) if text else {}
+    except (ValueError, RecursionError) as exc:
+        raise InvalidInput(f"--config: not JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise InvalidInput("--config: give a JSON object of frontmatter keys (camelCase)")
+    if prompt is not None:
+        config["systemPrompt"] = prompt
+    return config
+
+
+def _done(op: str, path: object) -> None:
+    out(f"{op}: {path}")
+
+
+@app.command()
+def create(
+    name: str,
+    config: str | None = typer.Option(None, "--config", help='JSON: {"runner": "pi", "tools": [...], ...}.'),
+    prompt: str | None = typer.Option(None, "--prompt", help="The system prompt (the file's body)."),
+    scope: str | None = typer.Option("user", "--scope", help="user (default) or project."),
+) -> None:
+    """Write a new agent file (refused when the scope has it already)."""
+    from pisub.client import edit_agent
+
+    fields = _config(config, prompt)
+    fields.setdefault("name", name)
+    _done("created", edit_agent("create", config=fields, scope=scope))
+
+
+@app.command()
+def update(
+    name: str,
+    config: str | None = typer.Option(None, "--config", help='JSON: keys to set; false or "" clears one.'),
+    prompt: str | None = typer.Option(None, "--prompt", help="A new system prompt."),
+    scope: str | None = SCOPE,
+    expect: str | None = EXPECT,
+) -> None:
+    """Change an agent's keys or prompt (refused when the file changed since --expect)."""
+    from pisub.client import edit_agent
+
+    _done("updated", edit_agent("update", name, config=_config(config, prompt), scope=scope, expect=expect))
+
+
+@app.command()
+def delete(name: str, scope: str | None = SCOPE, expect: str | None = EXPECT) -> None:
+    """Delete an agent file."""
+    from pisub.client import edit_agent
+
+    _done("deleted", edit_agent("delete", name, scope=scope, expect=expect))
+
+
+@app.command()
+def disable(name: str, scope: str | None = SCOPE) -> None:
+    """Disable an agent: its runs are refused (SUBAGENT_DISABLED)."""
+    from pisub.client import edit_agent
+
+    _done("disabled", edit_agent("disable", name, scope=scope))
+
+
+@app.command()
+def enable(name: str, scope: str | None = SCOPE) -> None:
+    """Enable a disabled agent."""
+    from pisub.client import edit_agent
+
+    _done("enabled", edit_agent("enable", name, scope=scope))
+
+
+@app.command()
+def eject(
+    name: str, scope: str | None = typer.Option("user", "--scope", help="user (default) or project.")
+) -> None:
+    """Copy an agent shipped with pisub (reviewer, scout, worker) into a scope for editing."""
+    from pisub.client import edit_agent
+
+    _done("ejected", edit_agent("eject", name, scope=scope))
+
+
+@app.command()
+def reset(name: str, scope: str | None = SCOPE) -> None:
+    """Put the shipped definition of an ejected agent back."""
+    from pisub.client import edit_agent
+
+    _done("reset", edit_agent("reset", name, scope=scope))

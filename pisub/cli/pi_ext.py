@@ -48,7 +48,33 @@ def home() -> None:
     out(str(open_home().root))
 
 
+def models(
+    search: str | None = typer.Argument(None, help="Only models matching this (as pi --list-models)."),
+    agent: str | None = typer.Option(None, "--agent", help="Also say which model this agent uses."),
+    as_json: bool = typer.Option(False, "--json", help="One {provider, id, name, ...} object per line."),
+) -> None:
+    """The models pi knows (pi --list-models); with --agent, the agent's model and thinking level."""
+    from dataclasses import asdict
+
+    from pisub.cli.render import json_line
+    from pisub.client import agent_catalog, pi_models
+
+    found = pi_models(search)
+    chosen = agent_catalog().get(agent).frontmatter if agent is not None else None
+    for m in found:
+        mark = chosen is not None and chosen.model in (m.name, m.id)
+        if as_json:
+            json_line({**asdict(m), "name": m.name, **({"agent": True} if mark else {})})
+        else:
+            thinks = "yes" if m.thinking else "no"
+            out(f"{'*' if mark else ' '} {m.name:<40} context {m.context or '?':<6} thinking {thinks}")
+    if chosen is not None and not as_json:
+        model = chosen.model or "(pi's default)"
+        out(f"agent {agent}: model {model}, thinking {chosen.thinking or '(default)'}")
+
+
 def register(root: typer.Typer) -> None:
     root.add_typer(app, name="pi-extension")
     root.command("guide")(guide)
     root.command("home")(home)
+    root.command("models")(models)

@@ -35,7 +35,16 @@ const ACTIONS = [
   "validate",
   "guide",
   "fleet",
+  "models",
+  "create",
+  "update",
+  "delete",
+  "eject",
+  "disable",
+  "enable",
+  "reset",
 ];
+const AGENT_EDITS = new Set(["update", "delete", "eject", "disable", "enable", "reset"]);
 
 const str = (description: string) => ({ type: "string", description });
 const num = (description: string) => ({ type: "number", description });
@@ -70,7 +79,9 @@ export const PARAMETERS = {
     topic: str("guide: overview, workflows, agents, control, acceptance, configuration, tool-reference, models."),
     path: str("validate: the workflow script to check."),
     parent: str("children.list: the workflow run."),
-    capabilities: { type: "boolean", description: "list: also say what this pisub can do." },
+    capabilities: { type: "boolean", description: "list: one compact line per agent with what it can do." },
+    agentScope: str("Agent actions: user or project (only needed when both scopes have the agent)."),
+    config: any("create / update: frontmatter keys (camelCase), systemPrompt, scope (create); false or \"\" clears a key."),
   },
 };
 
@@ -174,7 +185,7 @@ export function plan(p: any): string[] | Result {
       return argv;
     }
     case "status": {
-      if (!p.id) return failure("INVALID_INPUT", "status needs id");
+      if (!p.id) return ["list", "--json"];
       const argv = ["status", p.id, "--json"];
       child(argv);
       flag(argv, "--view", p.view);
@@ -207,11 +218,29 @@ export function plan(p: any): string[] | Result {
       return argv;
     }
     case "list":
-      return ["list", "--json"];
+      return ["agents", "list", "--json"];
+    case "models": {
+      const argv = ["models", "--json"];
+      flag(argv, "--agent", p.agent);
+      return argv;
+    }
+    case "create": {
+      const config = p.config;
+      if (!config || typeof config !== "object" || typeof config.name !== "string") {
+        return failure("INVALID_INPUT", "create needs config: {name, ...}");
+      }
+      const rest = { ...config };
+      const scope = rest.scope;
+      delete rest.scope;
+      const argv = ["agents", "create", config.name, "--config", JSON.stringify(rest)];
+      flag(argv, "--scope", typeof scope === "string" ? scope : null);
+      return argv;
+    }
     case "fleet":
       return ["fleet", "--json"];
     case "get": {
-      if (!p.id) return failure("INVALID_INPUT", "get needs id");
+      if (p.agent && !p.id) return ["agents", "show", p.agent, "--json"];
+      if (!p.id) return failure("INVALID_INPUT", "get needs id (a run) or agent");
       const argv = ["result", p.id, "--json"];
       child(argv);
       return argv;
@@ -231,6 +260,13 @@ export function plan(p: any): string[] | Result {
     case "guide":
       return p.topic ? ["guide", p.topic] : ["guide"];
     default: {
+      if (AGENT_EDITS.has(action)) {
+        if (!p.agent) return failure("INVALID_INPUT", `${action} needs agent`);
+        const argv = ["agents", action, p.agent];
+        if (action === "update") argv.push("--config", JSON.stringify(p.config ?? {}));
+        flag(argv, "--scope", p.agentScope);
+        return argv;
+      }
       const hint = near(String(action));
       const did = hint ? ` Did you mean "${hint}"? (not run)` : "";
       return failure(
@@ -284,6 +320,22 @@ export function shape(p: any, argv: string[], code: number, stdout: string, stde
     const rid = r.id ?? r.requestId ?? "";
     const text = `${r.state}: ${verb} ${rid}${r.reason ? ": " + r.reason : ""}`;
     return answer(text, { mode: "management", runId: p.id, results: [], receipt: r, deliveryStatus: r.state });
+  }
+  if (verb === "agents" && argv[1] === "list") {
+    const agents = items.filter((a) => !p.agentScope || a.scope === p.agentScope);
+    if (p.capabilities) {
+      const lines = agents.map((a) => `${a.name} [${a.runner}, ${a.scope}]${a.description ? " " + a.description : ""}`);
+      return answer(lines.join("\n") || "(no agents)", {
+        mode: "management",
+        results: [],
+        agentCapabilities: { agents, restrictedCount: 0 },
+      });
+    }
+    return answer(agents.map((a) => JSON.stringify(a)).join("\n") || "(no agents)", {
+      mode: "management",
+      results: [],
+      items: agents,
+    });
   }
   const text = items.map((i) => (typeof i === "string" ? i : JSON.stringify(i))).join("\n") || "(nothing)";
   return answer(text.slice(0, 50_000), { mode: "management", results: [], items: items.slice(0, 500) });

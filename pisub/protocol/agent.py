@@ -16,6 +16,12 @@ class AgentFrontmatter(StrictRecord, kw_only=True):
     """What an agent file's frontmatter may say; unknown keys are an error."""
 
     name: str
+    package: str | None = None
+    """The runtime name is ``package.name`` when given."""
+    aliases: list[str] | None = None
+    """Other names the agent answers to (resolved to its runtime name)."""
+    disabled: bool = False
+    """A disabled agent's runs are refused (``SUBAGENT_DISABLED``)."""
     description: str = ""
     runner: AgentRunner = "external-cli"
     command: str | None = None

@@ -17,7 +17,7 @@ AgentRunner = Literal["external-cli", "pi"]
 """What an agent file may name as its runner."""
 RunnerKind = Literal["external-cli", "pi", "workflow"]
 """What a run runs: one child process (``external-cli``, ``pi``) or a workflow's coordinator."""
-ThinkingLevel = Literal["off", "minimal", "low", "medium", "high", "xhigh"]
+ThinkingLevel = Literal["off", "minimal", "low", "medium", "high", "xhigh", "max"]
 
 
 class LimitValues(Record, kw_only=True, omit_defaults=True):

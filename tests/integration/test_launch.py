@@ -140,7 +140,9 @@ def test_agents_list_and_show(home: Path, make_agent: AgentMaker, tmp_path: Path
     listed = [
         json.loads(line) for line in pisub_cli("agents", "list", "--json", check=True).stdout.splitlines()
     ]
-    assert [(a["name"], a["scope"]) for a in listed] == [("alpha", "project")]
+    mine = [(a["name"], a["scope"]) for a in listed if a["scope"] != "builtin"]
+    assert mine == [("alpha", "project")]
+    assert {a["name"] for a in listed if a["scope"] == "builtin"} == {"reviewer", "scout", "worker"}
     proc = pisub_cli("agents", "list")
     assert "broken.md" in proc.stderr and "bogus" in proc.stderr
     shown = pisub_cli("agents", "show", "alpha", check=True).stdout

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import pisub
+from pisub.errors import InvalidInput
 from pisub.pi_integration import extension_path, install_extension
 from pisub.pi_versions import caps_of, detect_version
 from pisub.testing.fake_model import PI_HERMETIC_ARGS, FakeModelServer
@@ -160,7 +161,8 @@ def test_every_action_through_the_tool(parent: ParentPi, tmp_path: Path) -> None
     assert "You said: wait for me" in waited
     assert "complete" in parent.call({"action": "status", "id": done})
     assert "You said: finished work" in parent.call({"action": "get", "id": done})
-    assert done in parent.call({"action": "list"})
+    assert done in parent.call({"action": "status"})  # without an id: the runs
+    assert '"name":"pi"' in parent.call({"action": "list"})  # the agents
     assert "Workflows" in parent.call({"action": "guide", "topic": "workflows"})
     assert "topics:" in parent.call({"action": "guide", "topic": "nope"})
     resumed = _started(parent.call({"action": "resume", "id": done, "message": "and then?"}))
@@ -183,6 +185,40 @@ def test_every_action_through_the_tool(parent: ParentPi, tmp_path: Path) -> None
     assert "Did you mean" not in far and 'action "list"' in far
     assert parent.call({"action": "status", "id": "0" * 8}).startswith("RUN_NOT_FOUND")
     assert "pi" in parent.call({"action": "doctor"})
+
+
+def test_agent_actions_through_the_tool(parent: ParentPi, pi_home: Path) -> None:
+    made = parent.call(
+        {"action": "create", "config": {"name": "helper", "runner": "pi", "description": "helps"}}
+    )
+    assert made.startswith("created:"), made
+    assert '"name":"helper"' in parent.call({"action": "get", "agent": "helper"})
+    assert parent.call({"action": "update", "agent": "helper", "config": {"description": False}}).startswith(
+        "updated"
+    )
+    assert "helps" not in (pi_home / "agents" / "helper.md").read_text()
+    assert parent.call({"action": "disable", "agent": "helper"}).startswith("disabled")
+    refused = parent.call({"agent": "helper", "task": "x"})
+    assert refused.startswith("SUBAGENT_DISABLED"), refused
+    assert parent.call({"action": "enable", "agent": "helper"}).startswith("enabled")
+    assert parent.call({"action": "eject", "agent": "scout"}).startswith("ejected")
+    assert parent.call({"action": "reset", "agent": "scout"}).startswith("reset")
+    listed = parent.call({"action": "list", "capabilities": True})
+    assert "helper [pi, user]" in listed and "scout [pi, user]" in listed
+    assert parent.call({"action": "delete", "agent": "helper"}).startswith("deleted")
+    assert "fake/fake-model" in parent.call({"action": "models"})
+    assert parent.call({"action": "dlete", "agent": "scout"}).startswith("INVALID_INPUT")  # never run
+    assert (pi_home / "agents" / "scout.md").is_file()
+
+
+def test_a_model_with_a_thinking_suffix_and_a_bare_id(pi_home: Path) -> None:
+    run = pisub.launch("pi", "x", model="fake/fake-model:high")
+    spec = run.manifest().agent
+    assert spec.model == "fake/fake-model" and spec.thinking == "high"
+    assert pisub.launch("pi", "y", model="fake-model").manifest().agent.model == "fake/fake-model"
+    with pytest.raises(InvalidInput, match="no model with that id"):
+        pisub.launch("pi", "z", model="nope-model")
+    run.wait(timeout=60)
 
 
 def test_install_writes_an_extension_that_runs_this_pisub(tmp_path: Path) -> None:

@@ -208,10 +208,11 @@ def test_a_stop_during_the_review_stops_the_reviewer_and_the_run(
     assert review.wait(timeout=30).state == "stopped"
 
 
-def test_a_review_gate_needs_a_reviewer_agent(home: Path, make_agent: AgentMaker) -> None:
+def test_a_review_gates_reviewer_must_exist(home: Path, make_agent: AgentMaker) -> None:
     make_agent("worker", command="true")
-    with pytest.raises(InvalidInput, match=r"acceptance\.review\.agent: no agent 'reviewer'"):
-        pisub.launch("worker", "x", acceptance={"level": "none", "review": {"required": True}})
+    review = {"required": True, "agent": "nobody"}
+    with pytest.raises(InvalidInput, match=r"acceptance\.review\.agent: no agent 'nobody'"):
+        pisub.launch("worker", "x", acceptance={"level": "none", "review": review})
     with pytest.raises(InvalidInput, match="reviewed"):
         pisub.launch("worker", "x", acceptance={"level": "reviewed"})
 
