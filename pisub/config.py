@@ -56,7 +56,7 @@ def load_config(home_root: Path) -> Config:
     except OSError as exc:
         raise InvalidInput(f"{shown} cannot be read: {exc.strerror or exc}; fix or remove it") from None
     if len(data) > MAX_CONFIG_BYTES:
-        raise InvalidInput(f"{shown} is larger than {MAX_CONFIG_BYTES} bytes")
+        raise InvalidInput(f"{shown} is larger than {MAX_CONFIG_BYTES} bytes; shorten it")
     try:
         table = tomllib.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pisub import defaults
-from pisub.errors import InvalidInput, LaunchFailed, NotResumable, storage_error
+from pisub.errors import InvalidInput, LaunchFailed, NotResumable, UnknownAgent, storage_error
 from pisub.lineage import Lineage
 from pisub.paths import Home, RunPaths
 from pisub.polling import poll
@@ -26,7 +26,7 @@ from pisub.store import RunStore
 if TYPE_CHECKING:
     from pisub.acceptance.infer import Setting
     from pisub.agents import Agent, Catalog
-    from pisub.protocol.acceptance import Acceptance
+    from pisub.protocol.acceptance import Acceptance, ReviewerAgent
     from pisub.protocol.config import Config
 
 MAX_TASK_BYTES = 1024 * 1024
@@ -134,13 +134,18 @@ def plan_run(
     )
     lineage = lineage.lowered(spec.max_depth)
     manifest = new_manifest(spec, task, str(cwd), limits, lineage=lineage, key=key, run_id=run_id)
-    manifest.acceptance = _acceptance(acceptance, found, catalog, config, setting)
+    manifest.acceptance = _acceptance(acceptance, found, catalog, config, setting, lineage)
     with_report_section(manifest)
     return manifest
 
 
 def _acceptance(
-    given: Acceptance | None, found: Agent, catalog: Catalog, config: Config, setting: Setting | None
+    given: Acceptance | None,
+    found: Agent,
+    catalog: Catalog,
+    config: Config,
+    setting: Setting | None,
+    lineage: Lineage,
 ) -> Acceptance | None:
     """The call's acceptance, else the agent file's, else the inferred one (None when the
     config turns inference off); a review gate's reviewer must exist.
@@ -158,19 +163,40 @@ def _acceptance(
         if config.acceptance.infer is False:
             return None
         role = role_of(fm.acceptance_role, fm.runner, fm.tools)
-        known = reviewer if reviewer in catalog.agents and reviewer != found.name else None
-        return infer(role, setting or Setting.DIRECT, known)
+        deep = lineage.depth >= lineage.max_depth  # its reviewer could not start
+        known = reviewer if reviewer in catalog.agents and reviewer != found.name and not deep else None
+        chosen = infer(role, setting or Setting.DIRECT, known)
     review = chosen.spec.review
+    if review is not None and review.required and lineage.depth >= lineage.max_depth:
+        raise InvalidInput(
+            f"acceptance.review: this run sits at the depth limit (depth {lineage.depth}, max "
+            f"{lineage.max_depth}), so its reviewer could not start; raise the limit or drop the review"
+        )
     if review is not None and review.required:
         name = review.agent or reviewer
-        if name not in catalog.agents:
+        try:
+            agent = catalog.get(name)
+        except UnknownAgent:
             available = ", ".join(sorted(catalog.agents)) or "(none)"
             raise InvalidInput(
                 f"acceptance.review.agent: no agent {name!r} to review with (available: {available}); "
                 "write one (a read-only pi agent) or name another"
-            )
-        review.agent = name  # the runner reviews with the agent named now
+            ) from None
+        review.agent = agent.name
+        chosen.reviewer = _snapshot(agent)  # the runner reviews with the agent as it is now
     return chosen
+
+
+def _snapshot(agent: Agent) -> ReviewerAgent:
+    """Raises: InvalidInput: the agent file cannot be read again."""
+    from pisub.fsio import read_bytes
+    from pisub.protocol.acceptance import ReviewerAgent
+
+    try:
+        text = read_bytes(agent.path, limit=256 * 1024).decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"the reviewer {agent.name!r} cannot be read ({agent.path}): {exc}") from None
+    return ReviewerAgent(path=str(agent.path), scope=agent.scope, text=text)
 
 
 def _choose_model(spec: AgentSpec, model: str) -> None:

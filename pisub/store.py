@@ -17,6 +17,7 @@ from typing import TypeVar
 from pisub.errors import (
     AmbiguousRun,
     HomeUnusable,
+    InvalidInput,
     RunNotFound,
     storage_error,
 )
@@ -57,9 +58,17 @@ class RunStore:
         final = self.home.run(manifest.run_id)
         staging = RunPaths(self.home.runs / f".creating-{manifest.run_id}")
         try:
+            encode_pretty(manifest)  # before anything exists: text a file cannot hold is refused
+        except (UnicodeEncodeError, ValueError) as exc:
+            raise InvalidInput(
+                f"the launch holds text that is not valid UTF-8 (a lone surrogate): {exc}"
+            ) from None
+        try:
             return self._create(manifest, staging, final, dict(seeds or {}))
-        except OSError as exc:
+        except BaseException as exc:
             shutil.rmtree(staging.root, ignore_errors=True)
+            if not isinstance(exc, OSError):
+                raise
             if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):  # the home, not the disk
                 why = exc.strerror or str(exc)
                 raise HomeUnusable(f"cannot create a run in {self.home.runs}: {why}") from exc

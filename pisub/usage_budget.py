@@ -18,7 +18,7 @@ from pathlib import Path
 
 import msgspec
 
-from pisub.errors import PisubError, storage_error
+from pisub.errors import PisubError, ProtocolError, storage_error
 from pisub.fsio import atomic_write, load_json, private_mkdir
 from pisub.locks import exclusive
 from pisub.protocol.budget import UsageBudgetSpec, UsageTotals
@@ -61,6 +61,9 @@ class UsageBudget:
     def __init__(self, budgets: Path, budget_id: str) -> None:
         self.dir = budgets / budget_id
         self.path = self.dir / "usage.json"
+        self.expected = os.path.lexists(self.path)
+        """This tree had a budget when this workflow started (or it set one): a ledger that
+        disappears since fails closed rather than lifting the budget."""
 
     def create(self, spec: UsageBudgetSpec, estimate_tokens: float, estimate_cost: float) -> None:
         """Set the tree's budget (by its top-level workflow; kept if one is there already)."""
@@ -68,9 +71,22 @@ class UsageBudget:
         with self._locked():
             if not os.path.lexists(self.path):
                 self._save(ledger)
+        self.expected = True
 
     def active(self) -> bool:
-        return os.path.lexists(self.path)
+        """Whether the tree has a budget.
+
+        Raises:
+            ProtocolError: its ledger disappeared while this workflow ran.
+        """
+        if os.path.lexists(self.path):
+            return True
+        if self.expected:
+            raise ProtocolError(
+                f"the usage ledger {self.path} disappeared while the workflow ran; no child starts "
+                "without its budget (resume the workflow with a new budget)"
+            )
+        return False
 
     def reserve(self, names: Iterable[str]) -> None:
         """Reserve for each start (a name reserved before costs nothing), all or none.
@@ -129,9 +145,9 @@ class UsageBudget:
             self._save(ledger)
 
     def totals(self) -> UsageTotals | None:
-        if not self.active():
-            return None
         try:
+            if not self.active():
+                return None
             ledger = self._load()
         except PisubError:
             return None

@@ -74,6 +74,19 @@ def wants_report(spec: AcceptanceSpec) -> bool:
     )
 
 
+_OPENING = re.compile(r"^```acceptance-report[ \t]*$", re.MULTILINE)
+
+
+def unterminated(output: str) -> bool:
+    """Whether the last ```acceptance-report line opens a block that is never closed (then an
+    earlier, closed block is not taken for the report)."""
+    openings = list(_OPENING.finditer(output))
+    if not openings:
+        return False
+    blocks = list(_BLOCK.finditer(output))
+    return not blocks or blocks[-1].start() < openings[-1].start()
+
+
 def extract(output: str) -> tuple[str | None, str]:
     """The last report block's text (None when there is none) and the output without it."""
     blocks = list(_BLOCK.finditer(output))
@@ -121,12 +134,44 @@ def _field(key: str) -> str:
     raise InvalidInput(f"{FENCE}.{key}: not a report field (known: {', '.join(FIELDS)})")
 
 
+def clean_text(value: str, where: str) -> str:
+    """``value`` when it is text a file can hold: no NUL, no lone surrogate (JSON's ``\\ud800``).
+
+    Raises:
+        InvalidInput: naming ``where``.
+    """
+    if "\0" in value:
+        raise InvalidInput(f"{where}: holds a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{where}: holds a lone surrogate (not text)") from None
+    return value
+
+
+def clean_texts(value: Any, where: str) -> None:
+    """Every string in ``value`` (keys too) passes :func:`clean_text`.
+
+    Raises:
+        InvalidInput: naming the field.
+    """
+    if isinstance(value, str):
+        clean_text(value, where)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            clean_text(str(key), where)
+            clean_texts(item, f"{where}.{str(key)[:64]}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            clean_texts(item, f"{where}[{i}]")
+
+
 def _value(field: str, value: Any, where: str) -> Any:
     if field in LISTS:
         if isinstance(value, str):
-            return [value] if value.strip() else []
+            return [clean_text(value, where)] if value.strip() else []
         if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
-            return [str(v) for v in value]
+            return [clean_text(str(v), f"{where}[{i}]") for i, v in enumerate(value)]
         raise InvalidInput(f"{where}: expected a list of strings")
     if field in BOOLEANS:
         if isinstance(value, bool):
@@ -135,7 +180,7 @@ def _value(field: str, value: Any, where: str) -> Any:
             return value.strip().lower() in ("true", "yes")
         raise InvalidInput(f"{where}: expected true or false")
     if isinstance(value, str):
-        return value
+        return clean_text(value, where)
     raise InvalidInput(f"{where}: expected a string")
 
 

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from pisub.acceptance.report import clean_texts
 from pisub.errors import InvalidInput, PisubError
 from pisub.protocol.acceptance import AcceptanceSpec, ReviewVerdict, Severity, VerdictWord
 from pisub.protocol.codec import convert
@@ -83,7 +84,8 @@ def parse(text: str) -> ReviewVerdict:
         InvalidInput: not JSON, an unknown key, a bad verdict or severity — naming the field.
     """
     try:
-        data = json.loads(text, parse_constant=_no_constant)
+        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        clean_texts(data, FENCE)
     except InvalidInput:
         raise
     except (ValueError, RecursionError) as exc:
@@ -123,6 +125,15 @@ def _finding(item: Any, where: str) -> Any:
     if isinstance(severity, str):
         item["severity"] = _SEVERITIES.get(severity.strip().lower(), severity)
     return item
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise InvalidInput(f"{FENCE}.{str(key)[:64]}: given twice (ambiguous)")
+        found[key] = value
+    return found
 
 
 def _no_constant(name: str) -> Any:

@@ -21,6 +21,10 @@ def parse(acceptance: Any, gate: Any, where: str, *, resume: bool = False) -> Ac
             ``"reviewed"`` as a level, ``gate`` with ``acceptance`` (other than ``false``),
             ``gate`` on a resume, or any bad field.
     """
+    from pisub.acceptance.report import clean_texts
+
+    clean_texts(gate, f"{where}.gate")
+    clean_texts(acceptance, f"{where}.acceptance")
     if acceptance is False:
         acceptance = None  # false: omitted
     if gate is not None:

@@ -2,9 +2,10 @@
 working tree, each with its own timeout and its output kept (capped) as evidence — and
 memoized per tree state, so an unchanged tree never runs a command twice.
 
-The cache key is the SHA-256 of the command, the tree (``git write-tree`` of a temporary
-index holding the tracked files and the untracked, not ignored ones) and the values of the
-environment variables the config allows (their names only are ever written down). The cache
+The cache key is the SHA-256 of the command, the tree (a digest of the files ``HEAD`` tracks and
+the untracked ones the tree's ``.gitignore`` files do not ignore: see :func:`_tree`) and the
+values of the environment variables the config allows (their names only are ever written
+down). A result is kept only when the tree is the same after the command as before. The cache
 lives in ``<home>/cache/verify/`` and is shared by every run of the same repository.
 """
 
@@ -17,6 +18,7 @@ import shlex
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,21 +57,86 @@ def place(cwd: Path, allowed_env: list[str], env: dict[str, str] | None = None) 
 
 
 def _tree(cwd: Path) -> str | None:
-    """The tree's id, or None (nothing cached) outside git or when it holds a nested
-    repository or submodule, whose files the id does not cover."""
-    from pisub.worktrees.git import git_out
-    from pisub.worktrees.repo import repo_root, snapshot_tree
+    """The tree's digest, or None (nothing cached) outside git or when it holds a nested
+    repository or submodule, whose files the digest does not cover.
+
+    Which files count is asked of git with a fresh index read from ``HEAD`` — never the
+    child's index, whose ``assume-unchanged`` / ``skip-worktree`` flags it controls — and of
+    the tree's own ``.gitignore`` files only (not ``.git/info/exclude`` or a global excludes
+    file, which the child could also write); their contents are hashed here, without git's
+    filters (a ``clean`` filter in ``.git/config`` could make any content look unchanged)."""
+    import tempfile
+
+    from pisub.worktrees.git import git_out, run_git
+    from pisub.worktrees.repo import repo_root
 
     try:
         top = repo_root(cwd)
         inside = os.path.relpath(os.path.realpath(cwd), os.path.realpath(top))
-        tree = snapshot_tree(top)
-        listing = git_out(top, ["ls-tree", "-r", "-z", tree], what="list the tree")
+        with tempfile.TemporaryDirectory(prefix="pisub-verify-") as tmp:
+            env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
+            has_head = run_git(top, ["rev-parse", "--verify", "-q", "HEAD"], what="find HEAD", check=False).ok
+            run_git(top, ["read-tree", "HEAD" if has_head else "--empty"], what="read HEAD", env=env)
+            stages = git_out(top, ["ls-files", "-z", "-s"], what="list the tracked files", env=env)
+            others = git_out(
+                top,
+                ["ls-files", "-z", "--others", "--exclude-per-directory=.gitignore"],
+                what="list the new files",
+                env=env,
+            )
     except PisubError:
         return None
-    if any(entry.startswith(b"160000 ") for entry in listing.split(b"\0")):
-        return None
-    return f"{tree}:{inside}"
+    names: set[bytes] = set()
+    for entry in stages.split(b"\0"):
+        if entry.startswith(b"160000 "):
+            return None  # a submodule
+        if entry:
+            names.add(entry.split(b"\t", 1)[1])
+    for name in others.split(b"\0"):
+        if name.endswith(b"/"):
+            return None  # a nested repository
+        if name:
+            names.add(name)
+    digest = _digest(top, sorted(names))
+    return None if digest is None else f"{digest}:{inside}"
+
+
+def _digest(top: Path, names: list[bytes]) -> str | None:
+    """SHA-256 over each file's name, kind, executable bit and content (a symlink's target);
+    None when one is a directory (a nested repository git did not mark)."""
+    import stat
+
+    total = hashlib.sha256()
+    root = os.fsencode(top)
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                part = b"l" + os.readlink(path)
+            elif stat.S_ISREG(st.st_mode):
+                part = b"f" + (b"x" if st.st_mode & 0o100 else b"-") + _file_sha(path)
+            elif stat.S_ISDIR(st.st_mode):
+                return None
+            else:
+                part = b"o%o" % stat.S_IFMT(st.st_mode)
+        except FileNotFoundError:
+            part = b"-"  # deleted
+        except OSError:
+            return None
+        total.update(b"%d:%s%d:%s" % (len(name), name, len(part), part))
+    return total.hexdigest()
+
+
+def _file_sha(path: bytes) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        sha = hashlib.sha256()
+        while chunk := os.read(fd, 1 << 20):
+            sha.update(chunk)
+        return sha.hexdigest().encode()
+    finally:
+        os.close(fd)
 
 
 def key_of(command: VerifyCommand, where: Place) -> str | None:
@@ -86,11 +153,19 @@ def run_checks(
     log_dir: Path,
     env: dict[str, str],
     not_before: float | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> list[Check]:
     """Every command's check, in order (each runs even when an earlier one failed). A cache
     entry changed at or after ``not_before`` (when the child started: the child could have
-    written it) is not trusted."""
-    return [_check(command, where, cache_dir, log_dir, env, not_before) for command in commands]
+    written it) is not trusted. ``should_stop`` is asked while a command runs: true ends it
+    (and skips the rest)."""
+    checks = []
+    for command in commands:
+        if should_stop():
+            checks.append(Check(id=command.id, kind="verify", outcome=Outcome.SKIPPED, reason="stopped"))
+            continue
+        checks.append(_check(command, where, cache_dir, log_dir, env, not_before, should_stop))
+    return checks
 
 
 def _check(
@@ -100,6 +175,7 @@ def _check(
     log_dir: Path,
     env: dict[str, str],
     not_before: float | None,
+    should_stop: Callable[[], bool],
 ) -> Check:
     key = key_of(command, where)
     if key is not None:
@@ -114,9 +190,11 @@ def _check(
                 cache="hit",
                 key=key,
             )
-    check = _run(command, where.cwd, log_dir, env)
+    check = _run(command, where.cwd, log_dir, env, should_stop)
     check.cache = "off" if key is None else "miss"
     check.key = key
+    if key is not None and _tree(where.cwd) != where.tree:
+        return check  # the tree changed while it ran: the result is not that tree's
     if key is not None and check.exit_code is not None and check.exit_code != 124:  # a timeout: not kept
         from pisub.protocol.codec import now_iso
 
@@ -149,12 +227,14 @@ def _cached(cache_dir: Path, key: str, not_before: float | None) -> Cached | Non
         return None
     if not_before is not None and st.st_ctime >= not_before:
         return None  # written while the child ran: it could have forged it
-    if (entry.exit_code == 0) != (entry.outcome is Outcome.PASSED):
-        return None
+    if (entry.exit_code == 0) != (entry.outcome is Outcome.PASSED) or entry.exit_code == 124:
+        return None  # inconsistent, or a timeout (never kept)
     return entry
 
 
-def _run(command: VerifyCommand, cwd: Path, log_dir: Path, env: dict[str, str]) -> Check:
+def _run(
+    command: VerifyCommand, cwd: Path, log_dir: Path, env: dict[str, str], should_stop: Callable[[], bool]
+) -> Check:
     try:
         argv = shlex.split(command.command)
     except ValueError as exc:
@@ -192,11 +272,14 @@ def _run(command: VerifyCommand, cwd: Path, log_dir: Path, env: dict[str, str]) 
         )
     os.close(fd)
     deadline = time.monotonic() + timeout
-    try:
-        code = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
+    code = _wait(proc, deadline, should_stop)
+    if code is None or code == STOPPED:
         _kill(proc)
         _cap(log)
+        if code == STOPPED:
+            return Check(
+                id=command.id, kind="verify", outcome=Outcome.SKIPPED, reason="stopped", output=str(log)
+            )
         return Check(
             id=command.id,
             kind="verify",
@@ -211,6 +294,23 @@ def _run(command: VerifyCommand, cwd: Path, log_dir: Path, env: dict[str, str]) 
     return Check(
         id=command.id, kind="verify", outcome=outcome, reason=reason, exit_code=code, output=str(log)
     )
+
+
+STOPPED = -(2**31)
+STOP_POLL_S = 0.2
+
+
+def _wait(proc: subprocess.Popen[bytes], deadline: float, should_stop: Callable[[], bool]) -> int | None:
+    """The exit code; None past ``deadline``; :data:`STOPPED` when ``should_stop`` said so."""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        try:
+            return proc.wait(timeout=min(STOP_POLL_S, left))
+        except subprocess.TimeoutExpired:
+            if should_stop():
+                return STOPPED
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

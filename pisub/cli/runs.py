@@ -163,9 +163,11 @@ def _start_workflow(
 
 
 def _acceptance_option(text: str | None) -> Any:
-    """``--acceptance``: ``auto`` or a JSON object."""
-    if text is None or text.strip() == "auto":
+    """``--acceptance``: ``auto`` (bare or as JSON), ``false`` (omitted), or a JSON object."""
+    if text is None or text.strip() in ("auto", '"auto"'):
         return None if text is None else "auto"
+    if text.strip() == "false":
+        return False
     return _json_option(text, "--acceptance")
 
 

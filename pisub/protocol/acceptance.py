@@ -69,12 +69,23 @@ class AcceptanceSpec(StrictRecord, kw_only=True, omit_defaults=True):
     reason: Annotated[str, msgspec.Meta(max_length=4000)] | None = None
 
 
-class Acceptance(Record, kw_only=True):
+class ReviewerAgent(Record, kw_only=True):
+    """The reviewer's agent file as it was at launch: the review runs this definition, whatever
+    the scopes hold by then (the reviewed child could write a project agent of that name)."""
+
+    path: str
+    scope: str
+    text: str
+
+
+class Acceptance(Record, kw_only=True, omit_defaults=True):
     """``manifest.acceptance``: what the runner checks when the child has ended."""
 
     spec: AcceptanceSpec
     explicit: bool
     """Asked for by the call or the agent (a failure fails the run); else inferred (reported)."""
+    reviewer: ReviewerAgent | None = None
+    """A review gate's reviewer, taken at launch."""
 
 
 class Outcome(enum.StrEnum):

@@ -51,27 +51,42 @@ def run_review(
         review_paths = _start(paths, manifest, reviewer, task)
     except PisubError as exc:
         return _unfinished(f"the reviewer {reviewer!r} could not start: {exc.message}")
+    except Exception as exc:
+        return _unfinished(f"the reviewer {reviewer!r} could not start: {type(exc).__name__}: {exc}"[:500])
     started(review_paths.run_id)
-    return _await(review_paths, stop_requested)
+    try:
+        return _await(review_paths, stop_requested)
+    except Exception as exc:  # whatever the reviewer wrote, the reviewed run's runner goes on
+        why = exc.message if isinstance(exc, PisubError) else f"{type(exc).__name__}: {exc}"
+        return _unfinished(f"the review could not be read: {why}"[:500], review_paths.run_id)
 
 
 def _start(paths: RunPaths, manifest: Manifest, reviewer: str, task: str) -> RunPaths:
-    from pisub.agents import discover
+    """The reviewer's run, of the agent definition taken at launch (never what the scopes hold
+    now: the reviewed child could have written a project agent of that name)."""
+    from pisub.agents import Catalog, parse_agent
+    from pisub.errors import InvalidInput
     from pisub.launcher import plan_run, start_run
     from pisub.lineage import Lineage
 
     home = paths.home
     cwd = Path(manifest.cwd)
+    taken = manifest.acceptance.reviewer if manifest.acceptance is not None else None
+    if taken is None:
+        raise InvalidInput("the launch recorded no reviewer agent")
+    scope = taken.scope if taken.scope in ("builtin", "user", "project") else "user"
+    agent = parse_agent(taken.text, Path(taken.path), scope)  # type: ignore[arg-type]
+    catalog = Catalog(agents={agent.name: agent})
     here = Lineage(manifest.parent_run_id, manifest.root_run_id, manifest.depth, manifest.max_depth)
     plan = plan_run(
         home,
-        reviewer,
+        agent.name,
         task,
         cwd=cwd,
         caller=LimitValues(),
         lineage=here.child(manifest.run_id),
         key=REVIEW_KEY,
-        catalog=discover(home.agents, cwd),
+        catalog=catalog,
         acceptance=Acceptance(spec=AcceptanceSpec(level=Level.NONE, reason="a reviewer"), explicit=True),
     )
     return start_run(home, plan)

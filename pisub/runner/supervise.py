@@ -50,6 +50,9 @@ if TYPE_CHECKING:  # imported where used: a launch waits only for what its start
 ABORT_CONFIRM_S = 3.0
 """How long pi has to end its work after an abort before it is TERMed."""
 
+MAX_CHECKED_CLAIMS = 2000
+"""The most changed files a ``checked`` report may claim (each may cost a git call)."""
+
 DRAIN_AFTER_EXIT_S = 0.5
 """How long output is still read after the child exits while descendants hold its pipes."""
 
@@ -132,9 +135,10 @@ class Supervisor:
         self.tool_timed_out: tuple[str, float] | None = None
         self.budget_soft_sent = False
         self.acceptance: AcceptanceRecord | None = None
-        self.reviewing = False
-        """The child completed and its reviewer runs: a stop request stops the review."""
-        self.review_stop = False
+        self.accepting = False
+        """The child completed and its acceptance checks (verify commands, a review) run: a
+        stop request or a signal ends them, and the run ends ``stopped``."""
+        self.accept_stop = False
         self.budget_hard_noted = False
         self.checkpoint_armed = (
             manifest.agent.runner == "pi" and manifest.limits.checkpoint_before_deadline is not None
@@ -209,9 +213,9 @@ class Supervisor:
     def stop(self, child: int | None, reason: str | None) -> str | None:
         if child not in (None, 0):
             return f"no child {child} (this run has one child, 0)"
-        if self.reviewing:
-            self.review_stop = True
-            self.event("review.stop", 0, reason=reason)
+        if self.accepting:
+            self.accept_stop = True
+            self.event("acceptance.stop", 0, reason=reason)
             return None
         if self.child is None or self.child.poll() is not None:
             return "the child has already exited"
@@ -554,31 +558,47 @@ class Supervisor:
         from pisub.config import load_config
         from pisub.protocol.acceptance import AcceptanceRecord, Outcome
 
-        checks = self._report_checks(wanted.spec, outcome)
+        checks = _guarded("report", lambda: self._report_checks(wanted.spec, outcome))
         try:
             allowed = load_config(self.paths.home.root).acceptance.verify_env or []
         except PisubError:
             allowed = []
         if wanted.spec.verify:
-            env = dict(os.environ)
+            env = child_env(os.environ, self.manifest, self.paths.root)  # marked as the child is
             where = place(Path(self.manifest.cwd), allowed, env)
             cache = self.paths.home.cache / "verify"
             not_before = time.time() - (time.monotonic() - self.started)  # when the child started
-            checks += run_checks(wanted.spec.verify, where, cache, self.paths.acceptance_dir, env, not_before)
+            self.accepting = True
+            try:
+                checks += run_checks(
+                    wanted.spec.verify,
+                    where,
+                    cache,
+                    self.paths.acceptance_dir,
+                    env,
+                    not_before,
+                    self._stop_requested,
+                )
+            finally:
+                self.accepting = False
+                # what a command left running (setsid included: this runner is their subreaper)
+                self.tree.end_leftovers(None, self.limits.grace)
         failed = [c for c in checks if c.outcome is Outcome.FAILED]
         review = None
-        if wanted.spec.review is not None and wanted.spec.review.required and not failed:
+        wants_review = wanted.spec.review is not None and wanted.spec.review.required
+        if wants_review and not failed and not self.accept_stop:
             review = self._review(wanted.spec)
             checks.append(review.check)
             failed += [review.check] if review.check.outcome is Outcome.FAILED else []
         status = _evidence_status(wanted.spec.level, checks, failed, review)
         why = "; ".join(f"{c.id}: {c.reason}" for c in failed) or None
+        inferred = None if wanted.explicit else wanted.spec.reason
         self.acceptance = AcceptanceRecord(
             level=wanted.spec.level,
             explicit=wanted.explicit,
             evidence_status=status,
             checks=checks,
-            reason=why,
+            reason="; ".join(r for r in (inferred, why) if r) or None,
         )
         self.event(
             "acceptance.checked",
@@ -586,8 +606,8 @@ class Supervisor:
             status=status.value,
             checks=[{"id": c.id, "outcome": c.outcome.value, "cache": c.cache} for c in checks],
         )
-        if self.review_stop:
-            message = "Subagent stopped by request (during its review)."
+        if self.accept_stop:
+            message = "Subagent stopped by request (during its acceptance checks)."
             return Verdict(RunState.STOPPED, 0, ErrorInfo(code=ErrorCode.SUBAGENT_FAILED, message=message))
         if failed and wanted.explicit:
             message = f"acceptance gate failed: {why}"
@@ -598,17 +618,12 @@ class Supervisor:
         """Run the review gate: the reviewer as a child run; a stop request (or a signal) that
         arrives meanwhile stops the reviewer and then this run."""
         from pisub.acceptance.review import diff_of
-        from pisub.config import load_config
         from pisub.runner.review import reviewer_name, run_review
 
-        try:
-            configured = load_config(self.paths.home.root).acceptance.reviewer
-        except PisubError:
-            configured = None
-        reviewer = reviewer_name(spec, configured)
+        reviewer = reviewer_name(spec, None)  # named at launch
         patch = self.paths.worktree_patch if self.manifest.worktree is not None else None
         diff = diff_of(Path(self.manifest.cwd), patch)
-        self.reviewing = True
+        self.accepting = True
         try:
             return run_review(
                 self.paths,
@@ -616,26 +631,31 @@ class Supervisor:
                 reviewer,
                 diff,
                 started=lambda rid: self.event("review.started", 0, runId=rid, agent=reviewer),
-                stop_requested=self._review_stopped,
+                stop_requested=self._stop_requested,
             )
         finally:
-            self.reviewing = False
+            self.accepting = False
 
-    def _review_stopped(self) -> bool:
+    def _stop_requested(self) -> bool:
+        """While acceptance checks run: whether a stop request (answered now, not after the
+        checks) or a signal asks this run to stop."""
         if self.dispatcher is not None:
-            self.dispatcher.scan()  # a stop request is answered now, not after the review
+            self.dispatcher.scan()
         if self.signalled is not None:
-            self.review_stop = True
-        return self.review_stop
+            self.accept_stop = True
+        return self.accept_stop
 
     def _report_checks(self, spec: AcceptanceSpec, outcome: ChildOutcome) -> list[Check]:
         """The report's checks (none when the spec asks for no report); the block is taken out
         of ``outcome.output``."""
-        from pisub.acceptance.report import extract, missing_evidence, parse, wants_report
+        from pisub.acceptance.report import extract, missing_evidence, parse, unterminated, wants_report
         from pisub.protocol.acceptance import Check, Level, Outcome
 
         if not wants_report(spec):
             return []
+        if unterminated(outcome.output):
+            why = "the last acceptance-report block is not closed (no ``` line after it)"
+            return [Check(id="report", kind="report", outcome=Outcome.FAILED, reason=why)]
         text, outcome.output = extract(outcome.output)
         if text is None:
             return [
@@ -668,6 +688,9 @@ class Supervisor:
         cwd = Path(self.manifest.cwd)
         changed = report.get("changedFiles") or []
         assert isinstance(changed, list)
+        if len(changed) > MAX_CHECKED_CLAIMS:
+            why = f"{len(changed)} changed files claimed; at most {MAX_CHECKED_CLAIMS} can be checked"
+            return Check(id="claims", kind="report", outcome=Outcome.FAILED, reason=why)
         absent = [f for f in changed if not _changed_file_ok(cwd, str(f))]
         if absent:
             return Check(
@@ -784,6 +807,20 @@ def make_child(manifest: Manifest, paths: RunPaths, hooks: ChildHooks) -> Child:
         "pi": PiChild,
     }
     return kinds[manifest.agent.runner](0, hooks, manifest, paths, env)
+
+
+def _guarded(what: str, checks: Callable[[], list[Check]]) -> list[Check]:
+    """``checks()``, or one failed check when it raised: what a child or a model wrote never
+    ends the runner."""
+    from pisub.protocol.acceptance import Check, Outcome
+
+    try:
+        return checks()
+    except Exception as exc:
+        why = exc.message if isinstance(exc, PisubError) else f"{type(exc).__name__}: {exc}"
+        return [
+            Check(id=what, kind="report", outcome=Outcome.FAILED, reason=f"could not be checked: {why}"[:500])
+        ]
 
 
 def _step_state(state: RunState) -> StepState:

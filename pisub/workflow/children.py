@@ -703,9 +703,9 @@ class ChildRuns:
 
     def _count_usage(self, entry: ChildEntry, outcome: ChildResult) -> None:
         """The child's usage counted in the tree's usage budget, its reservation given back."""
-        if not self.usage.active():
-            return
         try:
+            if not self.usage.active():
+                return
             name = claim_name(self.spec.journal, entry.key)
             self.usage.settle(name, outcome.usage if entry.run_id is not None else None)
             totals = self.usage.totals()
