@@ -760,9 +760,13 @@ def list_runs(
     state: RunState | None = None,
     problems: list[str] | None = None,
     children: bool = False,
+    agent: str | None = None,
+    since: float | None = None,
+    limit: int | None = None,
 ) -> Iterator[Status]:
     """Statuses of the top-level runs — with ``children``, of every run — after crash repair,
-    oldest first.
+    oldest first; only ``agent``'s, only those started in the last ``since`` seconds (by the
+    wall clock: a display filter), only the newest ``limit``.
 
     A run whose files cannot be read is left out and described in ``problems``; a run removed
     meanwhile (``pisub gc``) is left out silently.
@@ -797,7 +801,26 @@ def list_runs(
     if problems is not None:
         problems += [f"{name}: not a run directory (a symlink or file in runs/)" for name in store.strays()]
     statuses.sort(key=lambda s: s.started_at)
+    if agent is not None:
+        statuses = [st for st in statuses if st.agent == agent]
+    if since is not None:
+        import datetime as dt
+
+        cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=since)
+        statuses = [st for st in statuses if _started(st) >= cutoff]
+    if limit is not None:
+        statuses = statuses[-limit:] if limit > 0 else []
     return iter(statuses)
+
+
+def _started(st: Status) -> Any:
+    import datetime as dt
+
+    try:
+        when = dt.datetime.fromisoformat(st.started_at.replace("Z", "+00:00"))
+    except (ValueError, AttributeError):
+        return dt.datetime.max.replace(tzinfo=dt.UTC)  # unknown: never filtered out
+    return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
 
 
 def edit_agent(
@@ -859,3 +882,30 @@ def pi_models(search: str | None = None) -> list[Model]:
     from pisub.models import list_models
 
     return list_models(find_pi(), search)
+
+
+def wait_runs(runs: list[Run], *, every: bool, timeout: float | None = None) -> list[Run]:
+    """Block until one of ``runs`` (``every``: all of them) has its terminal status; the runs
+    that have ended, in the order given (with a crash check twice a second, so a run whose
+    runner died ends too).
+
+    Raises:
+        WaitTimeout: naming the runs still going after ``timeout`` seconds.
+        InvalidInput: no runs.
+    """
+    if not runs:
+        raise InvalidInput("give at least one run to wait for")
+    liveness = Every(0.5)
+
+    def ended() -> list[Run] | None:
+        check = liveness.due()
+        done = [r for r in runs if (r.status() if check else load_status(r.paths)).state.is_terminal]
+        if every:
+            return done if len(done) == len(runs) else None
+        return done or None
+
+    found = poll(ended, _seconds(timeout, "timeout"))
+    if found is None:
+        going = [r.id[:8] for r in runs if not load_status(r.paths).state.is_terminal]
+        raise WaitTimeout(f"still going after {timeout:g}s: {', '.join(going)}")
+    return found

@@ -245,15 +245,18 @@ def _sweep_staging(path: Path, now: float, dry_run: bool, result: GcResult) -> N
 
 def parse_age(text: str) -> float:
     """Seconds in ``30d``, ``12h``, ``15m``, ``45s`` (or a bare number of seconds)."""
+    import math
+
     from pisub.errors import InvalidInput
 
     units = {"d": 86400, "h": 3600, "m": 60, "s": 1}
     try:
-        if text and text[-1] in units:
-            return float(text[:-1]) * units[text[-1]]
-        return float(text)
+        seconds = float(text[:-1]) * units[text[-1]] if text and text[-1] in units else float(text)
     except ValueError:
-        raise InvalidInput(f"not an age: {text!r} (use e.g. 30d, 12h, 15m)") from None
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0 or seconds > 100 * 365 * 86400:
+        raise InvalidInput(f"not an age: {text[:32]!r} (use e.g. 30d, 12h, 15m)")
+    return seconds
 
 
 DELETING = ".deleting-"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 
@@ -283,6 +283,9 @@ def _print_fleet(rows: list[Any], as_json: bool) -> None:
 def list_(
     state: str | None = typer.Option(None, "--state", help="Only runs in this state."),
     all_: bool = typer.Option(False, "--all", help="Include child runs (a workflow's, a run's)."),
+    agent: str | None = typer.Option(None, "--agent", help="Only this agent's runs."),
+    since: str | None = typer.Option(None, "--since", help="Only runs started in the last 30m, 2h, 3d..."),
+    limit: int | None = typer.Option(None, "--limit", min=0, help="Only the newest N."),
     as_json: bool = JSON,
 ) -> None:
     """List the top-level runs (with --all, every run), oldest first."""
@@ -297,7 +300,12 @@ def list_(
             f"unknown state {state!r}; one of {', '.join(s.value for s in RunState)}"
         ) from None
     problems: list[str] = []
-    statuses = list(list_runs(state=wanted, problems=problems, children=all_))
+    from pisub.doctor import parse_age
+
+    window = parse_age(since) if since is not None else None
+    statuses = list(
+        list_runs(state=wanted, problems=problems, children=all_, agent=agent, since=window, limit=limit)
+    )
     if as_json:
         for st in statuses:
             json_line(st)
@@ -365,15 +373,27 @@ def _follow(handle: object, log: Path) -> None:
 
 
 def wait(
-    ref: str = typer.Argument(..., metavar="RUN"),
+    refs: list[str] = typer.Argument(..., metavar="RUN..."),
     child: str | None = CHILD,
+    any_: bool = typer.Option(False, "--any", help="Several runs: return when the first one ends."),
+    all_: bool = typer.Option(False, "--all", help="Several runs: return when every one has ended."),
     timeout: float | None = typer.Option(None, "--timeout", help="Give up after this many seconds (exit 3)."),
     as_json: bool = JSON,
 ) -> None:
-    """Wait for a run to end and print its result; exit 0 only for a complete run."""
-    from pisub.errors import WaitTimeout
+    """Wait for a run to end and print its result; exit 0 only for a complete run. With several
+    runs and --any or --all: one line per ended run (run id, state); exit 0 when every run
+    printed is complete, 1 otherwise."""
+    from pisub.errors import InvalidInput, WaitTimeout
 
-    handle = _run(ref, child)
+    if any_ and all_:
+        raise InvalidInput("give --any or --all, not both")
+    if len(refs) > 1 or any_ or all_:
+        if child is not None:
+            raise InvalidInput("--child names one run's child: wait for one run")
+        if not (any_ or all_):
+            raise InvalidInput("several runs: give --any (the first to end) or --all (every one)")
+        _wait_many(refs, every=all_, timeout=timeout, as_json=as_json)
+    handle = _run(refs[0], child)
     try:
         res = handle.wait(timeout)
     except WaitTimeout as exc:
@@ -381,6 +401,22 @@ def wait(
         raise typer.Exit(3) from None
     json_line(res) if as_json else out(result_text(res))
     raise typer.Exit(0 if res.state == "complete" else 1)
+
+
+def _wait_many(refs: list[str], *, every: bool, timeout: float | None, as_json: bool) -> NoReturn:
+    from pisub.client import Run, wait_runs
+    from pisub.errors import WaitTimeout
+
+    runs = [Run(ref) for ref in dict.fromkeys(refs)]
+    try:
+        ended = wait_runs(runs, every=every, timeout=timeout)
+    except WaitTimeout as exc:
+        err(f"pisub: {exc.message} [{exc.code}]")
+        raise typer.Exit(3) from None
+    states = [(run.id, run.status().state.value) for run in ended]
+    for run_id, state in states:
+        json_line({"runId": run_id, "state": state}) if as_json else out(f"{run_id}  {state}")
+    raise typer.Exit(0 if all(state == "complete" for _, state in states) else 1)
 
 
 def result(

@@ -1,0 +1,74 @@
+"""`pisub wait --any/--all` over several runs (a crashed one included) and `pisub list`'s filters."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+import pisub
+from tests.conftest import AgentMaker, pisub_cli, wait_for
+
+
+def test_wait_any_returns_the_first_to_end_and_all_waits_for_every_one(
+    home: Path, make_agent: AgentMaker
+) -> None:
+    make_agent("quick", command="true")
+    make_agent("slow", command="sleep", args=["3"])
+    make_agent("bad", command="false")
+    slow, quick = pisub.launch("slow", "x"), pisub.launch("quick", "x")
+    proc = pisub_cli("wait", slow.id, quick.id, "--any", "--json", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert [json.loads(line) for line in proc.stdout.splitlines()] == [
+        {"runId": quick.id, "state": "complete"}
+    ]
+    bad = pisub.launch("bad", "x")
+    proc = pisub_cli("wait", slow.id, bad.id, "--all", timeout=60)
+    assert (
+        proc.returncode == 1 and f"{bad.id}  failed" in proc.stdout and f"{slow.id}  complete" in proc.stdout
+    )
+    assert pisub_cli("wait", slow.id, quick.id).returncode == 1  # several runs need --any or --all
+
+
+def test_wait_sees_a_run_whose_runner_was_killed(home: Path, make_agent: AgentMaker) -> None:
+    make_agent("long", command="sleep", args=["60"])
+    run = pisub.launch("long", "x")
+    pid = wait_for(lambda: run.status().pid, timeout=30)
+    os.kill(pid, signal.SIGKILL)
+    proc = pisub_cli("wait", run.id, run.id, "--all", "--timeout", "30", timeout=60)
+    assert proc.returncode == 1 and "failed" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_wait_timeout_names_what_is_still_going(home: Path, make_agent: AgentMaker) -> None:
+    make_agent("long", command="sleep", args=["30"])
+    run = pisub.launch("long", "x")
+    proc = pisub_cli("wait", run.id, "--any", "--timeout", "0.3")
+    assert proc.returncode == 3 and run.id[:8] in proc.stderr and "[WAIT_TIMEOUT]" in proc.stderr
+    assert pisub_cli("stop", run.id).returncode == 0
+
+
+def test_list_filters(home: Path, make_agent: AgentMaker) -> None:
+    make_agent("a", command="true")
+    make_agent("b", command="true")
+    runs = [pisub.launch(name, "x") for name in ("a", "b", "a")]
+    for run in runs:
+        run.wait(timeout=30)
+
+    def ids(*args: str) -> list[str]:
+        proc = pisub_cli("list", "--json", *args)
+        assert proc.returncode == 0, proc.stderr
+        return [json.loads(line)["runId"] for line in proc.stdout.splitlines()]
+
+    assert ids("--agent", "a") == [runs[0].id, runs[2].id]
+    assert ids("--limit", "2") == [runs[1].id, runs[2].id]
+    assert ids("--since", "1h") == [r.id for r in runs]
+    assert ids("--since", "0s") == []
+
+
+@pytest.mark.parametrize("since", ["nan", "-1h", "infd", "x"])
+def test_a_bad_since_is_one_line(home: Path, since: str) -> None:
+    proc = pisub_cli("list", "--since", since)
+    assert proc.returncode == 1 and "not an age" in proc.stderr and "Traceback" not in proc.stderr
