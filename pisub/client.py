@@ -66,10 +66,12 @@ def launch(
     acceptance: Any = None,
     gate: str | None = None,
     model: str | None = None,
+    on_done: str | None = None,
     home: Path | None = None,
 ) -> Run:
     """Start a detached run of ``agent`` on ``task`` and return once its runner committed.
-    ``model`` (pi agents: ``provider/id``) replaces the agent's.
+    ``model`` (pi agents: ``provider/id``) replaces the agent's. ``on_done``: a command (split
+    like a shell line, run without a shell) run once when the run has ended.
     ``tool_timeout`` (seconds one pi tool call may take), ``checkpoint_before_deadline`` (ask a
     pi child to checkpoint this long before its runtime deadline) and ``tool_budget``
     (``{hard, soft?, block?}`` tool calls) apply to pi runs. ``gate`` (a command that must
@@ -102,7 +104,28 @@ def launch(
     manifest = plan_run(
         h, agent, task, cwd=workdir, caller=caller, lineage=lineage, acceptance=accept, model=model
     )
+    if on_done is not None:
+        manifest.on_done = _command(on_done, "on_done")
     return Run(start_run(h, manifest).run_id, home=h.root)
+
+
+def _command(text: str, what: str) -> list[str]:
+    """A command line split like a shell's (never run through one).
+
+    Raises:
+        InvalidInput: empty, over 16 KiB, NUL or a lone surrogate, unbalanced quotes.
+    """
+    import shlex
+
+    from pisub.acceptance.report import clean_text
+
+    if not isinstance(text, str) or not text.strip() or len(text) > 16 * 1024:
+        raise InvalidInput(f"{what}: give a command line of at most 16 KiB")
+    clean_text(text, what)
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise InvalidInput(f"{what}: the command does not split like a shell line ({exc})") from None
 
 
 def resume(

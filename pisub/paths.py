@@ -292,6 +292,16 @@ class RunPaths:
         return self.root / "handoff.json"
 
     @property
+    def on_done_claim(self) -> Path:
+        """Created (``O_EXCL``) by whoever runs the run's ``--on-done`` command: exactly once."""
+        return self.root / "on-done.claimed"
+
+    @property
+    def on_done_log(self) -> Path:
+        """The ``--on-done`` command's output."""
+        return self.root / "on-done.log"
+
+    @property
     def worktree_patch(self) -> Path:
         """The patch of the work done in this run's git worktree (isolation ``worktree``)."""
         return self.root / "worktree.patch"

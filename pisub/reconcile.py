@@ -135,7 +135,20 @@ def repair(paths: RunPaths) -> Status:
         status = _as_terminal(status, result)
         write_status(paths, status)
         append_event(paths, "run.repaired", pid=status.pid, state=status.state.value, ended=ended, sync=True)
+        _on_done(paths)
         return status
+
+
+def _on_done(paths: RunPaths) -> None:
+    """The run's ``--on-done`` command, which its dead runner could not run (detached)."""
+    from pisub.on_done import spawn_detached
+
+    try:
+        wanted = load_manifest(paths).on_done
+    except PisubError:
+        return
+    if wanted and not os.path.lexists(paths.on_done_claim):
+        spawn_detached(paths)
 
 
 def _answer_closed_inbox(paths: RunPaths, status: Status) -> None:

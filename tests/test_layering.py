@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "journal": 2,
     "spawn_budget": 2,
     "usage_budget": 2,
+    "on_done": 2,
     "acceptance": 2,
     "shared_state": 2,
     "doctor": 2,

@@ -60,6 +60,9 @@ def run(
     ),
     gate: str | None = typer.Option(None, "--gate", help="A command that must pass on the child's tree."),
     model: str | None = typer.Option(None, "--model", help="pi agents: provider/id instead of the agent's."),
+    on_done: str | None = typer.Option(
+        None, "--on-done", help="A command run once when the run has ended (no shell; PISUB_RUN_* set)."
+    ),
     acceptance: str | None = typer.Option(
         None, "--acceptance", help='JSON: {"level": "verified", "verify": [{"id", "command"}]} or "auto".'
     ),
@@ -82,6 +85,8 @@ def run(
         if shapes:
             if agent is not None or task is not None:
                 raise InvalidInput("a workflow takes no --agent or TASK (they belong in its calls)")
+            if on_done is not None:
+                raise InvalidInput("--on-done is for single runs (a workflow's script can act when it ends)")
             options = {
                 "cwd": cwd,
                 "concurrency": concurrency,
@@ -113,6 +118,7 @@ def run(
                 acceptance=_acceptance_option(acceptance),
                 gate=gate,
                 model=model,
+                on_done=on_done,
             )
     except DepthExceeded as exc:
         if as_json:  # the refusal as a result (mode "management") on stdout, the line on stderr

@@ -198,6 +198,8 @@ class Manifest(Record, kw_only=True):
     """What a workflow run (``agent.runner`` ``workflow``) runs."""
     acceptance: Acceptance | None = None
     """What the runner checks of the child's work when it ends (acceptance gates)."""
+    on_done: list[str] | None = None
+    """``--on-done``: an argv run once when the run has ended (:mod:`pisub.on_done`)."""
     worktree: WorktreeLink | None = None
     """The git worktree this run works in (``cwd`` is inside it); its runner captures the work
     when the child ends."""

@@ -232,7 +232,13 @@ class Supervisor:
                 return 1
             self._start_inbox()
             self._loop()
-            return 0 if self._finish() else 1
+            finished = self._finish()
+            if finished and self.manifest.on_done and self.recorder is not None:
+                from pisub.on_done import run_on_done  # after the terminal status: it never delays it
+
+                state = self.recorder.status.state.value
+                run_on_done(self.paths, self.manifest.on_done, self.manifest.cwd, state)
+            return 0 if finished else 1
         except BaseException:
             self._end_tree()
             raise

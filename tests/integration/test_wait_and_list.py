@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,57 @@ def test_list_filters(home: Path, make_agent: AgentMaker) -> None:
 def test_a_bad_since_is_one_line(home: Path, since: str) -> None:
     proc = pisub_cli("list", "--since", since)
     assert proc.returncode == 1 and "not an age" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _events(run: pisub.Run, kind: str) -> list[dict[str, object]]:
+    lines = (run.dir / "events.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e.get("type") == kind]
+
+
+def test_on_done_runs_once_after_the_terminal_status(
+    home: Path, make_agent: AgentMaker, tmp_path: Path
+) -> None:
+    make_agent("quick", command="true")
+    out = tmp_path / "done.txt"
+    script = tmp_path / "hook.py"
+    script.write_text(
+        "import os, sys\n"
+        "env = os.environ\n"
+        f"line = env['PISUB_RUN_ID'] + ' ' + env['PISUB_RUN_STATE'] + '\\n'\n"
+        f"open({str(out)!r}, 'a').write(line)\n"
+        "print('hooked'); sys.exit(3)\n"
+    )
+    proc = pisub_cli("run", "--agent", "quick", "--on-done", f"{sys.executable} {script}", "x")
+    assert proc.returncode == 0, proc.stderr
+    run = pisub.Run(proc.stdout.strip())
+    assert run.wait(timeout=30).state == "complete"
+    finished = wait_for(lambda: _events(run, "on_done.finished"), timeout=30)
+    assert finished[0]["data"]["exitCode"] == 3 and "hooked" in str(finished[0]["data"]["output"])  # type: ignore[index]
+    assert out.read_text() == f"{run.id} complete\n"
+    assert oct((run.dir / "on-done.log").stat().st_mode & 0o777) == "0o600"
+
+
+def test_on_done_runs_once_for_a_run_whose_runner_died(
+    home: Path, make_agent: AgentMaker, tmp_path: Path
+) -> None:
+    make_agent("long", command="sleep", args=["60"])
+    out = tmp_path / "done.txt"
+    line = f"import os; open({str(out)!r}, 'a').write(os.environ['PISUB_RUN_STATE'] + chr(10))"
+    hook = f'{sys.executable} -c "{line}"'
+    run = pisub.launch("long", "x", on_done=hook)
+    pid = wait_for(lambda: run.status().pid, timeout=30)
+    os.kill(pid, signal.SIGKILL)
+    assert run.wait(timeout=30).state == "failed"  # repaired by this reader
+    wait_for(lambda: out.exists() and out.read_text() == "failed\n", timeout=30, what="the hook")
+    for _ in range(3):
+        run.status()  # later readers do not run it again
+    assert out.read_text() == "failed\n"
+
+
+@pytest.mark.parametrize("hook", ["", "tr\0ue", "'unbalanced"])
+def test_a_bad_on_done_is_refused(home: Path, make_agent: AgentMaker, hook: str) -> None:
+    from pisub.errors import InvalidInput
+
+    make_agent("quick", command="true")
+    with pytest.raises(InvalidInput, match="on_done"):
+        pisub.launch("quick", "x", on_done=hook)
