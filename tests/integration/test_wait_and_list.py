@@ -98,7 +98,7 @@ def test_on_done_runs_once_after_the_terminal_status(
     run = pisub.Run(proc.stdout.strip())
     assert run.wait(timeout=30).state == "complete"
     finished = wait_for(lambda: _events(run, "on_done.finished"), timeout=30)
-    assert finished[0]["data"]["exitCode"] == 3 and "hooked" in str(finished[0]["data"]["output"])  # type: ignore[index]
+    assert finished[0]["data"]["exitCode"] == 3 and "hooked" in str(finished[0]["data"]["output"])
     assert out.read_text() == f"{run.id} complete\n"
     assert oct((run.dir / "on-done.log").stat().st_mode & 0o777) == "0o600"
 
