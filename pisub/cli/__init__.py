@@ -35,7 +35,7 @@ app = typer.Typer(
     name="pisub",
     help="Detached background runs of coding sub-agents, controlled through plain files.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )

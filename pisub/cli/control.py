@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
+from pisub.cli.complete import RUN
 from pisub.cli.render import err, json_line, out
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ def _message(text: str) -> str:
 
 
 def steer(
-    ref: str = typer.Argument(..., metavar="RUN"),
+    ref: str = RUN,
     message: str = typer.Argument(..., help="The message ('-' reads it from stdin)."),
     mode: str = typer.Option("steer", "--mode", help="steer | follow_up | auto"),
     child: str | None = CHILD,
@@ -73,7 +74,7 @@ def steer(
 
 
 def follow_up(
-    ref: str = typer.Argument(..., metavar="RUN"),
+    ref: str = RUN,
     message: str = typer.Argument(..., help="The message ('-' reads it from stdin)."),
     child: str | None = CHILD,
     wait: float = WAIT,
@@ -96,7 +97,7 @@ def follow_up(
 
 
 def interrupt(
-    ref: str = typer.Argument(..., metavar="RUN"),
+    ref: str = RUN,
     child: str | None = CHILD,
     reason: str | None = typer.Option(None, "--reason"),
     wait: float = WAIT,
@@ -114,7 +115,7 @@ def interrupt(
 
 
 def stop(
-    ref: str = typer.Argument(..., metavar="RUN"),
+    ref: str = RUN,
     child: str | None = CHILD,
     reason: str | None = typer.Option(None, "--reason"),
     wait: float = WAIT,
@@ -126,7 +127,7 @@ def stop(
 
 
 def resume(
-    ref: str = typer.Argument(..., metavar="RUN"),
+    ref: str = RUN,
     message: str | None = typer.Argument(
         None, help="The next user turn ('-' reads it from stdin); not for a workflow."
     ),

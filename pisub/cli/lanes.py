@@ -6,6 +6,7 @@ from typing import Any
 
 import typer
 
+from pisub.cli.complete import RUN
 from pisub.cli.render import json_line, out
 
 app = typer.Typer(help="Lane evidence: merges and supersessions.", no_args_is_help=True, add_completion=False)
@@ -29,7 +30,7 @@ def _show(status: Any, as_json: bool) -> None:
 
 
 @app.command("status")
-def status(ref: str = typer.Argument(..., metavar="RUN"), as_json: bool = JSON) -> None:
+def status(ref: str = RUN, as_json: bool = JSON) -> None:
     """The lane's state (active, terminal-eligible, terminal-blocked, superseded-eligible,
     unknown) and the cleanup command its evidence allows (never run by pisub)."""
     from pisub.lane_evidence import lane_status
@@ -39,7 +40,7 @@ def status(ref: str = typer.Argument(..., metavar="RUN"), as_json: bool = JSON) 
 
 @app.command("record-merge")
 def record_merge(
-    ref: str = typer.Argument(..., metavar="RUN"),
+    ref: str = RUN,
     pr: int = typer.Option(..., "--pr", help="The pull request's number."),
     reviewed_head: str = typer.Option(..., "--reviewed-head", help="The commit that was reviewed."),
     merge_commit: str = typer.Option(..., "--merge-commit", help="The merge commit."),
@@ -69,7 +70,7 @@ def record_merge(
 
 @app.command("record-supersession")
 def record_supersession(
-    ref: str = typer.Argument(..., metavar="RUN"),
+    ref: str = RUN,
     by_lane: str = typer.Option(..., "--by-lane", help="The lane (workflow run) whose work replaces it."),
     by: str = typer.Option(..., "--by", help="Who attests it."),
     as_json: bool = JSON,

@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 
 import typer
 
+from pisub.cli.complete import RUN, agent_names, run_ids
 from pisub.cli.render import err, fleet_text, json_line, list_text, out, result_text, status_text
 
 JSON = typer.Option(False, "--json", help="Machine-readable output (documented in spec/cli.md).")
@@ -21,7 +22,9 @@ def register(app: typer.Typer) -> None:
 
 def run(
     task: str | None = typer.Argument(None, help="What the agent should do (a single run)."),
-    agent: str | None = typer.Option(None, "--agent", "-a", help="Agent name (a single run)."),
+    agent: str | None = typer.Option(
+        None, "--agent", "-a", help="Agent name (a single run).", autocompletion=agent_names
+    ),
     workflow: Path | None = typer.Option(None, "--workflow", help="A Python workflow script to run."),
     parallel: Path | None = typer.Option(None, "--parallel", help="A JSON tasks file: run them all at once."),
     chain: Path | None = typer.Option(
@@ -240,7 +243,7 @@ def _run(ref: str, child: str | None) -> Any:
 
 
 def status(
-    ref: str = typer.Argument(..., metavar="RUN"),
+    ref: str = RUN,
     child: str | None = CHILD,
     view: str = typer.Option("summary", "--view", help="summary | fleet | transcript"),
     lines: int = typer.Option(80, "--lines", help="transcript: how many lines (at most 500)."),
@@ -322,7 +325,7 @@ def list_(
 
 
 def logs(
-    ref: str = typer.Argument(..., metavar="RUN"),
+    ref: str = RUN,
     child: str | None = CHILD,
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
 ) -> None:
@@ -379,7 +382,7 @@ def _follow(handle: object, log: Path) -> None:
 
 
 def wait(
-    refs: list[str] = typer.Argument(..., metavar="RUN..."),
+    refs: list[str] = typer.Argument(..., metavar="RUN...", autocompletion=run_ids),
     child: str | None = CHILD,
     any_: bool = typer.Option(False, "--any", help="Several runs: return when the first one ends."),
     all_: bool = typer.Option(False, "--all", help="Several runs: return when every one has ended."),
@@ -426,7 +429,9 @@ def _wait_many(refs: list[str], *, every: bool, timeout: float | None, as_json: 
 
 
 def result(
-    ref: str = typer.Argument(..., metavar="RUN"), child: str | None = CHILD, as_json: bool = JSON
+    ref: str = RUN,
+    child: str | None = CHILD,
+    as_json: bool = JSON,
 ) -> None:
     """Print a finished run's result."""
     from pisub.errors import InvalidInput
@@ -439,7 +444,7 @@ def result(
     json_line(res) if as_json else out(result_text(res))
 
 
-def path(ref: str = typer.Argument(..., metavar="RUN")) -> None:
+def path(ref: str = RUN) -> None:
     """Print the run directory."""
     from pisub.client import Run
 

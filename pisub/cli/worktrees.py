@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from pisub.cli.complete import RUN
 from pisub.cli.render import json_line, out
 
 app = typer.Typer(help="Isolated children's git worktrees.", no_args_is_help=True, add_completion=False)
@@ -46,7 +47,7 @@ def list_(as_json: bool = JSON) -> None:
 
 @app.command("apply")
 def apply(
-    ref: str = typer.Argument(..., metavar="RUN"),
+    ref: str = RUN,
     into: Path | None = typer.Option(None, "--into", help="The checkout to apply to (default: the source)."),
     as_json: bool = JSON,
 ) -> None:
@@ -70,7 +71,7 @@ def apply(
 
 @app.command("discard")
 def discard(
-    ref: str = typer.Argument(..., metavar="RUN"),
+    ref: str = RUN,
     force: bool = typer.Option(False, "--force", help="Yes: delete the worktree and its branch."),
 ) -> None:
     """Delete RUN's worktree, branch and refs/pisub ref (its patch file stays in the run)."""
