@@ -4,6 +4,7 @@ tail of a child's output, or of its pi session once the log is gone)."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -160,3 +161,57 @@ def _message_lines(message: dict[str, object]) -> list[str]:
 
 def _last(items: list[str], count: int) -> list[str]:
     return items[-count:]
+
+
+class InterleavedLogs:
+    """A workflow's children's output logs as ``[key] line`` lines, each child's in order and
+    the children's interleaved as they are read; a line is given once it is complete (or when
+    ``final``). Children that start later are picked up; unreadable logs are skipped."""
+
+    def __init__(self, home: Home, workflow: RunPaths) -> None:
+        self.home = home
+        self.workflow = workflow
+        self.offsets: dict[str, int] = {}
+        self.partial: dict[str, bytes] = {}
+
+    def read(self, *, final: bool = False) -> list[str]:
+        from pisub.store import load_status
+
+        try:
+            steps = load_status(self.workflow).steps
+        except PisubError:
+            return []
+        lines: list[str] = []
+        for step in steps:
+            if step.run_id is None:
+                continue
+            lines += self._new_lines(step.key or str(step.index), step.run_id, final)
+        return lines
+
+    def _new_lines(self, key: str, run_id: str, final: bool) -> list[str]:
+        from pisub.fsio import open_regular
+
+        log = self.home.run(run_id).output_log(0)
+        offset = self.offsets.get(run_id, 0)
+        try:
+            fd = open_regular(log)
+        except OSError:
+            return []
+        try:
+            os.lseek(fd, offset, os.SEEK_SET)
+            data = b""
+            while chunk := os.read(fd, 1 << 16):
+                data += chunk
+                if len(data) > 8 << 20:
+                    break  # the rest on the next read
+        except OSError:
+            return []
+        finally:
+            os.close(fd)
+        self.offsets[run_id] = offset + len(data)
+        buffered = self.partial.get(run_id, b"") + data
+        *complete, rest = buffered.split(b"\n")
+        if final and rest:
+            complete, rest = [*complete, rest], b""
+        self.partial[run_id] = rest
+        return [f"[{key}] {line.decode('utf-8', 'replace')}" for line in complete]

@@ -329,12 +329,14 @@ def logs(
     child: str | None = CHILD,
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
 ) -> None:
-    """Print a child's output log (a workflow's child: --child KEY|INDEX)."""
+    """Print a child's output log (a workflow's child: --child KEY|INDEX; a workflow without
+    --child: every child's lines, prefixed [key])."""
     from pisub.errors import InvalidInput
 
     handle = _run(ref, child)
     if handle.manifest().workflow is not None:
-        raise InvalidInput(f"run {handle.id} is a workflow: name a child with --child KEY|INDEX")
+        _workflow_logs(handle, follow)
+        return
     log = handle.paths.output_log(0)
     if not os.path.lexists(log) and not follow:
         raise InvalidInput(f"run {handle.id} has no output log")
@@ -360,6 +362,33 @@ def _copy(log: Path, offset: int) -> int:
         os.close(fd)
     sys.stdout.flush()
     return offset
+
+
+def _workflow_logs(handle: Any, follow: bool) -> None:
+    """Every child's log, each line as ``[key] line`` (with -f: until the workflow ends)."""
+    from pisub.polling import Every, poll
+    from pisub.views import InterleavedLogs
+
+    reader = InterleavedLogs(handle.home, handle.paths)
+
+    def show(final: bool = False) -> None:
+        for line in reader.read(final=final):
+            out(line)
+        sys.stdout.flush()
+
+    if not follow:
+        show(final=True)
+        return
+    end_check = Every(0.5)
+
+    def printed_to_the_end() -> bool | None:
+        show()
+        if end_check.due() and handle.status().state.is_terminal:
+            show(final=True)
+            return True
+        return None
+
+    poll(printed_to_the_end, None, interval=0.1)
 
 
 def _follow(handle: object, log: Path) -> None:

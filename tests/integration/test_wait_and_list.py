@@ -127,3 +127,26 @@ def test_a_bad_on_done_is_refused(home: Path, make_agent: AgentMaker, hook: str)
     make_agent("quick", command="true")
     with pytest.raises(InvalidInput, match="on_done"):
         pisub.launch("quick", "x", on_done=hook)
+
+
+def test_logs_of_a_workflow_interleave_its_children_with_their_keys(
+    home: Path, make_agent: AgentMaker, tmp_path: Path
+) -> None:
+    from pisub.client import launch_parallel
+
+    make_agent(
+        "talker",
+        command="sh",
+        args=["-c", "cat >/dev/null; for i in 1 2 3; do echo line $i; sleep 0.2; done"],
+    )
+    run = launch_parallel(
+        [{"agent": "talker", "task": "a", "key": "one"}, {"agent": "talker", "task": "b", "key": "two"}]
+    )
+    proc = pisub_cli("logs", run.id, "-f", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    for key in ("one", "two"):
+        assert [line for line in lines if line.startswith(f"[{key}] ")] == [
+            f"[{key}] line {i}" for i in (1, 2, 3)
+        ]
+    assert pisub_cli("logs", run.id).stdout.splitlines().count("[one] line 3") == 1
