@@ -73,22 +73,35 @@ def find(agents_home: Path, cwd: Path, ref: str, scope: str | None = None) -> Ag
     Raises:
         UnknownAgent: no such agent there. InvalidInput: it is in both scopes and none was named.
     """
-    found = []
+    named: list[AgentFile] = []
+    aliased: list[AgentFile] = []
+    broken: list[Path] = []
     for each in SCOPES if scope is None else (as_scope(scope),):
         directory = scope_dir(agents_home, each, cwd)
         for path in sorted(directory.glob("*.md")) if directory.is_dir() else []:
             try:
                 entry = read(path, each)
             except (OSError, InvalidInput):
+                broken += [path] if path.stem == ref else []
                 continue
-            fm = entry.agent.frontmatter
-            if ref == entry.agent.name or ref in (fm.aliases or []):
-                found.append(entry)
+            if ref == entry.agent.name:
+                named.append(entry)
+            elif ref in (entry.agent.frontmatter.aliases or []):
+                aliased.append(entry)
+    found = named or aliased  # a real name wins over an alias
     if not found:
         where = f" in the {scope} scope" if scope else ""
+        if broken:
+            raise InvalidInput(
+                f"{broken[0]} cannot be read as an agent (pisub agents list says why): fix or remove it"
+            )
         raise UnknownAgent(f"no agent file for {ref[:128]!r}{where}")
-    if len(found) > 1:
+    if len({f.scope for f in found}) > 1:
         raise InvalidInput(f"agent {ref!r} is in both scopes: give the scope (user or project)")
+    if len(found) > 1:
+        paths = ", ".join(str(f.path) for f in found[:4])
+        kind = "are named" if named else "have the alias"
+        raise InvalidInput(f"several agent files {kind} {ref!r} in the {found[0].scope} scope: {paths}")
     return found[0]
 
 

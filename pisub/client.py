@@ -870,7 +870,10 @@ def edit_agent(
     h = open_home(home)
     where = Path(cwd or os.getcwd()).resolve()
     if op == "create":
-        return af.create(h.agents, where, dict(config or {}, **({"scope": scope} if scope else {}))).path
+        fields = dict(config or {})
+        if scope is not None and fields.get("scope", scope) != scope:
+            raise InvalidInput(f"two scopes given: {scope!r} and config.scope {str(fields['scope'])[:16]!r}")
+        return af.create(h.agents, where, dict(fields, **({"scope": scope} if scope else {}))).path
     if name is None:
         raise InvalidInput(f"{op} needs the agent's name")
     if op == "update":

@@ -199,6 +199,20 @@ def _snapshot(agent: Agent) -> ReviewerAgent:
     return ReviewerAgent(path=str(agent.path), scope=agent.scope, text=text)
 
 
+def _refuse_disabled(home: Home, name: str, cwd: Path) -> None:
+    """A resume of an agent disabled since is refused, like a new run of it.
+
+    Raises:
+        AgentDisabled.
+    """
+    from pisub.agents import discover
+    from pisub.errors import AgentDisabled
+
+    agent = discover(home.agents, cwd).agents.get(name)
+    if agent is not None and agent.frontmatter.disabled:
+        raise AgentDisabled(f"agent {name!r} is disabled; enable it with: pisub agents enable {name}")
+
+
 def _choose_model(spec: AgentSpec, model: str) -> None:
     """``provider/id[:thinking]`` (the suffix replaces the agent's thinking level), or a bare id
     that exactly one model pi knows has.
@@ -212,7 +226,9 @@ def _choose_model(spec: AgentSpec, model: str) -> None:
     from pisub.protocol.manifest import ThinkingLevel
 
     name, thinking = split_thinking(model)
-    if "/" not in name:
+    if "/" in name:
+        name = resolve(name, [])  # checked: provider and id both given
+    else:
         assert spec.command is not None
         name = resolve(name, list_models(spec.command))
     spec.model = name
@@ -384,6 +400,7 @@ def plan_resume(
     with unleased(home.leases, session):
         pass  # refused at once (LEASE_HELD, naming the owner); the new runner takes it itself
     spec = source.agent
+    _refuse_disabled(home, spec.name, Path(source.cwd))
     resolve_pi(spec, home)
     limits = source.limits  # the source's, resolved at its launch; a new timeout may replace its own
     if timeout is not None:

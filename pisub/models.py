@@ -72,10 +72,14 @@ def parse_table(text: str) -> list[Model]:
     """pi's table: a header line (``provider model context max-out thinking images``), then one
     row per model; other lines are ignored."""
     models = []
+    header = False
     for line in text.splitlines():
         cells = line.split()
-        if len(cells) < 2 or cells[:2] == ["provider", "model"]:
+        if cells[:2] == ["provider", "model"]:
+            header = True
             continue
+        if not header or len(cells) < 2:
+            continue  # before the table ("No models matching ...") or blank
         extra = cells[2:] + [""] * 4
         models.append(Model(cells[0], cells[1], extra[0], extra[1], extra[2] == "yes", extra[3] == "yes"))
     return models
@@ -97,6 +101,9 @@ def resolve(value: str, known: list[Model]) -> str:
         InvalidInput: no known model has it, or several do (naming them).
     """
     if "/" in value:
+        provider, _, model = value.partition("/")
+        if not provider.strip() or not model.strip():
+            raise InvalidInput(f"model {value[:128]!r}: give provider/id (both parts)")
         return value
     matches = [m.name for m in known if m.id == value]
     if len(matches) == 1:

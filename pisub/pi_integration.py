@@ -53,9 +53,13 @@ def install_extension(target: Path | None = None) -> Path:
     text = EXTENSION.read_text(encoding="utf-8")
     argv = json.dumps([sys.executable, "-m", "pisub"])
     text = text.replace(_DEFAULT_LINE, f"const PISUB_ARGV_DEFAULT: string[] | null = {argv};", 1)
+    if target is not None and not str(target).strip():
+        raise InvalidInput("--into: give a directory")
     path = directory / INSTALLED_NAME
     try:
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for parent in reversed([directory, *directory.parents]):
+            if not parent.exists():
+                parent.mkdir(mode=0o700)  # every directory it creates is private
         atomic_write(path, text.encode("utf-8"))
     except OSError as exc:
         raise storage_error(exc, "install the pi extension in", directory) from exc

@@ -87,13 +87,15 @@ def create(
     name: str,
     config: str | None = typer.Option(None, "--config", help='JSON: {"runner": "pi", "tools": [...], ...}.'),
     prompt: str | None = typer.Option(None, "--prompt", help="The system prompt (the file's body)."),
-    scope: str | None = typer.Option("user", "--scope", help="user (default) or project."),
+    scope: str | None = typer.Option(None, "--scope", help="user (default) or project."),
 ) -> None:
     """Write a new agent file (refused when the scope has it already)."""
     from pisub.client import edit_agent
+    from pisub.errors import InvalidInput
 
     fields = _config(config, prompt)
-    fields.setdefault("name", name)
+    if fields.setdefault("name", name) != name:
+        raise InvalidInput(f"--config name {str(fields['name'])[:64]!r} is not NAME {name!r}")
     _done("created", edit_agent("create", config=fields, scope=scope))
 
 

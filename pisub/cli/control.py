@@ -141,9 +141,17 @@ def resume(
     from pisub.client import resume as do_resume
     from pisub.errors import InvalidInput
 
-    if Run(ref).manifest().workflow is not None:
-        if message is not None:
-            raise InvalidInput("a workflow is resumed without a message")
+    source = Run(ref)
+    if source.manifest().workflow is not None and message is not None:
+        if child is None:
+            raise InvalidInput(
+                "a workflow is resumed without a message; to continue one child's session, "
+                "give --child INDEX and the message"
+            )
+        run = do_resume(source.child(str(child)).id, _message(message), timeout=timeout)
+    elif source.manifest().workflow is not None:
+        if child is not None:
+            raise InvalidInput("--child continues one child's session: give the message too")
         run = resume_workflow(ref)
     elif message is None:
         raise InvalidInput("give the next user turn: pisub resume RUN MESSAGE")

@@ -23,15 +23,16 @@ def path() -> None:
 
 @app.command("install")
 def install(
-    into: Path | None = typer.Option(
-        None, "--into", help="A directory instead of pi's extensions directory."
-    ),
+    into: str | None = typer.Option(None, "--into", help="A directory instead of pi's extensions directory."),
 ) -> None:
     """Install the extension into pi's extensions directory ($PI_CODING_AGENT_DIR/extensions or
     ~/.pi/agent/extensions), set to run this pisub; prints where it went."""
+    from pisub.errors import InvalidInput
     from pisub.pi_integration import install_extension
 
-    out(str(install_extension(into)))
+    if into is not None and not into.strip():
+        raise InvalidInput("--into: give a directory")
+    out(str(install_extension(Path(into) if into is not None else None)))
 
 
 def guide(topic: str | None = typer.Argument(None, help="overview, workflows, agents, control, ...")) -> None:

@@ -85,7 +85,7 @@ export const PARAMETERS = {
   },
 };
 
-type Result = { content: { type: "text"; text: string }[]; details: any };
+type Result = { content: { type: "text"; text: string }[]; details: any; isError?: boolean };
 
 function pisubArgv(): string[] {
   const raw = process.env.PISUB_ARGV;
@@ -105,7 +105,8 @@ function answer(text: string, details: any): Result {
 }
 
 function failure(code: string, message: string): Result {
-  return answer(`${code}: ${message}`, { mode: "management", results: [], error: { code, message } });
+  const result = answer(`${code}: ${message}`, { mode: "management", results: [], error: { code, message } });
+  return { ...result, isError: true };
 }
 
 // `pisub: message [CODE]` (the CLI's one error line) as {code, message}.
@@ -113,6 +114,7 @@ function cliError(stderr: string, code: number): { code: string; message: string
   const line = stderr.trim().split("\n").pop() ?? "";
   const m = /^pisub: (.*) \[([A-Z_]+)\]$/.exec(line);
   if (m) return { code: m[2], message: m[1] };
+  if (code === 2 || /^(Error|Usage):/.test(line)) return { code: "INVALID_INPUT", message: line || "bad arguments" };
   return { code: "SUBAGENT_FAILED", message: line || `pisub exited with code ${code}` };
 }
 
@@ -155,10 +157,25 @@ function near(action: string): string | null {
   return close.length === 1 ? close[0] : null;
 }
 
-// The argv of a call (after `pisub`), or a failure.
+const ID = /^[0-9a-fA-F][0-9a-fA-F-]{0,63}$/;
+const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+
+// Checked values for the argv: a run id (or prefix) and an agent name have their own shapes,
+// so nothing the model sends can be taken for an option; positionals also follow a `--`.
+function bad(what: string, value: unknown): Result {
+  return failure("INVALID_INPUT", `${what}: ${JSON.stringify(String(value)).slice(0, 80)} is not valid`);
+}
+
+// The argv of a call (after `pisub`): options first, then `--` and the positionals; or a failure.
 export function plan(p: any): string[] | Result {
   const action = p.action ?? (p.workflowScriptPath || p.lanes ? "run" : p.agent || p.task ? "run" : "");
   const child = (argv: string[]) => flag(argv, "--child", p.childId === undefined ? null : String(p.childId));
+  const end = (argv: string[], ...positionals: string[]) => [...argv, "--", ...positionals];
+  if (p.id !== undefined && !ID.test(String(p.id))) return bad("id", p.id);
+  if (p.agent !== undefined && !NAME.test(String(p.agent))) return bad("agent", p.agent);
+  if (p.childId !== undefined && !/^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/.test(String(p.childId))) {
+    return bad("childId", p.childId);
+  }
   switch (action) {
     case "run": {
       const argv = ["run", "--json"];
@@ -181,44 +198,43 @@ export function plan(p: any): string[] | Result {
       flag(argv, "--tool-budget", json(p.toolBudget));
       flag(argv, "--gate", p.gate);
       if (p.acceptance !== undefined && p.acceptance !== "auto") flag(argv, "--acceptance", json(p.acceptance));
-      argv.push("--", p.task);
-      return argv;
+      return end(argv, String(p.task));
     }
     case "status": {
       if (!p.id) return ["list", "--json"];
-      const argv = ["status", p.id, "--json"];
+      const argv = ["status", "--json"];
       child(argv);
       flag(argv, "--view", p.view);
       if (typeof p.lines === "number") argv.push("--lines", String(Math.min(500, Math.max(1, Math.floor(p.lines)))));
-      return argv;
+      return end(argv, p.id);
     }
     case "steer":
     case "follow_up": {
       if (!p.id || !p.message) return failure("INVALID_INPUT", `${action} needs id and message`);
-      const argv = action === "steer" ? ["steer", p.id, "--json", "--wait", "3"] : ["follow-up", p.id, "--json", "--wait", "3"];
+      const argv = [action === "steer" ? "steer" : "follow-up", "--json", "--wait", "3"];
       if (action === "steer") flag(argv, "--mode", p.mode);
       child(argv);
-      argv.push("--", p.message);
-      return argv;
+      return end(argv, p.id, String(p.message));
     }
     case "interrupt":
     case "stop": {
       if (!p.id) return failure("INVALID_INPUT", `${action} needs id`);
-      const argv = [action, p.id, "--json", "--wait", "3"];
+      const argv = [action, "--json", "--wait", "3"];
       child(argv);
       flag(argv, "--reason", p.reason);
-      return argv;
+      return end(argv, p.id);
     }
     case "resume": {
       if (!p.id) return failure("INVALID_INPUT", "resume needs id");
-      const argv = ["resume", p.id, "--json"];
-      if (typeof p.index === "number") argv.push("--child", String(p.index));
+      const argv = ["resume", "--json"];
+      if (typeof p.index === "number") argv.push("--child", String(Math.max(0, Math.floor(p.index))));
       flag(argv, "--timeout", seconds(p.timeoutMs));
-      if (p.message) argv.push("--", p.message);
-      return argv;
+      return p.message ? end(argv, p.id, String(p.message)) : end(argv, p.id);
     }
     case "list":
       return ["agents", "list", "--json"];
+    case "fleet":
+      return ["fleet", "--json"];
     case "models": {
       const argv = ["models", "--json"];
       flag(argv, "--agent", p.agent);
@@ -226,46 +242,46 @@ export function plan(p: any): string[] | Result {
     }
     case "create": {
       const config = p.config;
-      if (!config || typeof config !== "object" || typeof config.name !== "string") {
-        return failure("INVALID_INPUT", "create needs config: {name, ...}");
+      if (!config || typeof config !== "object" || typeof config.name !== "string" || !NAME.test(config.name)) {
+        return failure("INVALID_INPUT", "create needs config: {name, ...} (a valid agent name)");
       }
       const rest = { ...config };
       const scope = rest.scope;
       delete rest.scope;
-      const argv = ["agents", "create", config.name, "--config", JSON.stringify(rest)];
+      const argv = ["agents", "create", "--config", JSON.stringify(rest)];
       flag(argv, "--scope", typeof scope === "string" ? scope : null);
-      return argv;
+      return end(argv, config.name);
     }
-    case "fleet":
-      return ["fleet", "--json"];
     case "get": {
-      if (p.agent && !p.id) return ["agents", "show", p.agent, "--json"];
+      if (p.agent && !p.id) return end(["agents", "show", "--json"], p.agent);
       if (!p.id) return failure("INVALID_INPUT", "get needs id (a run) or agent");
-      const argv = ["result", p.id, "--json"];
+      const argv = ["result", "--json"];
       child(argv);
-      return argv;
+      return end(argv, p.id);
     }
     case "doctor":
       return ["doctor"];
     case "children.list": {
       const argv = ["children", "list", "--json"];
-      flag(argv, "--parent", p.parent ?? p.id);
+      const parent = p.parent ?? p.id;
+      if (parent !== undefined && !ID.test(String(parent))) return bad("parent", parent);
+      flag(argv, "--parent", parent);
       return argv;
     }
     case "validate": {
       const target = p.path ?? p.workflowScriptPath;
       if (!target) return failure("INVALID_INPUT", "validate needs path");
-      return ["workflow", "validate", target, "--json"];
+      return end(["workflow", "validate", "--json"], String(target));
     }
     case "guide":
-      return p.topic ? ["guide", p.topic] : ["guide"];
+      return p.topic ? end(["guide"], String(p.topic)) : ["guide"];
     default: {
       if (AGENT_EDITS.has(action)) {
         if (!p.agent) return failure("INVALID_INPUT", `${action} needs agent`);
-        const argv = ["agents", action, p.agent];
+        const argv = ["agents", action];
         if (action === "update") argv.push("--config", JSON.stringify(p.config ?? {}));
         flag(argv, "--scope", p.agentScope);
-        return argv;
+        return end(argv, p.agent);
       }
       const hint = near(String(action));
       const did = hint ? ` Did you mean "${hint}"? (not run)` : "";
@@ -295,7 +311,8 @@ function parseLines(stdout: string): any[] {
 export function shape(p: any, argv: string[], code: number, stdout: string, stderr: string): Result {
   const control = ["steer", "follow-up", "interrupt", "stop"].includes(argv[0]);
   const receipt = control && (code === 2 || code === 3) && stdout.trim().startsWith("{");
-  if (code !== 0 && !receipt && !(argv[0] === "doctor" || argv[0] === "workflow")) {
+  const waited = argv[0] === "wait" && code === 1 && stdout.trim().startsWith("{"); // a run that ended otherwise
+  if (code !== 0 && !receipt && !waited && !(argv[0] === "doctor" || argv[0] === "workflow")) {
     const err = cliError(stderr, code);
     return failure(err.code, err.message);
   }
@@ -310,9 +327,10 @@ export function shape(p: any, argv: string[], code: number, stdout: string, stde
       `subagent {action: "status", id: "${first.runId}"}; a notice comes when it ends.`;
     return answer(text, { mode: "single", runId: first.runId, runDir: first.runDir, results: [], started: first });
   }
-  if (verb === "result" || (verb === "wait")) {
+  if (verb === "result" || verb === "wait") {
     const text = first?.content?.[0]?.text ?? "";
-    return answer(text, first?.details ?? { mode: "single", results: [] });
+    const result = answer(text, first?.details ?? { mode: "single", results: [] });
+    return first?.state === "complete" || verb === "result" ? result : { ...result, isError: true };
   }
   if (control) {
     // exit 2: failed / rejected / partial; 3: no answer past pending within the wait
@@ -341,10 +359,21 @@ export function shape(p: any, argv: string[], code: number, stdout: string, stde
   return answer(text.slice(0, 50_000), { mode: "management", results: [], items: items.slice(0, 500) });
 }
 
+// The parent session's key: its session file's canonical path (as leases name a session), so
+// the same file reached through another path is the same session; else its session id.
 function sessionKey(ctx: any): string {
   let id = "";
   try {
-    id = ctx?.sessionManager?.getSessionFile?.() ?? ctx?.sessionManager?.getSessionId?.() ?? "";
+    const file = ctx?.sessionManager?.getSessionFile?.();
+    if (typeof file === "string" && file) {
+      try {
+        id = fs.realpathSync(file);
+      } catch {
+        id = path.join(fs.realpathSync(path.dirname(file)), path.basename(file));
+      }
+    } else {
+      id = `session-id:${ctx?.sessionManager?.getSessionId?.() ?? ""}`;
+    }
   } catch {
     id = "";
   }
@@ -361,27 +390,78 @@ function writeAtomic(file: string, text: string): void {
   fs.renameSync(tmp, file);
 }
 
+// A small regular file's text, or null: never follows a symlink, never blocks on a FIFO (a run's
+// files may be anything a child planted).
+function readSmall(file: string, limit: number): string | null {
+  let fd = -1;
+  try {
+    fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK);
+    const st = fs.fstatSync(fd);
+    if (!st.isFile() || st.size > limit) return null;
+    const buf = Buffer.alloc(st.size);
+    const n = fs.readSync(fd, buf, 0, st.size, 0);
+    return buf.subarray(0, n).toString("utf8");
+  } catch {
+    return null;
+  } finally {
+    if (fd >= 0) fs.closeSync(fd);
+  }
+}
+
+function readJson(file: string, limit: number): any {
+  const text = readSmall(file, limit);
+  if (text === null) return null;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return null;
+  }
+}
+
 const RUN_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+const MAX_STATUS = 1 << 20;
+const MAX_RESULT = 8 << 20;
+
+type Pending = { runId: string; agent: string | null };
 
 class Notices {
+  home: string | null = null;
   dir: string | null = null;
   timer: any = null;
   polls = 0;
+  busy = false;
 
   constructor(private pi: any) {}
 
+  // The ledger of this session; polled from now on (cheap: one readdir a second), so that
+  // runs another pi on the same session started are noticed too.
   bind(home: string, key: string): void {
+    this.home = home;
     this.dir = path.join(home, "notices", key);
-  }
-
-  record(runId: string, runDir: string, agent: string | undefined): void {
-    if (!this.dir || !RUN_ID.test(runId)) return;
-    privateDir(this.dir);
-    writeAtomic(path.join(this.dir, `${runId}.json`), JSON.stringify({ v: 1, runId, runDir, agent: agent ?? null }) + "\n");
     this.start();
   }
 
-  pending(): { runId: string; runDir: string; agent: string | null }[] {
+  runDir(runId: string): string {
+    return path.join(this.home as string, "runs", runId); // never a path the ledger names
+  }
+
+  record(runId: string, agent: string | undefined): void {
+    if (!this.dir || !RUN_ID.test(runId)) return;
+    privateDir(this.dir);
+    writeAtomic(path.join(this.dir, `${runId}.json`), JSON.stringify({ v: 1, runId, agent: agent ?? null }) + "\n");
+  }
+
+  // Mark a run noticed without a message (its result was returned to the model directly).
+  settle(runId: string): void {
+    if (!this.dir || !RUN_ID.test(runId)) return;
+    try {
+      fs.closeSync(fs.openSync(path.join(this.dir, `${runId}.sent`), "wx", 0o600));
+    } catch {
+      // noticed already
+    }
+  }
+
+  pending(): Pending[] {
     if (!this.dir) return [];
     let names: string[] = [];
     try {
@@ -389,18 +469,13 @@ class Notices {
     } catch {
       return [];
     }
-    const out = [];
+    const sent = new Set(names.filter((n) => n.endsWith(".sent")).map((n) => n.slice(0, -5)));
+    const out: Pending[] = [];
     for (const name of names) {
       const runId = name.endsWith(".json") ? name.slice(0, -5) : "";
-      if (!RUN_ID.test(runId) || names.includes(`${runId}.sent`)) continue;
-      try {
-        const st = fs.lstatSync(path.join(this.dir, name));
-        if (!st.isFile() || st.size > 64 * 1024) continue;
-        const rec = JSON.parse(fs.readFileSync(path.join(this.dir, name), "utf8"));
-        if (rec && typeof rec.runDir === "string") out.push({ runId, runDir: rec.runDir, agent: rec.agent ?? null });
-      } catch {
-        continue;
-      }
+      if (!RUN_ID.test(runId) || sent.has(runId)) continue;
+      const rec = readJson(path.join(this.dir, name), 64 * 1024);
+      if (rec && typeof rec === "object") out.push({ runId, agent: typeof rec.agent === "string" ? rec.agent : null });
     }
     return out;
   }
@@ -417,33 +492,42 @@ class Notices {
   }
 
   async poll(): Promise<void> {
-    const runs = this.pending();
-    if (runs.length === 0) return this.stop();
-    this.polls++;
-    for (const run of runs) {
-      let state = readState(run.runDir);
-      if (!TERMINAL.has(state ?? "") && this.polls % REPAIR_EVERY === 0) {
-        const argv = pisubArgv();
-        await this.pi.exec(argv[0], [...argv.slice(1), "status", run.runId, "--json"], { timeout: 30_000 }).catch(() => null);
-        state = readState(run.runDir);
-      }
-      if (TERMINAL.has(state ?? "")) this.notify(run, state as string);
+    if (this.busy) return;
+    this.busy = true;
+    try {
+      const runs = this.pending();
+      if (runs.length) this.polls++;
+      for (const run of runs) await this.check(run);
+    } finally {
+      this.busy = false;
     }
   }
 
-  notify(run: { runId: string; runDir: string; agent: string | null }, state: string): void {
+  async check(run: Pending): Promise<void> {
+    const dir = this.runDir(run.runId);
+    try {
+      fs.lstatSync(dir);
+    } catch {
+      return this.notify(run, "gone", "(its run directory was removed before its end was seen)");
+    }
+    let state = readState(dir);
+    if (!TERMINAL.has(state ?? "") && this.polls % REPAIR_EVERY === 0) {
+      const argv = pisubArgv(); // a reader's look repairs a run whose runner died
+      await this.pi.exec(argv[0], [...argv.slice(1), "status", "--json", "--", run.runId], { timeout: 30_000 }).catch(() => null);
+      state = readState(dir);
+    }
+    if (TERMINAL.has(state ?? "")) {
+      const result = readJson(path.join(dir, "result.json"), MAX_RESULT);
+      this.notify(run, state as string, String(result?.content?.[0]?.text ?? "").slice(0, HEAD_CHARS));
+    }
+  }
+
+  notify(run: Pending, state: string, head: string): void {
     if (!this.dir) return;
     try {
       fs.closeSync(fs.openSync(path.join(this.dir, `${run.runId}.sent`), "wx", 0o600));
     } catch {
       return; // another instance (or an earlier life of this session) sent it
-    }
-    let head = "";
-    try {
-      const result = JSON.parse(fs.readFileSync(path.join(run.runDir, "result.json"), "utf8"));
-      head = String(result?.content?.[0]?.text ?? "").slice(0, HEAD_CHARS);
-    } catch {
-      head = "";
     }
     const who = run.agent ? ` (${run.agent})` : "";
     const text = `pisub: run ${run.runId}${who} ended ${state}.${head ? "\n" + head : ""}`;
@@ -455,12 +539,8 @@ class Notices {
 }
 
 function readState(runDir: string): string | null {
-  try {
-    const status = JSON.parse(fs.readFileSync(path.join(runDir, "status.json"), "utf8"));
-    return typeof status?.state === "string" ? status.state : null;
-  } catch {
-    return null;
-  }
+  const status = readJson(path.join(runDir, "status.json"), MAX_STATUS);
+  return typeof status?.state === "string" ? status.state : null;
 }
 
 async function homeOf(pi: any): Promise<string | null> {
@@ -478,10 +558,7 @@ export default function (pi: any) {
 
   pi.on("session_start", async (_event: any, ctx: any) => {
     const home = await homeOf(pi);
-    if (home) {
-      notices.bind(home, sessionKey(ctx));
-      if (notices.pending().length) notices.start();
-    }
+    if (home) notices.bind(home, sessionKey(ctx));
   });
   pi.on("session_shutdown", async () => notices.stop());
 
@@ -506,21 +583,31 @@ export default function (pi: any) {
       }
       const result = shape(params, planned, r.code, r.stdout ?? "", r.stderr ?? "");
       const started = planned[0] === "run" || planned[0] === "resume";
-      if (started && !result.details.error) {
-        const runId = result.details.runId;
-        if (!notices.dir) {
-          const home = await homeOf(pi);
-          if (home) notices.bind(home, sessionKey(ctx));
+      if (!started || result.details.error) return result;
+      const runId = result.details.runId;
+      if (!notices.dir) {
+        const home = await homeOf(pi);
+        if (home) notices.bind(home, sessionKey(ctx));
+      }
+      try {
+        notices.record(runId, params?.agent); // first: whatever happens to the wait, one notice comes
+      } catch (e: any) {
+        result.content[0].text += ` (no completion notice: ${e?.message ?? e})`;
+      }
+      if (params?.async === false) {
+        let waited: any = null;
+        try {
+          waited = await pi.exec(argv[0], [...argv.slice(1), "wait", "--json", "--", runId], { signal });
+        } catch {
+          waited = null;
         }
-        if (params?.async === false) {
-          const waited = await pi.exec(argv[0], [...argv.slice(1), "wait", runId, "--json"], { signal });
+        if (waited && (waited.code === 0 || waited.code === 1) && String(waited.stdout ?? "").trim().startsWith("{")) {
+          notices.settle(runId); // its result is this answer: no notice on top
           return shape(params, ["wait"], waited.code, waited.stdout ?? "", waited.stderr ?? "");
         }
-        try {
-          notices.record(runId, result.details.runDir, params?.agent);
-        } catch (e: any) {
-          result.content[0].text += ` (no completion notice: ${e?.message ?? e})`;
-        }
+        result.content[0].text =
+          `run ${runId} was not waited for to its end (interrupted); it goes on in the background, ` +
+          "and a notice comes when it ends.";
       }
       return result;
     },

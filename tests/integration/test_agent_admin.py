@@ -125,3 +125,55 @@ def test_bad_edits_are_one_line_naming_the_problem(home: Path, args: list[str], 
     assert proc.returncode != 0 and needle in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (home / "agents" / "x.md").exists()
+
+
+def test_a_name_wins_over_an_alias_when_editing(home: Path) -> None:
+    edit_agent(
+        "create", config={"name": "foo", "command": "true", "description": "precious", "aliases": ["scout"]}
+    )
+    edit_agent("eject", "scout")
+    edit_agent("reset", "scout")  # the ejected scout, not foo
+    assert "precious" in (home / "agents" / "foo.md").read_text()
+    edit_agent("create", config={"name": "bar", "command": "true"})
+    edit_agent("create", config={"name": "baz", "command": "true", "aliases": ["bar"]})
+    edit_agent("update", "bar", config={"timeout": 5})  # bar itself, though baz answers to it too
+    assert agent_catalog().get("bar").frontmatter.timeout == 5
+    edit_agent("delete", "bar")
+    assert (home / "agents" / "baz.md").is_file() and not (home / "agents" / "bar.md").exists()
+
+
+def test_a_broken_agent_file_is_named_and_create_scope_and_name_are_checked(home: Path) -> None:
+    (home / "agents").mkdir(mode=0o700, parents=True, exist_ok=True)
+    (home / "agents" / "odd.md").write_text("---\nname: odd\nbogus: 1\n---\n")
+    with pytest.raises(InvalidInput, match="cannot be read as an agent"):
+        edit_agent("delete", "odd")
+    assert "is not NAME" in pisub_cli("agents", "create", "foo", "--config", '{"name": "bar1"}').stderr
+    proc = pisub_cli("agents", "create", "p1", "--config", '{"command": "true", "scope": "project"}')
+    assert proc.returncode == 0 and ".pisub/agents/p1.md" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_disabled_agent_cannot_be_resumed(pi_home: Path) -> None:
+    run = pisub.launch("pi", "first")
+    assert run.wait(timeout=60).state == "complete"
+    edit_agent("disable", "pi")
+    with pytest.raises(AgentDisabled):
+        pisub.resume(run.id, "again")
+
+
+def test_models_with_no_match_and_bad_model_names(pi_home: Path) -> None:
+    from pisub.models import parse_table
+
+    assert parse_table('No models matching "zzz"\n') == []
+    assert pisub_cli("models", "zzz", "--json").stdout.strip() == ""
+    for bad in ("fake/:max", "/"):
+        with pytest.raises(InvalidInput, match="provider/id"):
+            pisub.launch("pi", "x", model=bad)
+
+
+def test_install_makes_private_directories(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b" / "ext"
+    proc = pisub_cli("pi-extension", "install", "--into", str(target))
+    assert proc.returncode == 0, proc.stderr
+    for directory in (tmp_path / "a", tmp_path / "a" / "b", target):
+        assert oct(directory.stat().st_mode & 0o777) == "0o700"
+    assert "[INVALID_INPUT]" in pisub_cli("pi-extension", "install", "--into", "").stderr

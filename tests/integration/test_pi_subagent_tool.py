@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 
 import pisub
-from pisub.errors import InvalidInput
+from pisub.errors import InvalidInput, PisubError
 from pisub.pi_integration import extension_path, install_extension
 from pisub.pi_versions import caps_of, detect_version
 from pisub.testing.fake_model import PI_HERMETIC_ARGS, FakeModelServer
@@ -228,3 +229,107 @@ def test_install_writes_an_extension_that_runs_this_pisub(tmp_path: Path) -> Non
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     proc = pisub_cli("pi-extension", "install", "--into", str(tmp_path / "ext2"))
     assert proc.returncode == 0 and Path(proc.stdout.strip()).is_file()
+
+
+def test_a_child_that_plants_a_fifo_never_freezes_the_parent(
+    parent: ParentPi, make_agent: Any, model_server: FakeModelServer
+) -> None:
+    status = '"$PISUB_RUN_DIR/status.json"'
+    loop = f"sleep 1; for i in $(seq 30); do rm -f {status}; mkfifo {status}; sleep 0.1; done"
+    make_agent("fifo", command="sh", args=["-c", f"cat >/dev/null; {loop}"])
+    run_id = _started(parent.call({"agent": "fifo", "task": "x"}))
+    time.sleep(1.5)  # the parent's poll meets the FIFO now (a poll a second): it must go on
+    assert "fifo" in parent.call({"action": "list"})
+
+    def ended() -> bool:
+        try:
+            return pisub.Run(run_id).status().state.is_terminal
+        except PisubError:
+            return False  # status.json is a FIFO just now
+
+    wait_for(ended, timeout=60)
+    assert len(wait_for(lambda: _notices(model_server, run_id), timeout=30)) == 1
+
+
+def test_a_second_live_parent_on_the_session_gets_the_notice(
+    pi_home: Path, pi_bin: str, tmp_path: Path, model_server: FakeModelServer
+) -> None:
+    session = tmp_path / "shared.jsonl"
+    watcher = ParentPi(pi_bin, session, tmp_path)
+    try:
+        watcher.call({"action": "list"})  # started, its session file written
+        starter = ParentPi(pi_bin, session, tmp_path)
+        try:
+            run_id = _started(starter.call({"agent": "pi", "task": "SLOW:20 shared"}))
+        finally:
+            starter.close()
+        assert pisub.Run(run_id).wait(timeout=60).state == "complete"
+        try:
+            assert len(wait_for(lambda: _notices(model_server, run_id), timeout=30)) == 1
+        except AssertionError:
+            ledger = sorted(str(p.relative_to(pi_home)) for p in (pi_home / "notices").rglob("*"))
+            raise AssertionError(f"{ledger} {watcher.events[-5:]}") from None
+    finally:
+        watcher.close()
+
+
+def test_a_session_reached_through_a_symlink_is_the_same_session(
+    pi_home: Path, pi_bin: str, tmp_path: Path, model_server: FakeModelServer
+) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    first = ParentPi(pi_bin, real / "s.jsonl", tmp_path)
+    try:
+        run_id = _started(first.call({"agent": "pi", "task": "SLOW:20 via a link"}))
+    finally:
+        first.close()
+    second = ParentPi(pi_bin, tmp_path / "link" / "s.jsonl", tmp_path)
+    try:
+        assert pisub.Run(run_id).wait(timeout=60).state == "complete"
+        assert len(wait_for(lambda: _notices(model_server, run_id), timeout=30)) == 1
+    finally:
+        second.close()
+
+
+def test_a_run_removed_before_its_end_was_seen_is_noticed_as_gone(
+    pi_home: Path, pi_bin: str, tmp_path: Path, model_server: FakeModelServer
+) -> None:
+    session = tmp_path / "p.jsonl"
+    first = ParentPi(pi_bin, session, tmp_path)
+    try:
+        run_id = _started(first.call({"agent": "pi", "task": "quick one"}))
+    finally:
+        first.close()
+    pisub.Run(run_id).wait(timeout=60)
+    assert pisub_cli("gc", "--older-than", "0s").returncode == 0
+    second = ParentPi(pi_bin, session, tmp_path)
+    try:
+        notices = wait_for(lambda: _notices(model_server, run_id), timeout=30)
+        assert len(notices) == 1 and "ended gone" in json.dumps(notices[0]["messages"][-1])
+    finally:
+        second.close()
+
+
+def test_a_waited_run_that_fails_returns_its_result_and_no_notice(
+    parent: ParentPi, make_agent: Any, model_server: FakeModelServer
+) -> None:
+    make_agent("sad", command="sh", args=["-c", "cat >/dev/null; echo oh no; exit 3"])
+    answer = parent.call({"agent": "sad", "task": "x", "async": False})
+    assert "oh no" in answer and not answer.startswith("SUBAGENT_FAILED: pisub exited"), answer
+    ends = [e for e in parent.events if e.get("type") == "tool_execution_end"]
+    assert ends[-1].get("isError") is True or ends[-1].get("result", {}).get("isError") is True
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"action": "status", "id": "--help"},
+        {"action": "status", "id": "-x"},
+        {"action": "get", "agent": "--help"},
+        {"action": "stop", "id": "abc; rm -rf /"},
+    ],
+)
+def test_option_like_values_are_refused(parent: ParentPi, arguments: dict[str, Any]) -> None:
+    answer = parent.call(arguments)
+    assert answer.startswith("INVALID_INPUT"), answer
