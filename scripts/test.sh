@@ -18,6 +18,13 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' --config-settings editable_mode=compat
+# tmux drives `pisub top` in its test: installed from the distribution when missing (as root).
+if ! command -v tmux >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "== tmux (apt-get)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null 2>&1 \
+        || { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null 2>&1; } \
+        || echo "   tmux could not be installed: the pisub top test is skipped"
+fi
 echo "== pi CLI (pinned, into .pi-cli/)"
 # shellcheck source=scripts/pi-pins.sh
 . scripts/pi-pins.sh

@@ -47,6 +47,7 @@ LAYERS: dict[str, int] = {
     "client": 4,
     "revive": 4,
     "views": 4,
+    "top": 4,
     "retained": 4,
     "worktree_ops": 4,
     "lane_evidence": 4,

@@ -16,7 +16,7 @@ JSON = typer.Option(False, "--json", help="Machine-readable output (documented i
 
 
 def register(app: typer.Typer) -> None:
-    for fn in (run, status, list_, fleet, logs, wait, result, path):
+    for fn in (run, status, list_, fleet, top, logs, wait, result, path):
         app.command(fn.__name__.rstrip("_"))(fn)
 
 
@@ -279,6 +279,14 @@ def fleet(as_json: bool = JSON) -> None:
     from pisub.views import fleet_of
 
     _print_fleet(fleet_of(list_runs(children=True)), as_json)
+
+
+def top() -> None:
+    """A full-screen live table of runs: arrows/j/k select, enter log, s steer, i interrupt,
+    x stop, q quit."""
+    from pisub.top import run_top
+
+    run_top()
 
 
 def _print_fleet(rows: list[Any], as_json: bool) -> None:

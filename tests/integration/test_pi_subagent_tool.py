@@ -56,15 +56,24 @@ class ParentPi:
         self.proc.stdin.flush()
 
     def ends(self) -> int:
-        return sum(1 for e in self.events if e.get("type") == "agent_end")
+        return self._count("agent_end")
+
+    def _count(self, kind: str) -> int:
+        return sum(1 for e in list(self.events) if e.get("type") == kind)
+
+    def idle(self) -> bool:
+        return self._count("agent_start") == self._count("agent_end")
 
     def call(self, arguments: dict[str, Any]) -> str:
-        """Have the model call the tool once; the tool result's text."""
-        done = self.ends()
+        """Have the model call the tool once (once the parent is idle: a completion notice may
+        have started a turn of its own); the tool result's text."""
+        wait_for(self.idle, timeout=90, what="the parent to be idle")
+        tools = self._count("tool_execution_end")
         self.prompt("CALLS:" + json.dumps([["subagent", arguments]]))
-        wait_for(lambda: self.ends() > done, timeout=90, what="the parent's turn to end")
-        results = [e for e in self.events if e.get("type") == "tool_execution_end"]
-        result = results[-1].get("result") or {}
+        wait_for(lambda: self._count("tool_execution_end") > tools, timeout=90, what="the tool's result")
+        results = [e for e in list(self.events) if e.get("type") == "tool_execution_end"]
+        wait_for(self.idle, timeout=90, what="the parent's turn to end")
+        result = results[tools].get("result") or {}
         return str((result.get("content") or [{}])[0].get("text", ""))
 
     def stderr(self) -> str:

@@ -1,0 +1,88 @@
+"""`pisub top` driven in tmux: select a real pi run, steer it (the receipt is shown), open its log,
+stop it after the confirmation, quit."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import pisub
+from pisub.top import keys_of
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.pi
+
+
+class Tmux:
+    def __init__(self, socket: Path) -> None:
+        self.socket = str(socket)
+
+    def __call__(self, *args: str) -> str:
+        proc = subprocess.run(["tmux", "-S", self.socket, *args], capture_output=True, text=True, timeout=30)
+        return proc.stdout
+
+    def screen(self) -> str:
+        return self("capture-pane", "-p", "-t", "top")
+
+    def keys(self, *keys: str) -> None:
+        self("send-keys", "-t", "top", *keys)
+
+    def type(self, text: str) -> None:
+        self("send-keys", "-t", "top", "-l", text)
+
+
+@pytest.fixture
+def tmux(tmp_path: Path) -> Iterator[Tmux]:
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed (scripts/test.sh installs it)")
+    t = Tmux(tmp_path / "tmux.sock")
+    yield t
+    t("kill-server")
+
+
+def test_top_selects_steers_logs_and_stops_a_run(pi_home: Path, tmux: Tmux) -> None:
+    run = pisub.launch("pi", "SLOW:600 a long piece of work")
+    wait_for(lambda: run.status().state == "running", timeout=30)
+    tmux("new-session", "-d", "-s", "top", "-x", "180", "-y", "40", f"{sys.executable} -m pisub top")
+    short = run.id[:8]
+    wait_for(lambda: short in tmux.screen(), timeout=30, what="the run in the table")
+    tmux.keys("s")
+    wait_for(lambda: f"steer {short}>" in tmux.screen(), timeout=10, what="the steer prompt")
+    tmux.type("please hurry")
+    tmux.keys("Enter")
+    wait_for(
+        lambda: f"steer {short}: delivered" in tmux.screen() or f"steer {short}: queued" in tmux.screen(),
+        timeout=20,
+        what="the steer's receipt",
+    )
+    tmux.keys("Enter")
+    wait_for(lambda: f"log of {short}" in tmux.screen(), timeout=10, what="the log view")
+    tmux.keys("q")
+    wait_for(lambda: "steers" in tmux.screen(), timeout=10, what="the table again")
+    tmux.keys("x")
+    wait_for(lambda: f"stop {short}? y/n" in tmux.screen(), timeout=10, what="the confirmation")
+    tmux.keys("y")
+    assert run.wait(timeout=30).state == "stopped"
+    wait_for(lambda: "stopped" in tmux.screen(), timeout=10, what="the stopped state")
+    tmux.keys("q")
+    wait_for(lambda: "top" not in tmux("list-sessions"), timeout=10, what="top to quit")
+
+
+def test_keys_of_terminal_input() -> None:
+    assert keys_of(b"jk\x1b[A\x1b[B\r\x1bq") == ["down", "up", "up", "down", "enter", "esc", "q"]
+
+
+def test_top_refuses_a_pipe(home: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pisub", "top"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 1 and "needs a terminal" in proc.stderr and "Traceback" not in proc.stderr
