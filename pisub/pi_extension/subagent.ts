@@ -72,6 +72,7 @@ export const PARAMETERS = {
     toolTimeoutMs: num("Milliseconds one tool call may take."),
     usageBudget: any("Workflows: {tokens?: {soft?, hard}, costUsd?: {soft?, hard}}."),
     workflowScriptPath: str("Start the workflow script at this path."),
+    context: str('A run: "fresh" (default). "fork" is for workflow children: runs.run(key, ..., context="fork").'),
     lanes: str("Start the lanes manifest at this path."),
     view: str("status: summary | fleet | transcript."),
     lines: num("status view transcript: lines (at most 500)."),
@@ -192,6 +193,9 @@ export function plan(p: any): string[] | Result {
         return argv;
       }
       if (!p.agent || !p.task) return failure("INVALID_INPUT", "a run needs agent and task (or workflowScriptPath)");
+      if (p.context !== undefined && p.context !== "fresh") {
+        return failure("INVALID_INPUT", 'context: a run starts "fresh"; "fork" is for a workflow script\'s runs.run(..., context="fork")');
+      }
       argv.push("--agent", p.agent);
       flag(argv, "--model", p.model);
       flag(argv, "--tool-timeout", seconds(p.toolTimeoutMs));

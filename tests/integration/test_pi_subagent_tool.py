@@ -195,6 +195,11 @@ def test_every_action_through_the_tool(parent: ParentPi, tmp_path: Path) -> None
     assert "Did you mean" not in far and 'action "list"' in far
     assert parent.call({"action": "status", "id": "0" * 8}).startswith("RUN_NOT_FOUND")
     assert "pi" in parent.call({"action": "doctor"})
+    assert parent.call({"action": "follow_up", "id": done, "message": "for the next resume"}).startswith(
+        "scheduled"
+    )
+    assert parent.call({"action": "fleet"})  # nothing live: an empty answer, not an error
+    assert parent.call({"agent": "pi", "task": "x", "context": "fork"}).startswith("INVALID_INPUT")
 
 
 def test_agent_actions_through_the_tool(parent: ParentPi, pi_home: Path) -> None:
