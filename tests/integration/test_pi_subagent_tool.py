@@ -52,7 +52,10 @@ class ParentPi:
 
     def prompt(self, message: str) -> None:
         assert self.proc.stdin is not None
-        self.proc.stdin.write((json.dumps({"type": "prompt", "message": message}) + "\n").encode())
+        # followUp: a prompt that meets a turn of the parent's own (a completion notice started
+        # one) is queued after it instead of refused
+        command = {"type": "prompt", "message": message, "streamingBehavior": "followUp"}
+        self.proc.stdin.write((json.dumps(command) + "\n").encode())
         self.proc.stdin.flush()
 
     def ends(self) -> int:
