@@ -74,7 +74,7 @@ def test_running_stopped_external_and_sessionless_runs_are_not_resumable(
     ext.wait(timeout=30)
     proc = pisub_cli("resume", ext.id, "more")
     assert proc.returncode == 1 and "is an external-cli run; only pi runs can be resumed" in proc.stderr
-    early = pisub.launch("pi", "hello", timeout=0.3)  # ends before pi's first reply
+    early = pisub.launch("pi", "SLOW:100 hello", timeout=0.3)  # 10 s of reply: ended long before it
     assert early.wait(timeout=30).state == "failed"
     # A fast pi may have created its session file by then: without it, nothing can resume.
     session = early.status().session_file
