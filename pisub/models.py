@@ -3,14 +3,12 @@ optional ``:<thinking>`` suffix, or a bare id that names exactly one known model
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
 from dataclasses import dataclass
 from typing import get_args
 
 from pisub.errors import InvalidInput, LaunchFailed
+from pisub.pi_versions import end_group
 from pisub.protocol.manifest import ThinkingLevel
 
 LIST_TIMEOUT_S = 30.0
@@ -53,19 +51,14 @@ def list_models(pi_bin: str, search: str | None = None) -> list[Model]:
     try:
         out, err = proc.communicate(timeout=LIST_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        _end(proc)
+        end_group(proc)
         proc.communicate()
         raise LaunchFailed(f"{pi_bin} --list-models did not answer within {LIST_TIMEOUT_S:g}s") from None
-    _end(proc)
+    end_group(proc)
     if proc.returncode != 0:
         said = " ".join(err[-2000:].decode("utf-8", "replace").split())[-300:]
         raise LaunchFailed(f"{pi_bin} --list-models failed (exit code {proc.returncode}): {said}")
     return parse_table(out[:MAX_LIST_BYTES].decode("utf-8", "replace"))
-
-
-def _end(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def parse_table(text: str) -> list[Model]:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from pisub.paths import RunPaths
+from pisub.pi_versions import end_group
 
 TIMEOUT_S = 300.0
 KEEP_BYTES = 64 * 1024
@@ -67,18 +67,12 @@ def run_on_done(paths: RunPaths, argv: list[str], cwd: str, state: str, timeout:
         os.close(fd)
     timed_out = False
     try:
-        code = proc.wait(timeout=timeout)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
-        _kill_group(proc.pid)
-        code = proc.wait()
-    _kill_group(proc.pid)  # nothing it started outlives it
+    end_group(proc)  # nothing it started outlives it (nor it, past its timeout)
+    code = proc.returncode
     _event(paths, "on_done.finished", exitCode=code, timedOut=timed_out, output=_tail(paths.on_done_log))
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
 
 
 def _tail(log: Path) -> str:

@@ -151,12 +151,12 @@ def _run_version(pi_bin: str) -> str:
     try:
         out, err = proc.communicate(timeout=VERSION_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        end_group(proc)
         proc.communicate()  # collect what is left and close the pipes
         raise UnsupportedPi(
             f"{pi_bin} --version did not answer within {VERSION_TIMEOUT_S:g}s; {INSTALL_HINT}"
         ) from None
-    _kill_group(proc)  # nothing it started outlives the probe
+    end_group(proc)  # nothing it started outlives the probe
     stdout, stderr = out[:65536].decode("utf-8", "replace"), err[:65536].decode("utf-8", "replace")
     # 1.x prints the version on stdout, older releases on stderr: exactly one line, X.Y.Z.
     lines = [line.strip() for line in (stdout if stdout.strip() else stderr).splitlines() if line.strip()]
@@ -169,7 +169,8 @@ def _run_version(pi_bin: str) -> str:
     raise UnsupportedPi(f"{pi_bin} does not run as a pi (--version: {why}); {INSTALL_HINT}")
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def end_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kill ``proc``'s whole process group (it was started in a session of its own) and reap it."""
     import signal
 
     with contextlib.suppress(ProcessLookupError, PermissionError):

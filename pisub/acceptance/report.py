@@ -106,18 +106,7 @@ def parse(text: str) -> dict[str, Any]:
         InvalidInput: not a JSON object, or a key that is unknown or given twice (naming
             ``acceptance-report.<key>``), or a value of the wrong kind.
     """
-    try:
-        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-    except InvalidInput:
-        raise
-    except (ValueError, RecursionError) as exc:
-        raise InvalidInput(f"{FENCE}: not JSON ({exc})") from None
-    if isinstance(data, dict) and len(data) == 1:
-        (only,) = data
-        if only in _WRAPPERS and isinstance(data[only], dict):
-            data = data[only]
-    if not isinstance(data, dict):
-        raise InvalidInput(f"{FENCE}: expected a JSON object, not {type(data).__name__}")
+    data = load_block(text, FENCE, _WRAPPERS)
     found: dict[str, Any] = {}
     for key, value in data.items():
         field = _field(str(key))
@@ -184,17 +173,38 @@ def _value(field: str, value: Any, where: str) -> Any:
     raise InvalidInput(f"{where}: expected a string")
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in found:
-            raise InvalidInput(f"{FENCE}.{key}: given twice (ambiguous)")
-        found[key] = value
-    return found
+def load_block(text: str, fence: str, wrappers: tuple[str, ...]) -> dict[str, Any]:
+    """A fenced block's JSON object, strictly: no key given twice, no ``NaN``/``Infinity``, one
+    wrapper object (a key of ``wrappers``) taken off.
 
+    Raises:
+        InvalidInput: naming ``fence``.
+    """
 
-def _no_constant(name: str) -> Any:
-    raise InvalidInput(f"{FENCE}: {name} is not a JSON value")
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in found:
+                raise InvalidInput(f"{fence}.{str(key)[:64]}: given twice (ambiguous)")
+            found[key] = value
+        return found
+
+    def no_constant(name: str) -> Any:
+        raise InvalidInput(f"{fence}: {name} is not a JSON value")
+
+    try:
+        data = json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constant)
+    except InvalidInput:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise InvalidInput(f"{fence}: not JSON ({exc})") from None
+    if isinstance(data, dict) and len(data) == 1:
+        (only,) = data
+        if only in wrappers and isinstance(data[only], dict):
+            data = data[only]
+    if not isinstance(data, dict):
+        raise InvalidInput(f"{fence}: expected a JSON object, not {type(data).__name__}")
+    return data
 
 
 def missing_evidence(spec: AcceptanceSpec, report: dict[str, Any]) -> list[str]:

@@ -6,12 +6,11 @@ severities, snake_case, a wrapper object) and strictly otherwise (the field name
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
-from pisub.acceptance.report import clean_texts
+from pisub.acceptance.report import clean_texts, load_block
 from pisub.errors import InvalidInput, PisubError
 from pisub.protocol.acceptance import AcceptanceSpec, ReviewVerdict, Severity, VerdictWord
 from pisub.protocol.codec import convert
@@ -83,20 +82,8 @@ def parse(text: str) -> ReviewVerdict:
     Raises:
         InvalidInput: not JSON, an unknown key, a bad verdict or severity — naming the field.
     """
-    try:
-        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-        clean_texts(data, FENCE)
-    except InvalidInput:
-        raise
-    except (ValueError, RecursionError) as exc:
-        raise InvalidInput(f"{FENCE}: not JSON ({exc})") from None
-    if isinstance(data, dict) and len(data) == 1:
-        (only,) = data
-        if only in _WRAPPERS and isinstance(data[only], dict):
-            data = data[only]
-    if not isinstance(data, dict):
-        raise InvalidInput(f"{FENCE}: expected a JSON object, not {type(data).__name__}")
-    data = dict(data)
+    data = dict(load_block(text, FENCE, _WRAPPERS))
+    clean_texts(data, FENCE)
     _known(data, ("verdict", "findings"), FENCE)
     if isinstance(data.get("verdict"), str):
         word = data["verdict"].strip().lower().replace("_", "-").replace(" ", "-")
@@ -125,19 +112,6 @@ def _finding(item: Any, where: str) -> Any:
     if isinstance(severity, str):
         item["severity"] = _SEVERITIES.get(severity.strip().lower(), severity)
     return item
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in found:
-            raise InvalidInput(f"{FENCE}.{str(key)[:64]}: given twice (ambiguous)")
-        found[key] = value
-    return found
-
-
-def _no_constant(name: str) -> Any:
-    raise InvalidInput(f"{FENCE}: {name} is not a JSON value")
 
 
 def rejection(verdict: ReviewVerdict) -> str | None:
