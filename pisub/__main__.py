@@ -1,5 +1,5 @@
 """``python -m pisub``."""
 
-from pisub.cli import main
+from pisub.entry import main
 
 main()

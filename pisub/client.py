@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from pisub.errors import InvalidInput, RunNotFound, WaitTimeout
-from pisub.paths import STATUS_FILE, Home, RunPaths, open_home, validate_run_ref
+from pisub.paths import Home, RunPaths, open_home, validate_run_ref
 from pisub.polling import Every, poll
 from pisub.protocol.codec import now_iso
 from pisub.protocol.control import FollowUp, Interrupt, Receipt, ReceiptState, Request, Steer, Stop
@@ -85,6 +85,9 @@ def launch(
         HomeUnusable: the pisub home is not usable.
     """
     from pisub.launcher import check_task, plan_run, start_run, working_dir
+    from pisub.runner.warm import prestart
+
+    prestart()  # the runner starts while the launch is checked
     from pisub.lineage import caller_lineage
 
     check_task(task)
@@ -151,6 +154,9 @@ def resume(
     if child not in (None, 0):
         raise InvalidInput(f"run {source.id} has one child, 0")
     from pisub.launcher import plan_resume, start_run
+    from pisub.runner.warm import prestart
+
+    prestart()  # the runner starts while the launch is checked
     from pisub.lineage import caller_lineage
 
     lineage = caller_lineage(os.environ)
@@ -171,6 +177,7 @@ def launch_workflow(
     isolation: str | None = None,
     base_ref: str | None = None,
     usage_budget: dict[str, Any] | None = None,
+    on_done: str | None = None,
     home: Path | None = None,
 ) -> Run:
     """Start a detached workflow run of the Python file ``script`` (``async def main(runs,
@@ -203,6 +210,7 @@ def launch_workflow(
         isolation=isolation,
         base_ref=base_ref,
         usage_budget=usage_budget,
+        on_done=on_done,
         home=home,
     )
 
@@ -273,11 +281,15 @@ def _launch_workflow(
     isolation: str | None = None,
     base_ref: str | None = None,
     usage_budget: dict[str, Any] | None = None,
+    on_done: str | None = None,
     home: Path | None = None,
 ) -> Run:
     import uuid
 
     from pisub.launcher import new_manifest, start_run, working_dir
+    from pisub.runner.warm import prestart
+
+    prestart()  # the runner starts while the launch is checked
     from pisub.lineage import caller_lineage
     from pisub.protocol.workflow import DEFAULT_CONCURRENCY, DEFAULT_MAX_SPAWNS, Isolation, WorkflowSpec
     from pisub.shared_state import check_json, check_namespace
@@ -328,6 +340,8 @@ def _launch_workflow(
         what = f"lanes: {len(lanes)} lanes, {count} stages"
     manifest = new_manifest(agent, what, str(workdir), limits, lineage=lineage, run_id=run_id)
     manifest.workflow = spec
+    if on_done is not None:
+        manifest.on_done = _command(on_done, "on_done")
     seeds = {"workflow.py": script} if script is not None else {}
     return Run(start_run(h, manifest, seeds=seeds).run_id, home=h.root)
 
@@ -495,6 +509,9 @@ def resume_workflow(ref: str, *, home: Path | None = None) -> Run:
     from pisub.errors import NotResumable
     from pisub.journal import replay
     from pisub.launcher import current_umask, start_run
+    from pisub.runner.warm import prestart
+
+    prestart()  # the runner starts while the launch is checked
     from pisub.leases import unleased
 
     source = Run(ref, home=home)
@@ -794,35 +811,17 @@ def list_runs(
     A run whose files cannot be read is left out and described in ``problems``; a run removed
     meanwhile (``pisub gc``) is left out silently.
     """
-    from pisub.errors import PisubError
-    from pisub.fsio import load_json
-    from pisub.mailbox import inbox_needs_answers
-    from pisub.reconcile import observe
-    from pisub.store import MAX_FILE
+    from pisub.listing import list_statuses
 
-    h = open_home(home)
-    store = RunStore(h)
-    runs = os.fspath(h.runs)
-    statuses = []
-    for run_id in store.ids():
-        root = os.path.join(runs, run_id)
-        try:
-            # Fast path for finished runs (most of them): one read, one decode, two stats.
-            st = load_json(os.path.join(root, STATUS_FILE), Status, limit=MAX_FILE)
-            if not st.state.is_terminal or inbox_needs_answers(os.path.join(root, "inbox")):
-                st = observe(RunPaths(Path(root)))
-        except (FileNotFoundError, RunNotFound):
-            if os.path.isdir(root) and problems is not None:
-                problems.append(f"{run_id}: it has no status.json")
-            continue
-        except PisubError as exc:
-            if problems is not None:
-                problems.append(f"{run_id}: {exc}")
-            continue
-        if (state is None or st.state == state) and (children or st.parent_run_id is None):
-            statuses.append(st)
+    live_only = state is not None and not state.is_terminal
+    listing = list_statuses(open_home(home), live_only=live_only)
     if problems is not None:
-        problems += [f"{name}: not a run directory (a symlink or file in runs/)" for name in store.strays()]
+        problems += listing.problems
+    statuses = [
+        st
+        for st in listing.statuses
+        if (state is None or st.state == state) and (children or st.parent_run_id is None)
+    ]
     statuses.sort(key=lambda s: s.started_at)
     if agent is not None:
         statuses = [st for st in statuses if st.agent == agent]
@@ -910,10 +909,16 @@ def pi_models(search: str | None = None) -> list[Model]:
     return list_models(find_pi(), search)
 
 
-def wait_runs(runs: list[Run], *, every: bool, timeout: float | None = None) -> list[Run]:
+def wait_runs(
+    runs: list[Run],
+    *,
+    every: bool,
+    timeout: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[Run]:
     """Block until one of ``runs`` (``every``: all of them) has its terminal status; the runs
     that have ended, in the order given (with a crash check twice a second, so a run whose
-    runner died ends too).
+    runner died ends too). ``progress(ended, total)`` is called whenever the count changes.
 
     Raises:
         WaitTimeout: naming the runs still going after ``timeout`` seconds.
@@ -922,10 +927,14 @@ def wait_runs(runs: list[Run], *, every: bool, timeout: float | None = None) -> 
     if not runs:
         raise InvalidInput("give at least one run to wait for")
     liveness = Every(0.5)
+    seen = [-1]
 
     def ended() -> list[Run] | None:
         check = liveness.due()
         done = [r for r in runs if (r.status() if check else load_status(r.paths)).state.is_terminal]
+        if progress is not None and len(done) != seen[0]:
+            seen[0] = len(done)
+            progress(len(done), len(runs))
         if every:
             return done if len(done) == len(runs) else None
         return done or None

@@ -265,7 +265,9 @@ it gone at once), then deleted; a leftover of a killed ``gc`` is removed by the 
 
 
 @translating("collect garbage in")
-def collect(home: Home, older_than: float, dry_run: bool) -> GcResult:
+def collect(
+    home: Home, older_than: float, dry_run: bool, progress: Callable[[str, int, int], None] | None = None
+) -> GcResult:
     """Remove finished runs that ended more than ``older_than`` seconds ago and stale
     ``inbox/tmp`` files of the runs that stay.
 
@@ -274,7 +276,7 @@ def collect(home: Home, older_than: float, dry_run: bool) -> GcResult:
     decided under its repair lock (which crash-repairing readers take too); only one ``gc``
     runs at a time (the lock on ``runs/``). No lock needs a new file, so ``gc`` works on a full
     disk. Ages are wall-clock: a stepped clock can make a finished run look older or younger,
-    never a live run removable.
+    never a live run removable. ``progress(phase, done, total)`` follows both passes.
     """
     from pisub.reconcile import observe
 
@@ -287,7 +289,10 @@ def collect(home: Home, older_than: float, dry_run: bool) -> GcResult:
             return result
         leased = _leased_sessions(home)
         statuses: dict[str, Status] = {}
-        for name in names:
+        tell = progress or (lambda _what, _done, _total: None)
+        for number, name in enumerate(names, start=1):
+            if number % 64 == 0 or number == len(names):
+                tell("checking runs", number, len(names))
             if name.startswith(".creating-"):
                 _sweep_staging(home.runs / name, now, dry_run, result)
             elif name.startswith(DELETING) and (dry_run or _remove(home.runs / name)):
@@ -297,7 +302,9 @@ def collect(home: Home, older_than: float, dry_run: bool) -> GcResult:
             with contextlib.suppress(PisubError):
                 statuses[name] = observe(home.run(name))  # a dead runner's run is repaired first
         held = _held_by_workflows(home, statuses, now, older_than) | _held_by_worktrees(home, statuses)
-        for name in statuses:
+        for number, name in enumerate(statuses, start=1):
+            if number % 64 == 0 or number == len(statuses):
+                tell("removing" if not dry_run else "deciding", number, len(statuses))
             paths = home.run(name)
             doomed = None
             if name in held:

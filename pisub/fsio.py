@@ -62,11 +62,14 @@ def file_kind(mode: int) -> str:
     return "unknown file type"
 
 
-def open_regular(path: str | Path, flags: int = os.O_RDONLY, mode: int = 0o600) -> int:
-    """Open ``path`` only if it is a regular file: never follows a symlink (``ELOOP``), never
-    blocks on a FIFO, and refuses anything that is not a regular file (:class:`NotRegularFile`).
+def open_regular(
+    path: str | Path, flags: int = os.O_RDONLY, mode: int = 0o600, *, dir_fd: int | None = None
+) -> int:
+    """Open ``path`` (relative to ``dir_fd`` when given) only if it is a regular file: never
+    follows a symlink (``ELOOP``), never blocks on a FIFO, and refuses anything that is not a
+    regular file (:class:`NotRegularFile`).
     """
-    fd = os.open(path, flags | _NOFOLLOW | _NONBLOCK | _CLOEXEC, mode)
+    fd = os.open(path, flags | _NOFOLLOW | _NONBLOCK | _CLOEXEC, mode, dir_fd=dir_fd)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -236,7 +239,7 @@ def publish_new(tmp_dir: Path, target: Path, data: bytes) -> None:
     fsync_dir(target.parent)
 
 
-def read_bytes(path: str | Path, *, limit: int | None = None) -> bytes:
+def read_bytes(path: str | Path, *, limit: int | None = None, dir_fd: int | None = None) -> bytes:
     """Read a whole regular file (see :func:`open_regular`); at most ``limit`` + 1 bytes.
 
     Raises:
@@ -244,7 +247,7 @@ def read_bytes(path: str | Path, *, limit: int | None = None) -> bytes:
         NotRegularFile: a directory, FIFO, socket or device stands there.
         OSError: ``ELOOP`` when ``path`` is a symlink; any read error.
     """
-    fd = open_regular(path)
+    fd = open_regular(path, dir_fd=dir_fd)
     try:
         chunks = []
         total = 0
@@ -261,7 +264,7 @@ def read_bytes(path: str | Path, *, limit: int | None = None) -> bytes:
         os.close(fd)
 
 
-def load_json(path: str | Path, type_: type[T], *, limit: int) -> T:
+def load_json(path: str | Path, type_: type[T], *, limit: int, dir_fd: int | None = None) -> T:
     """Read and decode one JSON file written by pisub, translating every failure where it enters.
 
     Raises:
@@ -270,7 +273,7 @@ def load_json(path: str | Path, type_: type[T], *, limit: int) -> T:
             is larger than ``limit`` bytes, or does not decode (naming the field).
     """
     try:
-        data = read_bytes(path, limit=limit)
+        data = read_bytes(path, limit=limit, dir_fd=dir_fd)
     except (FileNotFoundError, NotADirectoryError) as exc:
         raise FileNotFoundError(errno.ENOENT, "no such file", os.fspath(path)) from exc
     except OSError as exc:

@@ -313,8 +313,10 @@ def start_run(home: Home, manifest: Manifest, *, seeds: dict[str, Path] | None =
         HomeUnusable, StorageError: the run directory cannot be created.
     """
     from pisub.reconcile import observe
+    from pisub.runner import warm
     from pisub.runner.spawn import spawn_runner
 
+    warm.prestart()  # no-op when one is waiting (started early by the caller, or a spare)
     paths, lock_fd = RunStore(home).create(manifest, seeds=seeds)
     try:
         spawn_runner(paths, lock_fd)
@@ -329,6 +331,7 @@ def start_run(home: Home, manifest: Manifest, *, seeds: dict[str, Path] | None =
     finally:
         if lock_fd >= 0:
             os.close(lock_fd)
+    warm.refill()  # a spare for this process's next launch
     return paths
 
 

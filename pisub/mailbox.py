@@ -581,13 +581,20 @@ def inbox_needs_answers(inbox: str) -> bool:
     """:func:`needs_answers` for ``list`` over many runs: two ``stat`` calls when ``inbox/new``
     has not changed since the marker was written (the marker carries ``new``'s mtime, compared
     for equality — never for order, so a clock step costs at most an extra listing)."""
-    try:
-        marker = os.stat(os.path.join(inbox, ANSWERED_MARKER), follow_symlinks=False).st_mtime_ns
-        if os.stat(os.path.join(inbox, "new"), follow_symlinks=False).st_mtime_ns == marker:
-            return False
-    except OSError:
-        return True
+    if quiet_since_answered(inbox):
+        return False
     return needs_answers(RunPaths(Path(inbox).parent))
+
+
+def quiet_since_answered(inbox: str, dir_fd: int | None = None) -> bool:
+    """Nothing was published into ``inbox`` (relative to ``dir_fd`` when given) since its
+    ``answered`` marker was written: two ``stat`` calls (see :func:`inbox_needs_answers`)."""
+    try:
+        marker = os.stat(f"{inbox}/{ANSWERED_MARKER}", dir_fd=dir_fd, follow_symlinks=False)
+        new = os.stat(f"{inbox}/new", dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return new.st_mtime_ns == marker.st_mtime_ns
 
 
 def new_mtime(paths: RunPaths) -> int | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from pisub.paths import RunPaths
 from pisub.pi_versions import end_group
+from pisub.protocol.manifest import Manifest
 
 TIMEOUT_S = 300.0
 KEEP_BYTES = 64 * 1024
@@ -31,6 +32,12 @@ def claim(paths: RunPaths) -> bool:
         return False  # claimed already (or the run directory is unusable: nothing to run then)
     os.close(fd)
     return True
+
+
+def after_end(paths: RunPaths, manifest: Manifest, state: str) -> None:
+    """What a runner does once its terminal status is written: the run's ``on_done``, if any."""
+    if manifest.on_done:
+        run_on_done(paths, manifest.on_done, manifest.cwd, state)
 
 
 def run_on_done(paths: RunPaths, argv: list[str], cwd: str, state: str, timeout: float = TIMEOUT_S) -> None:

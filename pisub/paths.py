@@ -118,6 +118,17 @@ class Home:
         return Path(given).expanduser() if given else self.root / "worktrees"
 
     @property
+    def live_index(self) -> Path:
+        """The index of runs not known to have ended: ``index/live/<run id>``, empty files
+        (:mod:`pisub.live_index`)."""
+        return self.root / "index" / "live"
+
+    @property
+    def live_index_ok(self) -> Path:
+        """Written after a rebuild: ``index/live/`` names every run that had not ended."""
+        return self.root / "index" / "live.ok"
+
+    @property
     def gc_lock(self) -> Path:
         """What ``pisub gc`` locks (one at a time): the ``runs`` directory itself."""
         return self.runs

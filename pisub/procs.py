@@ -155,6 +155,14 @@ def environ_value(pid: int, name: str) -> str | None:
     return None
 
 
+def cwd_of(pid: int) -> str | None:
+    """The working directory of ``pid`` (Linux), or None (gone, or not readable)."""
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
+
+
 def children_of(pid: int) -> list[int]:
     """The live children of ``pid``."""
     import psutil

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TypeVar
 
+from pisub import live_index
 from pisub.errors import (
     AmbiguousRun,
     HomeUnusable,
@@ -88,6 +89,7 @@ class RunStore:
         lock_fd = try_lock(staging.runner_lock)
         assert lock_fd is not None, "a fresh run's lock cannot be held"
         try:
+            live_index.add(self.home, manifest.run_id)  # before the run is visible
             atomic_write(staging.manifest, encode_pretty(manifest))
             status = Status(
                 v=1,
@@ -110,6 +112,7 @@ class RunStore:
             fsync_dir(self.home.runs)
         except BaseException:
             os.close(lock_fd)
+            live_index.remove(self.home, manifest.run_id)
             raise
         return final, lock_fd
 
@@ -183,6 +186,8 @@ def _load(path: Path, type_: type[T]) -> T:
 def write_status(paths: RunPaths, status: Status, *, durable: bool = True) -> None:
     """Replace ``status.json`` (its free texts redacted: it is read outside the run)."""
     atomic_write(paths.status, encode_pretty(scrub(status)), durable=durable)
+    if status.state.is_terminal:
+        live_index.remove(paths.home, paths.run_id)  # after: the index may only name too many
 
 
 def write_result(paths: RunPaths, result: Result) -> None:

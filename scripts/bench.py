@@ -67,8 +67,10 @@ class Bench:
         (agents / f"{name}.md").write_text("\n".join([*lines, "timeout: 3600", "---", ""]))
 
 
-def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "pisub", *args], capture_output=True, text=True)
+def cli(
+    *args: str, check: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([sys.executable, "-m", "pisub", *args], capture_output=True, text=True, env=env)
     if check and proc.returncode != 0:
         raise RuntimeError(f"pisub {' '.join(args)}: {proc.stderr}")
     return proc
@@ -84,29 +86,67 @@ def timed(fn: Callable[[], object]) -> float:
 
 
 def bench_launch(b: Bench) -> None:
+    """Warm runners (the default) beside cold starts (``PISUB_WARM=0``, the previous way), the
+    bare ``setsid`` floor, and what the remaining time is made of."""
     import pisub
+    from pisub.runner import warm
 
     n = 5 if b.quick else 20
     b.agent("sleeper", "sleep", ["3600"])
-    cli_times = [timed(lambda: cli("run", "--agent", "sleeper", "x")) for _ in range(n)]
-    api_times = [timed(lambda: pisub.launch("sleeper", "x")) for _ in range(n)]
+    cold_env = {**os.environ, "PISUB_WARM": "0"}
+    cli_warm = [timed(lambda: cli("run", "--agent", "sleeper", "x")) for _ in range(n)]
+    cli_cold = [timed(lambda: cli("run", "--agent", "sleeper", "x", env=cold_env)) for _ in range(n)]
+    back_to_back = [timed(lambda: pisub.launch("sleeper", "x")) for _ in range(n)]
+    spare_ready = []
+    for _ in range(n):
+        warm.refill()
+        time.sleep(0.4)  # (not timed) the spare has started and imported
+        spare_ready.append(timed(lambda: pisub.launch("sleeper", "x")))
+    with _env("PISUB_WARM", "0"):
+        api_cold = [timed(lambda: pisub.launch("sleeper", "x")) for _ in range(n)]
+    first = [_first_launch_in_a_process() for _ in range(n)]
     bare = [
         timed(lambda: subprocess.run(["sh", "-c", "setsid sh -c 'sleep 3600' >/dev/null 2>&1 &"]))
         for _ in range(n)
     ]
+    python_pass = [timed(lambda: subprocess.run([sys.executable, "-c", "pass"])) for _ in range(n)]
+    cli_imports = [
+        timed(lambda: subprocess.run([sys.executable, "-c", "import pisub.cli"])) for _ in range(n)
+    ]
     stop_all(b)
-    b.data["launch"] = {"cli_s": cli_times, "api_s": api_times, "bare_setsid_s": bare}
+    b.data["launch"] = {
+        "cli_s": cli_warm,
+        "cli_cold_s": cli_cold,
+        "api_s": back_to_back,
+        "api_spare_ready_s": spare_ready,
+        "api_cold_s": api_cold,
+        "api_first_in_process_s": first,
+        "bare_setsid_s": bare,
+        "python_pass_s": python_pass,
+        "import_cli_s": cli_imports,
+    }
     base = statistics.median(bare)
     for label, times in (
-        ("pisub run (CLI) to committed running", cli_times),
-        ("pisub.launch() (API) to committed running", api_times),
+        ("pisub run (CLI), warm runner, p50 / p95", cli_warm),
+        ("pisub run (CLI), cold (PISUB_WARM=0)", cli_cold),
+        ("pisub.launch(), a spare ready", spare_ready),
+        ("pisub.launch(), back to back", back_to_back),
+        ("pisub.launch(), first in a process", first),
+        ("pisub.launch(), cold (PISUB_WARM=0)", api_cold),
     ):
         b.row(
             "launch",
-            label + " p50 / p95",
+            label,
             f"{ms(statistics.median(times))} / {ms(pct(times, 95))}",
             f"bare setsid {ms(base)}; +{ms(statistics.median(times) - base)}",
         )
+    start, imports = statistics.median(python_pass), statistics.median(cli_imports)
+    b.row(
+        "launch",
+        "CLI parts: interpreter / CLI imports / the rest",
+        f"{ms(start)} / {ms(imports - start)} / {ms(statistics.median(cli_warm) - imports)}",
+        "the rest: the agent, the manifest, the runner's commit",
+    )
     nq = shutil.which("nq")
     if nq is None:
         b.notes.append("launch: nq is not installed (apt install nq): its baseline was skipped")
@@ -123,6 +163,37 @@ def bench_launch(b: Bench) -> None:
         b.row("launch", "nq p50", ms(statistics.median(nq_times)))
     # sleep 3600 started by the baseline: end them
     subprocess.run(["pkill", "-f", "^sleep 3600$"], check=False)
+
+
+@contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = old
+
+
+FIRST_LAUNCH = """
+import sys, time
+import pisub, pisub.client, pisub.launcher, pisub.agents, pisub.config, pisub.reconcile
+import pisub.runner.spawn, pisub.runner.warm, yaml
+start = time.perf_counter()
+pisub.launch("sleeper", "x")
+print(time.perf_counter() - start)
+"""
+
+
+def _first_launch_in_a_process() -> float:
+    """``pisub.launch()`` timed inside a fresh process, its imports done before."""
+    proc = subprocess.run(
+        [sys.executable, "-c", FIRST_LAUNCH], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    return float(proc.stdout.strip())
 
 
 def stop_all(b: Bench) -> None:
@@ -463,6 +534,13 @@ def bench_footprint(b: Bench) -> None:
     time.sleep(seconds)
     cpu1, sw1, t1 = sum(proc.cpu_times()[:2]), thread_switches(pid), time.monotonic()
     wall = t1 - t0
+    with _env("PISUB_WARM", "0"):
+        cold = pisub.launch("sleeper", "x")
+    time.sleep(1.0)
+    cold_pid = cold.status().pid
+    assert cold_pid is not None
+    cold_rss = psutil.Process(cold_pid).memory_info().rss
+    cold.send_stop()
     py = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     time.sleep(0.5)
     py_rss = psutil.Process(py.pid).memory_info().rss
@@ -474,11 +552,12 @@ def bench_footprint(b: Bench) -> None:
         "idle_wall_s": wall,
         "wakeups": sw1 - sw0,
         "bare_python_rss_bytes": py_rss,
+        "cold_rss_bytes": cold_rss,
     }
     b.row(
         "footprint",
-        "runner RSS (without its child)",
-        f"{rss / 2**20:.1f} MiB",
+        "runner RSS (without its child), warm / cold start",
+        f"{rss / 2**20:.1f} / {cold_rss / 2**20:.1f} MiB",
         f"bare python {py_rss / 2**20:.1f} MiB",
     )
     b.row(
@@ -584,6 +663,7 @@ def bench_list(b: Bench, count: int) -> None:
         )
         for _ in range(3)
     ]
+    bench_list_running(b, other, env, 5_000 if b.quick else 100_000)
     status_times = [
         timed(
             lambda: subprocess.run(
@@ -610,6 +690,60 @@ def bench_list(b: Bench, count: int) -> None:
         ms(statistics.median(status_times)),
         f"python -c pass {ms(statistics.median(bare))}",
     )
+
+
+def bench_list_running(b: Bench, other: Path, env: dict[str, str], total: int) -> None:
+    """``pisub list --state running`` over ``total`` runs, three of them running: through the
+    index of live runs, and by reading every run (``index/live.ok`` removed before each)."""
+    import pisub
+
+    runs = other / "runs"
+    template = next(iter(runs.iterdir()))
+    status = (template / "status.json").read_bytes()
+    old_id = template.name.encode()
+    for _ in range(total - len(os.listdir(runs))):
+        _light_finished_run(runs, status, old_id)
+    b.agent("sleeper", "sleep", ["3600"])
+    shutil.copy(b.home / "agents" / "sleeper.md", _agents(other))
+    live = [pisub.launch("sleeper", "x", home=other) for _ in range(3)]
+    argv = [sys.executable, "-m", "pisub", "list", "--state", "running", "--json"]
+
+    def listed(scan: bool) -> float:
+        if scan:
+            (other / "index" / "live.ok").unlink(missing_ok=True)
+        return timed(lambda: subprocess.run(argv, env=env, capture_output=True, check=True))
+
+    indexed = [listed(False) for _ in range(5)]
+    scanned = [listed(True) for _ in range(3)]
+    found = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout.splitlines()
+    for run in live:
+        run.send_stop()
+    b.data["list_running"] = {"runs": total, "indexed_s": indexed, "scanned_s": scanned, "found": len(found)}
+    b.row(
+        "scale",
+        f"pisub list --state running over {total:,} runs (3 live)",
+        ms(statistics.median(indexed)),
+        f"reading every run {ms(statistics.median(scanned))}",
+    )
+
+
+def _agents(home: Path) -> Path:
+    folder = home / "agents"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
+
+
+def _light_finished_run(runs: Path, status: bytes, old_id: bytes) -> None:
+    """A finished run as a reader of many runs sees it: its status and a quiet inbox."""
+    run_id = str(uuid.uuid4())
+    root = runs / run_id
+    os.mkdir(root, 0o700)
+    (root / "status.json").write_bytes(status.replace(old_id, run_id.encode()))
+    os.makedirs(root / "inbox" / "new", mode=0o700)
+    marker = root / "inbox" / "answered"
+    marker.write_bytes(b"")
+    mtime = os.stat(root / "inbox" / "new").st_mtime_ns
+    os.utime(marker, ns=(mtime, mtime))
 
 
 # -- 6. the real pi -----------------------------------------------------------------------------

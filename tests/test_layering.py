@@ -21,6 +21,8 @@ LAYERS: dict[str, int] = {
     "polling": 1,
     "lineage": 1,
     "store": 2,
+    "live_index": 2,
+    "listing": 2,
     "leases": 2,
     "briefs": 2,
     "mailbox": 2,
@@ -56,6 +58,7 @@ LAYERS: dict[str, int] = {
     "guide": 4,
     "cli": 5,
     "__main__": 5,
+    "entry": 5,
     "testing": 6,
 }
 

@@ -31,14 +31,14 @@ from pisub.cli import workflows as _workflows
 from pisub.cli import worktrees as _worktrees
 from pisub.errors import InternalError, PisubError, printable, storage_error
 
-app = typer.Typer(
-    name="pisub",
-    help="Detached background runs of coding sub-agents, controlled through plain files.",
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
+SETTINGS: dict[str, object] = {
+    "name": "pisub",
+    "help": "Detached background runs of coding sub-agents, controlled through plain files.",
+    "no_args_is_help": True,
+    "pretty_exceptions_enable": False,
+    "rich_markup_mode": None,
+}
+app = typer.Typer(add_completion=True, **SETTINGS)  # type: ignore[arg-type]
 _runs.register(app)
 _control.register(app)
 _ops.register(app)
@@ -55,7 +55,7 @@ _pi_ext.register(app)
 def main() -> None:
     """Console-script entry point."""
     try:
-        app(prog_name="pisub")
+        app_for(sys.argv[1:])(prog_name="pisub")
     except PisubError as exc:
         _fail(exc)
     except KeyboardInterrupt:
@@ -67,6 +67,26 @@ def main() -> None:
     except Exception as exc:
         what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         _fail(InternalError(f"internal error (please report it): {what}"), exc)
+
+
+def app_for(argv: list[str]) -> typer.Typer:
+    """The whole command line, or — when the first argument names a command or a group — one
+    holding only that: typer builds every command's parser before it parses (about 40 ms for
+    all of them), and a command's own parsing, help and errors are the same in both."""
+    if not argv or argv[0].startswith("-") or any(k.endswith("_COMPLETE") for k in os.environ):
+        return app
+    name = argv[0]
+    one = typer.Typer(add_completion=False, **SETTINGS)  # type: ignore[arg-type]
+    one.registered_commands = [c for c in app.registered_commands if c.name == name]
+    one.registered_groups = [g for g in app.registered_groups if g.name == name]
+    if not one.registered_commands and not one.registered_groups:
+        return app  # click names the unknown command, with the whole list
+    one.callback()(_root)
+    return one
+
+
+def _root() -> None:
+    """Detached background runs of coding sub-agents, controlled through plain files."""
 
 
 def _fail(error: PisubError, cause: BaseException | None = None) -> NoReturn:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from pisub.cli.render import out
+from pisub.cli.render import json_line, out
+
+JSON = typer.Option(False, "--json", help="Machine-readable output (documented in spec/cli.md).")
 
 
 def register(app: typer.Typer) -> None:
@@ -12,7 +14,7 @@ def register(app: typer.Typer) -> None:
     app.command("gc")(gc)
 
 
-def doctor() -> None:
+def doctor(as_json: bool = JSON) -> None:
     """Check the home, inotify limits, the pi binary, stuck runs and orphaned leases."""
     from pisub.doctor import diagnose
     from pisub.errors import PisubError
@@ -25,6 +27,12 @@ def doctor() -> None:
     except PisubError:
         pi_bin = None
     report = diagnose(open_home(), pi_bin)
+    if as_json:
+        checks = [
+            {"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix or None} for c in report.checks
+        ]
+        json_line({"healthy": report.healthy, "checks": checks})
+        raise typer.Exit(0 if report.healthy else 1)
     for check in report.checks:
         out(f"{'ok ' if check.ok else 'BAD'}  {check.name:<8} {check.detail}")
         if not check.ok and check.fix:
@@ -38,12 +46,26 @@ def gc(
         "30d", "--older-than", help="Age of finished runs to remove (30d, 12h, ...)."
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be removed."),
+    as_json: bool = JSON,
 ) -> None:
     """Remove finished runs (never a live one) and sweep stale inbox/tmp files."""
+    from pisub.cli.progress import progress
     from pisub.doctor import collect, parse_age
     from pisub.paths import open_home
 
-    result = collect(open_home(), parse_age(older_than), dry_run)
+    age = parse_age(older_than)
+    with progress() as update:
+        result = collect(open_home(), age, dry_run, update)
+    if as_json:
+        json_line(
+            {
+                "dryRun": dry_run,
+                "removed": result.removed,
+                "swept": [str(path) for path in result.swept_tmp],
+                "keptLive": result.kept_live,
+            }
+        )
+        return
     verb = "would remove" if dry_run else "removed"
     for run_id in result.removed:
         out(f"{verb} run {run_id}")

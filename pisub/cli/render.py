@@ -28,12 +28,20 @@ def err(text: str) -> None:
 
 def json_line(obj: object) -> None:
     """One JSON object on one line (the documented ``--json`` output), always valid UTF-8."""
-    try:
-        data = encode(obj)
-    except UnicodeEncodeError:  # a file name that is not UTF-8: escape it, as out() does
-        data = encode(_printable_tree(msgspec.to_builtins(obj)))
-    sys.stdout.buffer.write(data + b"\n")
+    json_lines([obj])
+
+
+def json_lines(objs: Iterable[object]) -> None:
+    """One JSON object per line, written at once (``list`` over many runs)."""
+    sys.stdout.buffer.write(b"".join(_json(obj) + b"\n" for obj in objs))
     sys.stdout.flush()
+
+
+def _json(obj: object) -> bytes:
+    try:
+        return encode(obj)
+    except UnicodeEncodeError:  # a file name that is not UTF-8: escape it, as out() does
+        return encode(_printable_tree(msgspec.to_builtins(obj)))
 
 
 def _printable_tree(value: object) -> object:

@@ -10,7 +10,16 @@ from typing import Any, NoReturn
 import typer
 
 from pisub.cli.complete import RUN, agent_names, run_ids
-from pisub.cli.render import err, fleet_text, json_line, list_text, out, result_text, status_text
+from pisub.cli.render import (
+    err,
+    fleet_text,
+    json_line,
+    json_lines,
+    list_text,
+    out,
+    result_text,
+    status_text,
+)
 
 JSON = typer.Option(False, "--json", help="Machine-readable output (documented in spec/cli.md).")
 
@@ -88,9 +97,8 @@ def run(
         if shapes:
             if agent is not None or task is not None:
                 raise InvalidInput("a workflow takes no --agent or TASK (they belong in its calls)")
-            if on_done is not None:
-                raise InvalidInput("--on-done is for single runs (a workflow's script can act when it ends)")
             options = {
+                "on_done": on_done,
                 "cwd": cwd,
                 "concurrency": concurrency,
                 "max_spawns": max_spawns,
@@ -317,15 +325,16 @@ def list_(
             f"unknown state {state!r}; one of {', '.join(s.value for s in RunState)}"
         ) from None
     problems: list[str] = []
-    from pisub.doctor import parse_age
+    window = None
+    if since is not None:
+        from pisub.doctor import parse_age
 
-    window = parse_age(since) if since is not None else None
+        window = parse_age(since)
     statuses = list(
         list_runs(state=wanted, problems=problems, children=all_, agent=agent, since=window, limit=limit)
     )
     if as_json:
-        for st in statuses:
-            json_line(st)
+        json_lines(statuses)
     else:
         out(list_text(statuses))
     for problem in problems:
@@ -450,12 +459,15 @@ def wait(
 
 
 def _wait_many(refs: list[str], *, every: bool, timeout: float | None, as_json: bool) -> NoReturn:
+    from pisub.cli.progress import progress
     from pisub.client import Run, wait_runs
     from pisub.errors import WaitTimeout
 
     runs = [Run(ref) for ref in dict.fromkeys(refs)]
     try:
-        ended = wait_runs(runs, every=every, timeout=timeout)
+        with progress() as update:
+            shown = None if update is None or not every else lambda n, total: update("runs ended", n, total)
+            ended = wait_runs(runs, every=every, timeout=timeout, progress=shown)
     except WaitTimeout as exc:
         err(f"pisub: {exc.message} [{exc.code}]")
         raise typer.Exit(3) from None

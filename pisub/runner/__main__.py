@@ -1,4 +1,5 @@
-"""Entry point of the detached runner: ``python -m pisub.runner RUN_DIR --ready-fd N --lock-fd M``.
+"""Entry point of the detached runner: ``python -m pisub.runner RUN_DIR --ready-fd N --lock-fd M``
+(cold), or ``python -m pisub.runner --warm-fd N`` (warm: the run comes later, :mod:`pisub.runner.warm`).
 
 It only wires the pieces together: detach (second fork), become a subreaper, read
 the manifest and hand over to its run mode (:mod:`pisub.runner.modes`).
@@ -16,10 +17,14 @@ from pathlib import Path
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m pisub.runner")
-    parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--ready-fd", type=int, required=True)
-    parser.add_argument("--lock-fd", type=int, required=True)
-    return parser.parse_args(argv)
+    parser.add_argument("run_dir", type=Path, nargs="?")
+    parser.add_argument("--ready-fd", type=int)
+    parser.add_argument("--lock-fd", type=int)
+    parser.add_argument("--warm-fd", type=int)
+    args = parser.parse_args(argv)
+    if args.warm_fd is None and None in (args.run_dir, args.ready_fd, args.lock_fd):
+        parser.error("give RUN_DIR --ready-fd N --lock-fd M, or --warm-fd N")
+    return args
 
 
 class _Reporter:
@@ -58,6 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     if os.fork() > 0:
         os._exit(0)
     os.umask(0o077)
+    from pisub.runner import warm
+
+    warm.configure(spares=False)  # a run it starts (a workflow's child, a review) is its descendant
+    if args.warm_fd is not None and not _take_handoff(args):
+        return 0  # nobody handed a run over: nothing happened
     _reserve_log_space()
     for fd in (args.ready_fd, args.lock_fd):
         os.set_inheritable(fd, False)
@@ -77,6 +87,26 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         report({"ok": False, "error": f"runner crashed: {type(exc).__name__}: {exc}"})
         return 1
+
+
+def _take_handoff(args: argparse.Namespace) -> bool:
+    """A warm runner: import what a run needs, then wait for the run; fills in ``args`` (and
+    stdout/stderr, the working directory and the environment) as a cold start would have."""
+    from pisub.runner import warm
+
+    warm.preload()
+    handoff = warm.await_handoff(args.warm_fd)
+    if handoff is None:
+        return False
+    for std in (1, 2):
+        os.dup2(handoff.log_fd, std)
+    os.close(handoff.log_fd)
+    os.chdir(handoff.run_dir)
+    os.environb.clear()
+    os.environb.update(handoff.env)
+    args.run_dir = Path(handoff.run_dir)
+    args.ready_fd, args.lock_fd = args.warm_fd, handoff.lock_fd
+    return True
 
 
 if __name__ == "__main__":

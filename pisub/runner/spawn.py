@@ -5,6 +5,10 @@ The runner is started with ``setsid`` (new session and process group), stdin fro
 passed: the write end of a readiness pipe and ``runner.lock``. It forks once more and
 answers on the pipe after its startup commit (``status.json`` says ``running``) or
 with the reason it could not start. EOF without an answer means it died.
+
+When this process has a warm runner waiting (:mod:`pisub.runner.warm`), the run is handed to
+it instead, and its answer comes on the handoff socket; any failure before it acknowledged
+falls back to the cold start above.
 """
 
 from __future__ import annotations
@@ -34,10 +38,15 @@ def spawn_runner(paths: RunPaths, lock_fd: int, timeout: float = STARTUP_TIMEOUT
         log_fd = open_append(paths.runner_log)
     except OSError as exc:
         raise storage_error(exc, "open", paths.runner_log) from exc
-    ready_r, ready_w = os.pipe()
     # A runner started from inside another run's child must not carry that run's marker.
     env = {k: v for k, v in os.environ.items() if k not in RUN_MARKERS}
     env[ENV_RUNNER] = paths.run_id
+    handed = _hand_to_warm(paths, env, lock_fd, log_fd)
+    if handed is not None:
+        os.close(log_fd)
+        answer_fd, pgid = handed
+        return _answered(paths, answer_fd, time.monotonic() + timeout, pgid)
+    ready_r, ready_w = os.pipe()
     argv = [sys.executable, "-m", "pisub.runner", str(paths.root)]
     argv += ["--ready-fd", str(ready_w), "--lock-fd", str(lock_fd)]
     try:
@@ -61,15 +70,47 @@ def spawn_runner(paths: RunPaths, lock_fd: int, timeout: float = STARTUP_TIMEOUT
     deadline = time.monotonic() + timeout
     try:
         proc.wait(timeout=timeout)
-        message = _read_answer(ready_r, deadline)
-    except (subprocess.TimeoutExpired, TimeoutError):
-        # The runner never leaves the process group its setsid made: end it whole.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+    except subprocess.TimeoutExpired:
+        os.close(ready_r)
+        _end_group(proc.pid)
         proc.wait()
         raise LaunchFailed(f"the runner did not commit its startup within {timeout:g}s") from None
+    return _answered(paths, ready_r, deadline, proc.pid)
+
+
+def _hand_to_warm(paths: RunPaths, env: dict[str, str], lock_fd: int, log_fd: int) -> tuple[int, int] | None:
+    """The descriptor the warm runner that took the run answers on, and its process group
+    (None: no warm runner took it)."""
+    from pisub.runner import warm
+
+    waiting = warm.take()
+    if waiting is None:
+        return None
+    try:
+        return warm.hand_off(waiting, str(paths.root), env, lock_fd, log_fd), waiting.pid
+    except warm.WarmGone:
+        return None
+
+
+def _end_group(pgid: int) -> None:
+    """The runner never leaves the process group its setsid made: end it whole."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _answered(paths: RunPaths, fd: int, deadline: float, pgid: int) -> int:
+    """The runner's pid from its answer on ``fd`` (closed here).
+
+    Raises:
+        LaunchFailed: it reported an error, died, or did not answer by ``deadline``.
+    """
+    try:
+        message = _read_answer(fd, deadline)
+    except TimeoutError:
+        _end_group(pgid)
+        raise LaunchFailed("the runner did not commit its startup in time") from None
     finally:
-        os.close(ready_r)
+        os.close(fd)
     if message is None:
         tail = read_tail(paths.runner_log, 2000).decode("utf-8", "replace").strip()
         raise LaunchFailed("the runner exited before its startup commit" + (f": {tail}" if tail else ""))

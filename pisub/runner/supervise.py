@@ -233,11 +233,10 @@ class Supervisor:
             self._start_inbox()
             self._loop()
             finished = self._finish()
-            if finished and self.manifest.on_done and self.recorder is not None:
-                from pisub.on_done import run_on_done  # after the terminal status: it never delays it
+            if finished and self.recorder is not None:
+                from pisub.on_done import after_end  # after the terminal status: it never delays it
 
-                state = self.recorder.status.state.value
-                run_on_done(self.paths, self.manifest.on_done, self.manifest.cwd, state)
+                after_end(self.paths, self.manifest, self.recorder.status.state.value)
             return 0 if finished else 1
         except BaseException:
             self._end_tree()

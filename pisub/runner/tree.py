@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from pisub.paths import ENV_RUNNER, is_run_id
-from pisub.procs import children_of, environ_value, kill_all, reap_adopted
+from pisub.procs import children_of, cwd_of, environ_value, kill_all, reap_adopted
 
 
 class ProcessTree(Protocol):
@@ -33,8 +33,9 @@ class Subreaper:
     A run started from inside this run — by the child (a pi that runs ``pisub run``) or by a
     workflow's coordinator — has its own runner, which the kernel re-parents to this one. It is
     not a leftover: it supervises its own child and ends on its own terms. It is recognised by
-    its ``PISUB_RUNNER`` marker, checked against its run's files (that run's status names that
-    pid, and this run as its parent), and spared with everything below it.
+    its ``PISUB_RUNNER`` marker or its working directory (a run directory), checked against its
+    run's files (that run's status names that pid, and this run as its parent), and spared with
+    everything below it.
     """
 
     def __init__(self, run_id: str | None = None, runs: Path | None = None) -> None:
@@ -67,13 +68,15 @@ class Subreaper:
     def _is_child_runner(self, pid: int) -> bool:
         if self.run_id is None or self.runs is None:
             return False
-        other = environ_value(pid, ENV_RUNNER)
-        if other is None or other == self.run_id or not is_run_id(other):
-            return False
+        return any(self._runs_child(pid, other) for other in _claimed_runs(pid) - {self.run_id})
+
+    def _runs_child(self, pid: int, other: str) -> bool:
+        """``pid`` is the runner of run ``other``, a child run of this one."""
         from pisub.errors import PisubError
         from pisub.paths import RunPaths
         from pisub.store import load_manifest, load_status
 
+        assert self.runs is not None
         paths = RunPaths(self.runs / other)
         try:
             manifest = load_manifest(paths)
@@ -83,6 +86,14 @@ class Subreaper:
         # Before its startup commit a new runner's status has no pid yet: its launcher then
         # still waits for it (and is ended with this run, if it is this run's).
         return manifest.parent_run_id == self.run_id and status.pid == pid
+
+
+def _claimed_runs(pid: int) -> set[str]:
+    """The run ids ``pid`` says it runs: its ``PISUB_RUNNER`` marker (a cold start's), and the
+    run directory it works in (a warm runner is handed its run after it started, so its
+    starting environment has no marker)."""
+    claimed = {environ_value(pid, ENV_RUNNER) or "", os.path.basename(cwd_of(pid) or "")}
+    return {run for run in claimed if is_run_id(run)}
 
 
 def _group_alive(pgid: int) -> bool:

@@ -123,7 +123,12 @@ class Coordinator:
             self._start_inbox()
             self._start_script()
             self._loop()
-            return 0 if self._finish() else 1
+            finished = self._finish()
+            if finished and self.recorder is not None:
+                from pisub.on_done import after_end  # after the terminal status: it never delays it
+
+                after_end(self.paths, self.manifest, self.recorder.status.state.value)
+            return 0 if finished else 1
         except BaseException:
             note("the coordinator is failing: asking its children to stop")
             if self.children is not None:

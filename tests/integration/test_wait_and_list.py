@@ -120,6 +120,36 @@ def test_on_done_runs_once_for_a_run_whose_runner_died(
     assert out.read_text() == "failed\n"
 
 
+def test_on_done_of_a_workflow_runs_once_when_the_workflow_ends(
+    home: Path, make_agent: AgentMaker, tmp_path: Path
+) -> None:
+    make_agent("quick", command="true")
+    make_agent("long", command="sleep", args=["60"])
+    out = tmp_path / "done.txt"
+    line = f"import os; open({str(out)!r}, 'a').write(os.environ['PISUB_RUN_STATE'] + chr(10))"
+    hook = f'{sys.executable} -c "{line}"'
+    tasks = tmp_path / "tasks.json"
+    tasks.write_text(json.dumps([{"agent": "quick", "task": "a"}, {"agent": "quick", "task": "b"}]))
+    proc = pisub_cli("run", "--parallel", str(tasks), "--on-done", hook)
+    assert proc.returncode == 0, proc.stderr
+    run = pisub.Run(proc.stdout.strip())
+    assert run.wait(timeout=60).state == "complete"
+    wait_for(lambda: out.exists() and out.read_text() == "complete\n", timeout=30, what="the hook")
+    assert len(_events(run, "on_done.finished")) == 1
+    # A workflow whose coordinator is killed: the repairing reader runs it, once.
+    out.unlink()
+    tasks.write_text(json.dumps([{"agent": "long", "task": "a"}]))
+    from pisub.client import launch_parallel
+
+    run = launch_parallel([{"agent": "long", "task": "a"}], on_done=hook)
+    pid = wait_for(lambda: run.status().pid, timeout=30)
+    os.kill(pid, signal.SIGKILL)
+    assert run.wait(timeout=60).state == "failed"
+    wait_for(lambda: out.exists() and out.read_text() == "failed\n", timeout=30, what="the hook")
+    run.status()
+    assert out.read_text() == "failed\n"
+
+
 @pytest.mark.parametrize("hook", ["", "tr\0ue", "'unbalanced"])
 def test_a_bad_on_done_is_refused(home: Path, make_agent: AgentMaker, hook: str) -> None:
     from pisub.errors import InvalidInput

@@ -1,0 +1,31 @@
+"""The ``pisub`` console script's first step, before the command line's own imports.
+
+A command that starts a run (``run``, ``resume``) starts a warm runner first
+(:mod:`pisub.runner.warm`), so that the runner's interpreter starts and imports on the other
+core while the command line imports its parser, checks the agent and writes the manifest.
+"""
+
+from __future__ import annotations
+
+import sys
+
+LAUNCHING = frozenset({"run", "resume"})
+
+
+def _launching(argv: list[str]) -> bool:
+    """The command is one that starts a run (help or completion requests are not)."""
+    words = [a for a in argv if not a.startswith("-")]
+    if not words or words[0] not in LAUNCHING:
+        return False
+    return not any(a in ("--help", "-h") for a in argv)
+
+
+def main() -> None:
+    if _launching(sys.argv[1:]):
+        from pisub.runner import warm
+
+        warm.configure(spares=False)  # this process launches once and exits
+        warm.prestart()
+    from pisub.cli import main as cli_main
+
+    cli_main()

@@ -1,0 +1,114 @@
+"""Reading the statuses of many runs at once (``pisub list``), fast and after crash repair.
+
+A finished run costs one ``open``/``fstat``/``read`` of its status and two ``stat`` calls
+(its inbox is quiet since its last answer); everything is looked up relative to the ``runs``
+directory's descriptor from one listing of it. A live run, or a finished one whose inbox
+holds something new, is observed in full (:func:`pisub.reconcile.observe`: repaired when its
+runner died, late requests answered). Live runs only come from the index of live runs
+(:mod:`pisub.live_index`) when it is complete; else every run is read and the index rebuilt.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from pisub import live_index
+from pisub.errors import PisubError, RunNotFound
+from pisub.fsio import load_json
+from pisub.mailbox import quiet_since_answered
+from pisub.paths import STATUS_FILE, Home, RunPaths, is_run_id
+from pisub.protocol.status import Status
+
+
+@dataclass
+class Listing:
+    statuses: list[Status] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    """One line per run that could not be read, and per stray entry of ``runs/``."""
+
+
+def list_statuses(home: Home, *, live_only: bool = False) -> Listing:
+    """Every run's status (``live_only``: at least every run not ended, from the index when it
+    is complete — the caller filters by state)."""
+    if live_only:
+        ids = live_index.live_ids(home)
+        if ids is not None:
+            return _read_index(home, ids)
+    listing = Listing()
+    names = _runs_entries(home, listing)
+    unread = _read(home, names, listing, quiet_missing=False)
+    if not live_index.is_complete(home):
+        live = [st.run_id for st in listing.statuses if not st.state.is_terminal]
+        live_index.rebuild(home, live + unread)  # unreadable ones too: only too many, never too few
+    return listing
+
+
+def _runs_entries(home: Home, listing: Listing) -> list[str]:
+    """The run directories' names (one listing; strays — symlinks, files — are problems)."""
+    from pisub.errors import storage_error
+
+    names = []
+    try:
+        with os.scandir(home.runs) as entries:
+            for entry in entries:
+                if not is_run_id(entry.name):
+                    continue
+                if _is_real_dir(entry):
+                    names.append(entry.name)
+                else:
+                    listing.problems.append(f"{entry.name}: not a run directory (a symlink or file in runs/)")
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise storage_error(exc, "list", home.runs) from exc
+    return names
+
+
+def _is_real_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def _read_index(home: Home, ids: list[str]) -> Listing:
+    listing = Listing()
+    _read(home, ids, listing, quiet_missing=True)
+    for st in listing.statuses:
+        if st.state.is_terminal:
+            live_index.remove(home, st.run_id)  # ended: a stale entry
+    return listing
+
+
+def _read(home: Home, names: list[str], listing: Listing, *, quiet_missing: bool) -> list[str]:
+    """Append the statuses of runs ``names``; the names that could not be read."""
+    from pisub.reconcile import observe
+    from pisub.store import MAX_FILE
+
+    unread = []
+    try:
+        runs_fd = os.open(home.runs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        for name in names:
+            try:
+                st = load_json(f"{name}/{STATUS_FILE}", Status, limit=MAX_FILE, dir_fd=runs_fd)
+                if not st.state.is_terminal or not quiet_since_answered(f"{name}/inbox", runs_fd):
+                    st = observe(RunPaths(home.runs / name))
+            except (FileNotFoundError, RunNotFound):
+                if quiet_missing:
+                    live_index.prune(home, name)
+                elif os.path.isdir(home.runs / name):
+                    listing.problems.append(f"{name}: it has no status.json")
+                    unread.append(name)
+                continue
+            except PisubError as exc:
+                listing.problems.append(f"{name}: {exc}")
+                unread.append(name)
+                continue
+            listing.statuses.append(st)
+    finally:
+        os.close(runs_fd)
+    return unread

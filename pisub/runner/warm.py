@@ -1,0 +1,317 @@
+"""Warm runners: a runner process started *before* its run exists, handed the run when it does.
+
+A cold launch starts a fresh Python for the runner only after the manifest is written, so the
+launcher waits for that interpreter's start-up and imports (most of a launch's time). A warm
+runner is started at the beginning of a launch (the CLI does it before it even imports its
+argument parser), imports what a runner needs while the launcher checks the agent and writes
+the manifest, and then waits on a Unix socket for the **handoff**: one message naming the run
+directory and carrying the launcher's environment, with ``runner.lock`` and ``runner.log`` as
+passed descriptors. It acknowledges at once (``{"got": true}``), becomes the run's runner, and
+answers on the same socket exactly as a cold runner answers on its readiness pipe.
+
+Every failure falls back to a cold start: a warm runner that is gone, or that closes the
+socket before its acknowledgement, has done nothing with the run (the launcher still holds
+``runner.lock``). A warm runner nobody hands a run to exits when the socket closes (its
+launcher exited) or after :data:`IDLE_S` seconds.
+
+A process that launches runs through the API keeps one warm **spare** for its next launch
+(``PISUB_WARM=0`` turns warm runners off; ``PISUB_WARM=1`` keeps them, but no spare).
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+from dataclasses import dataclass
+
+IDLE_S = 60.0
+"""How long a warm runner waits for its run before it exits."""
+
+ENV_WARM = "PISUB_WARM"
+"""``0``: no warm runners (every launch starts its runner cold); ``1``: warm, no spares."""
+
+_MAX_MESSAGE = 1 << 20
+_lock = threading.Lock()
+_pool: list[Warm] = []
+_spares = True
+
+
+@dataclass
+class Warm:
+    """A started warm runner, owned by the process that started it."""
+
+    pid: int
+    """The process ``posix_spawn`` started (the session leader; it forks the runner and exits)."""
+    sock: socket.socket
+    owner: int
+    """The pid of the launcher that started it (a forked copy of the launcher leaves it be)."""
+
+    def alive(self) -> bool:
+        """Not known to be gone: its end of the socket is still open."""
+        try:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return not readable  # it never writes before the handoff: readable means closed
+
+    def discard(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        self.reap()
+
+    def dismiss(self) -> None:
+        """End it now (it was never handed a run) rather than when it sees the socket close."""
+        if self.alive():  # its process group still exists, so the id is still its own
+            with contextlib.suppress(OSError):
+                os.killpg(self.pid, signal.SIGKILL)
+        self.discard()
+
+    def reap(self) -> None:
+        """Collect the session leader (it exits as soon as it has forked the runner)."""
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(self.pid, 0)
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_WARM, "") != "0"
+
+
+def spares() -> bool:
+    return _spares and os.environ.get(ENV_WARM, "") not in ("0", "1")
+
+
+def configure(*, spares: bool) -> None:
+    """``spares=False``: this process launches once (the command line), keep no spare."""
+    global _spares
+    _spares = spares
+
+
+def prestart() -> None:
+    """Start a warm runner for this process's next launch, unless one is waiting (best effort:
+    any failure leaves the next launch cold)."""
+    if not enabled():
+        return
+    with _lock:
+        _forget_foreign()
+        if _pool:
+            return
+        warm = _start()
+        if warm is not None:
+            _pool.append(warm)
+            _dismiss_at_exit()
+
+
+_registered = False
+
+
+def _dismiss_at_exit() -> None:
+    global _registered
+    if not _registered:
+        import atexit
+
+        atexit.register(dismiss_all)
+        _registered = True
+
+
+def dismiss_all() -> None:
+    """End this process's unused warm runners (at exit: nothing is left behind)."""
+    with _lock:
+        _forget_foreign()
+        while _pool:
+            _pool.pop().dismiss()
+
+
+def take() -> Warm | None:
+    """A live warm runner of this process, taken out of the pool."""
+    with _lock:
+        _forget_foreign()
+        while _pool:
+            warm = _pool.pop()
+            if warm.alive():
+                return warm
+            warm.discard()
+    return None
+
+
+def refill() -> None:
+    """Keep a spare warm runner for the next launch (when spares are on)."""
+    if spares():
+        prestart()
+
+
+def _forget_foreign() -> None:
+    """Drop warm runners a parent of this (forked) process started: they are not ours to use."""
+    mine = os.getpid()
+    _pool[:] = [warm for warm in _pool if warm.owner == mine]
+
+
+def _start() -> Warm | None:
+    from pisub.paths import RUN_MARKERS
+
+    try:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    except OSError:
+        return None
+    target = 3
+    env = {k: v for k, v in os.environ.items() if k not in RUN_MARKERS}
+    argv = [sys.executable, "-m", "pisub.runner", "--warm-fd", str(target)]
+    actions: list[tuple[object, ...]] = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+        (os.POSIX_SPAWN_DUP2, 1, 2),
+    ]
+    source = theirs.fileno()
+    spare = -1
+    try:
+        if source == target:  # dup2(3, 3) would leave it close-on-exec
+            spare = os.dup(source)
+            source = spare
+        actions.append((os.POSIX_SPAWN_DUP2, source, target))
+        pid = os.posix_spawn(sys.executable, argv, env, file_actions=actions, setsid=True)
+    except OSError:
+        ours.close()
+        return None
+    finally:
+        theirs.close()
+        if spare >= 0:
+            os.close(spare)
+    return Warm(pid=pid, sock=ours, owner=os.getpid())
+
+
+class WarmGone(Exception):
+    """The warm runner did not take the run; the launcher starts a cold one."""
+
+
+def hand_off(warm: Warm, run_dir: str, env: dict[str, str], lock_fd: int, log_fd: int) -> int:
+    """Give the run to ``warm``: the socket's descriptor to read its answer on, once it has
+    acknowledged (the caller owns and closes it).
+
+    Raises:
+        WarmGone: it is gone or refused before its acknowledgement (nothing was done).
+    """
+    body = json.dumps({"run_dir": run_dir, "env": dict(map(_latin, env.items()))}).encode()
+    fds = array.array("i", [lock_fd, log_fd])
+    try:
+        if len(body) > _MAX_MESSAGE:
+            raise WarmGone("the handoff is too large")
+        warm.sock.sendmsg([body], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        ack = _receive(warm.sock, timeout=10.0)
+    except OSError as exc:
+        warm.discard()
+        raise WarmGone(str(exc)) from None
+    if ack != b'{"got": true}':
+        warm.discard()
+        raise WarmGone("no acknowledgement")
+    warm.reap()
+    return warm.sock.detach()
+
+
+def _latin(item: tuple[str, str]) -> tuple[str, str]:
+    """An environment entry as latin-1 text of its bytes (lossless, undecodable bytes too)."""
+    key, value = item
+    return _as_latin(key), _as_latin(value)
+
+
+def _as_latin(text: str) -> str:
+    return text.encode("utf-8", "surrogateescape").decode("latin-1")
+
+
+def _receive(sock: socket.socket, timeout: float) -> bytes:
+    ready, _, _ = select.select([sock], [], [], timeout)
+    if not ready:
+        raise OSError("the warm runner did not acknowledge")
+    return sock.recv(64)
+
+
+# -- the runner's side ---------------------------------------------------------------------------
+
+PRELOAD = (
+    "pisub.store",
+    "pisub.procs",
+    "pisub.runner.modes",
+    "pisub.runner.supervise",
+    "pisub.runner.dispatch",
+    "pisub.runner.inbox",
+    "pisub.children.external_cli",
+    "pisub.children.pi_rpc",
+    "pisub.leases",
+    "pisub.briefs",
+    "pisub.mailbox",
+)
+"""What a supervising runner imports on its way to its startup commit (a workflow's coordinator
+imports the rest after the handoff)."""
+
+
+def preload() -> None:
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+
+
+@dataclass
+class Handoff:
+    run_dir: str
+    lock_fd: int
+    log_fd: int
+    env: dict[bytes, bytes]
+
+
+def await_handoff(fd: int, idle: float = IDLE_S) -> Handoff | None:
+    """Wait for the run (None: the launcher went away, or nothing came within ``idle``
+    seconds, or the message was not a handoff); acknowledges it."""
+    sock = socket.socket(fileno=fd)
+    try:
+        ready, _, _ = select.select([sock], [], [], idle)
+        if not ready:
+            return None
+        data, ancdata, _flags, _addr = sock.recvmsg(_MAX_MESSAGE, socket.CMSG_SPACE(2 * 4))
+    except OSError:
+        return None
+    finally:
+        sock.detach()
+    fds = _passed_fds(ancdata)
+    handoff = _parse(data, fds)
+    if handoff is None:
+        for passed in fds:
+            with contextlib.suppress(OSError):
+                os.close(passed)
+        return None
+    try:
+        os.write(fd, b'{"got": true}')
+    except OSError:
+        return None
+    return handoff
+
+
+def _passed_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
+    fds: list[int] = []
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            passed = array.array("i")
+            passed.frombytes(payload[: len(payload) - len(payload) % passed.itemsize])
+            fds.extend(passed)
+    return fds
+
+
+def _parse(data: bytes, fds: list[int]) -> Handoff | None:
+    try:
+        message = json.loads(data)
+        run_dir, env = message["run_dir"], message["env"]
+        if not isinstance(run_dir, str) or not isinstance(env, dict) or len(fds) != 2:
+            return None
+        environ = {
+            k.encode("latin-1"): v.encode("latin-1")
+            for k, v in env.items()
+            if isinstance(k, str) and isinstance(v, str)
+        }
+    except (ValueError, KeyError, TypeError, UnicodeEncodeError):
+        return None
+    return Handoff(run_dir=run_dir, lock_fd=fds[0], log_fd=fds[1], env=environ)
