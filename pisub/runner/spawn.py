@@ -131,7 +131,10 @@ def _read_answer(fd: int, deadline: float) -> dict[str, object] | None:
         ready, _, _ = select.select([fd], [], [], left)
         if not ready:
             continue
-        chunk = os.read(fd, 4096)
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # ECONNRESET: a warm runner died with our GO unread
+            break
         if not chunk:
             break
         buf += chunk

@@ -6,8 +6,9 @@ runner is started at the beginning of a launch (the CLI does it before it even i
 argument parser), imports what a runner needs while the launcher checks the agent and writes
 the manifest, and then waits on a Unix socket for the **handoff**: one message naming the run
 directory and carrying the launcher's environment, with ``runner.lock`` and ``runner.log`` as
-passed descriptors. It acknowledges at once (``{"got": true}``), becomes the run's runner, and
-answers on the same socket exactly as a cold runner answers on its readiness pipe.
+passed descriptors. It acknowledges at once (``{"got": true}``), waits for the launcher's
+``{"go": true}``, becomes the run's runner, and answers on the same socket exactly as a cold
+runner answers on its readiness pipe.
 
 Every failure falls back to a cold start: a warm runner that is gone, or that closes the
 socket before its acknowledgement, has done nothing with the run (the launcher still holds
@@ -38,6 +39,13 @@ ENV_WARM = "PISUB_WARM"
 """``0``: no warm runners (every launch starts its runner cold); ``1``: warm, no spares."""
 
 _MAX_MESSAGE = 1 << 20
+GOT = b'{"got": true}'
+"""The warm runner's acknowledgement of a handoff."""
+GO = b'{"go": true}'
+"""The launcher's answer to it: only now may the warm runner act on the run. A launcher that
+gave up waiting for the acknowledgement closes the socket instead, so a late acknowledgement
+can never make a second runner of a run that has meanwhile been started cold."""
+GO_WAIT_S = 30.0
 _lock = threading.Lock()
 _pool: list[Warm] = []
 _spares = True
@@ -206,9 +214,14 @@ def hand_off(warm: Warm, run_dir: str, env: dict[str, str], lock_fd: int, log_fd
     except OSError as exc:
         warm.discard()
         raise WarmGone(str(exc)) from None
-    if ack != b'{"got": true}':
-        warm.discard()
+    if ack != GOT:
+        warm.discard()  # it proceeds only on GO: closing the socket tells it to drop the run
         raise WarmGone("no acknowledgement")
+    try:
+        warm.sock.send(GO)
+    except OSError as exc:
+        warm.discard()
+        raise WarmGone(str(exc)) from None
     warm.reap()
     return warm.sock.detach()
 
@@ -284,11 +297,22 @@ def await_handoff(fd: int, idle: float = IDLE_S) -> Handoff | None:
             with contextlib.suppress(OSError):
                 os.close(passed)
         return None
-    try:
-        os.write(fd, b'{"got": true}')
-    except OSError:
+    if not _confirmed(fd):
+        for passed in (handoff.lock_fd, handoff.log_fd):
+            with contextlib.suppress(OSError):
+                os.close(passed)
         return None
     return handoff
+
+
+def _confirmed(fd: int) -> bool:
+    """Acknowledge the handoff and wait for the launcher's GO."""
+    try:
+        os.write(fd, GOT)
+        ready, _, _ = select.select([fd], [], [], GO_WAIT_S)
+        return bool(ready) and os.read(fd, 64) == GO
+    except OSError:
+        return False
 
 
 def _passed_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:

@@ -40,7 +40,8 @@ def _empty_pool() -> Iterator[None]:
 
 def _drain() -> None:
     while _FAKES:
-        _FAKES.pop().wait(10)
+        fake = _FAKES.pop()
+        fake.communicate(timeout=10)
     while (left := warm.take()) is not None:
         left.discard()
 
@@ -139,8 +140,15 @@ FAKE = """
 import os, socket, sys
 sock = socket.socket(fileno=int(sys.argv[2]))
 data, anc, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(8))
-if sys.argv[1] == "ack":
-    sock.send(b'{"got": true}')
+if sys.argv[1] == "late":
+    import time; time.sleep(float(sys.argv[3]))
+if sys.argv[1] in ("ack", "late", "go"):
+    try:
+        sock.send(b'{"got": true}')
+        told = sock.recv(64)
+    except OSError:
+        told = b""
+    print("go" if told == b'{"go": true}' else "dropped", flush=True)
 os._exit(0)
 """
 
@@ -148,12 +156,12 @@ os._exit(0)
 _FAKES: list[subprocess.Popen[bytes]] = []
 
 
-def _fake_warm(how: str) -> warm.Warm:
+def _fake_warm(how: str, *extra: str, stdout: int | None = None) -> warm.Warm:
     """A process that takes the handoff and exits: before (``quit``) or after (``ack``) its
     acknowledgement."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     fd = theirs.fileno()
-    proc = subprocess.Popen([sys.executable, "-c", FAKE, how, str(fd)], pass_fds=(fd,))
+    proc = subprocess.Popen([sys.executable, "-c", FAKE, how, str(fd), *extra], pass_fds=(fd,), stdout=stdout)
     _FAKES.append(proc)
     theirs.close()
     return warm.Warm(pid=proc.pid, sock=ours, owner=os.getpid())
@@ -170,16 +178,31 @@ def test_a_warm_runner_gone_before_its_acknowledgement_leaves_the_run_to_a_cold_
     _stop(run)
 
 
-def test_a_warm_runner_gone_after_its_acknowledgement_fails_the_launch_cleanly(
-    home: Path, make_agent: AgentMaker
-) -> None:
+def test_a_warm_runner_gone_after_go_fails_the_launch_cleanly(home: Path, make_agent: AgentMaker) -> None:
     make_agent("sleeper", command="sleep", args=["30"])
-    warm._pool.append(_fake_warm("ack"))
+    warm._pool.append(_fake_warm("go", stdout=subprocess.DEVNULL))
     with pytest.raises(pisub.PisubError) as caught:
         pisub.launch("sleeper", "x")
     assert caught.value.code == "SUBAGENT_FAILED"
     (status,) = pisub.list_runs()
     assert status.state == RunState.FAILED  # never left "starting"
+
+
+def test_a_late_acknowledgement_never_makes_a_second_runner(
+    home: Path, make_agent: AgentMaker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_agent("sleeper", command="sleep", args=["30"])
+    real = warm._receive
+    monkeypatch.setattr(warm, "_receive", lambda sock, timeout: real(sock, 0.2))
+    said = subprocess.PIPE
+    fake = _fake_warm("late", "0.6", stdout=said)
+    warm._pool.append(fake)
+    run = pisub.launch("sleeper", "x")  # gave up on it after 0.2 s: started cold
+    assert not _warm_started(run.status().pid)
+    proc = _FAKES[-1]
+    assert proc.stdout is not None
+    assert proc.stdout.read().strip() == b"dropped"  # acknowledged late, told nothing: it drops the run
+    _stop(run)
 
 
 def test_an_idle_warm_runner_ends_with_its_launcher(home: Path) -> None:
