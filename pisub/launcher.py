@@ -312,7 +312,6 @@ def start_run(home: Home, manifest: Manifest, *, seeds: dict[str, Path] | None =
         LaunchFailed: the runner could not start (the run is then marked failed).
         HomeUnusable, StorageError: the run directory cannot be created.
     """
-    from pisub.reconcile import observe
     from pisub.runner import warm
     from pisub.runner.spawn import spawn_runner
 
@@ -321,6 +320,8 @@ def start_run(home: Home, manifest: Manifest, *, seeds: dict[str, Path] | None =
     try:
         spawn_runner(paths, lock_fd)
     except LaunchFailed:
+        from pisub.reconcile import observe
+
         os.close(lock_fd)
         lock_fd = -1
         # The failing runner may hold runner.lock for a moment more; once it is free, the

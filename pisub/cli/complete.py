@@ -10,29 +10,40 @@ MAX_SHOWN = 200
 
 
 def run_ids(incomplete: str) -> list[str]:
-    """Run ids starting with ``incomplete``: the live ones first, newest first within each."""
-    from pisub.fsio import load_json
+    """Run ids starting with ``incomplete``: the live ones first (from the index of live runs
+        when it is complete, else from each run's status), the most recently active first within each
+    (the run directory's mtime: a display order, nothing depends on it)."""
+    from pisub import live_index
     from pisub.paths import is_run_id, open_home
-    from pisub.protocol.status import Status
 
     try:
-        runs = open_home().runs
-        names = [n for n in os.listdir(runs) if n.startswith(incomplete) and is_run_id(n)]
+        home = open_home()
+        names = [n for n in os.listdir(home.runs) if n.startswith(incomplete) and is_run_id(n)]
     except Exception:
         return []
-    ranked = []
-    for name in names[: MAX_SHOWN * 5]:
-        try:
-            st = load_json(runs / name / "status.json", Status, limit=1 << 20)
-            ranked.append((st.state.is_terminal, _negated(st.started_at), name))
-        except Exception:
-            ranked.append((True, "", name))
+    live = set(live_index.live_ids(home) or []) if live_index.is_complete(home) else None
+    ranked = [(_ended(home.runs, name, live), _newest_first(home.runs, name), name) for name in names]
     return [name for _, _, name in sorted(ranked)][:MAX_SHOWN]
 
 
-def _negated(stamp: str) -> str:
-    """An ISO time sorting newest first."""
-    return "".join(chr(0x10FFFF - ord(c)) if c.isdigit() else c for c in stamp)
+def _ended(runs: Any, name: str, live: set[str] | None) -> bool:
+    """Whether the run has ended (from the index when given, else from its status)."""
+    if live is not None:
+        return name not in live
+    from pisub.fsio import load_json
+    from pisub.protocol.status import Status
+
+    try:
+        return load_json(runs / name / "status.json", Status, limit=1 << 20).state.is_terminal
+    except Exception:
+        return True
+
+
+def _newest_first(runs: Any, name: str) -> float:
+    try:
+        return -os.stat(runs / name, follow_symlinks=False).st_mtime
+    except OSError:
+        return 0.0
 
 
 def agent_names(incomplete: str) -> list[str]:

@@ -18,7 +18,6 @@ import json
 import os
 import select
 import signal
-import subprocess
 import sys
 import time
 
@@ -46,6 +45,8 @@ def spawn_runner(paths: RunPaths, lock_fd: int, timeout: float = STARTUP_TIMEOUT
         os.close(log_fd)
         answer_fd, pgid = handed
         return _answered(paths, answer_fd, time.monotonic() + timeout, pgid)
+    import subprocess  # (only a cold start needs it)
+
     ready_r, ready_w = os.pipe()
     argv = [sys.executable, "-m", "pisub.runner", str(paths.root)]
     argv += ["--ready-fd", str(ready_w), "--lock-fd", str(lock_fd)]
