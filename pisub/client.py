@@ -122,7 +122,9 @@ def _command(text: str, what: str) -> list[str]:
 
     from pisub.acceptance.report import clean_text
 
-    if not isinstance(text, str) or not text.strip() or len(text) > 16 * 1024:
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInput(f"{what}: the command line is empty")
+    if len(text) > 16 * 1024:
         raise InvalidInput(f"{what}: give a command line of at most 16 KiB")
     clean_text(text, what)
     try:

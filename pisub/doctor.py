@@ -71,6 +71,15 @@ def diagnose(home: Home, pi_bin: str | None) -> Report:
     return report
 
 
+def _writable(home: Home) -> bool:
+    """A run can be created: ``runs/`` is writable, on a file system mounted read-write."""
+    try:
+        read_only = bool(os.statvfs(home.runs).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+    return not read_only and os.access(home.runs, os.W_OK | os.X_OK)
+
+
 def _check_home(home: Home, report: Report) -> None:
     try:
         st = home.root.stat()
@@ -84,6 +93,13 @@ def _check_home(home: Home, report: Report) -> None:
             False,
             f"{home.root} is mode {mode:o}, uid {st.st_uid}",
             f"chmod 700 {home.root} (and make sure it is yours)",
+        )
+    elif not _writable(home):
+        report.add(
+            "home",
+            False,
+            f"{home.root}: runs cannot be created in it (read-only, or no write permission)",
+            f"make {home.runs} writable, or set PISUB_HOME to a writable directory",
         )
     else:
         report.add("home", True, f"{home.root} (mode 700)")

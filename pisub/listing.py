@@ -83,14 +83,18 @@ def _read_index(home: Home, ids: list[str]) -> Listing:
 
 def _read(home: Home, names: list[str], listing: Listing, *, quiet_missing: bool) -> list[str]:
     """Append the statuses of runs ``names``; the names that could not be read."""
+    from pisub.errors import storage_error
     from pisub.reconcile import observe
     from pisub.store import MAX_FILE
 
-    unread = []
+    unread: list[str] = []
+    if not names:
+        return unread
     try:
-        runs_fd = os.open(home.runs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return []
+        # O_PATH: looking names up needs search permission only, as opening them by path does.
+        runs_fd = os.open(home.runs, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise storage_error(exc, "read the runs in", home.runs) from exc
     try:
         for name in names:
             try:

@@ -24,6 +24,7 @@ import errno
 import os
 import stat
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 from pisub.fsio import private_mkdir
 from pisub.paths import Home, is_run_id
@@ -33,19 +34,23 @@ _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 def add(home: Home, run_id: str) -> None:
     """Add ``run_id``'s entry (the folders are made when missing; something else standing
-    at ``index/live`` is set aside first).
+    at ``index`` or ``index/live`` is set aside first).
 
     Raises:
-        OSError: the entry cannot be written (the launch must fail: a run without an entry
-            would be hidden from ``--state running``).
+        StorageError: the entry cannot be written, naming the index (the launch must fail: a
+            run without an entry would be hidden from ``--state running``).
     """
+    from pisub.errors import storage_error
+
     try:
-        _create(home, run_id)
-    except FileNotFoundError:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(home.live_index_ok)  # the folder was lost with its entries
-        _make_folders(home)
-        _create(home, run_id)
+        try:
+            _create(home, run_id)
+        except FileNotFoundError:
+            _forget_complete(home)  # the folder was lost with its entries
+            _make_folders(home)
+            _create(home, run_id)
+    except OSError as exc:
+        raise storage_error(exc, "add the run to the index of live runs in", home.live_index) from exc
 
 
 def _create(home: Home, run_id: str) -> None:
@@ -53,40 +58,62 @@ def _create(home: Home, run_id: str) -> None:
         os.close(os.open(run_id, _FLAGS, 0o600, dir_fd=folder))
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 @contextlib.contextmanager
 def _folder(home: Home) -> Iterator[int]:
-    """``index/live`` opened as a directory, never through a symlink.
+    """``index/live`` opened as a directory, each level without following a symlink; a file,
+    FIFO or symlink standing at either level is set aside and the folder made anew.
 
     Raises:
         FileNotFoundError: it is missing. OSError: it cannot be opened.
     """
+    fd = _open_level(home, home.live_index.parent, None)
     try:
-        fd = os.open(home.live_index, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        live = _open_level(home, home.live_index, fd)
+    finally:
+        os.close(fd)
+    try:
+        yield live
+    finally:
+        os.close(live)
+
+
+def _open_level(home: Home, path: Path, parent: int | None) -> int:
+    name: str | Path = path.name if parent is not None else path
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
     except OSError as exc:
         if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
             raise
-        _set_aside(home)  # a file or a symlink stands where the folder belongs
-        _make_folders(home)
-        fd = os.open(home.live_index, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        yield fd
-    finally:
-        os.close(fd)
+    _set_aside(home, path)
+    private_mkdir(path)
+    return os.open(name, _DIR_FLAGS, dir_fd=parent)
 
 
 def _make_folders(home: Home) -> None:
-    private_mkdir(home.live_index.parent)
-    private_mkdir(home.live_index)
+    for folder in (home.live_index.parent, home.live_index):
+        try:
+            private_mkdir(folder)
+        except NotADirectoryError:  # a file or a symlink stands there
+            _set_aside(home, folder)
+            private_mkdir(folder)
 
 
-def _set_aside(home: Home) -> None:
-    """Quarantine what stands at ``index/live``: the index is lost, so ``live.ok`` goes first
-    (readers scan until the next rebuild), then it is renamed to ``index/live.bad-<hex>``."""
+def _forget_complete(home: Home) -> None:
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        os.unlink(home.live_index_ok)
+
+
+def _set_aside(home: Home, path: Path) -> None:
+    """Quarantine what stands at ``path`` (``index`` or ``index/live``): the index is lost, so
+    ``live.ok`` goes first (readers scan until the next rebuild), then it is renamed to
+    ``<name>.bad-<hex>`` beside it."""
     import uuid
 
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(home.live_index_ok)
-    os.rename(home.live_index, home.live_index.with_name(f"live.bad-{uuid.uuid4().hex[:12]}"))
+    _forget_complete(home)
+    os.rename(path, path.with_name(f"{path.name}.bad-{uuid.uuid4().hex[:12]}"))
 
 
 def remove(home: Home, run_id: str) -> None:
@@ -98,9 +125,14 @@ def remove(home: Home, run_id: str) -> None:
 def live_ids(home: Home) -> list[str] | None:
     """The run ids the index names, or None when it cannot be trusted (no ``live.ok``, or the
     folder cannot be listed): the caller scans every run instead."""
+    if not is_complete(home):
+        return None
     try:
-        os.stat(home.live_index_ok, follow_symlinks=False)
-        fd = os.open(home.live_index, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        index = os.open(home.live_index.parent, _DIR_FLAGS)
+        try:
+            fd = os.open(home.live_index.name, _DIR_FLAGS, dir_fd=index)
+        finally:
+            os.close(index)
     except OSError:
         return None
     try:
@@ -112,31 +144,27 @@ def live_ids(home: Home) -> list[str] | None:
 
 
 def is_complete(home: Home) -> bool:
-    """``live.ok`` is there and ``index/live`` is a real folder."""
+    """``live.ok`` is there, and ``index`` and ``index/live`` are real folders."""
     try:
+        index = os.stat(home.live_index.parent, follow_symlinks=False)
         folder = os.stat(home.live_index, follow_symlinks=False)
+        os.stat(home.live_index_ok, follow_symlinks=False)
     except OSError:
         return False
-    return stat.S_ISDIR(folder.st_mode) and os.path.lexists(home.live_index_ok)
+    return stat.S_ISDIR(index.st_mode) and stat.S_ISDIR(folder.st_mode)
 
 
 def rebuild(home: Home, live: Iterable[str]) -> None:
     """After a scan of every run: an entry for each run in ``live`` (those not ended), then
     ``live.ok`` (best effort: a home whose index cannot be written is simply scanned)."""
     try:
-        with _folder(home) if os.path.lexists(home.live_index) else _made(home) as folder:
+        _make_folders(home)
+        with _folder(home) as folder:
             for run_id in live:
                 os.close(os.open(run_id, _FLAGS, 0o600, dir_fd=folder))
         os.close(os.open(home.live_index_ok, _FLAGS, 0o600))
     except OSError:
         return
-
-
-@contextlib.contextmanager
-def _made(home: Home) -> Iterator[int]:
-    _make_folders(home)
-    with _folder(home) as fd:
-        yield fd
 
 
 def prune(home: Home, run_id: str) -> None:

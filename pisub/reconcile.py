@@ -67,7 +67,8 @@ def _translated(fn: Callable[P, T]) -> Callable[P, T]:
                 raise RunNotFound(f"run {paths.run_id} was removed (pisub gc) while it was read") from exc
             if isinstance(exc, StorageError):
                 raise
-            raise storage_error(exc, "update the run files at", exc.filename) from exc
+            # (an OSError from a write of a file object names no file: name the run then)
+            raise storage_error(exc, "update the run files at", exc.filename or paths.root) from exc
 
     return wrapper
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import os
 import select
 import sys
@@ -161,7 +162,12 @@ def render(state: TopState, height: int) -> Any:
     parts: list[Any] = [table]
     if not state.rows:
         parts.append(Text("no runs yet (pisub run ...)"))
-    parts += [Text(f"unreadable run {p}", style="red") for p in state.problems[:3]]
+    room = max(3, height - 6 - min(len(state.rows), max(1, height - 5)))
+    shown = state.problems if len(state.problems) <= room else state.problems[: room - 1]
+    parts += [Text(f"unreadable run {p}", style="red") for p in shown]
+    if len(shown) < len(state.problems):
+        more = len(state.problems) - len(shown)
+        parts.append(Text(f"... and {more} more unreadable runs (pisub list names them all)", style="red"))
     return Group(*parts, footer)
 
 
@@ -384,4 +390,16 @@ def run_top(home_root: Path | None = None) -> None:
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise InvalidInput("pisub top needs a terminal; for scripts use pisub fleet --json")
-    Top(open_home(home_root)).run()
+    top = Top(open_home(home_root))
+    import termios
+
+    try:
+        top.run()
+    except (OSError, termios.error) as exc:  # (termios.error is no OSError: its args are (errno, text))
+        code = exc.errno if isinstance(exc, OSError) else (exc.args[0] if exc.args else None)
+        if code not in TERMINAL_GONE:
+            raise
+        top.watch.close()  # the terminal went away (its window closed, tmux killed): nothing to say
+
+
+TERMINAL_GONE = (errno.EIO, errno.ENXIO, errno.EBADF, errno.EPIPE, errno.ENOTTY)

@@ -17,7 +17,7 @@ def run_ids(incomplete: str) -> list[str]:
     from pisub.paths import is_run_id, open_home
 
     try:
-        home = open_home()
+        home = open_home(create=False)  # a Tab press never writes
         names = [n for n in os.listdir(home.runs) if n.startswith(incomplete) and is_run_id(n)]
     except Exception:
         return []
@@ -48,9 +48,13 @@ def _newest_first(runs: Any, name: str) -> float:
 
 def agent_names(incomplete: str) -> list[str]:
     try:
-        from pisub.client import agent_catalog
+        from pathlib import Path
 
-        return sorted(name for name in agent_catalog().agents if name.startswith(incomplete))
+        from pisub.agents import discover
+        from pisub.paths import open_home
+
+        catalog = discover(open_home(create=False).agents, Path.cwd())  # a Tab press never writes
+        return sorted(name for name in catalog.agents if name.startswith(incomplete))
     except Exception:
         return []
 

@@ -74,6 +74,7 @@ class Subreaper:
         """``pid`` is the runner of run ``other``, a child run of this one."""
         from pisub.errors import PisubError
         from pisub.paths import RunPaths
+        from pisub.protocol.status import RunState
         from pisub.store import load_manifest, load_status
 
         assert self.runs is not None
@@ -83,9 +84,12 @@ class Subreaper:
             status = load_status(paths)
         except PisubError:
             return False
-        # Before its startup commit a new runner's status has no pid yet: its launcher then
-        # still waits for it (and is ended with this run, if it is this run's).
-        return manifest.parent_run_id == self.run_id and status.pid == pid
+        if manifest.parent_run_id != self.run_id:
+            return False
+        # Before its startup commit a new runner's status has no pid yet; a process that says it
+        # runs this run (its marker or its working directory) is spared then too: ending it would
+        # kill a launch that is about to commit (the launcher, if it is this run's, still ends).
+        return status.pid == pid or status.state is RunState.STARTING
 
 
 def _claimed_runs(pid: int) -> set[str]:

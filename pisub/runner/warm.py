@@ -206,21 +206,24 @@ def hand_off(warm: Warm, run_dir: str, env: dict[str, str], lock_fd: int, log_fd
     """
     body = json.dumps({"run_dir": run_dir, "env": dict(map(_latin, env.items()))}).encode()
     fds = array.array("i", [lock_fd, log_fd])
+    # Every way out before GO ends the warm runner (it has done nothing with the run): one that
+    # is only slow (stopped, swapped out) must not outlive its launcher.
+    if len(body) > _MAX_MESSAGE:
+        warm.dismiss()
+        raise WarmGone("the handoff is too large")
     try:
-        if len(body) > _MAX_MESSAGE:
-            raise WarmGone("the handoff is too large")
         warm.sock.sendmsg([body], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
         ack = _receive(warm.sock, timeout=10.0)
     except OSError as exc:
-        warm.discard()
+        warm.dismiss()
         raise WarmGone(str(exc)) from None
     if ack != GOT:
-        warm.discard()  # it proceeds only on GO: closing the socket tells it to drop the run
+        warm.dismiss()  # it proceeds only on GO
         raise WarmGone("no acknowledgement")
     try:
         warm.sock.send(GO)
     except OSError as exc:
-        warm.discard()
+        warm.dismiss()
         raise WarmGone(str(exc)) from None
     warm.reap()
     return warm.sock.detach()

@@ -152,3 +152,40 @@ def test_a_run_started_inside_a_run_outlives_it(home: Path, make_agent: AgentMak
     assert child.status().state == "running"
     child.send_stop()
     assert child.wait(timeout=30).state == "stopped"
+
+
+# Creates a run directory as a launcher does (a child run of this run, or of none), starts a
+# process working in it, and exits: like a launch of a child run cut short before its runner's
+# startup commit.
+HALF_LAUNCH = """
+import os, subprocess, sys, uuid
+from pisub.paths import open_home
+from pisub.protocol import AgentSpec, Limits, Manifest, now_iso
+from pisub.store import RunStore
+pids = []
+for parent in (os.environ["PISUB_RUN_ID"], None):
+    manifest = Manifest(v=1, run_id=str(uuid.uuid4()), created_at=now_iso(),
+        agent=AgentSpec(name="x", runner="external-cli", command="true"), task="t", cwd="/",
+        umask=0o22, limits=Limits(timeout=60, idle_timeout=None, grace=1, output_cap=1,
+        output_hard_cap=1), parent_run_id=parent)
+    paths, fd = RunStore(open_home()).create(manifest)
+    pids.append(subprocess.Popen(["sleep", "30"], cwd=paths.root, start_new_session=True).pid)
+print(*pids, flush=True)
+"""
+
+
+def test_a_child_runs_runner_before_its_startup_commit_is_spared(home: Path, make_agent: AgentMaker) -> None:
+    """A process working in a child run's directory while that run is still ``starting`` is
+    its runner-to-be (a warm runner has no marker): it outlives the run that launched it. One
+    working in a run that is not this run's child is a leftover like any other."""
+    import os
+    import signal
+
+    from tests.conftest import pid_alive, wait_for
+
+    make_agent("half", python=HALF_LAUNCH)
+    top = pisub.launch("half", "x")
+    spared, stray = map(int, _output(top).split())
+    wait_for(lambda: not pid_alive(stray), what="the stray to be ended")
+    assert pid_alive(spared)
+    os.kill(spared, signal.SIGKILL)

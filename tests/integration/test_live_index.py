@@ -8,6 +8,8 @@ import signal
 import stat
 from pathlib import Path
 
+import pytest
+
 import pisub
 from pisub.locks import is_held
 from pisub.paths import open_home
@@ -134,4 +136,53 @@ def test_list_state_running_reads_only_the_indexed_runs(home: Path, make_agent: 
     assert run.id in proc.stdout and "unreadable" not in proc.stderr
     proc = pisub_cli("list", "--json")
     assert finished.id in proc.stderr  # the full listing names it
+    _stop(run)
+
+
+def test_something_planted_at_index_itself_is_set_aside(home: Path, make_agent: AgentMaker) -> None:
+    make_agent("sleeper", python=SLEEP)
+    open_home(home)
+    (home / "index").write_text("not a folder")
+    run = pisub.launch("sleeper", "x")
+    assert (home / "index" / "live" / run.id).is_file()
+    assert [p.name for p in home.iterdir() if p.name.startswith("index.bad-")] != []
+    shutil.rmtree(home / "index")
+    os.mkfifo(home / "index")
+    again = pisub.launch("sleeper", "x")
+    assert _running_ids(home) == {run.id, again.id}
+    _stop(run)
+    _stop(again)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="permissions do not bind root (the unprivileged pass runs it)")
+def test_an_index_that_cannot_be_written_fails_the_launch_naming_it(
+    home: Path, make_agent: AgentMaker
+) -> None:
+    make_agent("sleeper", python=SLEEP)
+    run = pisub.launch("sleeper", "x")
+    (home / "index" / "live").chmod(0o500)
+    try:
+        proc = pisub_cli("run", "--agent", "sleeper", "x")
+        assert proc.returncode == 1 and "[IO_ERROR]" in proc.stderr, proc.stderr
+        assert "index" in proc.stderr and "Traceback" not in proc.stderr
+        assert {p.name for p in (home / "runs").iterdir()} == {run.id}  # nothing half made
+    finally:
+        (home / "index" / "live").chmod(0o700)
+    _stop(run)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="permissions do not bind root (the unprivileged pass runs it)")
+def test_runs_that_cannot_be_listed_are_never_reported_as_none(home: Path, make_agent: AgentMaker) -> None:
+    make_agent("sleeper", python=SLEEP)
+    run = pisub.launch("sleeper", "x")
+    pisub.list_runs()
+    (home / "runs").chmod(0o100)  # names can be looked up, not listed
+    try:
+        proc = pisub_cli("list", "--state", "running", "--json")
+        assert run.id in proc.stdout or "[IO_ERROR]" in proc.stderr, (proc.stdout, proc.stderr)
+        (home / "runs").chmod(0o000)  # not even looked up: named on stderr as unreadable
+        proc = pisub_cli("list", "--state", "running", "--json")
+        assert run.id in proc.stdout + proc.stderr, (proc.stdout, proc.stderr)
+    finally:
+        (home / "runs").chmod(0o700)
     _stop(run)

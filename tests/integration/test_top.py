@@ -86,3 +86,39 @@ def test_top_refuses_a_pipe(home: Path) -> None:
         stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 1 and "needs a terminal" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_top_shows_every_unreadable_run(home: Path, tmux: Tmux) -> None:
+    import os
+
+    runs = home / "runs"
+    runs.mkdir(parents=True, mode=0o700)
+    bad = [f"aaaaaaaa-0000-4000-8000-00000000000{n}" for n in range(7)]
+    for number, run_id in enumerate(bad):
+        (runs / run_id).mkdir(mode=0o700)
+        status = runs / run_id / "status.json"
+        if number == 0:
+            os.mkfifo(status)
+        elif number == 1:
+            status.mkdir()
+        else:
+            status.write_bytes([b"", b"{", b"[1]", b"\xff", b"null"][number - 2])
+    tmux("new-session", "-d", "-s", "top", "-x", "160", "-y", "40", f"{sys.executable} -m pisub top")
+    wait_for(lambda: all(run_id in tmux.screen() for run_id in bad), timeout=30, what="every unreadable run")
+    tmux.keys("q")
+
+
+def test_top_ends_quietly_when_its_terminal_goes_away(home: Path, tmux: Tmux, tmp_path: Path) -> None:
+    err, rc = tmp_path / "top.err", tmp_path / "top.rc"
+    command = f"{sys.executable} -m pisub top 2>>{err}; echo $? >{rc}"
+    tmux("new-session", "-d", "-s", "top", "-x", "120", "-y", "30", command)
+    wait_for(lambda: "no runs yet" in tmux.screen(), timeout=30, what="the empty table")
+    tmux("kill-server")
+    wait_for(lambda: (err.exists() and rc.exists()) or not _top_alive(), timeout=15, what="top to end")
+    text = err.read_text() if err.exists() else ""
+    assert "internal error" not in text and "Traceback" not in text, text
+
+
+def _top_alive() -> bool:
+    proc = subprocess.run(["pgrep", "-f", "-m", "pisub top"], capture_output=True, text=True)
+    return bool(proc.stdout.strip())

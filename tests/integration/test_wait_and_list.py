@@ -135,7 +135,7 @@ def test_on_done_of_a_workflow_runs_once_when_the_workflow_ends(
     run = pisub.Run(proc.stdout.strip())
     assert run.wait(timeout=60).state == "complete"
     wait_for(lambda: out.exists() and out.read_text() == "complete\n", timeout=30, what="the hook")
-    assert len(_events(run, "on_done.finished")) == 1
+    assert len(wait_for(lambda: _events(run, "on_done.finished"), timeout=30)) == 1
     # A workflow whose coordinator is killed: the repairing reader runs it, once.
     out.unlink()
     tasks.write_text(json.dumps([{"agent": "long", "task": "a"}]))
@@ -150,13 +150,23 @@ def test_on_done_of_a_workflow_runs_once_when_the_workflow_ends(
     assert out.read_text() == "failed\n"
 
 
-@pytest.mark.parametrize("hook", ["", "tr\0ue", "'unbalanced"])
-def test_a_bad_on_done_is_refused(home: Path, make_agent: AgentMaker, hook: str) -> None:
+@pytest.mark.parametrize(
+    ("hook", "why"),
+    [
+        ("", "empty"),
+        ("  ", "empty"),
+        ("tr\0ue", "on_done"),
+        ("'unbalanced", "split"),
+        ("x" * 17000, "16 KiB"),
+    ],
+)
+def test_a_bad_on_done_is_refused(home: Path, make_agent: AgentMaker, hook: str, why: str) -> None:
     from pisub.errors import InvalidInput
 
     make_agent("quick", command="true")
-    with pytest.raises(InvalidInput, match="on_done"):
+    with pytest.raises(InvalidInput, match="on_done") as caught:
         pisub.launch("quick", "x", on_done=hook)
+    assert why in caught.value.message
 
 
 def test_logs_of_a_workflow_interleave_its_children_with_their_keys(

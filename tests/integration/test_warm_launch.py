@@ -246,3 +246,29 @@ def test_a_handoff_that_is_not_one_is_ignored() -> None:
     assert warm._parse(json.dumps({"run_dir": "/x", "env": {"A": "\u0100"}}).encode(), [5, 6]) is None
     good = warm._parse(json.dumps({"run_dir": "/x", "env": {"A": "\xff"}}).encode(), [5, 6])
     assert good is not None and good.env == {b"A": b"\xff"} and (good.lock_fd, good.log_fd) == (5, 6)
+
+
+def test_a_stopped_warm_runner_is_ended_when_the_launch_falls_back(
+    home: Path, make_agent: AgentMaker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_agent("sleeper", command="sleep", args=["30"])
+    real = warm._receive
+    monkeypatch.setattr(warm, "_receive", lambda sock, timeout: real(sock, 0.3))
+    warm.prestart()
+    (waiting,) = warm._pool
+    poll(lambda: _alive(waiting.pid) or None, 10)
+    os.killpg(waiting.pid, signal.SIGSTOP)  # stuck: it will never answer
+    run = pisub.launch("sleeper", "x")
+    assert not _warm_started(run.status().pid)
+    poll(lambda: None if _alive(waiting.pid) else True, 10)  # ended, not left stopped
+    _stop(run)
+
+
+def test_completion_never_creates_the_home(tmp_path: Path) -> None:
+    home = tmp_path / "nowhere" / "home"
+    env = {**os.environ, "PISUB_HOME": str(home), "_PISUB_COMPLETE": "complete_bash"}
+    env |= {"COMP_WORDS": "pisub status ", "COMP_CWORD": "2"}
+    subprocess.run([sys.executable, "-m", "pisub"], env=env, capture_output=True, timeout=30)
+    env |= {"COMP_WORDS": "pisub run --agent ", "COMP_CWORD": "3"}
+    subprocess.run([sys.executable, "-m", "pisub"], env=env, capture_output=True, timeout=30)
+    assert not (tmp_path / "nowhere").exists()
