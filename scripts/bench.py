@@ -91,7 +91,7 @@ def bench_launch(b: Bench) -> None:
     import pisub
     from pisub.runner import warm
 
-    n = 5 if b.quick else 20
+    n = 3 if b.quick else 20
     b.agent("sleeper", "sleep", ["3600"])
     cold_env = {**os.environ, "PISUB_WARM": "0"}
     cli_warm = [timed(lambda: cli("run", "--agent", "sleeper", "x")) for _ in range(n)]
@@ -522,7 +522,7 @@ def bench_footprint(b: Bench) -> None:
 
     import pisub
 
-    seconds = 10 if b.quick else 60
+    seconds = 5 if b.quick else 60
     b.agent("sleeper", "sleep", ["3600"])
     run = pisub.launch("sleeper", "x")
     time.sleep(1.0)  # let start-up settle (watchdog import, first scan)
@@ -663,7 +663,7 @@ def bench_list(b: Bench, count: int) -> None:
         )
         for _ in range(3)
     ]
-    bench_list_running(b, other, env, 5_000 if b.quick else 100_000)
+    bench_list_running(b, other, env, 2_000 if b.quick else 100_000)
     status_times = [
         timed(
             lambda: subprocess.run(
