@@ -3,12 +3,11 @@ optional ``:<thinking>`` suffix, or a bare id that names exactly one known model
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from typing import get_args
 
 from pisub.errors import InvalidInput, LaunchFailed
-from pisub.pi_versions import end_group
+from pisub.pi_versions import run_pi
 from pisub.protocol.manifest import ThinkingLevel
 
 LIST_TIMEOUT_S = 30.0
@@ -39,25 +38,14 @@ def list_models(pi_bin: str, search: str | None = None) -> list[Model]:
     """
     argv = [pi_bin, "--list-models", *([search] if search else [])]
     try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        code, out, err = run_pi(argv, LIST_TIMEOUT_S)
     except (OSError, ValueError) as exc:
         raise LaunchFailed(f"cannot run {pi_bin} --list-models: {exc}") from exc
-    try:
-        out, err = proc.communicate(timeout=LIST_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        end_group(proc)
-        proc.communicate()
+    except TimeoutError:
         raise LaunchFailed(f"{pi_bin} --list-models did not answer within {LIST_TIMEOUT_S:g}s") from None
-    end_group(proc)
-    if proc.returncode != 0:
+    if code != 0:
         said = " ".join(err[-2000:].decode("utf-8", "replace").split())[-300:]
-        raise LaunchFailed(f"{pi_bin} --list-models failed (exit code {proc.returncode}): {said}")
+        raise LaunchFailed(f"{pi_bin} --list-models failed (exit code {code}): {said}")
     return parse_table(out[:MAX_LIST_BYTES].decode("utf-8", "replace"))
 
 

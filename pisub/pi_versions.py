@@ -137,36 +137,46 @@ def _write_cache(path: Path, key: str, version: str) -> None:
 
 
 def _run_version(pi_bin: str) -> str:
-    """``pi --version`` in a process group of its own, ended whole when it hangs."""
+    """``pi --version`` (see :func:`run_pi`)."""
     try:
-        proc = subprocess.Popen(
-            [pi_bin, "--version"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        code, out, err = run_pi([pi_bin, "--version"], VERSION_TIMEOUT_S)
     except (OSError, ValueError) as exc:
         raise UnsupportedPi(f"{pi_bin} --version cannot be run: {exc}; {INSTALL_HINT}") from exc
-    try:
-        out, err = proc.communicate(timeout=VERSION_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        end_group(proc)
-        proc.communicate()  # collect what is left and close the pipes
+    except TimeoutError:
         raise UnsupportedPi(
             f"{pi_bin} --version did not answer within {VERSION_TIMEOUT_S:g}s; {INSTALL_HINT}"
         ) from None
-    end_group(proc)  # nothing it started outlives the probe
     stdout, stderr = out[:65536].decode("utf-8", "replace"), err[:65536].decode("utf-8", "replace")
     # 1.x prints the version on stdout, older releases on stderr: exactly one line, X.Y.Z.
     lines = [line.strip() for line in (stdout if stdout.strip() else stderr).splitlines() if line.strip()]
-    if proc.returncode == 0 and len(lines) == 1 and _EXACT_RE.fullmatch(lines[0]):
+    if code == 0 and len(lines) == 1 and _EXACT_RE.fullmatch(lines[0]):
         return ".".join(str(int(part)) for part in lines[0].split("."))
     said = " ".join((stderr or stdout).split())
-    why = said[-300:] or f"exit code {proc.returncode}"
+    why = said[-300:] or f"exit code {code}"
     if "enableCompileCache" in said:  # pi 0.85+ under an older Node dies at import
         why = "it needs Node >= 22.19, and the Node it finds is older"
     raise UnsupportedPi(f"{pi_bin} does not run as a pi (--version: {why}); {INSTALL_HINT}")
+
+
+def run_pi(argv: list[str], timeout: float) -> tuple[int, bytes, bytes]:
+    """Run a pi command (``--version``, ``--list-models``) in a process group of its own: its
+    exit code, stdout and stderr. The group is ended whole afterwards — nothing it started
+    outlives it — and at once when it has not answered within ``timeout`` seconds.
+
+    Raises:
+        OSError, ValueError: it cannot be started. TimeoutError: it did not answer in time.
+    """
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        end_group(proc)
+        proc.communicate()  # collect what is left and close the pipes
+        raise TimeoutError(f"{argv[0]} did not answer within {timeout:g}s") from None
+    end_group(proc)
+    return proc.returncode, out, err
 
 
 def end_group(proc: subprocess.Popen[bytes]) -> None:
