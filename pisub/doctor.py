@@ -181,8 +181,7 @@ def _check_runs(home: Home, report: Report) -> None:
     from pisub.reconcile import runner_alive
     from pisub.store import RunStore
 
-    store = RunStore(home)
-    names = store.ids()
+    names, stray_names = RunStore(home).entries()
     stuck, unreadable = [], []
     for name in names:
         paths = home.run(name)
@@ -204,7 +203,7 @@ def _check_runs(home: Home, report: Report) -> None:
         )
     else:
         report.add("runs", True, f"{len(names)} run directories, none stuck")
-    strays = [f"{n} (not a directory)" for n in store.strays()]
+    strays = [f"{n} (not a directory)" for n in stray_names]
     if unreadable or strays:
         report.add(
             "runfiles",

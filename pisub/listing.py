@@ -17,7 +17,7 @@ from pisub import live_index
 from pisub.errors import PisubError, RunNotFound
 from pisub.fsio import load_json
 from pisub.mailbox import quiet_since_answered
-from pisub.paths import STATUS_FILE, Home, RunPaths, is_run_id
+from pisub.paths import STATUS_FILE, Home, RunPaths
 from pisub.protocol.status import Status
 
 
@@ -46,30 +46,11 @@ def list_statuses(home: Home, *, live_only: bool = False) -> Listing:
 
 def _runs_entries(home: Home, listing: Listing) -> list[str]:
     """The run directories' names (one listing; strays — symlinks, files — are problems)."""
-    from pisub.errors import storage_error
+    from pisub.store import RunStore
 
-    names = []
-    try:
-        with os.scandir(home.runs) as entries:
-            for entry in entries:
-                if not is_run_id(entry.name):
-                    continue
-                if _is_real_dir(entry):
-                    names.append(entry.name)
-                else:
-                    listing.problems.append(f"{entry.name}: not a run directory (a symlink or file in runs/)")
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise storage_error(exc, "list", home.runs) from exc
+    names, strays = RunStore(home).entries()
+    listing.problems += [f"{name}: not a run directory (a symlink or file in runs/)" for name in strays]
     return names
-
-
-def _is_real_dir(entry: os.DirEntry[str]) -> bool:
-    try:
-        return entry.is_dir(follow_symlinks=False)
-    except OSError:
-        return False
 
 
 def _read_index(home: Home, ids: list[str]) -> Listing:

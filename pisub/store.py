@@ -119,11 +119,16 @@ class RunStore:
     def ids(self) -> list[str]:
         """Every run under the home (unordered): entries named by a run id that are real
         directories (a symlink named like a run is never followed; see :meth:`strays`)."""
-        return [name for name, real in self._entries() if real]
+        return self.entries()[0]
 
     def strays(self) -> list[str]:
         """Entries of ``runs/`` named like a run that are not directories (symlinks, files, ...)."""
-        return [name for name, real in self._entries() if not real]
+        return self.entries()[1]
+
+    def entries(self) -> tuple[list[str], list[str]]:
+        """:meth:`ids` and :meth:`strays` from one listing of ``runs/``."""
+        entries = self._entries()
+        return [name for name, real in entries if real], [name for name, real in entries if not real]
 
     def _entries(self) -> list[tuple[str, bool]]:
         try:
