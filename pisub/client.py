@@ -31,6 +31,13 @@ if TYPE_CHECKING:
     from pisub.retained import Retained
 
 
+def _warm_up() -> None:
+    """Start a warm runner now, so that it starts and imports while the launch is checked."""
+    from pisub.runner.warm import prestart
+
+    prestart()
+
+
 def _text(value: str, what: str) -> str:
     from pisub.launcher import check_text
 
@@ -84,10 +91,8 @@ def launch(
         LaunchFailed: the command is missing or the runner could not start.
         HomeUnusable: the pisub home is not usable.
     """
+    _warm_up()  # first: it starts while the launch is checked
     from pisub.launcher import check_task, plan_run, start_run, working_dir
-    from pisub.runner.warm import prestart
-
-    prestart()  # the runner starts while the launch is checked
     from pisub.lineage import caller_lineage
 
     check_task(task)
@@ -155,10 +160,8 @@ def resume(
         return resume_workflow(source.id, home=home)
     if child not in (None, 0):
         raise InvalidInput(f"run {source.id} has one child, 0")
+    _warm_up()  # first: it starts while the launch is checked
     from pisub.launcher import plan_resume, start_run
-    from pisub.runner.warm import prestart
-
-    prestart()  # the runner starts while the launch is checked
     from pisub.lineage import caller_lineage
 
     lineage = caller_lineage(os.environ)
@@ -288,10 +291,8 @@ def _launch_workflow(
 ) -> Run:
     import uuid
 
+    _warm_up()  # first: it starts while the launch is checked
     from pisub.launcher import new_manifest, start_run, working_dir
-    from pisub.runner.warm import prestart
-
-    prestart()  # the runner starts while the launch is checked
     from pisub.lineage import caller_lineage
     from pisub.protocol.workflow import DEFAULT_CONCURRENCY, DEFAULT_MAX_SPAWNS, Isolation, WorkflowSpec
     from pisub.shared_state import check_json, check_namespace
@@ -510,10 +511,9 @@ def resume_workflow(ref: str, *, home: Path | None = None) -> Run:
 
     from pisub.errors import NotResumable
     from pisub.journal import replay
-    from pisub.launcher import current_umask, start_run
-    from pisub.runner.warm import prestart
 
-    prestart()  # the runner starts while the launch is checked
+    _warm_up()  # first: it starts while the launch is checked
+    from pisub.launcher import current_umask, start_run
     from pisub.leases import unleased
 
     source = Run(ref, home=home)
@@ -929,14 +929,15 @@ def wait_runs(
     if not runs:
         raise InvalidInput("give at least one run to wait for")
     liveness = Every(0.5)
-    seen = [-1]
+    told = -1
 
     def ended() -> list[Run] | None:
+        nonlocal told
         check = liveness.due()
         done = [r for r in runs if (r.status() if check else load_status(r.paths)).state.is_terminal]
-        if progress is not None and len(done) != seen[0]:
-            seen[0] = len(done)
-            progress(len(done), len(runs))
+        if progress is not None and len(done) != told:
+            told = len(done)
+            progress(told, len(runs))
         if every:
             return done if len(done) == len(runs) else None
         return done or None

@@ -304,10 +304,8 @@ def collect(
             return result
         leased = _leased_sessions(home)
         statuses: dict[str, Status] = {}
-        tell = progress or (lambda _what, _done, _total: None)
         for number, name in enumerate(names, start=1):
-            if number % 64 == 0 or number == len(names):
-                tell("checking runs", number, len(names))
+            _tell(progress, "checking runs", number, len(names))
             if name.startswith(".creating-"):
                 _sweep_staging(home.runs / name, now, dry_run, result)
             elif name.startswith(DELETING) and (dry_run or _remove(home.runs / name)):
@@ -318,8 +316,7 @@ def collect(
                 statuses[name] = observe(home.run(name))  # a dead runner's run is repaired first
         held = _held_by_workflows(home, statuses, now, older_than) | _held_by_worktrees(home, statuses)
         for number, name in enumerate(statuses, start=1):
-            if number % 64 == 0 or number == len(statuses):
-                tell("removing" if not dry_run else "deciding", number, len(statuses))
+            _tell(progress, "deciding" if dry_run else "removing", number, len(statuses))
             paths = home.run(name)
             doomed = None
             if name in held:
@@ -332,6 +329,12 @@ def collect(
             elif name not in result.removed:
                 _sweep_tmp(paths.inbox / "tmp", now, dry_run, result)
     return result
+
+
+def _tell(progress: Callable[[str, int, int], None] | None, what: str, done: int, total: int) -> None:
+    """Progress every 64 runs and at the end."""
+    if progress is not None and (done % 64 == 0 or done == total):
+        progress(what, done, total)
 
 
 def _held_by_workflows(home: Home, statuses: dict[str, Status], now: float, older_than: float) -> set[str]:
