@@ -147,15 +147,20 @@ def test_a_stopped_child_yields_one_notice(parent: ParentPi, model_server: FakeM
     assert len(notices) == 1 and "ended stopped" in json.dumps(notices[0]["messages"][-1])
 
 
+def _started_by_a_parent_that_closes(pi_bin: str, session: Path, tmp_path: Path, task: str) -> str:
+    """The id of a background child a parent pi started on ``session`` before it exited."""
+    first = ParentPi(pi_bin, session, tmp_path)
+    try:
+        return _started(first.call({"agent": "pi", "task": task}))
+    finally:
+        first.close()
+
+
 def test_a_restarted_parent_still_gets_exactly_one_notice(
     pi_home: Path, pi_bin: str, tmp_path: Path, model_server: FakeModelServer
 ) -> None:
     session = tmp_path / "parent.jsonl"
-    first = ParentPi(pi_bin, session, tmp_path)
-    try:
-        run_id = _started(first.call({"agent": "pi", "task": "SLOW:50 outlives its parent"}))
-    finally:
-        first.close()
+    run_id = _started_by_a_parent_that_closes(pi_bin, session, tmp_path, "SLOW:50 outlives its parent")
     second = ParentPi(pi_bin, session, tmp_path)
     try:
         assert pisub.Run(run_id).wait(timeout=120).state == "complete"
@@ -296,11 +301,7 @@ def test_a_session_reached_through_a_symlink_is_the_same_session(
     real = tmp_path / "real"
     real.mkdir()
     (tmp_path / "link").symlink_to(real)
-    first = ParentPi(pi_bin, real / "s.jsonl", tmp_path)
-    try:
-        run_id = _started(first.call({"agent": "pi", "task": "SLOW:20 via a link"}))
-    finally:
-        first.close()
+    run_id = _started_by_a_parent_that_closes(pi_bin, real / "s.jsonl", tmp_path, "SLOW:20 via a link")
     second = ParentPi(pi_bin, tmp_path / "link" / "s.jsonl", tmp_path)
     try:
         assert pisub.Run(run_id).wait(timeout=60).state == "complete"
@@ -313,11 +314,7 @@ def test_a_run_removed_before_its_end_was_seen_is_noticed_as_gone(
     pi_home: Path, pi_bin: str, tmp_path: Path, model_server: FakeModelServer
 ) -> None:
     session = tmp_path / "p.jsonl"
-    first = ParentPi(pi_bin, session, tmp_path)
-    try:
-        run_id = _started(first.call({"agent": "pi", "task": "quick one"}))
-    finally:
-        first.close()
+    run_id = _started_by_a_parent_that_closes(pi_bin, session, tmp_path, "quick one")
     pisub.Run(run_id).wait(timeout=60)
     assert pisub_cli("gc", "--older-than", "0s").returncode == 0
     second = ParentPi(pi_bin, session, tmp_path)

@@ -51,6 +51,12 @@ def _with(path: Path, needle: str) -> str | None:
     return text if needle in text else None
 
 
+def _impatient(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """Launchers wait only ``seconds`` for a warm runner's acknowledgement."""
+    real = warm._receive
+    monkeypatch.setattr(warm, "_receive", lambda sock, timeout: real(sock, seconds))
+
+
 def _stop(run: pisub.Run) -> None:
     run.send_stop()
     run.wait_until_terminal(20)
@@ -192,8 +198,7 @@ def test_a_late_acknowledgement_never_makes_a_second_runner(
     home: Path, make_agent: AgentMaker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     make_agent("sleeper", command="sleep", args=["30"])
-    real = warm._receive
-    monkeypatch.setattr(warm, "_receive", lambda sock, timeout: real(sock, 0.2))
+    _impatient(monkeypatch, 0.2)
     said = subprocess.PIPE
     fake = _fake_warm("late", "0.6", stdout=said)
     warm._pool.append(fake)
@@ -252,8 +257,7 @@ def test_a_stopped_warm_runner_is_ended_when_the_launch_falls_back(
     home: Path, make_agent: AgentMaker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     make_agent("sleeper", command="sleep", args=["30"])
-    real = warm._receive
-    monkeypatch.setattr(warm, "_receive", lambda sock, timeout: real(sock, 0.3))
+    _impatient(monkeypatch, 0.3)
     warm.prestart()
     (waiting,) = warm._pool
     poll(lambda: _alive(waiting.pid) or None, 10)
