@@ -38,6 +38,13 @@ with its own leftovers (:mod:`pisub.runner.tree`)."""
 RUN_MARKERS = (ENV_RUN_ID, ENV_RUN_DIR, ENV_ROOT_RUN_ID, ENV_DEPTH, ENV_RUNNER)
 """The variables that say which run a process belongs to."""
 
+
+def without_markers(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without :data:`RUN_MARKERS`: a runner started from inside another run's
+    child must not carry that run's markers (a repair of that run ends the processes that do)."""
+    return {k: v for k, v in environ.items() if k not in RUN_MARKERS}
+
+
 MAX_HOME_BYTES = 2048
 """Longest home path: the deepest path pisub makes inside a run adds about 500 bytes to it
 (a 200-character request id, its collision suffix and temp name), and PATH_MAX is 4096."""

@@ -24,7 +24,7 @@ import time
 from pisub.defaults import STARTUP_TIMEOUT_S
 from pisub.errors import LaunchFailed, storage_error
 from pisub.fsio import open_append, read_tail
-from pisub.paths import ENV_RUNNER, RUN_MARKERS, RunPaths
+from pisub.paths import ENV_RUNNER, RunPaths, without_markers
 
 
 def spawn_runner(paths: RunPaths, lock_fd: int, timeout: float = STARTUP_TIMEOUT_S) -> int:
@@ -37,8 +37,7 @@ def spawn_runner(paths: RunPaths, lock_fd: int, timeout: float = STARTUP_TIMEOUT
         log_fd = open_append(paths.runner_log)
     except OSError as exc:
         raise storage_error(exc, "open", paths.runner_log) from exc
-    # A runner started from inside another run's child must not carry that run's marker.
-    env = {k: v for k, v in os.environ.items() if k not in RUN_MARKERS}
+    env = without_markers(os.environ)
     env[ENV_RUNNER] = paths.run_id
     handed = _hand_to_warm(paths, env, lock_fd, log_fd)
     if handed is not None:

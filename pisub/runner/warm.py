@@ -161,14 +161,14 @@ def _forget_foreign() -> None:
 
 
 def _start() -> Warm | None:
-    from pisub.paths import RUN_MARKERS
+    from pisub.paths import without_markers
 
     try:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     except OSError:
         return None
     target = 3
-    env = {k: v for k, v in os.environ.items() if k not in RUN_MARKERS}
+    env = without_markers(os.environ)
     argv = [sys.executable, "-m", "pisub.runner", "--warm-fd", str(target)]
     actions: list[tuple[object, ...]] = [
         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
