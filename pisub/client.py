@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from pisub.errors import InvalidInput, RunNotFound, WaitTimeout
+from pisub.errors import InvalidInput, PisubError, RunNotFound, WaitTimeout
 from pisub.paths import Home, RunPaths, open_home, validate_run_ref
 from pisub.polling import Every, poll
 from pisub.protocol.codec import now_iso
@@ -27,13 +27,14 @@ from pisub.store import RunStore, load_manifest, load_result, load_status
 if TYPE_CHECKING:
     from pisub.agents import Catalog
     from pisub.models import Model
+    from pisub.protocol.placement import Placement
     from pisub.protocol.workflow import Isolation
     from pisub.retained import Retained
 
 
 def _warm_up() -> None:
     """Start a warm runner now, so that it starts and imports while the launch is checked."""
-    from pisub.runner.warm import prestart
+    from pisub.backends.warm import prestart
 
     prestart()
 
@@ -74,9 +75,11 @@ def launch(
     gate: str | None = None,
     model: str | None = None,
     on_done: str | None = None,
+    backend: str | None = None,
     home: Path | None = None,
 ) -> Run:
-    """Start a detached run of ``agent`` on ``task`` and return once its runner committed.
+    """Start a detached run of ``agent`` on ``task`` and return once its runner committed
+    (``backend="slurm"``: once Slurm accepted the job; the run is ``starting`` until it runs).
     ``model`` (pi agents: ``provider/id``) replaces the agent's. ``on_done``: a command (split
     like a shell line, run without a shell) run once when the run has ended.
     ``tool_timeout`` (seconds one pi tool call may take), ``checkpoint_before_deadline`` (ask a
@@ -110,7 +113,15 @@ def launch(
 
     accept = parse(acceptance, gate, "the call")
     manifest = plan_run(
-        h, agent, task, cwd=workdir, caller=caller, lineage=lineage, acceptance=accept, model=model
+        h,
+        agent,
+        task,
+        cwd=workdir,
+        caller=caller,
+        lineage=lineage,
+        acceptance=accept,
+        model=model,
+        backend=backend,
     )
     if on_done is not None:
         manifest.on_done = _command(on_done, "on_done")
@@ -599,6 +610,16 @@ class Run:
 
         return observe(self.paths)
 
+    def placement(self) -> Placement:
+        """Where the run's runner lives (``placement.json``).
+
+        Raises:
+            ProtocolError: the file is malformed.
+        """
+        from pisub.store import load_placement
+
+        return load_placement(self.paths)
+
     def result(self) -> Result | None:
         """The result, or None while the run has none."""
         return load_result(self.paths)
@@ -627,7 +648,52 @@ class Run:
             value = getattr(request, what, None)
             if isinstance(value, str):
                 _text(value, what)
-        return write_request(self.paths, request)
+        request_id = write_request(self.paths, request)
+        self._ring()
+        return request_id
+
+    def _ring(self) -> None:
+        """Ring the doorbell of a runner an engine placed (it may not see the inbox change)."""
+        from pisub.backends import backend_for
+        from pisub.protocol.placement import BackendName
+        from pisub.store import load_placement
+
+        try:
+            placement = load_placement(self.paths)
+        except PisubError:
+            return  # the runner's safety scan finds the request
+        if placement.backend != BackendName.LOCAL:
+            backend_for(placement.backend).ring(placement)
+
+    def stop(
+        self, *, child: int | None = None, reason: str | None = None, wait: float = 3.0
+    ) -> tuple[str, Receipt | None]:
+        """Ask the run to stop (an inbox request) and wait up to ``wait`` seconds for its receipt;
+        the request id and the latest receipt. A whole run an engine placed whose runner gave no
+        receipt in time is cancelled through the engine as well (``scancel``: the runner takes
+        it as a stop).
+
+        Raises:
+            InboxClosed: the run has finished.
+        """
+        request_id = self.send_stop(child=child, reason=reason)
+        if wait <= 0:
+            return request_id, None
+        receipt = self.wait_for_receipt(request_id, wait)
+        if child is None and (receipt is None or receipt.state == ReceiptState.PENDING):
+            self._cancel()
+        return request_id, receipt
+
+    def _cancel(self) -> None:
+        from pisub.backends import backend_for
+        from pisub.store import load_placement
+
+        try:
+            placement = load_placement(self.paths)
+        except PisubError:
+            return
+        if not self.status().state.is_terminal:
+            backend_for(placement.backend).cancel(placement)
 
     def send_steer(
         self, message: str, *, mode: str = "steer", child: int | None = None, source: str | None = "pisub"

@@ -56,3 +56,7 @@ USAGE_ESTIMATE_TOKENS: float = 50_000.0
 
 USAGE_ESTIMATE_COST_USD: float = 0.5
 """What one child start reserves from a usage budget's cost."""
+
+HEARTBEAT_TTL_S = 30.0
+"""How long a runner placed by an engine may go without renewing its heartbeat lease before a
+reader may treat it as gone (``[placement] heartbeat_ttl``)."""

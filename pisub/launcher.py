@@ -27,7 +27,9 @@ if TYPE_CHECKING:
     from pisub.acceptance.infer import Setting
     from pisub.agents import Agent, Catalog
     from pisub.protocol.acceptance import Acceptance, ReviewerAgent
+    from pisub.protocol.agent import AgentFrontmatter
     from pisub.protocol.config import Config
+    from pisub.protocol.placement import PlacementRequest
 
 MAX_TASK_BYTES = 1024 * 1024
 
@@ -89,6 +91,7 @@ def plan_run(
     run_id: str | None = None,
     acceptance: Acceptance | None = None,
     setting: Setting | None = None,
+    backend: str | None = None,
 ) -> Manifest:
     """The manifest of a new run of ``agent`` on ``task`` in ``cwd`` (already checked by
     :func:`working_dir`), after every check; nothing is created. ``acceptance``: the call's
@@ -135,6 +138,7 @@ def plan_run(
     lineage = lineage.lowered(spec.max_depth)
     manifest = new_manifest(spec, task, str(cwd), limits, lineage=lineage, key=key, run_id=run_id)
     manifest.acceptance = _acceptance(acceptance, found, catalog, config, setting, lineage)
+    manifest.placement = placement_request(backend, found.frontmatter, config)
     with_report_section(manifest)
     return manifest
 
@@ -185,6 +189,31 @@ def _acceptance(
         review.agent = agent.name
         chosen.reviewer = _snapshot(agent)  # the runner reviews with the agent as it is now
     return chosen
+
+
+def placement_request(call: str | None, fm: AgentFrontmatter, config: Config) -> PlacementRequest | None:
+    """Where the run's runner is to live: the call's backend, else the agent file's, else
+    ``config.toml``'s (None: ``local``); Slurm options key by key, the agent file's over the
+    config's.
+
+    Raises:
+        InvalidInput: an unknown backend. LaunchFailed: Slurm's ``sbatch`` is not installed.
+    """
+    from pisub.protocol.placement import BackendName, PlacementRequest, SlurmOptions
+
+    name = call or fm.backend or config.placement.backend or BackendName.LOCAL
+    try:
+        backend = BackendName(name)
+    except ValueError:
+        known = ", ".join(b.value for b in BackendName)
+        raise InvalidInput(f"backend: {name!r} is not one of {known}") from None
+    if backend == BackendName.LOCAL:
+        return None
+    if shutil.which("sbatch") is None:
+        raise LaunchFailed("backend slurm: sbatch is not on PATH (run pisub on a Slurm submit host)")
+    options = (fm.slurm or SlurmOptions()).over(config.slurm)
+    ttl = config.placement.heartbeat_ttl or defaults.HEARTBEAT_TTL_S
+    return PlacementRequest(backend=backend, slurm=options, heartbeat_ttl=ttl)
 
 
 def _snapshot(agent: Agent) -> ReviewerAgent:
@@ -312,13 +341,15 @@ def start_run(home: Home, manifest: Manifest, *, seeds: dict[str, Path] | None =
         LaunchFailed: the runner could not start (the run is then marked failed).
         HomeUnusable, StorageError: the run directory cannot be created.
     """
-    from pisub.runner import warm
-    from pisub.runner.spawn import spawn_runner
+    from pisub.backends import backend_for, warm
+    from pisub.protocol.placement import BackendName, PlacementRequest
 
-    warm.prestart()  # no-op when one is waiting (started early by the caller, or a spare)
+    request = manifest.placement or PlacementRequest()
+    if request.backend == BackendName.LOCAL:
+        warm.prestart()  # no-op when one is waiting (started early by the caller, or a spare)
     paths, lock_fd = RunStore(home).create(manifest, seeds=seeds)
     try:
-        spawn_runner(paths, lock_fd)
+        backend_for(request.backend).start(paths, lock_fd, request)
     except LaunchFailed:
         from pisub.reconcile import observe
 
@@ -332,7 +363,8 @@ def start_run(home: Home, manifest: Manifest, *, seeds: dict[str, Path] | None =
     finally:
         if lock_fd >= 0:
             os.close(lock_fd)
-    warm.refill()  # a spare for this process's next launch
+    if request.backend == BackendName.LOCAL:
+        warm.refill()  # a spare for this process's next launch
     return paths
 
 
@@ -409,7 +441,7 @@ def plan_resume(
     limits = source.limits  # the source's, resolved at its launch; a new timeout may replace its own
     if timeout is not None:
         limits.timeout = timeout
-    return new_manifest(
+    resumed = new_manifest(
         spec,
         message,
         source.cwd,
@@ -419,3 +451,5 @@ def plan_resume(
         resumed_from=paths.run_id,
         session_file=session,
     )
+    resumed.placement = source.placement  # placed as the run it continues
+    return resumed

@@ -1,13 +1,15 @@
-"""Advisory whole-file locks (``flock``).
+"""Advisory whole-file locks.
 
 A lock is held by an open file description, so the kernel drops it the moment its
 holder dies. pisub uses that as proof of life: the runner holds ``runner.lock`` for
-its whole life, and a reader that can take the lock knows the runner is gone.
+its whole life, and a reader on the same host that can take the lock knows the runner is gone.
 
-Read-modify-write sections (crash repair, leases) use portalocker (:func:`exclusive`).
-The liveness probe and the launcher's first lock (:func:`try_lock`, :func:`is_held`) use
-``fcntl.flock`` directly: portalocker's POSIX locker *is* ``flock``, so both see the same
-locks, and launching or reading a run does not pay portalocker's ~20 ms import.
+``runner.lock`` (:func:`try_lock`, :func:`is_held`) is an **OFD** ``fcntl`` lock on the whole
+file: on NFS, ``flock`` is emulated by such byte-range locks anyway (and needs a writable
+descriptor), while classic POSIX locks are dropped when *any* descriptor of the file closes.
+:func:`is_held` only asks (``F_OFD_GETLK``), it never takes the lock. Read-modify-write
+sections (crash repair, leases) use portalocker (:func:`exclusive`, ``flock``), held briefly by
+readers on one host.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import struct
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,12 +56,21 @@ def _open_lockfile(path: Path) -> int:
         raise storage_error(exc, "open the lock", path) from exc
 
 
+_FLOCK = "hhqqi"
+"""``struct flock`` on Linux: type, whence, start, len (0: to the end, whatever it grows to), pid
+(0 for OFD locks)."""
+
+
+def _whole_file(kind: int) -> bytes:
+    return struct.pack(_FLOCK, kind, os.SEEK_SET, 0, 0, 0)
+
+
 def try_lock(path: Path) -> int | None:
     """Take an exclusive lock on ``path`` without waiting; the open fd, or None if held."""
     fd = _open_lockfile(path)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _whole_file(fcntl.F_WRLCK))
+    except (BlockingIOError, PermissionError):  # EAGAIN / EACCES: held
         os.close(fd)
         return None
     except BaseException:
@@ -79,12 +91,13 @@ def is_held(path: Path) -> bool:
     except OSError:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
+        answer = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, _whole_file(fcntl.F_WRLCK))
+    except OSError:
+        return False
     finally:
         os.close(fd)
-    return False
+    kind: int = struct.unpack(_FLOCK, answer)[0]
+    return kind != fcntl.F_UNLCK
 
 
 def _open_dir(path: Path) -> int:

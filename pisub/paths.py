@@ -113,6 +113,11 @@ class Home:
         return self.root / "state"
 
     @property
+    def clock_probe(self) -> Path:
+        """A file whose mtime a reader sets to "now" to read the file server's clock."""
+        return self.cache / "clock-probe"
+
+    @property
     def budgets(self) -> Path:
         """Spawn budgets of root runs: ``budgets/<root run id>/``."""
         return self.root / "budgets"
@@ -211,6 +216,16 @@ class RunPaths:
     @property
     def manifest(self) -> Path:
         return self.root / "manifest.json"
+
+    @property
+    def placement(self) -> Path:
+        """Where the runner lives (:class:`~pisub.protocol.placement.Placement`), by the launcher."""
+        return self.root / "placement.json"
+
+    @property
+    def heartbeat(self) -> Path:
+        """The runner's lease on the run directory (Slurm runs), by the runner."""
+        return self.root / "heartbeat.json"
 
     @property
     def status(self) -> Path:

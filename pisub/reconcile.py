@@ -1,11 +1,13 @@
 """Crash detection and repair, done by whichever reader notices first.
 
-A run that is not terminal is checked: its runner is alive when its pid still runs
-with the recorded start (boot-relative ticks; never the wall clock) on this boot, or when
-``runner.lock`` is held. Otherwise the runner is proven dead, and the reader, under the
-repair lock (a ``flock`` on the run directory), ends every process left of the child, writes
-a ``failed`` result (with the tail of ``runner.log``) unless one exists, and writes the
-terminal status — exactly once.
+A run that is not terminal is checked by the backend that placed its runner
+(:func:`pisub.backends.liveness`; ``local``: its pid still runs with the recorded start —
+boot-relative ticks, never the wall clock — on this boot, or ``runner.lock`` is held; ``slurm``:
+the engine says its job is terminal and its heartbeat lease expired). Only when the runner is
+proven dead does the reader, under the repair lock (a ``flock`` on the run directory), fence the
+run (a Slurm run's heartbeat taken over), end every process left of the child, write a
+``failed`` result (with the tail of ``runner.log``) unless one exists, and write the terminal
+status — exactly once. Without proof (another host, an unreachable engine) nothing is repaired.
 
 Every function here raises only :class:`~pisub.errors.PisubError`: an ``OSError`` (full disk,
 permissions) is translated into :class:`~pisub.errors.StorageError` where it enters.
@@ -22,7 +24,7 @@ from typing import ParamSpec, TypeVar
 from pisub.errors import PisubError, ProtocolError, RunNotFound, StorageError, storage_error
 from pisub.fsio import read_tail
 from pisub.leases import reclaim_if_dead
-from pisub.locks import exclusive, is_held
+from pisub.locks import exclusive
 from pisub.mailbox import (
     FINISHED_REASON,
     close_inbox,
@@ -32,7 +34,7 @@ from pisub.mailbox import (
     settle_closed_inbox,
 )
 from pisub.paths import RunPaths
-from pisub.procs import boot_id, is_alive, kill_all, marked_processes
+from pisub.procs import is_alive, kill_all, marked_processes
 from pisub.protocol.codec import now_iso
 from pisub.protocol.result import Details, ErrorCode, ErrorInfo, Result, TextContent
 from pisub.protocol.status import RunState, Status, StepState
@@ -74,10 +76,11 @@ def _translated(fn: Callable[P, T]) -> Callable[P, T]:
 
 
 def runner_alive(paths: RunPaths, status: Status) -> bool:
-    """Whether the run's runner (or its launcher, before the commit) still lives."""
-    same_boot = status.boot_id in (None, boot_id())
-    alive = same_boot and is_alive(status.pid, status.pid_start_time, status.pid_start_ticks)
-    return alive or is_held(paths.runner_lock)
+    """Whether the run's runner (or its launcher, before the commit) may still live: anything
+    but a proven death."""
+    from pisub.backends import Liveness, liveness
+
+    return liveness(paths, status) != Liveness.DEAD
 
 
 @_translated
@@ -116,6 +119,7 @@ def repair(paths: RunPaths) -> Status:
         status = load_status(paths)
         if status.state.is_terminal or runner_alive(paths, status):
             return status
+        _fence(paths)
         ended = end_strays(paths, status)
         if status.session_file:
             reclaim_if_dead(paths.home.leases, status.session_file, status.run_id)
@@ -138,6 +142,21 @@ def repair(paths: RunPaths) -> Status:
         append_event(paths, "run.repaired", pid=status.pid, state=status.state.value, ended=ended, sync=True)
         _on_done(paths)
         return status
+
+
+def _fence(paths: RunPaths) -> None:
+    """Take the run's heartbeat lease over before repairing it: a runner that was only cut off
+    (and comes back) meets a generation not its own and writes nothing more."""
+    from pisub.protocol.placement import Heartbeat
+    from pisub.store import load_heartbeat, write_heartbeat
+
+    try:
+        found = load_heartbeat(paths)
+    except ProtocolError:
+        found = None
+    if found is not None:
+        beat = Heartbeat(v=1, generation=found[0].generation + 1, owner="repair", ttl=found[0].ttl)
+        write_heartbeat(paths, beat)
 
 
 def _on_done(paths: RunPaths) -> None:

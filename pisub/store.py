@@ -25,10 +25,11 @@ from pisub.errors import (
 from pisub.fsio import JsonlAppender, atomic_write, file_kind, fsync_dir, load_json, private_mkdir
 from pisub.locks import try_lock
 from pisub.paths import Home, RunPaths, is_run_id, validate_run_ref
-from pisub.procs import host_name
+from pisub.procs import boot_id, host_name
 from pisub.protocol.codec import encode, encode_pretty, now_iso
 from pisub.protocol.events import Event
 from pisub.protocol.manifest import Manifest
+from pisub.protocol.placement import BackendName, Heartbeat, Placement
 from pisub.protocol.result import Result
 from pisub.protocol.status import RunState, Status
 from pisub.redact import scrub
@@ -91,6 +92,7 @@ class RunStore:
         try:
             live_index.add(self.home, manifest.run_id)  # before the run is visible
             atomic_write(staging.manifest, encode_pretty(manifest))
+            atomic_write(staging.placement, encode_pretty(first_placement(manifest)), durable=False)
             status = Status(
                 v=1,
                 run_id=manifest.run_id,
@@ -179,6 +181,57 @@ def load_result(paths: RunPaths) -> Result | None:
         return _load(paths.result, Result)
     except RunNotFound:
         return None
+
+
+def first_placement(manifest: Manifest) -> Placement:
+    """The placement a run is created with: its backend and the launcher's identity (the
+    engine's job id comes once the engine accepted the job)."""
+    backend = manifest.placement.backend if manifest.placement is not None else BackendName.LOCAL
+    return Placement(
+        v=1,
+        backend=backend,
+        launcher_host=host_name(),
+        launcher_boot_id=boot_id(),
+        job_name=f"pisub-{manifest.run_id}" if backend != BackendName.LOCAL else None,
+    )
+
+
+def load_placement(paths: RunPaths) -> Placement:
+    """Where the run's runner lives; ``local`` on this host for a run made before placements
+    existed.
+
+    Raises:
+        ProtocolError: the file is unreadable or malformed.
+    """
+    try:
+        return load_json(paths.placement, Placement, limit=MAX_FILE)
+    except FileNotFoundError:
+        return Placement(v=1, backend=BackendName.LOCAL, launcher_host=host_name())
+
+
+def write_placement(paths: RunPaths, placement: Placement) -> None:
+    atomic_write(paths.placement, encode_pretty(placement))
+
+
+def load_heartbeat(paths: RunPaths) -> tuple[Heartbeat, float] | None:
+    """The runner's heartbeat lease and its mtime (the file server's clock); None when there is
+    none. The name is looked up in a fresh listing of the run directory: on shared storage a
+    by-name lookup can be answered "absent" from a stale negative cache.
+
+    Raises:
+        ProtocolError: the file is malformed.
+    """
+    if paths.heartbeat.name not in os.listdir(paths.root):
+        return None
+    try:
+        beat = load_json(paths.heartbeat, Heartbeat, limit=MAX_FILE)
+        return beat, os.stat(paths.heartbeat, follow_symlinks=False).st_mtime
+    except FileNotFoundError:
+        return None
+
+
+def write_heartbeat(paths: RunPaths, beat: Heartbeat) -> None:
+    atomic_write(paths.heartbeat, encode_pretty(beat), durable=False)
 
 
 def _load(path: Path, type_: type[T]) -> T:

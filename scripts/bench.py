@@ -89,7 +89,7 @@ def bench_launch(b: Bench) -> None:
     """Warm runners (the default) beside cold starts (``PISUB_WARM=0``, the previous way), the
     bare ``setsid`` floor, and what the remaining time is made of."""
     import pisub
-    from pisub.runner import warm
+    from pisub.backends import warm
 
     n = 3 if b.quick else 20
     b.agent("sleeper", "sleep", ["3600"])
@@ -181,7 +181,7 @@ def _env(name: str, value: str) -> Iterator[None]:
 FIRST_LAUNCH = """
 import sys, time
 import pisub, pisub.client, pisub.launcher, pisub.agents, pisub.config, pisub.reconcile
-import pisub.runner.spawn, pisub.runner.warm, yaml
+import pisub.backends.local, pisub.backends.warm, yaml
 start = time.perf_counter()
 pisub.launch("sleeper", "x")
 print(time.perf_counter() - start)

@@ -97,6 +97,25 @@ if [ "$(id -u)" -eq 0 ] && [ "${PISUB_NONROOT:-1}" != 0 ]; then
     echo "   ready in $((SECONDS - started)) s: $nonroot_dir"
 fi
 
+# Slurm: the backend's tests place runs on a one-node cluster started here and stopped at the
+# end (left as it was when one was already up). PISUB_SLURM=0 skips it (the tests then skip).
+slurm_started=
+slurm_cleanup() {
+    [ -z "$slurm_started" ] || bash scripts/slurm-down.sh >/dev/null 2>&1 || true
+}
+if [ "$(id -u)" -eq 0 ] && [ "${PISUB_SLURM:-1}" != 0 ]; then
+    echo "== Slurm (one-node cluster: scripts/slurm-up.sh)"
+    slurm_dir=${PISUB_SLURM_DIR:-/tmp/pisub-slurm}
+    if ! { [ -s "$slurm_dir/run/slurmctld.pid" ] && kill -0 "$(cat "$slurm_dir/run/slurmctld.pid")" 2>/dev/null; }; then
+        slurm_started=1
+    fi
+    trap 'nonroot_cleanup; slurm_cleanup' EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    bash scripts/slurm-up.sh >/dev/null
+    export SLURM_CONF=$slurm_dir/slurm.conf PISUB_REQUIRE_SLURM=1
+fi
+
 echo "== ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check pisub tests scripts

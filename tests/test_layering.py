@@ -41,6 +41,7 @@ LAYERS: dict[str, int] = {
     "doctor": 2,
     "config": 2,
     "worktrees": 2,
+    "backends": 2,
     "children": 3,
     "runner": 3,
     "launcher": 3,

@@ -123,7 +123,16 @@ def stop(
 ) -> None:
     """End the child and everything it started; the run ends stopped. A workflow: every child
     is stopped, or with --child only that one (the others go on)."""
-    _send(ref, lambda run: run.send_stop(child=_child(run, child), reason=reason), "stop", wait, as_json)
+    from pisub.client import Run
+    from pisub.mailbox import InboxClosed
+
+    _check_wait(wait)
+    run = Run(ref)
+    try:
+        rid, receipt = run.stop(child=_child(run, child), reason=reason, wait=wait)
+    except InboxClosed as exc:
+        _closed(run, "stop", exc.message, as_json)
+    _report(run, rid, "stop", wait, as_json, receipt)
 
 
 def resume(

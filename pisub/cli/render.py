@@ -11,6 +11,7 @@ import msgspec
 
 from pisub.errors import printable
 from pisub.protocol.codec import encode, parse_iso
+from pisub.protocol.placement import Placement
 from pisub.protocol.result import Result
 from pisub.protocol.status import Status
 
@@ -70,7 +71,7 @@ def age(iso: str | None) -> str:
     return f"{secs / 86400:.1f}d ago"
 
 
-def status_text(st: Status) -> str:
+def status_text(st: Status, placement: Placement | None = None) -> str:
     runner = f"runner pid {st.pid}" if st.pid else "no runner yet"
     lines = [
         f"run      {st.run_id}",
@@ -78,6 +79,8 @@ def status_text(st: Status) -> str:
         f"state    {st.state}  ({runner})",
         f"started  {st.started_at}  ({age(st.started_at)})",
     ]
+    if placement is not None and placement.backend != "local":
+        lines.append(f"placed   {placement_text(placement, st)}")
     if st.ended_at:
         lines.append(f"ended    {st.ended_at}  ({age(st.ended_at)})")
     if st.parent_run_id:
@@ -104,6 +107,14 @@ def status_text(st: Status) -> str:
     if st.error:
         lines.append(f"error    {st.error.code}: {st.error.message}")
     return "\n".join(lines)
+
+
+def placement_text(placement: Placement, st: Status) -> str:
+    """``slurm job 12 (cluster c) on node n``."""
+    job = f"job {placement.job_id}" if placement.job_id else "job not yet accepted"
+    cluster = f" (cluster {placement.cluster})" if placement.cluster else ""
+    node = f" on node {st.host}" if st.pid else ""
+    return f"{placement.backend} {job}{cluster}{node}"
 
 
 def children_table(st: Status) -> str:

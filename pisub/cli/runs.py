@@ -83,6 +83,9 @@ def run(
         "--checkpoint-before-deadline",
         help="pi: ask for a checkpoint this many seconds before the deadline.",
     ),
+    backend: str | None = typer.Option(
+        None, "--backend", help="Where the runner lives: local (default) or slurm (a batch job)."
+    ),
     as_json: bool = JSON,
 ) -> None:
     """Start a detached run — one agent on TASK, or a workflow (--workflow, --parallel, --chain,
@@ -97,6 +100,11 @@ def run(
         if shapes:
             if agent is not None or task is not None:
                 raise InvalidInput("a workflow takes no --agent or TASK (they belong in its calls)")
+            if backend is not None:
+                raise InvalidInput(
+                    "--backend places one run; a workflow's coordinator runs here and its children go "
+                    "where their agent files say (backend: slurm)"
+                )
             options = {
                 "on_done": on_done,
                 "cwd": cwd,
@@ -130,6 +138,7 @@ def run(
                 gate=gate,
                 model=model,
                 on_done=on_done,
+                backend=backend,
             )
     except DepthExceeded as exc:
         if as_json:  # the refusal as a result (mode "management") on stdout, the line on stderr
@@ -264,7 +273,15 @@ def status(
     handle = _run(ref, child)
     if view == "summary":
         st = handle.status()
-        json_line(st) if as_json else out(status_text(st))
+        placement = handle.placement()
+        if placement.backend == "local":
+            json_line(st) if as_json else out(status_text(st))
+        elif as_json:
+            import msgspec
+
+            json_line({**msgspec.to_builtins(st), "placement": msgspec.to_builtins(placement)})
+        else:
+            out(status_text(st, placement))
     elif view == "fleet":
         from pisub.views import children_of, fleet_of
 

@@ -10,6 +10,7 @@ from pisub.protocol.acceptance import AcceptanceRole
 from pisub.protocol.budget import ToolBudgetInput
 from pisub.protocol.codec import StrictRecord
 from pisub.protocol.manifest import AgentRunner, ThinkingLevel
+from pisub.protocol.placement import BackendName, SlurmOptions
 
 
 class AgentFrontmatter(StrictRecord, kw_only=True):
@@ -58,6 +59,11 @@ class AgentFrontmatter(StrictRecord, kw_only=True):
     max_depth: Annotated[int, msgspec.Meta(ge=0, le=1000)] | None = None
     """How deep the runs this agent starts may nest: lowers ``PISUB_MAX_DEPTH`` inside its runs,
     never raises it."""
+    backend: BackendName | None = None
+    """Where its runs' runners live (``local``, ``slurm``) unless the call says."""
+    slurm: SlurmOptions | None = None
+    """What its Slurm runs ask of the engine (``partition``, ``time``, ``cpus``, ``mem``,
+    ``sbatch``: further options, one argv word each)."""
     trust_project: bool = False
     """pi only: load the working directory's ``.pi/`` resources (settings, ``APPEND_SYSTEM.md``,
     extensions): pi's ``--approve``. Off by default: a sub-agent sent into someone else's

@@ -8,6 +8,7 @@ from typing import Annotated
 import msgspec
 
 from pisub.protocol.budget import ToolBudgetInput
+from pisub.protocol.placement import BackendName, SlurmOptions
 from pisub.protocol.workflow import MAX_CONCURRENCY, MAX_SPAWNS_LIMIT
 
 Seconds = Annotated[float, msgspec.Meta(gt=0, le=366 * 86400)]
@@ -55,6 +56,14 @@ class AcceptanceSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True
     """Environment variables whose values are part of the verify cache's key (names only)."""
 
 
+class PlacementSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    """``[placement]``: where runs' runners live unless the call or the agent file says."""
+
+    backend: BackendName | None = None
+    heartbeat_ttl: Annotated[float, msgspec.Meta(ge=2, le=3600)] | None = None
+    """Seconds a runner placed by an engine may go without renewing its heartbeat lease (30)."""
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
     """The whole file; every section and key is optional."""
 
@@ -62,3 +71,6 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defa
     workflow: WorkflowSection = msgspec.field(default_factory=WorkflowSection)
     budgets: BudgetsSection = msgspec.field(default_factory=BudgetsSection)
     acceptance: AcceptanceSection = msgspec.field(default_factory=AcceptanceSection)
+    placement: PlacementSection = msgspec.field(default_factory=PlacementSection)
+    slurm: SlurmOptions | None = None
+    """``[slurm]``: what Slurm runs ask of the engine unless their agent file says."""

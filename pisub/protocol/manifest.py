@@ -10,6 +10,7 @@ from pisub.errors import InvalidInput
 from pisub.protocol.acceptance import Acceptance
 from pisub.protocol.budget import ToolBudget
 from pisub.protocol.codec import Record
+from pisub.protocol.placement import PlacementRequest
 from pisub.protocol.workflow import WorkflowSpec
 from pisub.protocol.worktree import WorktreeLink
 
@@ -203,3 +204,5 @@ class Manifest(Record, kw_only=True):
     worktree: WorktreeLink | None = None
     """The git worktree this run works in (``cwd`` is inside it); its runner captures the work
     when the child ends."""
+    placement: PlacementRequest | None = None
+    """Where the runner is to live (absent: ``local``)."""

@@ -17,6 +17,7 @@ from pisub.protocol.handoff import Handoff
 from pisub.protocol.lanes import Lane, LaneBoard
 from pisub.protocol.lease import Brief, LeaseOwner
 from pisub.protocol.manifest import Manifest
+from pisub.protocol.placement import Heartbeat, Placement
 from pisub.protocol.result import Result
 from pisub.protocol.status import Status
 from pisub.protocol.workflow import ChildCall, ChildResult, JournalEntry, SharedState
@@ -43,6 +44,8 @@ SCHEMAS: dict[str, Any] = {
     "config": Config,
     "usage-budget": UsageBudgetSpec,
     "acceptance": AcceptanceSpec,
+    "placement": Placement,
+    "heartbeat": Heartbeat,
 }
 """File name (without ``.json``) → the type it describes."""
 

@@ -1,5 +1,7 @@
 """Entry point of the detached runner: ``python -m pisub.runner RUN_DIR --ready-fd N --lock-fd M``
-(cold), or ``python -m pisub.runner --warm-fd N`` (warm: the run comes later, :mod:`pisub.runner.warm`).
+(cold), ``python -m pisub.runner --warm-fd N`` (warm: the run comes later, :mod:`pisub.backends.warm`),
+or ``python -m pisub.runner RUN_DIR --foreground`` (an engine's job: no detaching, the runner takes
+``runner.lock`` itself and stays the job's main process; :mod:`pisub.backends.slurm`).
 
 It only wires the pieces together: detach (second fork), become a subreaper, read
 the manifest and hand over to its run mode (:mod:`pisub.runner.modes`).
@@ -21,9 +23,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--ready-fd", type=int)
     parser.add_argument("--lock-fd", type=int)
     parser.add_argument("--warm-fd", type=int)
+    parser.add_argument("--foreground", action="store_true")
     args = parser.parse_args(argv)
-    if args.warm_fd is None and None in (args.run_dir, args.ready_fd, args.lock_fd):
-        parser.error("give RUN_DIR --ready-fd N --lock-fd M, or --warm-fd N")
+    if args.foreground:
+        if args.run_dir is None or args.ready_fd is not None or args.lock_fd is not None or args.warm_fd:
+            parser.error("--foreground takes RUN_DIR only")
+    elif args.warm_fd is None and None in (args.run_dir, args.ready_fd, args.lock_fd):
+        parser.error("give RUN_DIR --ready-fd N --lock-fd M, RUN_DIR --foreground, or --warm-fd N")
     return args
 
 
@@ -58,12 +64,16 @@ def _reserve_log_space() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
+    if args.foreground:
+        from pisub.runner.foreground import run_foreground
+
+        return run_foreground(args.run_dir)
     # Second fork: the launcher reaps the intermediate at once and the runner, not a
     # session leader, can never regain a controlling terminal.
     if os.fork() > 0:
         os._exit(0)
     os.umask(0o077)
-    from pisub.runner import warm
+    from pisub.backends import warm
 
     warm.configure(spares=False)  # a run it starts (a workflow's child, a review) is its descendant
     if args.warm_fd is not None and not _take_handoff(args):
@@ -92,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 def _take_handoff(args: argparse.Namespace) -> bool:
     """A warm runner: import what a run needs, then wait for the run; fills in ``args`` (and
     stdout/stderr, the working directory and the environment) as a cold start would have."""
-    from pisub.runner import warm
+    from pisub.backends import warm
 
     warm.preload()
     handoff = warm.await_handoff(args.warm_fd)

@@ -23,19 +23,27 @@ POLL_WITH_INOTIFY_S = 2.0
 POLL_WITHOUT_INOTIFY_S = 0.2
 """Scan interval when inotify is unavailable."""
 
+POLL_SHARED_S = 1.0
+"""Safety scan interval of a runner placed by an engine (its inbox is on shared storage, where
+inotify sees nothing written from another host; the doorbell makes a scan at once)."""
+
 
 class InboxWatcher:
     """Writes a byte to ``wake_fd`` whenever something happens in ``directory``."""
 
-    def __init__(self, directory: Path, wake_fd: int) -> None:
+    def __init__(self, directory: Path, wake_fd: int, *, shared: bool = False) -> None:
         self.directory = directory
         self.wake_fd = wake_fd
+        self.shared = shared
+        """The inbox is on shared storage: scan every :data:`POLL_SHARED_S` at least."""
         self.info = InboxInfo(watch="polling", reason="not started")
         self._observer: Any = None
 
     @property
     def poll_interval(self) -> float:
-        return POLL_WITH_INOTIFY_S if self.info.watch == "inotify" else POLL_WITHOUT_INOTIFY_S
+        if self.info.watch != "inotify":
+            return POLL_WITHOUT_INOTIFY_S
+        return POLL_SHARED_S if self.shared else POLL_WITH_INOTIFY_S
 
     def start(self) -> InboxInfo:
         """Start watching; falls back to polling (and says why) when inotify fails."""

@@ -11,7 +11,9 @@ import time
 from collections.abc import Callable
 
 from pisub.errors import PisubError, StorageError
-from pisub.procs import boot_id, start_ticks, start_time
+from pisub.procs import boot_id, host_name, start_ticks, start_time
+from pisub.protocol.manifest import Manifest
+from pisub.protocol.placement import BackendName
 from pisub.protocol.status import RunState, Status
 from pisub.runner.recorder import WriteTrouble, note
 
@@ -24,8 +26,13 @@ RETRY_S = 1.0
 """How soon unpublished receipts are retried."""
 
 
-def take_signals(sel: selectors.BaseSelector, on_signal: Callable[[int, object], None]) -> None:
-    """SIGTERM and SIGINT call ``on_signal`` and wake ``sel``; SIGHUP is ignored — by a no-op
+def take_signals(
+    sel: selectors.BaseSelector,
+    on_signal: Callable[[int, object], None],
+    on_doorbell: Callable[[int, object], None] | None = None,
+) -> None:
+    """SIGTERM and SIGINT call ``on_signal`` and wake ``sel``; SIGUSR1 (the doorbell: a control
+    request is waiting) calls ``on_doorbell`` and wakes ``sel``; SIGHUP is ignored — by a no-op
     handler, not SIG_IGN: handlers reset to the default on exec, so a child does not inherit an
     ignored SIGHUP."""
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -34,6 +41,12 @@ def take_signals(sel: selectors.BaseSelector, on_signal: Callable[[int, object],
     signal.signal(signal.SIGHUP, _ignore)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
+    signal.signal(signal.SIGUSR1, on_doorbell or _ignore)
+
+
+def placed_by_engine(manifest: Manifest) -> bool:
+    """Whether an engine (Slurm) placed the runner: its run directory is on shared storage."""
+    return manifest.placement is not None and manifest.placement.backend != BackendName.LOCAL
 
 
 def mark_running(status: Status) -> Status:
@@ -43,6 +56,7 @@ def mark_running(status: Status) -> Status:
     status.pid_start_time = start_time(os.getpid())
     status.pid_start_ticks = start_ticks(os.getpid())
     status.boot_id = boot_id()
+    status.host = host_name()  # the node an engine placed the runner on
     return status
 
 

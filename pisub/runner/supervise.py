@@ -35,7 +35,15 @@ from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import ErrorCode, ErrorInfo
 from pisub.protocol.status import RunState, StepState, StepStatus
 from pisub.runner.ending import Circumstances, EndCause, Verdict, judge
-from pisub.runner.lifecycle import FINAL_WRITE_S, RETRY_S, drain, mark_running, persist, take_signals
+from pisub.runner.lifecycle import (
+    FINAL_WRITE_S,
+    RETRY_S,
+    drain,
+    mark_running,
+    persist,
+    placed_by_engine,
+    take_signals,
+)
 from pisub.runner.recorder import Recorder, WriteTrouble, note
 from pisub.runner.tree import ProcessTree, Subreaper
 from pisub.store import load_status, write_result
@@ -250,7 +258,10 @@ class Supervisor:
             self.tree.end_leftovers(self.child.pid if self.child is not None else None, self.limits.grace)
 
     def _install_signals(self) -> None:
-        take_signals(self.sel, self._on_signal)
+        take_signals(self.sel, self._on_signal, self._on_doorbell)
+
+    def _on_doorbell(self, _signum: int, _frame: object) -> None:
+        self.scan_due = True
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         self.signalled = signum
@@ -331,7 +342,7 @@ class Supervisor:
         assert self.recorder is not None
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.sel.register(wake_r, selectors.EVENT_READ, lambda _m: self._inbox_woke(wake_r))
-        self.watcher = InboxWatcher(self.paths.inbox / "new", wake_w)
+        self.watcher = InboxWatcher(self.paths.inbox / "new", wake_w, shared=placed_by_engine(self.manifest))
         self.recorder.status.inbox = self.watcher.start()
         self.dispatcher = Dispatcher(
             self.paths,

@@ -39,7 +39,15 @@ from pisub.protocol.status import RunState
 from pisub.protocol.workflow import Shape
 from pisub.redact import redact
 from pisub.results import truncate_output
-from pisub.runner.lifecycle import FINAL_WRITE_S, RETRY_S, drain, mark_running, persist, take_signals
+from pisub.runner.lifecycle import (
+    FINAL_WRITE_S,
+    RETRY_S,
+    drain,
+    mark_running,
+    persist,
+    placed_by_engine,
+    take_signals,
+)
 from pisub.runner.recorder import Recorder, WriteTrouble, note
 from pisub.runner.tree import ProcessTree, Subreaper
 from pisub.store import load_status, write_result
@@ -137,8 +145,11 @@ class Coordinator:
             raise
 
     def _install_signals(self) -> None:
-        take_signals(self.sel, self._on_signal)
+        take_signals(self.sel, self._on_signal, self._on_doorbell)
         self.sel.register(self.wake_r, selectors.EVENT_READ, lambda _mask: drain(self.wake_r))
+
+    def _on_doorbell(self, _signum: int, _frame: object) -> None:
+        self.scan_due = True
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         self.signalled = signum
@@ -218,7 +229,7 @@ class Coordinator:
         assert self.recorder is not None
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.sel.register(wake_r, selectors.EVENT_READ, lambda _mask: self._inbox_woke(wake_r))
-        self.inbox = InboxWatcher(self.paths.inbox / "new", wake_w)
+        self.inbox = InboxWatcher(self.paths.inbox / "new", wake_w, shared=placed_by_engine(self.manifest))
         self.recorder.status.inbox = self.inbox.start()
         self.dispatcher = WorkflowDispatcher(
             self.paths,

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 import pisub
+from pisub.backends.local import spawn_runner
 from pisub.client import Run
 from pisub.mailbox import InboxClosed, write_request
 from pisub.paths import open_home
 from pisub.protocol import Limits, Manifest, RunState, now_iso
 from pisub.protocol.control import Stop
-from pisub.runner.spawn import spawn_runner
 from pisub.store import RunStore
 from tests.conftest import ROOT, AgentMaker, pid_alive, pisub_cli, processes_of, wait_for
 

@@ -1,4 +1,4 @@
-"""Warm runners (:mod:`pisub.runner.warm`): a runner started before its run exists takes the run
+"""Warm runners (:mod:`pisub.backends.warm`): a runner started before its run exists takes the run
 over a socket; every failure before its acknowledgement falls back to a cold start."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import psutil
 import pytest
 
 import pisub
+from pisub.backends import warm
 from pisub.polling import poll
 from pisub.protocol import RunState
-from pisub.runner import warm
 from tests.conftest import AgentMaker, pid_alive, pisub_cli
 
 ECHO_ENV = """
@@ -211,7 +211,7 @@ def test_a_late_acknowledgement_never_makes_a_second_runner(
 
 
 def test_an_idle_warm_runner_ends_with_its_launcher(home: Path) -> None:
-    code = "from pisub.runner import warm; warm.prestart(); print(warm._pool[0].pid, flush=True)"
+    code = "from pisub.backends import warm; warm.prestart(); print(warm._pool[0].pid, flush=True)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     pgid = int(proc.stdout)
 

@@ -1,4 +1,6 @@
-"""The launcher's side of starting a runner: spawn it detached and wait for its commit.
+"""The ``local`` backend: the runner is a detached process on the launcher's machine.
+
+Starting it (:func:`spawn_runner`): spawn it detached and wait for its commit.
 
 The runner is started with ``setsid`` (new session and process group), stdin from
 /dev/null, stdout and stderr appended to ``runner.log`` and only two descriptors
@@ -6,7 +8,7 @@ passed: the write end of a readiness pipe and ``runner.lock``. It forks once mor
 answers on the pipe after its startup commit (``status.json`` says ``running``) or
 with the reason it could not start. EOF without an answer means it died.
 
-When this process has a warm runner waiting (:mod:`pisub.runner.warm`), the run is handed to
+When this process has a warm runner waiting (:mod:`pisub.backends.warm`), the run is handed to
 it instead, and its answer comes on the handoff socket; any failure before it acknowledged
 falls back to the cold start above.
 """
@@ -20,11 +22,47 @@ import select
 import signal
 import sys
 import time
+from collections.abc import Sequence
 
+from pisub.backends.base import EngineState, Liveness
 from pisub.defaults import STARTUP_TIMEOUT_S
 from pisub.errors import LaunchFailed, storage_error
 from pisub.fsio import open_append, read_tail
+from pisub.locks import is_held
 from pisub.paths import ENV_RUNNER, RunPaths, without_markers
+from pisub.procs import boot_id, host_name, is_alive
+from pisub.protocol.placement import BackendName, Placement, PlacementRequest
+from pisub.protocol.status import Status
+
+
+class LocalBackend:
+    """Liveness: a runner lives while ``runner.lock`` is held, or while its pid runs with the
+    recorded start (boot-relative ticks) on this boot. Proof of death exists only on the run's
+    own host: from another host the answer is ``unknown`` (a free lock there proves nothing)."""
+
+    name = BackendName.LOCAL
+
+    def start(self, paths: RunPaths, lock_fd: int, request: PlacementRequest) -> None:
+        spawn_runner(paths, lock_fd)
+
+    def ring(self, placement: Placement) -> None:
+        """Nothing to do: a local runner watches its inbox with inotify."""
+
+    def cancel(self, placement: Placement) -> bool:
+        return False  # a local runner is stopped through its inbox (or by a signal to its pid)
+
+    def observe(self, placements: Sequence[Placement]) -> dict[str, EngineState]:
+        return {}
+
+    def liveness(self, paths: RunPaths, status: Status, placement: Placement) -> Liveness:
+        if is_held(paths.runner_lock):
+            return Liveness.ALIVE
+        if status.host != host_name():
+            return Liveness.UNKNOWN
+        if status.boot_id not in (None, boot_id()):
+            return Liveness.DEAD  # this host rebooted since
+        alive = is_alive(status.pid, status.pid_start_time, status.pid_start_ticks)
+        return Liveness.ALIVE if alive else Liveness.DEAD
 
 
 def spawn_runner(paths: RunPaths, lock_fd: int, timeout: float = STARTUP_TIMEOUT_S) -> int:
@@ -81,14 +119,14 @@ def spawn_runner(paths: RunPaths, lock_fd: int, timeout: float = STARTUP_TIMEOUT
 def _hand_to_warm(paths: RunPaths, env: dict[str, str], lock_fd: int, log_fd: int) -> tuple[int, int] | None:
     """The descriptor the warm runner that took the run answers on, and its process group
     (None: no warm runner took it)."""
-    from pisub.runner import warm
+    from pisub.backends.warm import WarmGone, hand_off, take
 
-    waiting = warm.take()
+    waiting = take()
     if waiting is None:
         return None
     try:
-        return warm.hand_off(waiting, str(paths.root), env, lock_fd, log_fd), waiting.pid
-    except warm.WarmGone:
+        return hand_off(waiting, str(paths.root), env, lock_fd, log_fd), waiting.pid
+    except WarmGone:
         return None
 
 

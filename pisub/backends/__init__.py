@@ -1,0 +1,40 @@
+"""Where a runner lives: the backend seam (:mod:`pisub.backends.base`), today's detached local
+process (:mod:`pisub.backends.local`) and Slurm batch jobs (:mod:`pisub.backends.slurm`).
+
+Readers ask :func:`liveness` before any repair: the run's ``placement.json`` names the backend
+that can tell whether its runner lives.
+"""
+
+from __future__ import annotations
+
+from pisub.backends.base import Backend, EngineState, Liveness
+from pisub.paths import RunPaths
+from pisub.protocol.placement import BackendName, Placement
+from pisub.protocol.status import Status
+
+__all__ = ["Backend", "EngineState", "Liveness", "backend_for", "liveness"]
+
+
+def backend_for(name: BackendName) -> Backend:
+    """The backend called ``name``."""
+    if name == BackendName.SLURM:
+        from pisub.backends.slurm import SlurmBackend
+
+        return SlurmBackend()
+    from pisub.backends.local import LocalBackend
+
+    return LocalBackend()
+
+
+def liveness(paths: RunPaths, status: Status, placement: Placement | None = None) -> Liveness:
+    """Whether the runner of a run that is not terminal lives, by the backend that placed it
+    (its ``placement.json``; an unreadable one is ``unknown``: no repair on a guess)."""
+    from pisub.errors import ProtocolError
+    from pisub.store import load_placement
+
+    if placement is None:
+        try:
+            placement = load_placement(paths)
+        except ProtocolError:
+            return Liveness.UNKNOWN
+    return backend_for(placement.backend).liveness(paths, status, placement)

@@ -1,0 +1,180 @@
+"""Runs placed on the one-node Slurm cluster (``scripts/slurm-up.sh``): the real pi against the
+scripted model, steered through the inbox with the doorbell, stopped, resumed; ``scancel``; a
+child that tries to escape the job; and no repair without proof."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import pisub
+from pisub.backends import Liveness, liveness
+from pisub.protocol.status import RunState
+from pisub.store import load_status
+from pisub.testing.fake_model import FakeModelServer
+from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for
+from tests.slurm import need_slurm
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(autouse=True)
+def _slurm(home: Path) -> None:
+    need_slurm()
+    home.mkdir(mode=0o700, exist_ok=True)
+    (home / "config.toml").write_text("[placement]\nheartbeat_ttl = 2\n")
+
+
+def _events(run: pisub.Run) -> list[str]:
+    return [json.loads(line)["type"] for line in (run.dir / "events.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.pi
+def test_real_pi_on_slurm_is_steered_stopped_and_resumed(
+    pi_home: Path, model_server: FakeModelServer
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    proc = pisub_cli("run", "--backend", "slurm", "--agent", "pi", "--json", f"SLOW:60 story {tag}")
+    assert proc.returncode == 0, proc.stderr
+    run = pisub.Run(json.loads(proc.stdout)["runId"])
+    shown = pisub_cli("status", run.id, check=True).stdout
+    assert "placed   slurm job" in shown
+    wait_for(lambda: any(tag in json.dumps(r) for r in list(model_server.requests)), timeout=60, what="pi")
+    steer = pisub_cli("steer", run.id, f"STEER {tag}", "--json", "--wait", "10", check=True)
+    assert json.loads(steer.stdout)["state"] in ("queued", "delivered")
+    result = run.wait(timeout=90)
+    assert result.state == "complete"
+    assert result.details.results[0].output == f"Hello from the fake LLM. You said: STEER {tag}"
+    receipt = run.receipt(json.loads(steer.stdout)["requestId"])
+    assert receipt is not None and receipt.state == "delivered"
+    # Resumed like a local run: placed on Slurm again, the same session continued.
+    again = pisub.resume(run.id, f"SLOW:60 more {tag}")
+    assert again.placement().backend == "slurm" and again.placement().job_id != run.placement().job_id
+    wait_for(lambda: again.status().state == RunState.RUNNING, timeout=60, what="the resumed run")
+    stop = pisub_cli("stop", again.id, "--json", "--wait", "15", check=True)
+    assert json.loads(stop.stdout)["state"] == "delivered"
+    assert again.wait(timeout=60).state == "stopped"
+    assert again.status().session_file == run.status().session_file
+
+
+def test_scancel_is_a_stop(make_agent: AgentMaker) -> None:
+    make_agent("ticker", python="import time\nwhile True:\n    print('t', flush=True); time.sleep(0.1)\n")
+    run = pisub.launch("ticker", "go", backend="slurm")
+    wait_for(lambda: run.status().state == RunState.RUNNING, timeout=60, what="running")
+    job = run.placement().job_id
+    assert job is not None
+    subprocess.run(["scancel", job], check=True)
+    assert run.wait(timeout=60).state == "stopped"
+    assert "run.finished" in _events(run) and "run.repaired" not in _events(run)
+
+
+def test_a_child_that_escapes_with_setsid_and_a_double_fork_dies_with_the_job(
+    make_agent: AgentMaker, tmp_path: Path
+) -> None:
+    pidfile = tmp_path / "escaped.pid"
+    escape = (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        open({str(pidfile)!r}, 'w').write(str(os.getpid()))\n"
+        "        os.environ.pop('PISUB_RUN_ID', None)\n"
+        "        time.sleep(600)\n"
+        "    os._exit(0)\n"
+        "time.sleep(600)\n"
+    )
+    make_agent("escaper", python=escape)
+    run = pisub.launch("escaper", "go", backend="slurm")
+    wait_for(lambda: pidfile.exists() and pidfile.read_text(), timeout=60, what="the escape")
+    escaped = int(pidfile.read_text())
+    assert pid_alive(escaped)
+    subprocess.run(["scancel", run.placement().job_id or "none"], check=True)
+    assert run.wait(timeout=60).state == "stopped"
+    wait_for(lambda: not pid_alive(escaped), timeout=30, what="the escaped process to be gone")
+
+
+def test_a_queued_job_and_a_live_lease_are_never_repaired(make_agent: AgentMaker) -> None:
+    make_agent("quick", python="print('done', flush=True)\n")
+    (Path(os.environ["PISUB_HOME"]) / "agents" / "held.md").write_text(
+        '---\nname: held\nrunner: external-cli\ncommand: "true"\nslurm: {sbatch: [--hold]}\n---\n'
+    )
+    run = pisub.launch("held", "go", backend="slurm")
+    # Held in the queue: starting, no runner, a free lock — and still not repaired.
+    for _ in range(3):
+        assert run.status().state == RunState.STARTING
+        assert liveness(run.paths, load_status(run.paths)) == Liveness.ALIVE
+        time.sleep(0.2)
+    subprocess.run(["scontrol", "release", run.placement().job_id or "none"], check=True)
+    assert run.wait(timeout=60).state == "complete"
+
+
+def test_a_job_that_ended_while_its_lease_is_fresh_is_unknown_until_it_expires(
+    make_agent: AgentMaker,
+) -> None:
+    make_agent("ticker", python="import time\nwhile True:\n    print('t', flush=True); time.sleep(0.1)\n")
+    home = Path(os.environ["PISUB_HOME"])
+    (home / "config.toml").write_text("[placement]\nheartbeat_ttl = 20\n")
+    run = pisub.launch("ticker", "go", backend="slurm")
+    wait_for(lambda: run.status().state == RunState.RUNNING, timeout=60, what="running")
+    status = load_status(run.paths)
+    assert status.pid is not None
+    os.kill(status.pid, 9)
+    wait_for(lambda: not pid_alive(status.pid or 0), timeout=10, what="the runner to die")
+    wait_for(
+        lambda: liveness(run.paths, load_status(run.paths)) == Liveness.UNKNOWN,
+        timeout=30,
+        what="the job to end (liveness unknown while the lease is fresh)",
+    )
+    assert run.status().state == RunState.RUNNING  # no proof yet: not repaired
+    # The lease expires 20 s after the last renewal by the file server's clock: age it.
+    beat = run.paths.heartbeat
+    old = os.stat(beat).st_mtime - 60
+    os.utime(beat, (old, old))
+    assert run.status().state == RunState.FAILED
+    assert "run.repaired" in _events(run)
+    fenced = json.loads(beat.read_text())
+    assert fenced["owner"] == "repair"
+
+
+def test_a_local_run_is_not_repaired_from_another_host(make_agent: AgentMaker) -> None:
+    """The split-brain rule for local runs: a reader on another host (here: another UTS and pid
+    namespace, so another host name and no view of the runner's pid) cannot prove a local runner
+    dead and repairs nothing."""
+    if subprocess.run(["unshare", "--uts", "--pid", "--fork", "true"], check=False).returncode != 0:
+        pytest.skip("unshare is not permitted here")
+    make_agent(
+        "ticker", python="import time\nfor i in range(40):\n    print(i, flush=True); time.sleep(0.1)\n"
+    )
+    run = pisub.launch("ticker", "go")
+    wait_for(lambda: run.status().state == RunState.RUNNING, timeout=30, what="running")
+    # The reader on "node2" also finds runner.lock free, as through a second mount (FUSE, or an
+    # NFS client whose lease expired): the lock proves nothing there.
+    code = (
+        "import socket, sys\n"
+        "import pisub.backends.local as local\n"
+        "local.is_held = lambda path: False\n"
+        "from pisub.backends import liveness\n"
+        "from pisub.paths import open_home\n"
+        "from pisub.store import load_status\n"
+        "p = open_home().run(sys.argv[1])\n"
+        "print(socket.gethostname(), liveness(p, load_status(p)))\n"
+    )
+    shell = 'hostname node2 && exec "$@"'
+    unshare = ["unshare", "--uts", "--pid", "--fork", "--mount-proc"]
+    other = subprocess.run(
+        [*unshare, "sh", "-c", shell, "sh", sys.executable, "-c", code, run.id],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert other.returncode == 0, other.stderr
+    assert other.stdout.split() == ["node2", "unknown"]
+    assert run.wait(timeout=60).state == "complete"
