@@ -901,6 +901,40 @@ def machine() -> str:
     return f"{system}, {os.cpu_count()} cores ({cpu}), Python {platform.python_version()}"
 
 
+# -- Slurm (opt-in: --only slurm, needs scripts/slurm-up.sh) ---------------------------------------
+
+
+def bench_slurm(b: Bench) -> None:
+    """Submit → running and a control round trip, local beside Slurm, in the same process."""
+    import pisub
+    from pisub.protocol.status import RunState
+
+    n = 3 if b.quick else 10
+    b.agent("bench-sleeper", "sleep", ["3600"])
+    (b.home / "config.toml").write_text("[placement]\nheartbeat_ttl = 10\n")
+    figures: dict[str, dict[str, list[float]]] = {}
+    for backend in ("local", "slurm"):
+        to_running, round_trip = [], []
+        for _ in range(n):
+            start = time.perf_counter()
+            run = pisub.launch("bench-sleeper", "x", backend=backend)
+            while run.status().state != RunState.RUNNING:
+                time.sleep(0.005)
+            to_running.append(time.perf_counter() - start)
+            sent = time.perf_counter()
+            rid = run.send_interrupt(reason="bench")
+            receipt = run.wait_for_receipt(rid, 30)
+            assert receipt is not None, "no receipt"
+            round_trip.append(time.perf_counter() - sent)
+            run.stop(wait=10)
+            run.wait(timeout=60)
+        figures[backend] = {"to_running_s": to_running, "round_trip_s": round_trip}
+    b.data["slurm"] = figures
+    for key, what in (("to_running_s", "launch → running"), ("round_trip_s", "request → receipt")):
+        local, slurm = pct(figures["local"][key], 50), pct(figures["slurm"][key], 50)
+        b.row("slurm", f"{what} p50 (n={n})", ms(slurm), f"local {ms(local)}; x{slurm / local:.1f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -908,7 +942,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes, under a minute (CI)")
     parser.add_argument("--out", type=Path, default=Path("bench-results.json"))
     parser.add_argument(
-        "--only", nargs="*", help="sections: launch control workflow footprint scale pi pi-versions"
+        "--only",
+        nargs="*",
+        help="sections: launch control workflow footprint scale pi pi-versions, and slurm (only when named)",
     )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pisub-bench-"))
@@ -925,11 +961,12 @@ def main() -> int:
         "scale": bench_scale,
         "pi": bench_pi,
         "pi-versions": bench_pi_versions,
+        "slurm": bench_slurm,
     }
     started = time.monotonic()
     try:
         for name, fn in sections.items():
-            if args.only and name not in args.only:
+            if (args.only and name not in args.only) or (name == "slurm" and not args.only):
                 continue
             fn(b)
     finally:

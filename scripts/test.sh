@@ -113,7 +113,6 @@ if [ "$(id -u)" -eq 0 ] && [ "${PISUB_SLURM:-1}" != 0 ]; then
     trap 'exit 130' INT
     trap 'exit 143' TERM
     bash scripts/slurm-up.sh >/dev/null
-    export SLURM_CONF=$slurm_dir/slurm.conf PISUB_REQUIRE_SLURM=1
 fi
 
 echo "== ruff"
@@ -121,6 +120,16 @@ echo "== ruff"
 .venv/bin/ruff format --check pisub tests scripts
 echo "== mypy --strict"
 .venv/bin/mypy
+rc_slurm=0
+if [ -n "${slurm_dir:-}" ]; then
+    # On a cluster of its own, before the main run: once, a long main run left this one-node
+    # slurmctld no longer scheduling (jobs PENDING, reason None/Priority) — see CHANGELOG.
+    echo "== pytest: the Slurm backend (contract suite and tests/integration/test_slurm.py)"
+    SLURM_CONF=$slurm_dir/slurm.conf PISUB_REQUIRE_SLURM=1 .venv/bin/python -m pytest -q -p no:randomly \
+        tests/contract tests/integration/test_slurm.py || rc_slurm=$?
+    slurm_cleanup
+    slurm_started=
+fi
 echo "== pytest"
 rc_main=0
 if [ -n "$nonroot_dir" ]; then
@@ -190,4 +199,5 @@ rc_pis=0
 wait "$pi_pid" || rc_pis=$?
 cat "$pi_log" && rm -f "$pi_log"
 [ "$rc_main" -ne 0 ] || rc_main=$rc_pis
+[ "$rc_main" -ne 0 ] || rc_main=$rc_slurm
 exit "$rc_main"
