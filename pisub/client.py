@@ -27,6 +27,7 @@ from pisub.store import RunStore, load_manifest, load_result, load_status
 if TYPE_CHECKING:
     from pisub.agents import Catalog
     from pisub.models import Model
+    from pisub.protocol.events import Event
     from pisub.protocol.placement import Placement
     from pisub.protocol.workflow import Isolation
     from pisub.retained import Retained
@@ -609,6 +610,12 @@ class Run:
         from pisub.reconcile import observe
 
         return observe(self.paths)
+
+    def events(self) -> list[Event]:
+        """The run's events (``events.jsonl`` and a repairer's ``events.repair.jsonl``, by time)."""
+        from pisub.store import read_events
+
+        return read_events(self.paths)
 
     def placement(self) -> Placement:
         """Where the run's runner lives (``placement.json``).

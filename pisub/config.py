@@ -164,6 +164,12 @@ def effective(home_root: Path, env: dict[str, str] | None = None) -> list[Settin
             defaults.USAGE_ESTIMATE_COST_USD,
         )
     )
+    backend = config.placement.backend.value if config.placement.backend is not None else None
+    rows.append(_pick("placement.backend", backend, "local"))
+    rows.append(_pick("placement.heartbeat_ttl", config.placement.heartbeat_ttl, defaults.HEARTBEAT_TTL_S))
+    slurm = config.slurm
+    for key in ("partition", "time", "cpus", "mem", "sbatch"):
+        rows.append(_pick(f"slurm.{key}", getattr(slurm, key) if slurm is not None else None, None))
     depth_source = "env PISUB_MAX_DEPTH" if env.get("PISUB_MAX_DEPTH") else "default"
     rows.append(Setting("depth.max_depth", caller_lineage(env).max_depth, depth_source))
     return rows

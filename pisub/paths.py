@@ -236,6 +236,11 @@ class RunPaths:
         return self.root / "events.jsonl"
 
     @property
+    def repair_events(self) -> Path:
+        """Events a repairing reader writes (``run.repaired``) for a run an engine placed."""
+        return self.root / "events.repair.jsonl"
+
+    @property
     def result(self) -> Path:
         return self.root / "result.json"
 

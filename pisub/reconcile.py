@@ -119,7 +119,7 @@ def repair(paths: RunPaths) -> Status:
         status = load_status(paths)
         if status.state.is_terminal or runner_alive(paths, status):
             return status
-        _fence(paths)
+        placed_elsewhere = _fence(paths)
         ended = end_strays(paths, status)
         if status.session_file:
             reclaim_if_dead(paths.home.leases, status.session_file, status.run_id)
@@ -139,16 +139,25 @@ def repair(paths: RunPaths) -> Status:
             write_result(paths, result)
         status = _as_terminal(status, result)
         write_status(paths, status)
-        append_event(paths, "run.repaired", pid=status.pid, state=status.state.value, ended=ended, sync=True)
+        append_event(
+            paths,
+            "run.repaired",
+            pid=status.pid,
+            state=status.state.value,
+            ended=ended,
+            sync=True,
+            repair=placed_elsewhere,
+        )
         _on_done(paths)
         return status
 
 
-def _fence(paths: RunPaths) -> None:
+def _fence(paths: RunPaths) -> bool:
     """Take the run's heartbeat lease over before repairing it: a runner that was only cut off
-    (and comes back) meets a generation not its own and writes nothing more."""
-    from pisub.protocol.placement import Heartbeat
-    from pisub.store import load_heartbeat, write_heartbeat
+    (and comes back) meets a generation not its own and writes nothing more. Whether the run
+    was placed by an engine (its repair then writes its events into a file of its own)."""
+    from pisub.protocol.placement import BackendName, Heartbeat
+    from pisub.store import load_heartbeat, load_placement, write_heartbeat
 
     try:
         found = load_heartbeat(paths)
@@ -157,6 +166,10 @@ def _fence(paths: RunPaths) -> None:
     if found is not None:
         beat = Heartbeat(v=1, generation=found[0].generation + 1, owner="repair", ttl=found[0].ttl)
         write_heartbeat(paths, beat)
+    try:
+        return load_placement(paths).backend != BackendName.LOCAL
+    except ProtocolError:
+        return True
 
 
 def _on_done(paths: RunPaths) -> None:

@@ -22,7 +22,15 @@ from pisub.errors import (
     RunNotFound,
     storage_error,
 )
-from pisub.fsio import JsonlAppender, atomic_write, file_kind, fsync_dir, load_json, private_mkdir
+from pisub.fsio import (
+    JsonlAppender,
+    atomic_write,
+    file_kind,
+    fsync_dir,
+    load_json,
+    private_mkdir,
+    read_bytes,
+)
 from pisub.locks import try_lock
 from pisub.paths import Home, RunPaths, is_run_id, validate_run_ref
 from pisub.procs import boot_id, host_name
@@ -253,16 +261,43 @@ def write_result(paths: RunPaths, result: Result) -> None:
 
 
 def append_event(
-    paths: RunPaths, type_: str, child: int | None = None, *, sync: bool = False, **data: object
+    paths: RunPaths,
+    type_: str,
+    child: int | None = None,
+    *,
+    sync: bool = False,
+    repair: bool = False,
+    **data: object,
 ) -> None:
-    """Append one event (for writers that append rarely; the runner keeps its own appender)."""
-    appender = JsonlAppender(paths.events)
+    """Append one event (for writers that append rarely; the runner keeps its own appender).
+    ``repair``: into ``events.repair.jsonl``, the repairer's own file (on shared storage an
+    ``O_APPEND`` from two hosts is not atomic: each file keeps one writer)."""
+    appender = JsonlAppender(paths.repair_events if repair else paths.events)
     try:
         appender.append(encode(Event(v=1, ts=now_iso(), type=type_, child=child, data=data)))
         if sync:
             appender.sync()
     finally:
         appender.close()
+
+
+def read_events(paths: RunPaths, limit: int = MAX_FILE) -> list[Event]:
+    """The run's events: ``events.jsonl`` and the repairer's ``events.repair.jsonl`` merged by
+    time (a line that is not an event — a torn last line — is skipped)."""
+    import msgspec
+
+    events: list[Event] = []
+    for path in (paths.events, paths.repair_events):
+        try:
+            data = read_bytes(path, limit=limit)
+        except OSError:
+            continue  # none yet, or not a regular file (never followed through a symlink)
+        for line in data[:limit].splitlines():
+            try:
+                events.append(msgspec.json.decode(line, type=Event))
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                continue
+    return sorted(events, key=lambda e: e.ts)
 
 
 def _inside(path: Path, root: Path) -> bool:

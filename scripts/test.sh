@@ -25,6 +25,13 @@ if ! command -v tmux >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get
         || { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null 2>&1; } \
         || echo "   tmux could not be installed: the pisub top test is skipped"
 fi
+# bindfs gives tests/integration/test_split_brain.py its second mount of the home (as root).
+if ! command -v bindfs >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "== bindfs (apt-get)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bindfs >/dev/null 2>&1 \
+        || { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bindfs >/dev/null 2>&1; } \
+        || echo "   bindfs could not be installed: the split-brain test is skipped"
+fi
 echo "== pi CLI (pinned, into .pi-cli/)"
 # shellcheck source=scripts/pi-pins.sh
 . scripts/pi-pins.sh

@@ -20,6 +20,7 @@ from typing import NoReturn
 import typer
 
 from pisub.cli import agents as _agents
+from pisub.cli import cluster as _cluster
 from pisub.cli import config as _config
 from pisub.cli import control as _control
 from pisub.cli import lanes as _lanes
@@ -49,6 +50,7 @@ app.add_typer(_workflows.children_app, name="children")
 app.add_typer(_worktrees.app, name="worktree")
 app.add_typer(_lanes.app, name="lane")
 app.add_typer(_config.app, name="config")
+app.add_typer(_cluster.app, name="cluster")
 _pi_ext.register(app)
 
 

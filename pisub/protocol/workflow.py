@@ -18,6 +18,7 @@ from pisub.protocol.fields import Context as Context
 from pisub.protocol.fields import Isolation as Isolation
 from pisub.protocol.fields import OutputMode as OutputMode
 from pisub.protocol.lanes import Lane
+from pisub.protocol.placement import BackendName
 from pisub.protocol.result import ErrorInfo, Usage
 
 MAX_CONCURRENCY = 20
@@ -71,6 +72,9 @@ class ChildCall(StrictRecord, kw_only=True, omit_defaults=True):
     """``worktree``: the child works in its own git worktree (default: the workflow's)."""
     base_ref: BaseRef | None = None
     """The commit its worktree starts from (default: the workflow's, else ``HEAD``)."""
+    backend: BackendName | None = None
+    """Where the child's runner lives (``local``, ``slurm``; default: its agent file's, else
+    ``config.toml``'s); the coordinator itself runs locally."""
 
 
 class WorkflowSpec(Record, kw_only=True):

@@ -68,6 +68,7 @@ class Runs:
         tool_budget: dict[str, Any] | None = None,
         acceptance: Any = None,
         gate: str | None = None,
+        backend: str | None = None,
     ) -> ChildFuture:
         """Start child ``key`` (or, for a key already called with the same parameters, return its
         result again); its :class:`~pisub.protocol.workflow.ChildResult`.
@@ -95,6 +96,7 @@ class Runs:
             "tool_budget": tool_budget,
             "acceptance": acceptance,
             "gate": gate,
+            "backend": backend,
         }
         call = from_python(key, params, f"runs.run({key!r:.80})")
         return self._start([call], f"runs.run({key!r})", label=f"runs.run({key!r})")[0]

@@ -357,6 +357,7 @@ class ChildRuns:
                     run_id=run_id,
                     acceptance=accept,
                     setting=Setting.DYNAMIC if self.spec.shape is Shape.WORKFLOW else Setting.DECLARED,
+                    backend=call.backend,
                 )
                 if call.context == Context.FORK:
                     seeds["session.jsonl"] = self._fork_source(manifest)

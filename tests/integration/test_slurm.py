@@ -33,7 +33,7 @@ def _slurm(home: Path) -> None:
 
 
 def _events(run: pisub.Run) -> list[str]:
-    return [json.loads(line)["type"] for line in (run.dir / "events.jsonl").read_text().splitlines()]
+    return [event.type for event in run.events()]
 
 
 @pytest.mark.pi
@@ -139,6 +139,9 @@ def test_a_job_that_ended_while_its_lease_is_fresh_is_unknown_until_it_expires(
     os.utime(beat, (old, old))
     assert run.status().state == RunState.FAILED
     assert "run.repaired" in _events(run)
+    # The repairer wrote into a file of its own, never into the runner's events.jsonl.
+    assert "run.repaired" not in (run.dir / "events.jsonl").read_text()
+    assert "run.repaired" in (run.dir / "events.repair.jsonl").read_text()
     fenced = json.loads(beat.read_text())
     assert fenced["owner"] == "repair"
 
@@ -178,3 +181,58 @@ def test_a_local_run_is_not_repaired_from_another_host(make_agent: AgentMaker) -
     assert other.returncode == 0, other.stderr
     assert other.stdout.split() == ["node2", "unknown"]
     assert run.wait(timeout=60).state == "complete"
+
+
+def test_a_runner_whose_lease_was_taken_over_fences_itself(make_agent: AgentMaker) -> None:
+    """A runner that meets a generation not its own (a repairer's) writes nothing more: it ends
+    its child and exits 75 without a terminal status; a reader's repair then ends the run."""
+    make_agent("ticker", python="import time\nwhile True:\n    print('t', flush=True); time.sleep(0.1)\n")
+    run = pisub.launch("ticker", "go", backend="slurm")
+    wait_for(lambda: run.status().state == RunState.RUNNING, timeout=60, what="running")
+    status = load_status(run.paths)
+    child = status.steps[0].pid
+    assert status.pid is not None and child is not None
+    beat = json.loads(run.paths.heartbeat.read_text())
+    taken = {**beat, "generation": beat["generation"] + 1, "owner": "repair"}
+    tmp = run.paths.heartbeat.with_name(".takeover")
+    tmp.write_text(json.dumps(taken))
+    os.rename(tmp, run.paths.heartbeat)
+    wait_for(lambda: not pid_alive(status.pid or 0), timeout=10, what="the runner to fence itself")
+    wait_for(lambda: not pid_alive(child), timeout=10, what="its child to be ended")
+    assert "fenced: the run's heartbeat lease was taken over" in (run.dir / "runner.log").read_text()
+    assert "run.finished" not in _events(run)  # it wrote nothing more
+    wait_for(lambda: run.status().state.is_terminal, timeout=30, what="the repair")
+    assert run.status().state == RunState.FAILED
+
+
+def test_fifty_runs_at_once(make_agent: AgentMaker) -> None:
+    """50 concurrent Slurm runs on the one node (2 cores): all start, all are stopped through
+    their inboxes, every request answered exactly once."""
+    make_agent("ticker", python="import time\nwhile True:\n    print('t', flush=True); time.sleep(1)\n")
+    runs = [pisub.launch("ticker", f"go {i}", backend="slurm") for i in range(50)]
+    wait_for(
+        lambda: all(r.status().state == RunState.RUNNING for r in runs), timeout=150, what="all 50 running"
+    )
+    requests = [r.send_stop() for r in runs]
+    for run, rid in zip(runs, requests, strict=True):
+        assert run.wait(timeout=120).state == "stopped"
+        receipt = run.receipt(rid)
+        assert receipt is not None and receipt.state == "delivered"
+        assert sorted(os.listdir(run.dir / "outbox")) == [f"{rid}.json"]
+
+
+def test_workflow_children_placed_on_slurm_while_the_coordinator_runs_here(make_agent: AgentMaker) -> None:
+    make_agent("quick", python="import sys\nprint('done', sys.argv[-1], flush=True)\n")
+    tasks = [
+        {"key": "a", "agent": "quick", "task": "one", "backend": "slurm"},
+        {"key": "b", "agent": "quick", "task": "two"},
+    ]
+    run = pisub.launch_parallel(tasks)
+    assert run.placement().backend == "local"
+    result = run.wait(timeout=120)
+    assert result.state == "complete", result
+    steps = {s.key: s for s in run.status().steps}
+    child_a = pisub.Run(steps["a"].run_id or "")
+    child_b = pisub.Run(steps["b"].run_id or "")
+    assert child_a.placement().backend == "slurm" and child_a.placement().job_id is not None
+    assert child_b.placement().backend == "local"
