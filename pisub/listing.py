@@ -64,6 +64,7 @@ def _read_index(home: Home, ids: list[str]) -> Listing:
 
 def _read(home: Home, names: list[str], listing: Listing, *, quiet_missing: bool) -> list[str]:
     """Append the statuses of runs ``names``; the names that could not be read."""
+    from pisub.backends import prime
     from pisub.errors import storage_error
     from pisub.reconcile import observe
     from pisub.store import MAX_FILE
@@ -76,24 +77,43 @@ def _read(home: Home, names: list[str], listing: Listing, *, quiet_missing: bool
         runs_fd = os.open(home.runs, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         raise storage_error(exc, "read the runs in", home.runs) from exc
+    loaded: list[tuple[str, Status, bool]] = []
     try:
         for name in names:
             try:
                 st = load_json(f"{name}/{STATUS_FILE}", Status, limit=MAX_FILE, dir_fd=runs_fd)
-                if not st.state.is_terminal or not quiet_since_answered(f"{name}/inbox", runs_fd):
-                    st = observe(RunPaths(home.runs / name))
+                observing = not st.state.is_terminal or not quiet_since_answered(f"{name}/inbox", runs_fd)
             except (FileNotFoundError, RunNotFound):
-                if quiet_missing:
-                    live_index.prune(home, name)
-                elif os.path.isdir(home.runs / name):
-                    listing.problems.append(f"{name}: it has no status.json")
-                    unread.append(name)
+                _missing(home, name, listing, unread, quiet_missing)
                 continue
             except PisubError as exc:
                 listing.problems.append(f"{name}: {exc}")
                 unread.append(name)
                 continue
-            listing.statuses.append(st)
+            loaded.append((name, st, observing))
     finally:
         os.close(runs_fd)
+    # One engine query for every live run an engine placed, before any of them is observed.
+    prime([RunPaths(home.runs / name) for name, st, observing in loaded if not st.state.is_terminal])
+    for name, st, observing in loaded:
+        if observing:
+            try:
+                st = observe(RunPaths(home.runs / name))
+            except (FileNotFoundError, RunNotFound):
+                _missing(home, name, listing, unread, quiet_missing)
+                continue
+            except PisubError as exc:
+                listing.problems.append(f"{name}: {exc}")
+                unread.append(name)
+                continue
+        listing.statuses.append(st)
     return unread
+
+
+def _missing(home: Home, name: str, listing: Listing, unread: list[str], quiet: bool) -> None:
+    """A run whose status is gone (removed meanwhile, or never written)."""
+    if quiet:
+        live_index.prune(home, name)
+    elif os.path.isdir(home.runs / name):
+        listing.problems.append(f"{name}: it has no status.json")
+        unread.append(name)

@@ -12,7 +12,7 @@ from pisub.paths import RunPaths
 from pisub.protocol.placement import BackendName, Placement
 from pisub.protocol.status import Status
 
-__all__ = ["Backend", "EngineState", "Liveness", "backend_for", "liveness"]
+__all__ = ["Backend", "EngineState", "Liveness", "backend_for", "liveness", "prime"]
 
 
 def backend_for(name: BackendName) -> Backend:
@@ -38,3 +38,23 @@ def liveness(paths: RunPaths, status: Status, placement: Placement | None = None
         except ProtocolError:
             return Liveness.UNKNOWN
     return backend_for(placement.backend).liveness(paths, status, placement)
+
+
+def prime(runs: list[RunPaths]) -> None:
+    """Ask each engine about all of ``runs`` at once (one query per backend), so that the
+    liveness checks that follow reuse the answer instead of asking once per run."""
+    from collections import defaultdict
+
+    from pisub.errors import ProtocolError
+    from pisub.store import load_placement
+
+    placed: dict[BackendName, list[Placement]] = defaultdict(list)
+    for paths in runs:
+        try:
+            placement = load_placement(paths)
+        except ProtocolError:
+            continue
+        if placement.backend != BackendName.LOCAL:
+            placed[placement.backend].append(placement)
+    for name, placements in placed.items():
+        backend_for(name).observe(placements)

@@ -36,8 +36,10 @@ from pisub.store import load_heartbeat, load_placement, write_placement
 JOB_SCRIPT = Path(__file__).with_name("slurm_job.sh")
 COMMAND_TIMEOUT_S = 30.0
 """The longest one Slurm command may take (slurmctld busy or unreachable)."""
-FRESH_S = 1.0
-"""How long an engine answer is reused within one process (one query per command)."""
+FRESH_S = 5.0
+"""How long an engine answer is reused within one process (one query per command: ``list``
+primes it for every live run). A stale "alive" only delays a repair; "dead" needs the lease
+to have expired as well."""
 
 _STATES: dict[str, EngineState] = {
     **dict.fromkeys(

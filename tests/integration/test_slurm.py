@@ -236,3 +236,25 @@ def test_workflow_children_placed_on_slurm_while_the_coordinator_runs_here(make_
     child_b = pisub.Run(steps["b"].run_id or "")
     assert child_a.placement().backend == "slurm" and child_a.placement().job_id is not None
     assert child_b.placement().backend == "local"
+
+
+def test_list_asks_slurm_once_for_all_its_runs(home: Path, tmp_path: Path) -> None:
+    (home / "agents").mkdir(mode=0o700, exist_ok=True)
+    (home / "agents" / "held.md").write_text(
+        '---\nname: held\nrunner: external-cli\ncommand: "true"\nslurm: {sbatch: [--hold]}\n---\n'
+    )
+    runs = [pisub.launch("held", f"go {i}", backend="slurm") for i in range(5)]
+    # The real squeue, behind a wrapper that counts its calls.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "squeue.calls"
+    real = subprocess.run(["sh", "-c", "command -v squeue"], capture_output=True, text=True, check=True)
+    wrapper = bin_dir / "squeue"
+    wrapper.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexec {real.stdout.strip()} "$@"\n')
+    wrapper.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    listed = pisub_cli("list", "--json", env=env, check=True)
+    states = [json.loads(line)["state"] for line in listed.stdout.splitlines()]
+    assert states == ["starting"] * 5
+    assert len(calls.read_text().splitlines()) == 1, calls.read_text()
+    subprocess.run(["scancel", *[r.placement().job_id or "" for r in runs]], check=True)
