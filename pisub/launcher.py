@@ -199,7 +199,13 @@ def placement_request(call: str | None, fm: AgentFrontmatter, config: Config) ->
     Raises:
         InvalidInput: an unknown backend. LaunchFailed: Slurm's ``sbatch`` is not installed.
     """
-    from pisub.protocol.placement import BackendName, PlacementRequest, SlurmOptions
+    from pisub.protocol.placement import (
+        RESERVED_SBATCH,
+        BackendName,
+        PlacementRequest,
+        SlurmOptions,
+        reserved_sbatch,
+    )
 
     name = call or fm.backend or config.placement.backend or BackendName.LOCAL
     try:
@@ -212,6 +218,12 @@ def placement_request(call: str | None, fm: AgentFrontmatter, config: Config) ->
     if shutil.which("sbatch") is None:
         raise LaunchFailed("backend slurm: sbatch is not on PATH (run pisub on a Slurm submit host)")
     options = (fm.slurm or SlurmOptions()).over(config.slurm)
+    bad = reserved_sbatch(options.sbatch or [])
+    if bad is not None:
+        raise InvalidInput(
+            f"slurm.sbatch: {bad!r} is an option pisub sets itself or one that breaks a run "
+            f"(reserved: {', '.join(RESERVED_SBATCH)}); leave it out"
+        )
     ttl = config.placement.heartbeat_ttl or defaults.HEARTBEAT_TTL_S
     return PlacementRequest(backend=backend, slurm=options, heartbeat_ttl=ttl)
 

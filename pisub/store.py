@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from pisub import live_index
+from pisub import fencing, live_index
 from pisub.errors import (
     AmbiguousRun,
     HomeUnusable,
@@ -251,12 +251,14 @@ def _load(path: Path, type_: type[T]) -> T:
 
 def write_status(paths: RunPaths, status: Status, *, durable: bool = True) -> None:
     """Replace ``status.json`` (its free texts redacted: it is read outside the run)."""
+    fencing.check()
     atomic_write(paths.status, encode_pretty(scrub(status)), durable=durable)
     if status.state.is_terminal:
         live_index.remove(paths.home, paths.run_id)  # after: the index may only name too many
 
 
 def write_result(paths: RunPaths, result: Result) -> None:
+    fencing.check()
     atomic_write(paths.result, encode_pretty(result))
 
 

@@ -20,6 +20,7 @@ LAYERS: dict[str, int] = {
     "redact": 1,
     "polling": 1,
     "lineage": 1,
+    "fencing": 1,
     "store": 2,
     "live_index": 2,
     "listing": 2,

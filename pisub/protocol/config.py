@@ -60,7 +60,7 @@ class PlacementSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True,
     """``[placement]``: where runs' runners live unless the call or the agent file says."""
 
     backend: BackendName | None = None
-    heartbeat_ttl: Annotated[float, msgspec.Meta(ge=2, le=3600)] | None = None
+    heartbeat_ttl: Annotated[float, msgspec.Meta(ge=4, le=3600)] | None = None
     """Seconds a runner placed by an engine may go without renewing its heartbeat lease (30)."""
 
 

@@ -28,6 +28,34 @@ SBATCH_ARG = r"^--[a-z][a-z0-9-]{0,63}(?:=[^\x00\n]{0,4096})?$"
 """An extra ``sbatch`` option, one argv word: ``--name`` or ``--name=value`` (never a shell string)."""
 
 
+RESERVED_SBATCH = (
+    "--output",
+    "--error",
+    "--input",
+    "--open-mode",
+    "--chdir",
+    "--job-name",
+    "--parsable",
+    "--wrap",
+    "--export",
+    "--export-file",
+    "--array",
+    "--test-only",
+    "--wait",
+    "--batch",
+)
+"""``sbatch`` options pisub sets itself or that break a run's protocol (one runner per run, its
+output in ``runner.log``, its environment): refused in ``slurm.sbatch``."""
+
+
+def reserved_sbatch(words: list[str]) -> str | None:
+    """The first of ``words`` that names a reserved option (``--name`` or ``--name=...``)."""
+    for word in words:
+        if word.partition("=")[0] in RESERVED_SBATCH:
+            return word
+    return None
+
+
 class SlurmOptions(StrictRecord, kw_only=True, omit_defaults=True):
     """What a Slurm run asks of the engine (agent frontmatter ``slurm:``, ``[slurm]`` in
     ``config.toml``); each key given replaces the one below it, key by key."""

@@ -17,6 +17,7 @@ import signal
 import threading
 import time
 
+from pisub import fencing
 from pisub.errors import ProtocolError
 from pisub.paths import RunPaths
 from pisub.procs import host_name, marked_processes
@@ -46,9 +47,17 @@ class HeartbeatKeeper:
         self.generation = found[0].generation + 1 if found is not None else 1
         self._write()
         threading.Thread(target=self._keep, name="pisub-heartbeat", daemon=True).start()
+        fencing.install(self.gate)
 
     def stop(self) -> None:
         self._stop.set()
+        fencing.install(None)
+
+    def gate(self) -> None:
+        """Before a write: fence when the lease may have lapsed (no renewal for ``ttl / 2``, for
+        instance after the process was paused)."""
+        if time.monotonic() - self.last_renewed > self.ttl / 2:
+            self.fence("the heartbeat lease may have lapsed (no renewal for ttl/2)")
 
     def _write(self) -> None:
         beat = Heartbeat(
@@ -59,14 +68,14 @@ class HeartbeatKeeper:
 
     def _keep(self) -> None:
         while not self._stop.wait(self.ttl / 4):
+            self.gate()  # first: after a pause, never renew a lease a repairer may already hold
             try:
                 found = load_heartbeat(self.paths)
                 if found is None or found[0].generation != self.generation or found[0].owner != "runner":
                     self.fence("the run's heartbeat lease was taken over")
                 self._write()
             except (OSError, ProtocolError):
-                if time.monotonic() - self.last_renewed > self.ttl / 2:
-                    self.fence("the heartbeat lease could not be renewed")
+                pass  # the next round fences once no renewal succeeded for ttl / 2
 
     def fence(self, why: str) -> None:
         """Write nothing more: end the run's processes and exit at once."""

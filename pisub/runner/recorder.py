@@ -16,6 +16,7 @@ import os
 import time
 from collections import Counter
 
+from pisub import fencing
 from pisub.defaults import STATUS_COALESCE_S
 from pisub.fsio import JsonlAppender
 from pisub.paths import RunPaths
@@ -89,6 +90,7 @@ class Recorder:
 
     def raw_line(self, line: bytes) -> None:
         """Append an already-encoded event line; a failed append is counted, never raised."""
+        fencing.check()
         try:
             self._events.append(line)
         except OSError as exc:

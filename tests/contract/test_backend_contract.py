@@ -34,7 +34,7 @@ def backend(request: pytest.FixtureRequest, home: Path, make_agent: AgentMaker) 
         need_slurm()
     make_agent("ticker", python=TICKER)
     make_agent("quick", python="print('done', flush=True)\n")
-    (home / "config.toml").write_text("[placement]\nheartbeat_ttl = 2\n")
+    (home / "config.toml").write_text("[placement]\nheartbeat_ttl = 4\n")
     yield name
     runs = home / "runs"
     jobs = [load_placement(RunPaths(p)).job_id for p in runs.iterdir()] if runs.is_dir() else []
@@ -76,7 +76,7 @@ def test_a_killed_runner_is_repaired_only_once_proven_dead(backend: BackendName)
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
     # Repaired by a reader once the backend proves the runner dead (slurm: the job ended and
-    # the heartbeat lease of 2 s expired by the file server's clock).
+    # the heartbeat lease of 4 s expired by the file server's clock).
     wait_for(lambda: run.status().state.is_terminal, timeout=60, what="the repair")
     status = run.status()
     assert status.state == RunState.FAILED

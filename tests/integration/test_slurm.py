@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.slurm
 def _slurm(home: Path) -> None:
     need_slurm()
     home.mkdir(mode=0o700, exist_ok=True)
-    (home / "config.toml").write_text("[placement]\nheartbeat_ttl = 2\n")
+    (home / "config.toml").write_text("[placement]\nheartbeat_ttl = 6\n")
 
 
 def _events(run: pisub.Run) -> list[str]:
@@ -258,3 +259,22 @@ def test_list_asks_slurm_once_for_all_its_runs(home: Path, tmp_path: Path) -> No
     assert states == ["starting"] * 5
     assert len(calls.read_text().splitlines()) == 1, calls.read_text()
     subprocess.run(["scancel", *[r.placement().job_id or "" for r in runs]], check=True)
+
+
+def test_a_runner_paused_past_half_its_lease_fences_itself_when_it_wakes(make_agent: AgentMaker) -> None:
+    """A runner that was frozen (SIGSTOP here; a paused VM, a stalled node) for longer than half
+    its lease may have lost it: on waking it writes nothing more and fences itself."""
+    make_agent("ticker", python="import time\nwhile True:\n    print('t', flush=True); time.sleep(0.1)\n")
+    run = pisub.launch("ticker", "go", backend="slurm")  # heartbeat_ttl 6: fenced after 3 s
+    wait_for(lambda: run.status().state == RunState.RUNNING, timeout=60, what="running")
+    status = load_status(run.paths)
+    assert status.pid is not None
+    os.kill(status.pid, signal.SIGSTOP)
+    time.sleep(3.5)  # the pause under test (longer than ttl/2), not a wait for a condition
+    before = run.paths.status.stat().st_mtime_ns
+    os.kill(status.pid, signal.SIGCONT)
+    wait_for(lambda: not pid_alive(status.pid or 0), timeout=10, what="the runner to fence itself")
+    assert "fenced: the heartbeat lease may have lapsed" in (run.dir / "runner.log").read_text()
+    assert run.paths.status.stat().st_mtime_ns == before  # it wrote nothing after waking
+    wait_for(lambda: run.status().state.is_terminal, timeout=30, what="the repair")
+    assert run.status().state == RunState.FAILED
