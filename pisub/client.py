@@ -611,6 +611,15 @@ class Run:
 
         return observe(self.paths)
 
+    def liveness(self, status: Status | None = None) -> str:
+        """``alive``, ``dead`` or ``unknown``: whether this host can prove the run's runner lives
+        (a run ended is ``dead``), for ``status`` (default: the current one); see spec/protocol.md
+        "Crash detection"."""
+        from pisub.backends import liveness
+
+        status = status if status is not None else self.status()
+        return "dead" if status.state.is_terminal else liveness(self.paths, status).value
+
     def events(self) -> list[Event]:
         """The run's events (``events.jsonl`` and a repairer's ``events.repair.jsonl``, by time)."""
         from pisub.store import read_events

@@ -274,7 +274,13 @@ def status(
     if view == "summary":
         st = handle.status()
         placement = handle.placement()
-        if placement.backend == "local":
+        if not as_json and not st.state.is_terminal and handle.liveness(st) == "unknown":
+            out(status_text(st, placement))
+            out(
+                f"note     from this host nothing proves whether the runner (on {st.host}) lives: "
+                "no repair here"
+            )
+        elif placement.backend == "local":
             json_line(st) if as_json else out(status_text(st))
         elif as_json:
             import msgspec

@@ -14,6 +14,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,8 +46,9 @@ def second_mount(home: Path, tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["fusermount", "-u", "-z", str(mount)], check=False)
 
 
-def _status_from_node2(mount: Path, run_id: str, tmp_path: Path) -> tuple[str, dict[str, object]]:
-    """``pisub status --json`` run on the second node through the second mount: (host, status)."""
+def _status_from_node2(mount: Path, run_id: str, tmp_path: Path, *, text: bool = False) -> tuple[str, Any]:
+    """``pisub status --json`` (``text``: without ``--json``) run on the second node through the
+    second mount: (host, the status, or its text)."""
     env = {**os.environ, "PISUB_HOME": str(mount), "BOOT_ID": str(uuid.uuid4())}
     env["BOOT_FILE"] = str(tmp_path / "node2-boot-id")
     argv = ["unshare", "--uts", "--pid", "--mount", "--fork", "--mount-proc", "sh", "-c", SECOND_NODE, "sh"]
@@ -54,11 +56,12 @@ def _status_from_node2(mount: Path, run_id: str, tmp_path: Path) -> tuple[str, d
         "import socket, subprocess, sys; print(socket.gethostname(), flush=True);"
         "sys.exit(subprocess.call(sys.argv[1:]))"
     )
-    argv += [sys.executable, "-c", code, sys.executable, "-m", "pisub", "status", run_id, "--json"]
+    argv += [sys.executable, "-c", code, sys.executable, "-m", "pisub", "status", run_id]
+    argv += [] if text else ["--json"]
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     host, _, status = proc.stdout.partition("\n")
-    return host, json.loads(status)
+    return host, status if text else json.loads(status)
 
 
 def test_a_reader_on_another_node_through_another_mount_repairs_nothing(
@@ -72,6 +75,8 @@ def test_a_reader_on_another_node_through_another_mount_repairs_nothing(
     host, seen = _status_from_node2(second_mount, run.id, tmp_path)
     assert host == "node2"
     assert seen["state"] == "running"  # not "failed": nothing proves the runner dead from there
+    _, shown = _status_from_node2(second_mount, run.id, tmp_path, text=True)
+    assert "from this host nothing proves whether the runner (on " in shown
     assert run.wait(timeout=60).state == "complete"
     assert "run.repaired" not in [e.type for e in run.events()]
     assert json.loads((run.dir / "result.json").read_text())["state"] == "complete"
