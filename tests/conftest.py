@@ -33,15 +33,19 @@ PI_BIN_DEFAULT = next(iter(pinned_pi_bins().values()), ROOT / ".pi-cli" / "bin" 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--stress", action="store_true", default=False, help="run the long stress modes")
+    parser.addoption(
+        "--nfs", action="store_true", default=False, help="run the real-NFS test (a QEMU guest, ~6 min)"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--stress"):
-        return
-    skip = pytest.mark.skip(reason="long mode: run with --stress")
+    skip_slow = pytest.mark.skip(reason="long mode: run with --stress")
+    skip_nfs = pytest.mark.skip(reason="real NFS in a QEMU guest: run with --nfs")
     for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+        if "slow" in item.keywords and not config.getoption("--stress"):
+            item.add_marker(skip_slow)
+        if "nfs" in item.keywords and not config.getoption("--nfs"):
+            item.add_marker(skip_nfs)
 
 
 def wait_for(
