@@ -153,23 +153,32 @@ def repair(paths: RunPaths) -> Status:
 
 
 def _fence(paths: RunPaths) -> bool:
-    """Take the run's heartbeat lease over before repairing it: a runner that was only cut off
-    (and comes back) meets a generation not its own and writes nothing more. Whether the run
-    was placed by an engine (its repair then writes its events into a file of its own)."""
+    """Take the heartbeat lease of a run an engine placed over before repairing it: a runner that
+    was only cut off (and comes back) meets a generation not its own and writes nothing more.
+    Whatever stands at ``heartbeat.json`` and is not a readable lease (planted, garbage) is
+    quarantined first. Whether the run was placed by an engine (its repair then writes its events
+    into a file of its own)."""
     from pisub.protocol.placement import BackendName, Heartbeat
-    from pisub.store import load_heartbeat, load_placement, write_heartbeat
+    from pisub.store import load_heartbeat, load_manifest, load_placement, write_heartbeat
 
     try:
-        found = load_heartbeat(paths)
+        if load_placement(paths).backend == BackendName.LOCAL:
+            return False
     except ProtocolError:
-        found = None
-    if found is not None:
-        beat = Heartbeat(v=1, generation=found[0].generation + 1, owner="repair", ttl=found[0].ttl)
-        write_heartbeat(paths, beat)
+        pass  # unknown: fence as if an engine placed it
     try:
-        return load_placement(paths).backend != BackendName.LOCAL
-    except ProtocolError:
-        return True
+        found = load_heartbeat(paths)
+    except (ProtocolError, OSError) as exc:
+        quarantine(paths, paths.heartbeat, f"not a heartbeat lease: {exc}")
+        found = None
+    try:
+        placement = load_manifest(paths).placement
+        ttl = placement.heartbeat_ttl if placement is not None else 30.0
+    except PisubError:
+        ttl = 30.0
+    generation = found[0].generation + 1 if found is not None else 1
+    write_heartbeat(paths, Heartbeat(v=1, generation=generation, owner="repair", ttl=ttl))
+    return True
 
 
 def _on_done(paths: RunPaths) -> None:
@@ -222,11 +231,27 @@ def _journal_of(paths: RunPaths) -> str | None:
     return workflow.journal if workflow is not None else None
 
 
+def _engine_job(paths: RunPaths) -> str | None:
+    """``slurm job 12`` for a run an engine placed (None for a local one, or none recorded)."""
+    from pisub.store import load_placement
+
+    try:
+        placement = load_placement(paths)
+    except ProtocolError:
+        return None
+    if placement.backend == "local" or placement.job_id is None:
+        return None
+    return f"{placement.backend.value.capitalize()} job {placement.job_id}"
+
+
 def _crash_result(paths: RunPaths, status: Status) -> Result:
     tail = read_tail(paths.runner_log, 64 * 1024).decode("utf-8", "replace")
     kept = [line for line in tail.strip().splitlines() if not _TRACEBACK_LINE.match(line)]
     tail = "\n".join(kept[-LOG_TAIL_LINES:])[-LOG_TAIL_CHARS:]
-    if status.pid is None:
+    job = _engine_job(paths)
+    if status.pid is None and job is not None:
+        message = f"{job} ended before its runner started (cancelled or failed while queued)."
+    elif status.pid is None:
         message = "The runner never committed its startup (the launch was interrupted)."
     else:
         message = f"Runner process {status.pid} exited or disappeared before writing a result."

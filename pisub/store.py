@@ -19,6 +19,7 @@ from pisub.errors import (
     AmbiguousRun,
     HomeUnusable,
     InvalidInput,
+    ProtocolError,
     RunNotFound,
     storage_error,
 )
@@ -227,12 +228,15 @@ def load_heartbeat(paths: RunPaths) -> tuple[Heartbeat, float] | None:
     by-name lookup can be answered "absent" from a stale negative cache.
 
     Raises:
-        ProtocolError: the file is malformed.
+        ProtocolError: the entry is not a readable lease (garbage, a FIFO, a symlink, a directory).
     """
-    if paths.heartbeat.name not in os.listdir(paths.root):
-        return None
     try:
-        beat = load_json(paths.heartbeat, Heartbeat, limit=MAX_FILE)
+        if paths.heartbeat.name not in os.listdir(paths.root):
+            return None
+    except OSError as exc:
+        raise ProtocolError(f"{paths.root}: cannot be listed: {exc.strerror or exc}") from exc
+    try:
+        beat = load_json(paths.heartbeat, Heartbeat, limit=64 * 1024)
         return beat, os.stat(paths.heartbeat, follow_symlinks=False).st_mtime
     except FileNotFoundError:
         return None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -23,19 +24,21 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pisub.backends.base import EngineState, Liveness
-from pisub.errors import LaunchFailed, ProtocolError, storage_error
-from pisub.fsio import private_mkdir
+from pisub.errors import LaunchFailed, PisubError, storage_error
+from pisub.fsio import open_append, open_regular, private_mkdir
 from pisub.locks import is_held
 from pisub.paths import ENV_RUNNER, Home, RunPaths, without_markers
 from pisub.procs import boot_id, host_name
 from pisub.protocol.codec import now_iso
 from pisub.protocol.placement import BackendName, Placement, PlacementRequest, SlurmOptions
 from pisub.protocol.status import Status
-from pisub.store import load_heartbeat, load_placement, write_placement
+from pisub.store import load_placement, write_placement
 
 JOB_SCRIPT = Path(__file__).with_name("slurm_job.sh")
 COMMAND_TIMEOUT_S = 30.0
 """The longest one Slurm command may take (slurmctld busy or unreachable)."""
+RING_TIMEOUT_S = 5.0
+"""The doorbell is best effort: the runner's own scan finds the request within a second."""
 FRESH_S = 5.0
 """How long an engine answer is reused within one process (one query per command: ``list``
 primes it for every live run). A stale "alive" only delays a repair; "dead" needs the lease
@@ -82,7 +85,9 @@ class SlurmError(Exception):
     """A Slurm command failed (its message is one line)."""
 
 
-def slurm_command(argv: list[str], *, env: dict[str, str] | None = None) -> str:
+def slurm_command(
+    argv: list[str], *, env: dict[str, str] | None = None, timeout: float = COMMAND_TIMEOUT_S
+) -> str:
     """Run a Slurm client command; its stdout.
 
     Raises:
@@ -93,7 +98,7 @@ def slurm_command(argv: list[str], *, env: dict[str, str] | None = None) -> str:
             argv,
             stdin=subprocess.DEVNULL,
             capture_output=True,
-            timeout=COMMAND_TIMEOUT_S,
+            timeout=timeout,
             env=env,
             check=False,
         )
@@ -106,6 +111,17 @@ def slurm_command(argv: list[str], *, env: dict[str, str] | None = None) -> str:
         err = done.stderr.decode("utf-8", "replace").strip().splitlines()
         raise SlurmError(f"{argv[0]} exited {done.returncode}: {err[-1] if err else out.strip()[:200]}")
     return out
+
+
+def _job_by_name(job_name: str) -> str | None:
+    """The id of the live job called ``job_name`` (an sbatch that failed after Slurm accepted it)."""
+    try:
+        out = slurm_command([*_SQUEUE, f"--name={job_name}"])
+    except SlurmError:
+        return None
+    ids = [line.partition("|")[0].strip() for line in out.splitlines()]
+    ids = [i for i in ids if i.isdigit()]
+    return ids[0] if ids else None
 
 
 def _pattern_safe(path: Path) -> str:
@@ -139,13 +155,21 @@ class SlurmBackend:
     def start(self, paths: RunPaths, lock_fd: int, request: PlacementRequest) -> None:
         placement = load_placement(paths)
         job_name = placement.job_name or f"pisub-{paths.run_id}"
+        try:  # created here, 0600: Slurm would create it with the job's umask
+            os.close(open_append(paths.runner_log))
+        except OSError as exc:
+            raise storage_error(exc, "create", paths.runner_log) from exc
         env = without_markers(os.environ)
         env[ENV_RUNNER] = paths.run_id
         argv = sbatch_argv(paths, job_name, request.slurm or SlurmOptions())
         try:
             out = slurm_command(argv, env=env)
         except SlurmError as exc:
-            raise LaunchFailed(f"Slurm did not accept the run: {exc}") from None
+            # sbatch may have been accepted before it failed (a timeout): find the job by name.
+            found = _job_by_name(job_name)
+            if found is None:
+                raise LaunchFailed(f"Slurm did not accept the run: {exc}") from None
+            out = found
         job_id, _, cluster = out.strip().partition(";")
         if not job_id.isdigit():
             raise LaunchFailed(f"sbatch answered {out.strip()[:200]!r}, not a job id")
@@ -159,10 +183,12 @@ class SlurmBackend:
             raise storage_error(exc, "write", paths.placement) from exc
 
     def ring(self, placement: Placement) -> None:
-        if placement.job_id is None:
+        """Only a running job has a runner to ring (a queued one scans its inbox when it starts;
+        Slurm makes ``scancel`` retry for minutes on a job it cannot signal yet)."""
+        if placement.job_id is None or self._state(placement) != EngineState.RUNNING:
             return
         with contextlib.suppress(SlurmError):
-            slurm_command(["scancel", "--batch", "--signal=USR1", placement.job_id])
+            slurm_command(["scancel", "--batch", "--signal=USR1", placement.job_id], timeout=RING_TIMEOUT_S)
 
     def cancel(self, placement: Placement) -> bool:
         if placement.job_id is None:
@@ -174,7 +200,7 @@ class SlurmBackend:
         return True
 
     def observe(self, placements: Sequence[Placement]) -> dict[str, EngineState]:
-        ids = sorted({p.job_id for p in placements if p.job_id is not None}, key=int)
+        ids = sorted({p.job_id for p in placements if p.job_id is not None}, key=lambda j: (len(j), j))
         if not ids:
             return {}
         states = dict.fromkeys(ids, EngineState.UNKNOWN)
@@ -234,11 +260,15 @@ class SlurmBackend:
 
 def server_now(home: Home) -> float | None:
     """Now by the clock of the file server that holds ``home`` (the mtime of a file just
-    touched there); None when it cannot be touched (a read-only home)."""
+    touched there); None when it cannot be touched (a read-only home). Something planted in
+    the probe's place (a FIFO, a symlink, a directory) is moved aside once, never opened."""
     probe = home.clock_probe
     try:
         private_mkdir(probe.parent)
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISREG(os.lstat(probe).st_mode):  # a FIFO would not even open (ENXIO)
+                os.rename(probe, probe.with_name(f".{probe.name}.bad-{os.urandom(3).hex()}"))
+        fd = open_regular(probe, os.O_WRONLY | os.O_CREAT)
         try:
             os.utime(fd)
             return os.fstat(fd).st_mtime
@@ -249,14 +279,34 @@ def server_now(home: Home) -> float | None:
 
 
 def lease_expired(paths: RunPaths) -> bool:
-    """Whether the runner's heartbeat lease has expired by the file server's clock (True when it
-    never wrote one: a job that ended without one can have no runner left)."""
+    """Whether the runner's heartbeat lease has expired by the file server's clock — asked only
+    once the engine says the job ended. The lease is the **mtime** of whatever stands at
+    ``heartbeat.json`` (looked up in a fresh listing; never followed) against the ``ttl`` the
+    manifest gave the runner; the file's content (which a runner checks for its generation) does
+    not count, so nothing planted there can keep a dead run from being repaired. No entry: the
+    runner never started, so none is left. An mtime in the future (a clock anomaly) counts as
+    expired: the engine already says every process of the job is gone."""
     try:
-        found = load_heartbeat(paths)
-    except (ProtocolError, OSError):
-        return False  # unreadable: nothing is proven
-    if found is None:
+        if paths.heartbeat.name not in os.listdir(paths.root):
+            return True
+        renewed = os.stat(paths.heartbeat, follow_symlinks=False).st_mtime
+    except FileNotFoundError:
         return True
-    beat, renewed = found
+    except OSError:
+        return False  # the run directory cannot be read: nothing is proven
     now = server_now(paths.home)
-    return now is not None and now - renewed > beat.ttl
+    if now is None:
+        return False
+    ttl = _manifest_ttl(paths)
+    return now - renewed > ttl or renewed - now > ttl
+
+
+def _manifest_ttl(paths: RunPaths) -> float:
+    from pisub.defaults import HEARTBEAT_TTL_S
+    from pisub.store import load_manifest
+
+    try:
+        placement = load_manifest(paths).placement
+    except PisubError:
+        return HEARTBEAT_TTL_S
+    return placement.heartbeat_ttl if placement is not None else HEARTBEAT_TTL_S

@@ -268,17 +268,22 @@ def status(
 ) -> None:
     """Show where a run is now (after crash detection); a workflow lists its children.
     --view fleet: one line per live child; --view transcript: the tail of the output."""
-    from pisub.errors import InvalidInput
+    from pisub.errors import InvalidInput, ProtocolError
+    from pisub.protocol.placement import BackendName, Placement
 
     handle = _run(ref, child)
     if view == "summary":
         st = handle.status()
-        placement = handle.placement()
+        try:
+            placement = handle.placement()
+        except ProtocolError as exc:  # shown as it is: the status is still worth reading
+            err(f"pisub: {exc.message} [{exc.code}]")
+            placement = Placement(v=1, backend=BackendName.LOCAL, launcher_host="?")
         if not as_json and not st.state.is_terminal and handle.liveness(st) == "unknown":
             out(status_text(st, placement))
             out(
-                f"note     from this host nothing proves whether the runner (on {st.host}) lives: "
-                "no repair here"
+                f"note     this host cannot prove whether the runner (on {st.host}) lives — another "
+                "host, the engine unreachable, or a lease not yet expired: nothing is repaired yet"
             )
         elif placement.backend == "local":
             json_line(st) if as_json else out(status_text(st))

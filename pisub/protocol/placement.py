@@ -22,7 +22,8 @@ class BackendName(StrEnum):
 
 SLURM_TIME = r"^(?:\d{1,9}(?::\d{1,2}){0,2}|\d{1,4}-\d{1,2}(?::\d{1,2}){0,2}|UNLIMITED|INFINITE)$"
 """What ``sbatch --time`` takes: minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]], UNLIMITED."""
-SLURM_MEM = r"^\d{1,12}[KMGT]?$"
+SLURM_MEM = r"^[1-9]\d{0,11}[KMGT]?$"
+"""Not ``0``: to Slurm that is "all of the node's memory"."""
 SLURM_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 SBATCH_ARG = r"^--[a-z][a-z0-9-]{0,63}(?:=[^\x00\n]{0,4096})?$"
 """An extra ``sbatch`` option, one argv word: ``--name`` or ``--name=value`` (never a shell string)."""
@@ -49,9 +50,11 @@ output in ``runner.log``, its environment): refused in ``slurm.sbatch``."""
 
 
 def reserved_sbatch(words: list[str]) -> str | None:
-    """The first of ``words`` that names a reserved option (``--name`` or ``--name=...``)."""
+    """The first of ``words`` that names a reserved option (``--name`` or ``--name=...``) — or
+    any abbreviation of one: ``sbatch`` takes a unique prefix (``--job-n``) for the option."""
     for word in words:
-        if word.partition("=")[0] in RESERVED_SBATCH:
+        name = word.partition("=")[0]
+        if any(reserved.startswith(name) for reserved in RESERVED_SBATCH):
             return word
     return None
 
@@ -103,8 +106,9 @@ class Placement(Record, kw_only=True):
     launcher_boot_id: str | None = None
     cluster: str | None = None
     """The Slurm cluster (``ClusterName``), when known."""
-    job_id: str | None = None
-    """The engine's job id; None until the engine accepted it (or for ``local``)."""
+    job_id: Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,20}$")] | None = None
+    """The engine's job id; None until the engine accepted it (or for ``local``). A file with
+    anything else is malformed: its run's liveness is ``unknown``."""
     job_name: str | None = None
     """The engine's job name (``pisub-<run id>``): finds a job whose id was never recorded."""
     submitted_at: str | None = None
@@ -113,15 +117,18 @@ class Placement(Record, kw_only=True):
 
 class Heartbeat(Record, kw_only=True):
     """``heartbeat.json``: a runner's lease on its run directory (Slurm runs). The runner rewrites
-    it every ``ttl / 4`` seconds; its **mtime** (set by the file server) is the renewal time.
-    A reader may treat the runner as gone only when the file's mtime is older than ``ttl`` by
-    the file server's clock. A repairer writes a higher ``generation`` with ``owner: "repair"``
-    before it repairs: a runner that meets a generation not its own stops writing at once."""
+    it every ``ttl / 4`` seconds; its **mtime** (set by the file server) is the renewal time. A
+    reader may treat the runner as gone only when the job ended and the entry's mtime is older
+    than the manifest's ``heartbeatTtl`` by the file server's clock. A repairer writes a higher
+    ``generation`` with ``owner: "repair"`` before it repairs: a runner that meets a generation
+    not its own stops writing at once."""
 
     v: Literal[1]
     generation: int
+    """The runner's check: a generation not its own fences it (readers only compare mtimes)."""
     owner: Literal["runner", "repair"]
     ttl: float
-    """Seconds after the last renewal (file mtime) at which the lease has expired."""
+    """The runner's lease time, for people: readers judge expiry by the entry's mtime against
+    the manifest's ``placement.heartbeatTtl``, never by this field."""
     pid: int | None = None
     host: str | None = None

@@ -278,3 +278,59 @@ def test_a_runner_paused_past_half_its_lease_fences_itself_when_it_wakes(make_ag
     assert run.paths.status.stat().st_mtime_ns == before  # it wrote nothing after waking
     wait_for(lambda: run.status().state.is_terminal, timeout=30, what="the repair")
     assert run.status().state == RunState.FAILED
+
+
+def test_what_stands_at_the_heartbeat_or_the_clock_probe_never_wedges_or_hangs_a_repair(
+    make_agent: AgentMaker, home: Path
+) -> None:
+    """A garbage heartbeat.json and a FIFO at the clock probe: a dead run is still repaired (by
+    the entry's mtime and the manifest's ttl), and no reader blocks."""
+    make_agent("ticker", python="import time\nwhile True:\n    print('t', flush=True); time.sleep(0.1)\n")
+    run = pisub.launch("ticker", "go", backend="slurm")
+    wait_for(lambda: run.status().state == RunState.RUNNING, timeout=60, what="running")
+    status = load_status(run.paths)
+    assert status.pid is not None
+    os.kill(status.pid, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(status.pid or 0), timeout=10, what="the runner to die")
+    beat = run.paths.heartbeat
+    beat.unlink()
+    os.mkfifo(beat)  # neither readable as a lease nor renewable
+    probe = home / "cache" / "clock-probe"
+    probe.parent.mkdir(mode=0o700, exist_ok=True)
+    probe.unlink(missing_ok=True)
+    os.mkfifo(probe)
+    old = time.time() - 60
+    os.utime(beat, (old, old))
+    wait_for(lambda: run.status().state.is_terminal, timeout=60, what="the repair")
+    assert run.status().state == RunState.FAILED
+    assert json.loads(beat.read_text())["owner"] == "repair"  # the FIFO quarantined, the fence written
+    assert any(p.name.startswith(".clock-probe.bad-") for p in probe.parent.iterdir())
+
+
+def test_a_bad_job_id_in_one_placement_leaves_the_other_runs_listed(make_agent: AgentMaker) -> None:
+    make_agent("ticker", python="import time\nwhile True:\n    print('t', flush=True); time.sleep(0.1)\n")
+    good, bad = (pisub.launch("ticker", f"go {i}", backend="slurm") for i in range(2))
+    placement = json.loads(bad.paths.placement.read_text())
+    job = placement["jobId"]
+    placement["jobId"] = "1;id"
+    bad.paths.placement.write_text(json.dumps(placement))
+    listed = pisub_cli("list", "--json", check=True)
+    ids = {json.loads(line)["runId"] for line in listed.stdout.splitlines()}
+    assert {good.id, bad.id} <= ids  # the bad one still listed: its liveness is only unknown
+    shown = pisub_cli("status", bad.id)
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr
+    subprocess.run(["scancel", job, good.placement().job_id or ""], check=True)
+
+
+def test_a_queued_run_is_steered_without_waiting_on_slurm(home: Path) -> None:
+    (home / "agents").mkdir(mode=0o700, exist_ok=True)
+    (home / "agents" / "held.md").write_text(
+        '---\nname: held\nrunner: external-cli\ncommand: "true"\nslurm: {sbatch: [--hold]}\n---\n'
+    )
+    run = pisub.launch("held", "go", backend="slurm")
+    started = time.monotonic()
+    proc = pisub_cli("steer", run.id, "hi", "--wait", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - started < 10  # no doorbell for a job that has no runner yet
+    subprocess.run(["scontrol", "release", run.placement().job_id or ""], check=True)
+    assert run.wait(timeout=60).state == "complete"

@@ -76,7 +76,7 @@ def test_a_reader_on_another_node_through_another_mount_repairs_nothing(
     assert host == "node2"
     assert seen["state"] == "running"  # not "failed": nothing proves the runner dead from there
     _, shown = _status_from_node2(second_mount, run.id, tmp_path, text=True)
-    assert "from this host nothing proves whether the runner (on " in shown
+    assert "this host cannot prove whether the runner (on " in shown
     assert run.wait(timeout=60).state == "complete"
     assert "run.repaired" not in [e.type for e in run.events()]
     assert json.loads((run.dir / "result.json").read_text())["state"] == "complete"
