@@ -126,16 +126,19 @@ def repair(paths: RunPaths) -> Status:
         journal = _journal_of(paths)
         if journal is not None:
             reclaim_if_dead(paths.home.leases, journal, status.run_id)
+        # A job cancelled while queued after a stop request (pisub stop's backstop): stopped.
+        stopped_while_queued = status.pid is None and placed_elsewhere and _stop_waiting(paths)
         if not is_closed(paths):
-            close_inbox(paths, "failed")
-        answered = settle_closed_inbox(paths, status.run_id, RUNNER_DIED_REASON)
+            close_inbox(paths, "stopped" if stopped_while_queued else "failed")
+        why = "the run was stopped before its runner started" if stopped_while_queued else RUNNER_DIED_REASON
+        answered = settle_closed_inbox(paths, status.run_id, why)
         ledger = status.steering
         ledger.requested += answered["claimed"]
         ledger.failed += answered["failed"]
         ledger.rejected += answered["rejected"]
         result = _result_or_none(paths, quarantine_bad=True)
         if result is None:
-            result = _crash_result(paths, status)
+            result = _crash_result(paths, status, stopped=stopped_while_queued)
             write_result(paths, result)
         status = _as_terminal(status, result)
         write_status(paths, status)
@@ -244,12 +247,26 @@ def _engine_job(paths: RunPaths) -> str | None:
     return f"{placement.backend.value.capitalize()} job {placement.job_id}"
 
 
-def _crash_result(paths: RunPaths, status: Status) -> Result:
+def _stop_waiting(paths: RunPaths) -> bool:
+    """Whether a stop request for the whole run waits in the inbox, unclaimed."""
+    from pisub.mailbox import parse_request_file, pending_files
+    from pisub.protocol.control import Stop
+
+    for name in pending_files(paths, "new"):
+        parsed = parse_request_file(paths.inbox / "new" / name)
+        if isinstance(parsed.request, Stop) and parsed.request.child is None:
+            return True
+    return False
+
+
+def _crash_result(paths: RunPaths, status: Status, *, stopped: bool = False) -> Result:
     tail = read_tail(paths.runner_log, 64 * 1024).decode("utf-8", "replace")
     kept = [line for line in tail.strip().splitlines() if not _TRACEBACK_LINE.match(line)]
     tail = "\n".join(kept[-LOG_TAIL_LINES:])[-LOG_TAIL_CHARS:]
     job = _engine_job(paths)
-    if status.pid is None and job is not None:
+    if stopped:
+        message = f"Stopped while queued: {job} was cancelled before its runner started."
+    elif status.pid is None and job is not None:
         message = f"{job} ended before its runner started (cancelled or failed while queued)."
     elif status.pid is None:
         message = "The runner never committed its startup (the launch was interrupted)."
@@ -266,7 +283,7 @@ def _crash_result(paths: RunPaths, status: Status) -> Result:
         return _workflow_crash_result(status, manifest.workflow.shape.value, message)
     return make_result(
         run_id=status.run_id,
-        state="failed",
+        state="stopped" if stopped else "failed",
         agent=agent,
         task=task,
         exit_code=1,

@@ -334,3 +334,23 @@ def test_a_queued_run_is_steered_without_waiting_on_slurm(home: Path) -> None:
     assert time.monotonic() - started < 10  # no doorbell for a job that has no runner yet
     subprocess.run(["scontrol", "release", run.placement().job_id or ""], check=True)
     assert run.wait(timeout=60).state == "complete"
+
+
+def test_stopping_a_queued_run_cancels_its_job_and_the_run_ends_stopped(home: Path) -> None:
+    (home / "agents").mkdir(mode=0o700, exist_ok=True)
+    (home / "agents" / "held.md").write_text(
+        '---\nname: held\nrunner: external-cli\ncommand: "true"\nslurm: {sbatch: [--hold]}\n---\n'
+    )
+    run = pisub.launch("held", "go", backend="slurm")
+    steer_id = run.send_steer("before the stop")
+    request_id, receipt = run.stop(wait=1)  # no runner to answer: the job is cancelled
+    assert receipt is None or receipt.state == "pending"
+    wait_for(lambda: run.status().state.is_terminal, timeout=60, what="the run to end")
+    status = run.status()
+    assert status.state == RunState.STOPPED
+    assert status.error is not None and "Stopped while queued" in status.error.message
+    for rid in (steer_id, request_id):  # every request answered, exactly once
+        answered = run.receipt(rid)
+        assert answered is not None and answered.state == "failed"
+        assert answered.reason == "the run was stopped before its runner started"
+    assert sorted(os.listdir(run.dir / "outbox")) == sorted([f"{steer_id}.json", f"{request_id}.json"])

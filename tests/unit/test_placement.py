@@ -35,6 +35,7 @@ def test_an_unknown_backend_is_refused_naming_the_known_ones() -> None:
         ({"partition": "--wrap=x"}, "partition"),
         ({"time": "tomorrow"}, "time"),
         ({"mem": "4 GB"}, "mem"),
+        ({"mem": "0"}, "mem"),
         ({"cpus": 0}, "cpus"),
         ({"sbatch": ["-o x"]}, "sbatch"),
         ({"sbatch": ["--account=ml\n--wrap=rm"]}, "sbatch"),
@@ -51,7 +52,11 @@ def test_hostile_slurm_options_in_an_agent_file_are_refused_with_their_field(
 
 @pytest.mark.skipif(shutil.which("sbatch") is None, reason="needs sbatch on PATH")
 @pytest.mark.parametrize(
-    "word", ["--output=/tmp/x", "--wrap=id", "--export=NONE", "--array=1-4", "--chdir=/"]
+    "word",
+    [
+        *["--output=/tmp/x", "--wrap=id", "--export=NONE", "--array=1-4", "--chdir=/"],
+        *["--job-n=evil", "--arr=1-2", "--chd=/tmp", "--outp=/tmp/x", "--err=/tmp/y", "--par"],
+    ],
 )
 def test_sbatch_options_pisub_sets_itself_are_refused(word: str) -> None:
     with pytest.raises(InvalidInput, match=r"slurm\.sbatch: .* leave it out"):
