@@ -11,7 +11,10 @@ runner died, late requests answered). Live runs only come from the index of live
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
+from typing import TypeVar
 
 from pisub import live_index
 from pisub.errors import PisubError, RunNotFound
@@ -19,6 +22,8 @@ from pisub.fsio import load_json
 from pisub.mailbox import quiet_since_answered
 from pisub.paths import STATUS_FILE, Home, RunPaths
 from pisub.protocol.status import Status
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -80,34 +85,43 @@ def _read(home: Home, names: list[str], listing: Listing, *, quiet_missing: bool
     loaded: list[tuple[str, Status, bool]] = []
     try:
         for name in names:
-            try:
+
+            def first_read(name: str = name) -> tuple[Status, bool]:
                 st = load_json(f"{name}/{STATUS_FILE}", Status, limit=MAX_FILE, dir_fd=runs_fd)
-                observing = not st.state.is_terminal or not quiet_since_answered(f"{name}/inbox", runs_fd)
-            except (FileNotFoundError, RunNotFound):
-                _missing(home, name, listing, unread, quiet_missing)
-                continue
-            except PisubError as exc:
-                listing.problems.append(f"{name}: {exc}")
-                unread.append(name)
-                continue
-            loaded.append((name, st, observing))
+                return st, not st.state.is_terminal or not quiet_since_answered(f"{name}/inbox", runs_fd)
+
+            read = _guarded(home, name, listing, unread, quiet_missing, first_read)
+            if read is not None:
+                loaded.append((name, *read))
     finally:
         os.close(runs_fd)
     # One engine query for every live run an engine placed, before any of them is observed.
     prime([RunPaths(home.runs / name) for name, st, observing in loaded if not st.state.is_terminal])
     for name, st, observing in loaded:
+        seen = st
         if observing:
-            try:
-                st = observe(RunPaths(home.runs / name))
-            except (FileNotFoundError, RunNotFound):
-                _missing(home, name, listing, unread, quiet_missing)
+            observed = _guarded(
+                home, name, listing, unread, quiet_missing, partial(observe, RunPaths(home.runs / name))
+            )
+            if observed is None:
                 continue
-            except PisubError as exc:
-                listing.problems.append(f"{name}: {exc}")
-                unread.append(name)
-                continue
-        listing.statuses.append(st)
+            seen = observed
+        listing.statuses.append(seen)
     return unread
+
+
+def _guarded(
+    home: Home, name: str, listing: Listing, unread: list[str], quiet: bool, read: Callable[[], T]
+) -> T | None:
+    """``read()``; None when the run is gone (noted by :func:`_missing`) or unreadable (a problem)."""
+    try:
+        return read()
+    except (FileNotFoundError, RunNotFound):
+        _missing(home, name, listing, unread, quiet)
+    except PisubError as exc:
+        listing.problems.append(f"{name}: {exc}")
+        unread.append(name)
+    return None
 
 
 def _missing(home: Home, name: str, listing: Listing, unread: list[str], quiet: bool) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from pisub.cli.render import json_line, out
+from pisub.cli.render import out, print_report
 
 app = typer.Typer(help="The engine runs are placed on (Slurm).", no_args_is_help=True, add_completion=False)
 
@@ -29,12 +29,7 @@ def doctor(
     home = open_home()
     configured = load_config(home.root).slurm
     report = diagnose_cluster(home, partition or (configured.partition if configured else None), timeout)
-    if as_json:
-        checks = [
-            {"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix or None} for c in report.checks
-        ]
-        json_line({"healthy": report.healthy, "checks": checks})
-        raise typer.Exit(0 if report.healthy else 1)
+    print_report(report, as_json, width=11)
     for check in report.checks:
         out(f"{'ok ' if check.ok else 'BAD'}  {check.name:<11} {check.detail}")
         if not check.ok and check.fix:

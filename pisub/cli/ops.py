@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from pisub.cli.render import json_line, out
+from pisub.cli.render import json_line, out, print_report
 
 JSON = typer.Option(False, "--json", help="Machine-readable output (documented in spec/cli.md).")
 
@@ -27,12 +27,7 @@ def doctor(as_json: bool = JSON) -> None:
     except PisubError:
         pi_bin = None
     report = diagnose(open_home(), pi_bin)
-    if as_json:
-        checks = [
-            {"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix or None} for c in report.checks
-        ]
-        json_line({"healthy": report.healthy, "checks": checks})
-        raise typer.Exit(0 if report.healthy else 1)
+    print_report(report, as_json, width=8)
     for check in report.checks:
         out(f"{'ok ' if check.ok else 'BAD'}  {check.name:<8} {check.detail}")
         if not check.ok and check.fix:

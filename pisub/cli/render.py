@@ -188,3 +188,22 @@ def list_text(statuses: Iterable[Status]) -> str:
 
 def result_text(result: Result) -> str:
     return "\n".join(block.text for block in result.content)
+
+
+def print_report(report: Any, as_json: bool, width: int = 8) -> None:
+    """A doctor's report (``pisub doctor``, ``pisub cluster doctor``): one line per check, the fix
+    under each problem, then a verdict; or its JSON. Exits 0 when healthy, else 1."""
+    import typer
+
+    if as_json:
+        checks = [
+            {"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix or None} for c in report.checks
+        ]
+        json_line({"healthy": report.healthy, "checks": checks})
+        raise typer.Exit(0 if report.healthy else 1)
+    for check in report.checks:
+        out(f"{'ok ' if check.ok else 'BAD'}  {check.name:<{width}} {check.detail}")
+        if not check.ok and check.fix:
+            out(f"{'':>{width + 3}}fix: {check.fix}")
+    out("healthy" if report.healthy else "problems found")
+    raise typer.Exit(0 if report.healthy else 1)
