@@ -50,6 +50,7 @@ from pisub.runner.lifecycle import (
 )
 from pisub.runner.recorder import Recorder, WriteTrouble, note
 from pisub.runner.tree import ProcessTree, Subreaper
+from pisub.spawn_budget import SpawnBudget
 from pisub.store import load_status, write_result
 from pisub.workflow.children import ChildRuns
 
@@ -173,6 +174,11 @@ class Coordinator:
             self._create_usage_budget()
         except (PisubError, OSError) as exc:
             self._fail_startup(f"cannot set the usage budget: {exc}")
+            return False
+        try:  # before anything runs: every run started inside the tree from now on is charged
+            SpawnBudget(self.home.budgets, self.spec.budget, self.spec.max_spawns).ensure()
+        except PisubError as exc:
+            self._fail_startup(f"cannot set the spawn budget: {exc.message}")
             return False
         self.children = ChildRuns(self, self.home, self.manifest, status.steps, journal, replayed)
         if self.children.watch.fd is not None:
