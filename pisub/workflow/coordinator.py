@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from pisub.runner.inbox import InboxWatcher
     from pisub.workflow.dispatch import WorkflowDispatcher
     from pisub.workflow.script import ScriptThread
+    from pisub.workflow.script_output import ScriptOutput
 
 Report = Callable[[dict[str, object]], None]
 
@@ -121,6 +122,7 @@ class Coordinator:
         self.scan_due = True
         self.next_scan = 0.0
         self.children_ended_at: float | None = None
+        self.script_output: ScriptOutput | None = None
 
     # == the run ========================================================================
     def run(self) -> int:
@@ -130,6 +132,7 @@ class Coordinator:
             if not self._startup():
                 return 1
             self._start_inbox()
+            self._capture_script_output()
             self._start_script()
             self._loop()
             finished = self._finish()
@@ -144,6 +147,9 @@ class Coordinator:
                 with contextlib.suppress(Exception):
                     self.children.end_all(Stop)
             raise
+        finally:
+            if self.script_output is not None:
+                self.script_output.close()
 
     def _install_signals(self) -> None:
         take_signals(self.sel, self._on_signal, self._on_doorbell)
@@ -251,6 +257,38 @@ class Coordinator:
     def _inbox_woke(self, fd: int) -> None:
         drain(fd)
         self.scan_due = True
+
+    def _capture_script_output(self) -> None:
+        """The script's prints go to ``script.log``, capped, from now on (never to runner.log)."""
+        from pisub.workflow.script_output import ScriptOutput
+
+        output = ScriptOutput(self.paths.script_log, self.limits.output_cap, self._script_output_capped)
+        try:
+            output.start()
+        except OSError as exc:
+            self.trouble("capture the script's output", exc)
+            return
+        self.script_output = output
+
+    def _script_output_capped(self, cap: int) -> None:
+        """From the output's reader thread: the cap was reached (said once, on the loop)."""
+        path = str(self.paths.script_log)
+        self.post(lambda: self.event("workflow.script_output_capped", cap=cap, path=path))
+
+    def _report_script_output(self) -> None:
+        """What the script printed past the cap: counted in one event before the result."""
+        output = self.script_output
+        if output is None:
+            return
+        output.flush()
+        if output.dropped:
+            self.event(
+                "workflow.script_output_dropped",
+                cap=output.sink.cap,
+                kept=output.sink.written,
+                dropped=output.dropped,
+                path=str(self.paths.script_log),
+            )
 
     def _start_script(self) -> None:
         from pisub.workflow.api import Runs, State
@@ -431,6 +469,7 @@ class Coordinator:
                 return False
         if self.inbox is not None:
             self.inbox.stop()
+        self._report_script_output()
         return self._write_end(deadline)
 
     def _final_state(self) -> RunState:
