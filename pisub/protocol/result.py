@@ -28,6 +28,27 @@ class ErrorCode(enum.StrEnum):
     """Any other failure: spawn, runtime, provider, a dead runner."""
     SUBAGENT_OUTPUT_TRUNCATED = "SUBAGENT_OUTPUT_TRUNCATED"
     """The output was truncated, or the child flooded past the hard cap and was stopped."""
+    IO_ERROR = "IO_ERROR"
+    """The child ended but its runner could not write the run's final files (a full disk): the
+    repaired result keeps the child's exit code and the output already on disk."""
+
+
+UNWRITTEN_END = "final files not written: "
+"""How a runner's line in ``runner.log`` that carries an :class:`UnwrittenEnd` begins (after
+``<ts> pisub runner: ``)."""
+
+
+class UnwrittenEnd(Record, kw_only=True):
+    """What a runner knew when it gave up writing its final files: one JSON line in
+    ``runner.log`` (where disk space is reserved), read by the crash repair."""
+
+    state: str
+    """The state the run would have ended in."""
+    exit_code: int
+    signal: int | None = None
+    path: str
+    """The file that could not be written."""
+    error: str
 
 
 class ErrorInfo(Record, kw_only=True):
