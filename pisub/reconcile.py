@@ -309,7 +309,7 @@ def _unwritten_result(paths: RunPaths, status: Status, end: UnwrittenEnd) -> Res
         task=task,
         exit_code=end.exit_code,
         output=output,
-        error=ErrorInfo(code=ErrorCode.IO_ERROR, message=message),
+        error=ErrorInfo(code=StorageError.code, message=message),  # IO_ERROR
         full_output=log,
     )
 

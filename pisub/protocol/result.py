@@ -28,9 +28,6 @@ class ErrorCode(enum.StrEnum):
     """Any other failure: spawn, runtime, provider, a dead runner."""
     SUBAGENT_OUTPUT_TRUNCATED = "SUBAGENT_OUTPUT_TRUNCATED"
     """The output was truncated, or the child flooded past the hard cap and was stopped."""
-    IO_ERROR = "IO_ERROR"
-    """The child ended but its runner could not write the run's final files (a full disk): the
-    repaired result keeps the child's exit code and the output already on disk."""
 
 
 UNWRITTEN_END = "final files not written: "
