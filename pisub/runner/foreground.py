@@ -10,7 +10,6 @@ A job the engine starts again (a requeue) finds its run no longer ``starting`` a
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from pisub.polling import poll
@@ -21,7 +20,9 @@ DEFAULT_TTL_S = 30.0
 
 
 def _say(message: str) -> None:
-    print(f"pisub runner: {message}", file=sys.stderr, flush=True)
+    from pisub.runner.recorder import note_raw
+
+    note_raw(f"pisub runner: {message}\n")  # runner.log, whoever holds descriptor 2 now
 
 
 def run_foreground(run_dir: Path) -> int:

@@ -528,7 +528,7 @@ class ChildRuns:
         try:
             if self._isolation(entry.call) is Isolation.WORKTREE:
                 manifest = self._in_worktree(entry, manifest)
-            start_run(self.home, manifest, seeds=seeds)
+            start_run(self.home, manifest, seeds=seeds, claimed=True)  # claimed at admission
         except PisubError as exc:
             error = exc.message
         except Exception as exc:  # reported as the child's failure, never lost in this thread

@@ -347,3 +347,27 @@ def test_a_waited_run_that_fails_returns_its_result_and_no_notice(
 def test_option_like_values_are_refused(parent: ParentPi, arguments: dict[str, Any]) -> None:
     answer = parent.call(arguments)
     assert answer.startswith("INVALID_INPUT"), answer
+
+
+def test_runs_started_by_tool_calls_inside_a_tree_count_against_its_spawn_budget(
+    pi_home: Path, pi_bin: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A parent pi inside a tree of runs (its markers set) whose budget has 2 starts left: its
+    model calls the tool three times; two runs start, the third is refused and leaves no run."""
+    from pisub.paths import open_home
+    from pisub.spawn_budget import SpawnBudget
+
+    root = str(uuid.uuid4())
+    SpawnBudget(open_home(pi_home).budgets, root, 2).ensure()
+    for name, value in (("PISUB_RUN_ID", root), ("PISUB_ROOT_RUN_ID", root), ("PISUB_DEPTH", "0")):
+        monkeypatch.setenv(name, value)
+    parent = ParentPi(pi_bin, tmp_path / "inside.jsonl", tmp_path)
+    try:
+        texts = [parent.call({"agent": "pi", "task": f"leaf {i}"}) for i in range(3)]
+    finally:
+        parent.close()
+    started = [_started(text) for text in texts[:2]]
+    assert "RUN_FANOUT_LIMIT" in texts[2], texts[2]
+    runs = {p.name for p in (pi_home / "runs").iterdir() if not p.name.startswith(".")}
+    assert runs == set(started)
+    assert len(os.listdir(pi_home / "budgets" / root / "claims")) == 2
