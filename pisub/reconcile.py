@@ -45,7 +45,7 @@ from pisub.protocol.result import (
     TextContent,
     UnwrittenEnd,
 )
-from pisub.protocol.status import RunState, Status, StepState
+from pisub.protocol.status import RepairCause, RunState, Status, StepState
 from pisub.redact import redact
 from pisub.results import make_result
 from pisub.store import append_event, load_manifest, load_result, load_status, write_result, write_status
@@ -150,12 +150,16 @@ def repair(paths: RunPaths) -> Status:
         if result is None:
             result = _crash_result(paths, status, stopped=stopped_while_queued)
             write_result(paths, result)
+        # (the startup commit comes before the child's start: without it, nothing ever ran)
+        cause = RepairCause.NEVER_STARTED if status.pid is None else RepairCause.RUNNER_DIED
         status = _as_terminal(status, result)
+        status.repaired = cause
         write_status(paths, status)
         append_event(
             paths,
             "run.repaired",
             pid=status.pid,
+            cause=cause.value,
             state=status.state.value,
             ended=ended,
             sync=True,
@@ -327,7 +331,9 @@ def _crash_result(paths: RunPaths, status: Status, *, stopped: bool = False) -> 
     elif status.pid is None and job is not None:
         message = f"{job} ended before its runner started (cancelled or failed while queued)."
     elif status.pid is None:
-        message = "The runner never committed its startup (the launch was interrupted)."
+        message = (
+            "The runner never committed its startup (the launch was interrupted): its child never started."
+        )
     else:
         message = f"Runner process {status.pid} exited or disappeared before writing a result."
     if tail:

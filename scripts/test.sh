@@ -183,7 +183,8 @@ if [ -n "$nonroot_dir" ]; then
         tests/integration/test_acceptance_attacks.py tests/integration/test_agent_admin.py
         tests/integration/test_live_index.py tests/integration/test_warm_launch.py
         tests/integration/test_wait_and_list.py tests/integration/test_tree_budget.py
-        tests/integration/test_script_output.py tests/integration/test_unwritten_end.py)
+        tests/integration/test_script_output.py tests/integration/test_unwritten_end.py
+        tests/integration/test_launch_kill_points.py)
     shopt -u nullglob
     pi_env=()
     if grep -qE '\bpi_(home|bin)\b|mark\.pi\b' "${nonroot_tests[@]}"; then

@@ -274,6 +274,13 @@ class Supervisor:
         self.child = child
         if self.manifest.agent.runner == "pi" and not self._take_lease(child):
             return False
+        # First this runner's identity, then the child: a run whose status never named its runner
+        # provably never started its child (a resumed workflow starts that key again).
+        try:
+            self.recorder.commit(required=True)
+        except OSError as exc:
+            self.report({"ok": False, "error": storage_error(exc, "write", self.paths.status).message})
+            raise
         try:
             child.start()
         except (OSError, ValueError, subprocess.SubprocessError) as exc:

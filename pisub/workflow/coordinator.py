@@ -454,6 +454,14 @@ class Coordinator:
         except PisubError as exc:
             self._end(Ending.FAILED, f"main returned a value that is not JSON: {exc.message}")
             return
+        never_ran = self.children.never_ran() if self.children is not None else []
+        if never_ran:  # its result would hold a child that did not run: never complete
+            self._end(
+                Ending.FAILED,
+                f"these children never started (their launch did not get to their start): "
+                f"{', '.join(never_ran)}; `pisub resume {self.manifest.run_id}` starts them",
+            )
+            return
         self._end(Ending.RETURNED)
 
     def _finish(self) -> bool:
