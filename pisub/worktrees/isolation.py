@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -330,6 +331,35 @@ def _read_patch(record: WorktreeRecord) -> bytes:
             "capture it again"
         )
     return data
+
+
+def patch_mismatch(record: WorktreeRecord) -> str | None:
+    """Why the stored patch file is not what the record says was captured (its size or sha256
+    differ, it is gone, unreadable, or not a regular file), hashed again now; None when it is,
+    or when nothing was captured. Never follows a symlink; reads in chunks.
+    """
+    info = record.patch
+    if info is None:
+        return None
+    where = _show(info.path)
+    try:
+        fd = os.open(info.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        return f"its patch {where} cannot be read ({exc.strerror or exc})"
+    digest = hashlib.sha256()
+    size = 0
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return f"its patch {where} is not a regular file"
+        try:
+            while size <= info.size and (chunk := fh.read(1 << 20)):
+                digest.update(chunk)
+                size += len(chunk)
+        except OSError as exc:
+            return f"its patch {where} cannot be read ({exc.strerror or exc})"
+    if size != info.size or digest.hexdigest() != info.sha256:
+        return f"its patch {where} is not the one captured (sha256 or size differ from the record)"
+    return None
 
 
 def apply(record_path: Path, into: Path | None = None) -> ApplyReport:
