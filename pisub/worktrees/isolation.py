@@ -40,6 +40,7 @@ from pisub.worktrees.patches import (
     choose_mode,
     ignored_present,
     staged_patch,
+    submodule_work,
     verify_reproduces,
 )
 from pisub.worktrees.records import (
@@ -226,7 +227,9 @@ def capture(record_path: Path, patch_path: Path) -> WorktreeRecord:
     Raises:
         InvalidInput: no record (or a forged one); it is applied or discarded; ``patch_path`` is
             inside the worktree or directly in the root.
-        WorktreeError: git failed, or the patch does not reproduce the work (nothing was saved).
+        WorktreeError: git failed, the patch does not reproduce the work, or the worktree holds
+            work of a submodule (moved, or files in its directory), which no patch carries
+            (nothing was saved in each case).
         StorageError: the patch or the record cannot be written.
     """
     with root_lock(record_path.parent):
@@ -236,6 +239,13 @@ def capture(record_path: Path, patch_path: Path) -> WorktreeRecord:
         target = _patch_target(patch_path, worktree, record_path.parent)
         run_git(worktree, ["add", "-A"], what="stage the worktree's changes")
         tree = git_out(worktree, ["write-tree"], what="record the staged tree").decode("ascii", "replace")
+        inner = submodule_work(worktree, record.base_commit)
+        if inner is not None:
+            raise WorktreeError(
+                f"cannot capture the worktree of run {record.run_id}: {inner}, and a patch carries no "
+                "other repository's work; nothing was saved and the worktree is kept: commit and "
+                "push that work in the submodule yourself, or discard the worktree"
+            )
         patch = staged_patch(worktree, record.base_commit)
         verify_reproduces(worktree, record.base_commit, patch, tree)
         info = _patch_info(worktree, record.base_commit, target, patch)
