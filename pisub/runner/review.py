@@ -127,7 +127,10 @@ def _judge(review: RunPaths) -> ReviewOutcome:
         state = result.state if result is not None else "no result"
         return _unfinished(f"the reviewer ended {state}", review.run_id)
     output = result.details.results[0].output if result.details.results else ""
-    text = extract(output or "")
+    try:
+        text = extract(output or "")
+    except PisubError as exc:  # two verdicts: neither is taken
+        return _unfinished(exc.message, review.run_id)
     if text is None:
         return _unfinished("the reviewer gave no review-verdict block", review.run_id)
     try:
