@@ -14,7 +14,7 @@ from typing import Any
 
 import pisub
 from pisub.worktrees import cleanup_plan, load_record
-from tests.conftest import pisub_cli
+from tests.conftest import pisub_cli, wait_for
 from tests.integration.test_worktree_runs import _two_writers, git, repo  # noqa: F401
 
 H1, H2, M1 = "1" * 40, "2" * 40, "a" * 40
@@ -174,3 +174,84 @@ def test_concurrent_recorders_one_wins_the_others_are_stale(repo: Path, tmp_path
     assert sorted(outs) == ["EVIDENCE_STALE"] * 3 + ["OK"], outs
     winner = heads[outs.index("OK")]
     assert _state(run.id)["merge"]["reviewedHead"] == winner
+
+
+# == cleanup racing apply and record-merge ============================================
+def _at_once(tmp_path: Path, *commands: list[str]) -> list[subprocess.CompletedProcess[str]]:
+    """Start every ``pisub`` command, wait until each has imported pisub, then release them
+    together; their results."""
+    base = tmp_path / f"race-{len(list(tmp_path.glob('race-*')))}"
+    base.mkdir()
+    go = base / "go"
+    procs = []
+    for n, args in enumerate(commands):
+        script = (
+            "import os, runpy, sys, time\nimport pisub.cli, pisub.lane_evidence, pisub.worktree_ops\n"
+            f"open({str(base / f'ready-{n}')!r}, 'w').close()\n"
+            f"while not os.path.exists({str(go)!r}): time.sleep(0.001)\n"
+            "sys.argv = ['pisub', *sys.argv[1:]]\nrunpy.run_module('pisub', run_name='__main__')\n"
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", script, *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    wait_for(lambda: len(list(base.glob("ready-*"))) == len(commands), 60, what="the racers to be ready")
+    go.write_text("")
+    done = []
+    for proc, args in zip(procs, commands, strict=True):
+        out, err = proc.communicate(timeout=120)
+        done.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
+    return done
+
+
+def _record_anywhere(child: str) -> dict[str, Any]:
+    link = pisub.Run(child).manifest().worktree
+    assert link is not None
+    where = Path(link.record)
+    for path in (where, where.parent / ".removed" / where.name):
+        if path.exists():
+            found: dict[str, Any] = json.loads(path.read_text())
+            return found
+    raise AssertionError(f"the record of {child} is gone")
+
+
+def test_cleanup_racing_apply_and_record_merge_never_loses_or_half_applies(
+    repo: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    for round_ in range(3):
+        name = f"r{round_}"
+        run, (child,) = _two_writers(repo, name)
+        assert _merge(run.id).returncode == 0
+        commands = [
+            ["worktree", "apply", child],
+            ["worktree", "cleanup", "--apply", "--lane", run.id, "--json"],
+            ["lane", "record-merge", run.id, "--pr", "9", "--reviewed-head", H2, "--merge-commit", M1,
+             "--tree-equivalent", "--post-merge-checks", "recorded", "--by", "bo"],
+        ]  # fmt: skip
+        if round_ < 2:
+            apply, clean, merge = _at_once(tmp_path, *commands)
+        else:  # the cleanup first, then the apply (the race's other order, made certain)
+            clean, apply, merge = (pisub_cli(*args) for args in (commands[1], commands[0], commands[2]))
+        for done in (apply, clean, merge):
+            assert "Traceback" not in done.stderr, done
+        assert clean.returncode == 0, clean.stderr
+        assert merge.returncode == 1 and "EVIDENCE_STALE" in merge.stderr, merge
+        record = _record_anywhere(child)
+        target = repo / f"{name}.txt"
+        status = git(repo, "status", "--porcelain=v1", "--untracked-files=all")
+        if apply.returncode == 0:  # applied whole, before or after the removal's lock
+            assert record["state"] == "applied" and target.read_text() == f"{name}\n"
+            assert status.strip() == f"A  {name}.txt", status
+            git(repo, "commit", "-qm", f"applied {name}")
+        else:  # removed first on the lane's evidence: apply refused, the repository untouched
+            assert "no worktree record" in apply.stderr, apply.stderr
+            assert record["state"] == "captured" and record["removedAt"] and not target.exists()
+            assert status == "", status
+            assert git(repo, "rev-parse", "--verify", f"refs/pisub/{child}").strip()  # the work stays
+        assert not _worktree_of(child).exists()
+        assert _state(run.id)["state"] == "terminal-eligible"
