@@ -28,7 +28,7 @@ from pisub.protocol.handoff import (
     Supersession,
 )
 from pisub.protocol.status import Status
-from pisub.protocol.worktree import WorktreeRecord, WorktreeState
+from pisub.protocol.worktree import WorktreeLink, WorktreeRecord, WorktreeState
 
 MAX_HANDOFF = 64 * 1024
 _FULL_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
@@ -384,6 +384,8 @@ def _record(
             cycle = _supersession_cycle(h, now.run_id, supersession.by_lane)
             if cycle is not None:
                 raise InvalidInput(f"refused: {cycle}")
+        if merge is not None:
+            _check_id_format(h, now.children, merge)
         old = _load_handoff(h, now.run_id)
         assert now.digest is not None
         held = old if old is not None and old.digest == now.digest else None
@@ -408,6 +410,34 @@ def _record(
         )
         _write_handoff(h, handoff)
         return lane_status(lane, home)
+
+
+def _check_id_format(home: Home, children: list[str], merge: MergeEvidence) -> None:
+    """Refuse commit ids of the other object format than the lane's repository (40 hex digits
+    in a SHA-1 repository, 64 in a SHA-256 one), told by its children's base commits.
+
+    Raises:
+        InvalidInput: naming the option and the length the repository uses.
+    """
+    lengths = {len(link.base_commit) for c in children if (link := _link(home, c)) is not None}
+    if len(lengths) != 1:
+        return
+    [length] = lengths
+    for option, value in (("--reviewed-head", merge.reviewed_head), ("--merge-commit", merge.merge_commit)):
+        if len(value) != length:
+            kind = "SHA-1" if length == 40 else "SHA-256"
+            raise InvalidInput(
+                f"{option} has {len(value)} hex digits; the lane's repository uses {kind} ids of {length}"
+            )
+
+
+def _link(home: Home, run_id: str) -> WorktreeLink | None:
+    from pisub.store import load_manifest
+
+    try:
+        return load_manifest(home.run(run_id)).worktree
+    except PisubError:
+        return None
 
 
 def _check_not_conflicting(lane: str, held: MergeEvidence, new: MergeEvidence) -> None:

@@ -119,6 +119,8 @@ def test_a_contradicting_merge_is_stale_the_same_one_is_idempotent_and_ids_are_f
         assert bad.returncode == 1 and "full commit id" in bad.stderr and "INVALID_INPUT" in bad.stderr, bad
         bad = _merge(run.id, commit=short)
         assert bad.returncode == 1 and "--merge-commit must be a full commit id" in bad.stderr, bad
+    other_format = _merge(run.id, head="c" * 64)  # a SHA-256 id for this SHA-1 repository
+    assert other_format.returncode == 1 and "SHA-1 ids of 40" in other_format.stderr, other_format
     assert not (pisub.Run(run.id).dir / "handoff.json").exists()
     assert _merge(run.id).returncode == 0
     handoff = pisub.Run(run.id).dir / "handoff.json"
