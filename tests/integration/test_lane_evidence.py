@@ -234,12 +234,14 @@ def test_cleanup_racing_apply_and_record_merge_never_loses_or_half_applies(
             ["worktree", "cleanup", "--apply", "--lane", run.id, "--json"],
             ["lane", "record-merge", run.id, "--pr", "9", "--reviewed-head", H2, "--merge-commit", M1,
              "--tree-equivalent", "--post-merge-checks", "recorded", "--by", "bo"],
+            ["lane", "status", run.id, "--json"],
         ]  # fmt: skip
         if round_ < 2:
-            apply, clean, merge = _at_once(tmp_path, *commands)
+            apply, clean, merge, status_ = _at_once(tmp_path, *commands)
         else:  # the cleanup first, then the apply (the race's other order, made certain)
-            clean, apply, merge = (pisub_cli(*args) for args in (commands[1], commands[0], commands[2]))
-        for done in (apply, clean, merge):
+            clean, apply, merge, status_ = (pisub_cli(*commands[i]) for i in (1, 0, 2, 3))
+        assert json.loads(status_.stdout)["state"] == "terminal-eligible", status_  # never torn
+        for done in (apply, clean, merge, status_):
             assert "Traceback" not in done.stderr, done
         assert clean.returncode == 0, clean.stderr
         assert merge.returncode == 1 and "EVIDENCE_STALE" in merge.stderr, merge
