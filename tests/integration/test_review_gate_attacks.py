@@ -4,6 +4,9 @@ never the favourable verdict of two. Real runs; the reviewer is an external CLI 
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -11,7 +14,8 @@ from typing import Any
 import pytest
 
 import pisub
-from tests.conftest import AgentMaker
+from pisub.runner.review import REVIEW_SLACK_S
+from tests.conftest import AgentMaker, wait_for
 
 # The task's line "SAY=<json>" (any number of them) becomes one verdict block each; HANG sleeps.
 REVIEWER = """
@@ -29,6 +33,11 @@ for line in task.splitlines():
 
 APPROVE = '{"verdict": "approve", "findings": []}'
 REJECT = '{"verdict": "reject", "findings": [{"severity": "blocking", "message": "broken"}]}'
+
+
+def _events(run: pisub.Run, kind: str) -> list[dict[str, Any]]:
+    lines = (run.dir / "events.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e.get("type") == kind]
 
 
 def _gate(make_agent: AgentMaker, task: str, **reviewer: Any) -> Any:
@@ -75,3 +84,25 @@ def test_a_hung_reviewer_is_ended_at_its_timeout_and_the_gate_fails_closed(
     check = record.checks[-1]
     assert "the reviewer ended failed" in (check.reason or ""), check
     assert check.run_id is not None and pisub.Run(check.run_id).status().state == "failed"
+
+
+def test_a_reviewer_whose_runner_never_ends_is_not_waited_for_for_ever(
+    home: Path, make_agent: AgentMaker
+) -> None:
+    make_agent("reviewer", python=REVIEWER, args=None, acceptanceRole="read-only", timeout=2)
+    make_agent("worker", command="true")
+    run = pisub.launch("worker", "HANG", acceptance={"level": "none", "review": {"required": True}})
+    started = wait_for(lambda: _events(run, "review.started"), timeout=60, what="the review to start")
+    review = pisub.Run(str(started[0]["data"]["runId"]))
+    runner = wait_for(lambda: review.status().pid, timeout=30, what="the reviewer's runner")
+    os.kill(runner, signal.SIGSTOP)  # alive, never ending: its own deadline cannot fire
+    try:
+        began = time.monotonic()
+        result = run.wait(timeout=120)
+        assert time.monotonic() - began < 2 + 3 + REVIEW_SLACK_S + 30
+        record = result.details.results[0].acceptance
+        assert result.state == "failed" and record is not None and record.evidence_status == "review-required"
+        assert "did not end within its timeout" in (record.checks[-1].reason or ""), record.checks[-1]
+    finally:
+        os.kill(runner, signal.SIGCONT)
+    assert review.wait(timeout=60).state in ("stopped", "failed")  # asked to stop, it ends
