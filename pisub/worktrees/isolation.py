@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 from msgspec.structs import replace
 
 from pisub.errors import InvalidInput, printable, storage_error
-from pisub.fsio import atomic_write, private_mkdir, read_bytes
+from pisub.fsio import atomic_write, open_regular, private_mkdir, read_bytes
 from pisub.locks import exclusive
 from pisub.paths import is_run_id
 from pisub.protocol.codec import now_iso
@@ -352,21 +351,15 @@ def patch_mismatch(record: WorktreeRecord) -> str | None:
     if info is None:
         return None
     where = _show(info.path)
-    try:
-        fd = os.open(info.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        return f"its patch {where} cannot be read ({exc.strerror or exc})"
     digest = hashlib.sha256()
     size = 0
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            return f"its patch {where} is not a regular file"
-        try:
+    try:
+        with os.fdopen(open_regular(info.path), "rb") as fh:
             while size <= info.size and (chunk := fh.read(1 << 20)):
                 digest.update(chunk)
                 size += len(chunk)
-        except OSError as exc:
-            return f"its patch {where} cannot be read ({exc.strerror or exc})"
+    except OSError as exc:
+        return f"its patch {where} cannot be read ({exc.strerror or exc})"
     if size != info.size or digest.hexdigest() != info.sha256:
         return f"its patch {where} is not the one captured (sha256 or size differ from the record)"
     return None

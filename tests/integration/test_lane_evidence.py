@@ -67,6 +67,13 @@ def test_a_replaced_patch_is_evidence_mismatch_and_blocks_cleanup_until_restored
         assert again.returncode == 1 and "EVIDENCE_MISMATCH" in again.stderr, again
     patch.unlink()
     assert _state(run.id)["state"] == "evidence-mismatch"
+    os.mkfifo(patch)  # never blocks a reader
+    assert _state(run.id)["state"] == "evidence-mismatch"
+    patch.unlink()
+    (patch.parent / "copy").write_bytes(original)
+    patch.symlink_to(patch.parent / "copy")  # the right bytes, behind a symlink: never followed
+    assert _state(run.id)["state"] == "evidence-mismatch"
+    patch.unlink()
     patch.write_bytes(original.replace(b"+a", b"+z"))
     # The cleanup's own choke point hashes again too, whatever the caller says is settled.
     roots = {Path(pisub.Run(c).manifest().worktree.record).parent for c in (a, b)}  # type: ignore[union-attr]
