@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -391,19 +393,43 @@ def apply(record_path: Path, into: Path | None = None) -> ApplyReport:
         mode = choose_mode(target)
         files = record.patch.files if record.patch is not None else []
         report = ApplyReport(ok=True, run_id=record.run_id, target=_show(target), mode=mode, files=files)
-        conflicts = _apply_checked(target, patch, mode)
-        if conflicts:
-            return replace(report, ok=False, conflicts=conflicts)
-        now = now_iso()
-        applied = replace(
-            record,
-            state=WorktreeState.APPLIED,
-            applied_into=os.fspath(target),
-            applied_at=now,
-            updated_at=now,
-        )
-        save_record(record_path, applied)
+        with deferred_signals():  # an interrupt never splits git's writes from the record
+            conflicts = _apply_checked(target, patch, mode)
+            if conflicts:
+                return replace(report, ok=False, conflicts=conflicts)
+            now = now_iso()
+            applied = replace(
+                record,
+                state=WorktreeState.APPLIED,
+                applied_into=os.fspath(target),
+                applied_at=now,
+                updated_at=now,
+            )
+            save_record(record_path, applied)
         return report
+
+
+DEFERRED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP for the ``with`` block (in the main thread; elsewhere
+    Python delivers no signal anyway) and deliver the first that came once it ends: a ``git
+    apply`` is never killed half-way through its files, nor its record left saying
+    ``captured`` for a patch that is in the checkout."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    previous = {sig: signal.signal(sig, lambda number, _frame: came.append(number)) for sig in DEFERRED}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        if came:
+            signal.raise_signal(came[0])
 
 
 def _apply_checked(target: Path, patch: bytes, mode: ApplyMode) -> list[Conflict]:

@@ -9,7 +9,9 @@ Real git repositories."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from pisub.worktrees import (
 )
 from pisub.worktrees.cleanup import leftover_work, uncaptured_change
 from pisub.worktrees.git import filter_drivers
+from tests.conftest import wait_for
 from tests.integration.test_worktree_git import git, git_config, make_repo  # noqa: F401
 
 HOOKS = ("post-checkout", "pre-commit", "post-commit", "reference-transaction", "post-index-change")
@@ -161,3 +164,46 @@ def test_work_in_a_submodule_is_refused_at_capture_and_the_worktree_kept(tmp_pat
     assert not (tmp_path / "p.patch").exists()
     [entry] = cleanup_plan(root, lambda _rid: False)
     assert entry.decision is Decision.KEEP and entry.reason is Reason.UNCAPTURED
+
+
+SHIM = """#!/bin/sh
+for a in "$@"; do case "$a" in --check|--cached) exec {real} "$@";; esac; done
+for a in "$@"; do
+    if [ "$a" = apply ]; then {real} "$@"; rc=$?; touch {marker}; sleep 2; exit $rc; fi
+done
+exec {real} "$@"
+"""
+APPLIER = """
+import sys
+from pathlib import Path
+from pisub.worktrees import apply
+apply(Path(sys.argv[1]))
+"""
+
+
+def test_an_interrupted_apply_is_whole_and_its_record_says_so(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    root = tmp_path / "root"
+    run_id = str(uuid.uuid4())
+    record = allocate(repo, base_ref=None, run_id=run_id, key="k", root=root)
+    for n in range(50):
+        (Path(record.path) / f"f{n}.txt").write_text(f"{n}\n")
+    capture(record_path(root, run_id), tmp_path / "p.patch")
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    marker = tmp_path / "git-applied"
+    real = subprocess.run(
+        ["sh", "-c", "command -v git"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    (shim / "git").write_text(SHIM.format(real=real, marker=marker))
+    (shim / "git").chmod(0o755)
+    env = {**os.environ, "PATH": f"{shim}:{os.environ['PATH']}"}
+    applier = subprocess.Popen(
+        [sys.executable, "-c", APPLIER, str(record_path(root, run_id))], env=env, stderr=subprocess.PIPE
+    )
+    wait_for(marker.exists, 60, what="git apply to have written the files")
+    applier.send_signal(signal.SIGINT)  # Ctrl-C while git is still running
+    _, err = applier.communicate(timeout=60)
+    assert applier.returncode != 0 and b"KeyboardInterrupt" in err  # the interrupt still counts
+    assert all((repo / f"f{n}.txt").read_text() == f"{n}\n" for n in range(50))
+    assert load_record(record_path(root, run_id)).state is WorktreeState.APPLIED
