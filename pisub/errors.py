@@ -19,7 +19,9 @@ Every error pisub raises on purpose is a :class:`PisubError` with a stable ``cod
 
 Elsewhere, beside the code that raises them: ``LockBusy`` (LOCK_BUSY), ``InboxClosed``
 (RUN_CLOSED), ``LeaseHeld`` (LEASE_HELD, busy: another run drives the session) and
-``StaleLease`` (STALE_LEASE, a fenced write with an old generation).
+``StaleLease`` (STALE_LEASE, a fenced write with an old generation), ``WorktreeError``
+(WORKTREE_ERROR), ``EvidenceMismatch`` (EVIDENCE_MISMATCH, a lane's stored patch is not the
+captured one) and ``StaleEvidence`` (EVIDENCE_STALE, lane evidence contradicting the recorded).
 
 Foreign exceptions (``OSError``, ``msgspec.ValidationError``, ``RecursionError``, portalocker's)
 are translated into these at the seam where they enter (:func:`storage_error` for ``OSError``);

@@ -10,11 +10,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from pisub.errors import InvalidInput, PisubError
-from pisub.paths import Home, open_home
+from pisub.paths import Home, is_run_id, open_home
 from pisub.protocol.codec import encode_pretty, now_iso
 from pisub.protocol.handoff import (
     Handoff,
@@ -25,9 +28,27 @@ from pisub.protocol.handoff import (
     Supersession,
 )
 from pisub.protocol.status import Status
-from pisub.protocol.worktree import WorktreeRecord, WorktreeState
+from pisub.protocol.worktree import WorktreeLink, WorktreeRecord, WorktreeState
 
 MAX_HANDOFF = 64 * 1024
+_FULL_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+MAX_SUPERSESSION_CHAIN = 64
+"""Supersessions followed from a lane before the chain counts as a cycle."""
+HANDOFF_LOCK_S = 30.0
+
+
+class EvidenceMismatch(PisubError):
+    """A child's stored patch is not the one captured: evidence about it is refused and its
+    cleanup blocked until the patch is restored."""
+
+    code = "EVIDENCE_MISMATCH"
+
+
+class StaleEvidence(PisubError):
+    """New evidence contradicts evidence already recorded for the same facts (another reviewed
+    head, merge commit or pull request)."""
+
+    code = "EVIDENCE_STALE"
 
 
 @dataclass
@@ -39,6 +60,8 @@ class Fact:
     record: WorktreeRecord | None
     problem: str | None = None
     change: str | None = None
+    mismatch: str | None = None
+    """Why the stored patch is not the captured one (hashed again every time)."""
 
     def as_json(self) -> list[object]:
         rec = self.record
@@ -65,6 +88,8 @@ def lane_status(ref: str, home: Path | None = None) -> LaneStatus:
     blocked = _facts_problem(facts)
     if blocked is not None:
         status.state, status.reason = blocked
+        if status.state is LaneState.EVIDENCE_MISMATCH:
+            status.code = EvidenceMismatch.code
         return status
     try:
         handoff = _load_handoff(h, workflow.run_id)
@@ -100,10 +125,21 @@ def record_merge(
     """Record that the lane's work was merged (pull request ``pr``).
 
     Raises:
-        InvalidInput: a bad field (named), or the lane is active or holds uncaptured work.
+        InvalidInput: a bad field (named; commit ids must be full), or the lane is active or
+            holds uncaptured work.
+        EvidenceMismatch: a child's stored patch is not the one captured.
+        StaleEvidence: a merge with another reviewed head, merge commit or pull request is
+            recorded for the same facts (the same merge again changes nothing).
+        LockBusy: another recorder held the lane too long.
     """
     from pisub.protocol.codec import convert
 
+    for option, value in (("--reviewed-head", reviewed_head), ("--merge-commit", merge_commit)):
+        if not _FULL_COMMIT.fullmatch(value.lower()):
+            raise InvalidInput(
+                f"{option} must be a full commit id (40 hex digits, or 64 in a SHA-256 repository), "
+                f"not {value[:80]!r}; git rev-parse gives it"
+            )
     evidence = {
         "pr": pr,
         "reviewedHead": reviewed_head.lower(),
@@ -127,8 +163,10 @@ def record_supersession(ref: str, *, by_lane: str, by: str, home: Path | None = 
     """Record that lane ``by_lane``'s work replaces this lane's.
 
     Raises:
-        InvalidInput: a bad name, the same lane, not a workflow, or this lane is active.
+        InvalidInput: a bad name, the same lane (or a resume of it), a cycle of supersessions,
+            not a workflow, or this lane is active.
         RunNotFound: no such lane.
+        EvidenceMismatch, StaleEvidence: as :func:`record_merge`.
     """
     from pisub.client import Run
 
@@ -144,11 +182,33 @@ def record_supersession(ref: str, *, by_lane: str, by: str, home: Path | None = 
 
 def settled_children(ref: str, home: Path | None = None) -> set[str]:
     """The child runs whose captured work the lane's evidence accounts for: all of them when
-    the lane is eligible now, else none."""
+    the lane is eligible now, else none.
+
+    Raises:
+        EvidenceMismatch: a child's stored patch is not the one captured (nothing of the lane
+            may be cleaned up on its evidence; the message says how to fix it).
+    """
     status = lane_status(ref, home)
+    if status.state is LaneState.EVIDENCE_MISMATCH:
+        raise EvidenceMismatch(f"lane {status.run_id}: {status.reason}")
     if status.state in (LaneState.TERMINAL_ELIGIBLE, LaneState.SUPERSEDED_ELIGIBLE):
         return set(status.children)
     return set()
+
+
+@contextmanager
+def holding(ref: str, home: Path | None = None) -> Iterator[None]:
+    """Hold lane ``ref``'s ``handoff.lock``: no evidence is recorded meanwhile.
+
+    Raises:
+        LockBusy: a recorder held it too long. RunNotFound: no such run.
+    """
+    from pisub.client import Run
+    from pisub.locks import exclusive
+
+    h = open_home(home)
+    with exclusive(h.run(Run(ref, home=h.root).id).handoff_lock, HANDOFF_LOCK_S):
+        yield
 
 
 def digest(facts: list[Fact]) -> str:
@@ -197,6 +257,7 @@ def _worktree_link(home: Home, run_id: str) -> str | None:
 def _fact(home: Home, child: Status) -> Fact:
     from pisub.worktrees import load_record
     from pisub.worktrees.cleanup import uncaptured_change
+    from pisub.worktrees.isolation import patch_mismatch
 
     where = Path(_worktree_link(home, child.run_id) or "")
     removed = where.parent / ".removed" / where.name
@@ -207,7 +268,8 @@ def _fact(home: Home, child: Status) -> Fact:
             record = load_record(path)
         except (PisubError, OSError) as exc:
             return Fact(child.run_id, child.key, None, problem=str(exc))
-        return Fact(child.run_id, child.key, record, change=uncaptured_change(record))
+        mismatch = patch_mismatch(record)
+        return Fact(child.run_id, child.key, record, change=uncaptured_change(record), mismatch=mismatch)
     return Fact(child.run_id, child.key, None, problem=f"its worktree record {where} is gone")
 
 
@@ -216,12 +278,27 @@ def _facts_problem(facts: list[Fact]) -> tuple[LaneState, str] | None:
         if fact.problem is not None:
             return LaneState.UNKNOWN, f"child {fact.key or fact.run_id}: {fact.problem}"
     for fact in facts:
+        if fact.mismatch is not None:
+            return LaneState.EVIDENCE_MISMATCH, mismatch_reason(fact)
+    for fact in facts:
         assert fact.record is not None
         if fact.record.state is WorktreeState.ALLOCATED:
             return LaneState.TERMINAL_BLOCKED, f"child {fact.key or fact.run_id} holds uncaptured work"
         if fact.change is not None:
             return LaneState.TERMINAL_BLOCKED, f"child {fact.key or fact.run_id}'s worktree {fact.change}"
     return None
+
+
+def mismatch_reason(fact: Fact) -> str:
+    """The line of a tampered patch: what, where the captured work still is, and the fix."""
+    record = fact.record
+    assert record is not None and fact.mismatch is not None
+    kept = f" (its captured work is commit {record.capture_commit}, {record.ref})" if record.ref else ""
+    return (
+        f"child {fact.key or fact.run_id}: {fact.mismatch}{kept}; restore the patch file as captured "
+        f"or discard the worktree (pisub worktree discard {fact.run_id} --force), then record the "
+        "evidence again"
+    )
 
 
 def _judge_evidence(home: Home, handoff: Handoff) -> tuple[LaneState, str | None]:
@@ -233,9 +310,42 @@ def _judge_evidence(home: Home, handoff: Handoff) -> tuple[LaneState, str | None
             return LaneState.TERMINAL_BLOCKED, f"post-merge checks {merge.post_merge_checks.value}"
         return LaneState.TERMINAL_ELIGIBLE, None
     assert handoff.supersession is not None
+    if not is_run_id(handoff.supersession.by_lane):
+        return LaneState.UNKNOWN, "the supersession does not name a run"
     if not home.run(handoff.supersession.by_lane).root.is_dir():
         return LaneState.TERMINAL_BLOCKED, f"the superseding lane {handoff.supersession.by_lane} is gone"
+    cycle = _supersession_cycle(home, handoff.run_id, handoff.supersession.by_lane)
+    if cycle is not None:
+        return LaneState.TERMINAL_BLOCKED, cycle
     return LaneState.SUPERSEDED_ELIGIBLE, None
+
+
+def _supersession_cycle(home: Home, lane: str, by_lane: str) -> str | None:
+    """Why superseding ``lane`` by ``by_lane`` would leave nobody's work standing: it is the
+    lane itself (or a resume of it), or the chain of supersessions from ``by_lane`` comes back
+    to ``lane`` (or loops, or is longer than :data:`MAX_SUPERSESSION_CHAIN`)."""
+    journal = _journal(home, lane)
+    seen: list[str] = []
+    current = by_lane
+    for _ in range(MAX_SUPERSESSION_CHAIN):
+        if not is_run_id(current):
+            return f"the supersession chain names {current[:80]!r}, not a run"
+        if current == lane or (journal is not None and _journal(home, current) == journal):
+            if not seen:
+                return f"lane {lane} cannot be superseded by itself (or by a resume of itself)"
+            chain = " -> ".join([lane, *seen, current])
+            return f"a supersession cycle ({chain}): no lane's work would stand"
+        if current in seen:
+            return f"a supersession cycle through {current}: no lane's work would stand"
+        seen.append(current)
+        try:
+            found = _load_handoff(home, current)
+        except PisubError:
+            return None
+        if found is None or found.supersession is None:
+            return None
+        current = found.supersession.by_lane
+    return f"a supersession chain longer than {MAX_SUPERSESSION_CHAIN} lanes from {by_lane}"
 
 
 def _load_handoff(home: Home, run_id: str) -> Handoff | None:
@@ -256,28 +366,111 @@ def _record(
     merge: MergeEvidence | None = None,
     supersession: Supersession | None = None,
 ) -> LaneStatus:
+    """Judge the lane, check the new evidence against what is recorded, write it: all under
+    the lane's ``handoff.lock``, so two recorders never both read the old evidence."""
+    from pisub.client import Run
+
+    h = open_home(home)
+    lane = Run(ref, home=h.root).id
+    with holding(lane, home):
+        now = lane_status(lane, home)
+        if now.state is LaneState.ACTIVE:
+            raise InvalidInput(f"lane {now.run_id} is active: record evidence once it and its children ended")
+        if now.state is LaneState.EVIDENCE_MISMATCH:
+            raise EvidenceMismatch(f"lane {now.run_id} cannot take evidence: {now.reason}")
+        if now.state is LaneState.UNKNOWN or (now.reason or "").startswith("child "):
+            raise InvalidInput(f"lane {now.run_id} cannot take evidence: {now.reason}")
+        if supersession is not None:
+            cycle = _supersession_cycle(h, now.run_id, supersession.by_lane)
+            if cycle is not None:
+                raise InvalidInput(f"refused: {cycle}")
+        if merge is not None:
+            _check_id_format(h, now.children, merge)
+        old = _load_handoff(h, now.run_id)
+        assert now.digest is not None
+        held = old if old is not None and old.digest == now.digest else None
+        if supersession is not None and held is not None and held.supersession is not None:
+            if held.supersession.by_lane != supersession.by_lane:
+                raise StaleEvidence(
+                    f"lane {now.run_id} is already recorded as superseded by lane "
+                    f"{held.supersession.by_lane} (by {held.supersession.attested_by}); "
+                    f"{supersession.by_lane} contradicts it for the same facts"
+                )
+            return now  # the same supersession again: nothing is rewritten
+        if merge is not None and held is not None and held.merge is not None:
+            _check_not_conflicting(now.run_id, held.merge, merge)
+            if _same_merge(held.merge, merge):
+                return now  # the same evidence again: nothing is rewritten
+        handoff = Handoff(
+            run_id=now.run_id,
+            digest=now.digest,
+            merge=merge or (held.merge if held is not None else None),
+            supersession=supersession or (held.supersession if held is not None else None),
+            updated_at=now_iso(),
+        )
+        _write_handoff(h, handoff)
+        return lane_status(lane, home)
+
+
+def _check_id_format(home: Home, children: list[str], merge: MergeEvidence) -> None:
+    """Refuse commit ids of the other object format than the lane's repository (40 hex digits
+    in a SHA-1 repository, 64 in a SHA-256 one), told by its children's base commits.
+
+    Raises:
+        InvalidInput: naming the option and the length the repository uses.
+    """
+    lengths = {len(link.base_commit) for c in children if (link := _link(home, c)) is not None}
+    if len(lengths) != 1:
+        return
+    [length] = lengths
+    for option, value in (("--reviewed-head", merge.reviewed_head), ("--merge-commit", merge.merge_commit)):
+        if len(value) != length:
+            kind = "SHA-1" if length == 40 else "SHA-256"
+            raise InvalidInput(
+                f"{option} has {len(value)} hex digits; the lane's repository uses {kind} ids of {length}"
+            )
+
+
+def _link(home: Home, run_id: str) -> WorktreeLink | None:
+    from pisub.store import load_manifest
+
+    try:
+        return load_manifest(home.run(run_id)).worktree
+    except PisubError:
+        return None
+
+
+def _check_not_conflicting(lane: str, held: MergeEvidence, new: MergeEvidence) -> None:
+    """Refuse a merge that contradicts the one recorded for the same facts.
+
+    Raises:
+        StaleEvidence: another reviewed head, merge commit or pull request.
+    """
+    for name, before, after in (
+        ("reviewed head", held.reviewed_head, new.reviewed_head),
+        ("merge commit", held.merge_commit, new.merge_commit),
+        ("pull request", str(held.pr), str(new.pr)),
+    ):
+        if before != after:
+            raise StaleEvidence(
+                f"lane {lane} already records a merge with {name} {before} (by {held.attested_by}, "
+                f"{held.attested_at}); {after} contradicts it for the same facts: check which is "
+                "right; evidence is replaced only once the lane's work changed"
+            )
+
+
+def _same_merge(held: MergeEvidence, new: MergeEvidence) -> bool:
+    from msgspec.structs import replace
+
+    return replace(held, attested_at=new.attested_at) == new
+
+
+def _write_handoff(home: Home, handoff: Handoff) -> None:
     from pisub.errors import storage_error
     from pisub.fsio import atomic_write
 
-    h = open_home(home)
-    now = lane_status(ref, home)
-    if now.state is LaneState.ACTIVE:
-        raise InvalidInput(f"lane {now.run_id} is active: record evidence once it and its children ended")
-    if now.state is LaneState.UNKNOWN or (now.reason or "").startswith("child "):
-        raise InvalidInput(f"lane {now.run_id} cannot take evidence: {now.reason}")
-    old = _load_handoff(h, now.run_id)
-    assert now.digest is not None
-    handoff = Handoff(
-        run_id=now.run_id,
-        digest=now.digest,
-        merge=merge or (old.merge if old is not None and old.digest == now.digest else None),
-        supersession=supersession
-        or (old.supersession if old is not None and old.digest == now.digest else None),
-        updated_at=now_iso(),
-    )
-    target = h.run(now.run_id).handoff
+    target = home.run(handoff.run_id).handoff
     try:
         atomic_write(target, encode_pretty(handoff))
     except OSError as exc:
         raise storage_error(exc, "write", target) from exc
-    return lane_status(ref, home)

@@ -330,6 +330,12 @@ class RunPaths:
         return self.root / "handoff.json"
 
     @property
+    def handoff_lock(self) -> Path:
+        """Held while evidence is checked and recorded, and while ``cleanup --lane`` removes
+        the lane's worktrees (the evidence cannot change under either)."""
+        return self.root / "handoff.lock"
+
+    @property
     def on_done_claim(self) -> Path:
         """Created (``O_EXCL``) by whoever runs the run's ``--on-done`` command: exactly once."""
         return self.root / "on-done.claimed"

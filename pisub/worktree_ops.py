@@ -5,6 +5,7 @@ removes only worktrees whose work is safe elsewhere."""
 from __future__ import annotations
 
 import os
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from pisub.errors import InvalidInput, PisubError, RunNotFound
@@ -119,7 +120,12 @@ def cleanup_worktrees(
     with ``apply``, each ``remove`` entry is checked again and only safe ones are removed.
     With ``lane`` (a workflow run whose merge or supersession is recorded and still holds,
     see ``pisub lane status``) that lane's captured, unchanged worktrees count as safe too;
-    the lane's evidence is checked again before anything is removed."""
+    the lane's evidence is checked again before anything is removed, under the lane's lock
+    (no evidence is recorded meanwhile), and each stored patch is hashed again.
+
+    Raises:
+        EvidenceMismatch: with ``lane``, a child's stored patch is not the one captured.
+    """
     from pisub.worktrees import cleanup_plan, remove_safe
 
     h = open_home(home)
@@ -134,13 +140,23 @@ def cleanup_worktrees(
         entries = cleanup_plan(root, lambda rid: is_active(h, rid), settled.__contains__)
         plan += entries
         if apply:
-            again: set[str] = set()
-            if lane is not None:
-                from pisub.lane_evidence import settled_children
+            with _lane_held(lane, home):
+                again: set[str] = set()
+                if lane is not None:
+                    from pisub.lane_evidence import settled_children
 
-                again = settled_children(lane, home)  # the evidence right before removing
-            removed += remove_safe(root, entries, lambda rid: is_active(h, rid), again.__contains__)
+                    again = settled_children(lane, home)  # the evidence right before removing
+                removed += remove_safe(root, entries, lambda rid: is_active(h, rid), again.__contains__)
     return plan, removed
+
+
+def _lane_held(lane: str | None, home: Path | None) -> AbstractContextManager[None]:
+    """The lane's evidence lock while its worktrees are removed (none without a lane)."""
+    if lane is None:
+        return nullcontext()
+    from pisub.lane_evidence import holding
+
+    return holding(lane, home)
 
 
 def _run_id(ref: str, home: Path | None) -> str:

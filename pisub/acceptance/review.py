@@ -1,8 +1,9 @@
 """Review gates, the parts that need no process: what the reviewer is asked (the task, the
-criteria, the diff of the child's work) and how its answer is read — the last fenced
-```review-verdict block of its final output, read tolerantly (synonyms of the verdict and the
-severities, snake_case, a wrapper object) and strictly otherwise (the field named). The work is
-``reviewed`` only when the verdict approves it and no finding is blocking."""
+criteria, the diff of the child's work) and how its answer is read — the one fenced
+```review-verdict block of its final output (several: none is read, the gate fails), read
+tolerantly (synonyms of the verdict and the severities, snake_case, a wrapper object) and
+strictly otherwise (the field named). The work is ``reviewed`` only when the verdict approves
+it and no finding is blocking."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def review_task(spec: AcceptanceSpec, task: str, diff: str | None) -> str:
         lines += ["", "Its changes (git diff against HEAD, untracked files listed):", _quoted(diff)]
     lines += [
         "",
-        f"End your reply with a fenced block whose info string is {FENCE} holding one JSON object:",
+        f"End your reply with exactly one fenced block whose info string is {FENCE} (a reply with",
+        "two decides nothing) holding one JSON object:",
         '"verdict" ("approve" or "reject") and "findings", a list of objects with "severity"',
         '("blocking", "major", "minor" or "note"), "message" and optionally "file". Any blocking',
         "finding rejects the work.",
@@ -71,9 +73,19 @@ def _quoted(text: str) -> str:
 
 
 def extract(output: str) -> str | None:
-    """The last verdict block's text, None when there is none."""
+    """The one verdict block's text, None when there is none.
+
+    Raises:
+        InvalidInput: there are several: none is read (never the favourable one), the gate
+            fails closed.
+    """
     blocks = list(_BLOCK.finditer(output))
-    return blocks[-1].group(1)[:MAX_VERDICT_CHARS] if blocks else None
+    if len(blocks) > 1:
+        raise InvalidInput(
+            f"the reviewer gave {len(blocks)} review-verdict blocks; exactly one is read, so none "
+            "is (a review that says two things decides nothing)"
+        )
+    return blocks[0].group(1)[:MAX_VERDICT_CHARS] if blocks else None
 
 
 def parse(text: str) -> ReviewVerdict:

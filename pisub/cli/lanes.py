@@ -19,7 +19,8 @@ def _show(status: Any, as_json: bool) -> None:
     if as_json:
         json_line(msgspec.to_builtins(status))
         return
-    out(f"{status.run_id}  {status.state.value}" + (f": {status.reason}" if status.reason else ""))
+    code = f" [{status.code}]" if status.code else ""
+    out(f"{status.run_id}  {status.state.value}" + (f": {status.reason}" if status.reason else "") + code)
     if status.merge is not None:
         m = status.merge
         out(f"merge: PR {m.pr}, reviewed {m.reviewed_head}, merged {m.merge_commit}, by {m.attested_by}")
@@ -32,7 +33,7 @@ def _show(status: Any, as_json: bool) -> None:
 @app.command("status")
 def status(ref: str = RUN, as_json: bool = JSON) -> None:
     """The lane's state (active, terminal-eligible, terminal-blocked, superseded-eligible,
-    unknown) and the cleanup command its evidence allows (never run by pisub)."""
+    evidence-mismatch, unknown) and the cleanup command its evidence allows (never run by pisub)."""
     from pisub.lane_evidence import lane_status
 
     _show(lane_status(ref), as_json)

@@ -12,7 +12,8 @@ import msgspec
 
 from pisub.protocol.codec import Record
 
-CommitId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{7,64}$")]
+CommitId = Annotated[str, msgspec.Meta(pattern=r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")]
+"""A full commit id: 40 hex digits (SHA-1 repositories) or 64 (SHA-256); never abbreviated."""
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
 
 
@@ -63,6 +64,10 @@ class LaneState(enum.StrEnum):
     """Another lane's work replaces it, recorded, and nothing changed since."""
     UNKNOWN = "unknown"
     """Its files cannot be read or judged."""
+    EVIDENCE_MISMATCH = "evidence-mismatch"
+    """A child's stored patch, hashed again now, is not the one its record says was captured
+    (replaced, truncated, gone): the evidence would attest bytes that are not there. Blocks
+    cleanup and new evidence (``EVIDENCE_MISMATCH``) until the patch is restored."""
 
 
 class LaneStatus(Record, kw_only=True):
@@ -71,6 +76,8 @@ class LaneStatus(Record, kw_only=True):
     run_id: str
     state: LaneState
     reason: str | None = None
+    code: str | None = None
+    """A stable code when the state needs one (``EVIDENCE_MISMATCH``)."""
     children: list[str] = []
     """The child runs with worktrees (their work is what the evidence is about)."""
     digest: str | None = None

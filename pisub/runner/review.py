@@ -18,6 +18,8 @@ from pisub.protocol.manifest import LimitValues, Manifest
 REVIEW_KEY = "review"
 DEFAULT_REVIEWER = "reviewer"
 POLL_S = 0.2
+REVIEW_SLACK_S = 15.0
+"""How much longer than the reviewer's own timeout and grace its run is waited for."""
 
 
 @dataclass
@@ -93,6 +95,9 @@ def _start(paths: RunPaths, manifest: Manifest, reviewer: str, task: str) -> Run
 
 
 def _await(review: RunPaths, stop_requested: Callable[[], bool]) -> ReviewOutcome:
+    """Wait for the reviewer's run to end, at most its own timeout and grace plus
+    :data:`REVIEW_SLACK_S` (a runner that is alive but never ends — stopped, wedged — is not
+    waited for for ever): past that it is asked to stop and the review fails closed."""
     from pisub.mailbox import write_request
     from pisub.polling import poll
     from pisub.protocol.control import Stop
@@ -100,19 +105,43 @@ def _await(review: RunPaths, stop_requested: Callable[[], bool]) -> ReviewOutcom
 
     stopping = False
 
-    def ended() -> bool | None:
+    def stop(reason: str) -> None:
         nonlocal stopping
-        if not stopping and stop_requested():
+        if not stopping:
             stopping = True
             with contextlib.suppress(PisubError):  # it has ended meanwhile
-                write_request(review, Stop(v=1, reason="the reviewed run was stopped", source="review"))
+                write_request(review, Stop(v=1, reason=reason, source="review"))
+
+    def ended() -> bool | None:
+        if not stopping and stop_requested():
+            stop("the reviewed run was stopped")
         try:
             return True if observe(review).state.is_terminal else None
         except PisubError:
             return True  # gone or unreadable: judged below
 
-    poll(ended, None, interval=POLL_S, first=0.02, first_for=1.0)
+    bound = _bound(review)
+    if poll(ended, bound, interval=POLL_S, first=0.02, first_for=1.0) is None:
+        stop("the review ran past the reviewer's timeout")
+        return _unfinished(
+            f"the reviewer did not end within its timeout and grace (+{REVIEW_SLACK_S:g}s, {bound:g}s "
+            "in all): asked to stop; the work is not reviewed",
+            review.run_id,
+        )
     return _judge(review)
+
+
+def _bound(review: RunPaths) -> float:
+    """Longest wait for the reviewer's run: its timeout and grace plus the slack."""
+    from pisub.defaults import DEFAULT_GRACE_S, DEFAULT_TIMEOUT_S
+    from pisub.store import load_manifest
+
+    try:
+        limits = load_manifest(review).limits
+        timeout, grace = limits.timeout or DEFAULT_TIMEOUT_S, limits.grace
+    except PisubError:
+        timeout, grace = DEFAULT_TIMEOUT_S, DEFAULT_GRACE_S
+    return timeout + grace + REVIEW_SLACK_S
 
 
 def _judge(review: RunPaths) -> ReviewOutcome:
@@ -127,7 +156,10 @@ def _judge(review: RunPaths) -> ReviewOutcome:
         state = result.state if result is not None else "no result"
         return _unfinished(f"the reviewer ended {state}", review.run_id)
     output = result.details.results[0].output if result.details.results else ""
-    text = extract(output or "")
+    try:
+        text = extract(output or "")
+    except PisubError as exc:  # two verdicts: neither is taken
+        return _unfinished(exc.message, review.run_id)
     if text is None:
         return _unfinished("the reviewer gave no review-verdict block", review.run_id)
     try:

@@ -20,7 +20,7 @@ from pisub.paths import is_run_id
 from pisub.protocol.codec import now_iso
 from pisub.protocol.worktree import Decision, PlanEntry, Reason, Removal, WorktreeRecord, WorktreeState
 from pisub.worktrees.git import WorktreeError, run_git
-from pisub.worktrees.isolation import capture_ref, delete_ref, remove_worktree, root_lock
+from pisub.worktrees.isolation import capture_ref, delete_ref, patch_mismatch, remove_worktree, root_lock
 from pisub.worktrees.records import (
     RECORD_SUFFIX,
     REMOVED_DIR,
@@ -138,6 +138,9 @@ def judge(
         return replace(entry, reason=Reason.DIRTY, detail=change)
     if record.state is WorktreeState.CAPTURED:
         if settled is not None and settled(record.run_id):
+            mismatch = patch_mismatch(record)
+            if mismatch is not None:  # the evidence attests a patch that is not there
+                return replace(entry, reason=Reason.UNAPPLIED, detail=f"captured, but {mismatch}")
             why = "captured; its lane's evidence is recorded"
             return replace(entry, decision=Decision.REMOVE, detail=why)
         return replace(entry, reason=Reason.UNAPPLIED, detail="captured, neither applied nor discarded")

@@ -4,7 +4,9 @@ and every failure translated where it enters into one :class:`WorktreeError` lin
 User configuration must not change what pisub reads from git: every call runs with
 ``LC_ALL=C`` (git's messages are parsed), no pager, no prompt, no editor, no inherited
 ``GIT_*`` variable that points git elsewhere (``GIT_DIR``, ``GIT_INDEX_FILE``, ...) or injects
-configuration, hooks off, fsmonitor off, and the configuration that shapes a patch pinned.
+configuration, hooks off, fsmonitor off, filter drivers off, no external diff or textconv
+program, and the configuration that shapes a patch pinned. No program named by a repository's
+configuration runs inside a pisub git call.
 """
 
 from __future__ import annotations
@@ -67,7 +69,9 @@ PINNED_CONFIG = (
     "maintenance.auto=false",
 )
 """``-c`` settings of every call. Hooks are off: a user's ``post-checkout`` or
-``reference-transaction`` hook never runs inside pisub's git calls."""
+``reference-transaction`` hook never runs inside pisub's git calls. Filter drivers are
+switched off per call (:func:`filter_drivers`): pisub sees and writes a repository's stored
+bytes, and no ``clean``/``smudge``/``process`` program of its configuration ever runs."""
 
 DIFF_FLAGS = (
     "--no-color",
@@ -147,12 +151,73 @@ def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def git_argv(cwd: Path, args: Sequence[str]) -> list[str]:
-    """``git --no-pager -C <cwd> -c <pinned>... <args>``."""
+NO_FILTER_COMMANDS = frozenset(
+    {
+        "cat-file",
+        "check-ref-format",
+        "commit-tree",
+        "config",
+        "for-each-ref",
+        "ls-tree",
+        "merge-base",
+        "rev-list",
+        "rev-parse",
+        "show-ref",
+        "symbolic-ref",
+        "update-ref",
+    }
+)
+"""git commands that never read or write a work tree's files, so never run a filter driver
+(every other call first switches off the drivers the configuration defines)."""
+
+NO_DRIVER_FLAGS = ("--no-ext-diff", "--no-textconv")
+"""Added to every ``diff``: no ``diff.<driver>.command`` or ``textconv`` program runs."""
+
+_DRIVER_KEYS = r"^filter\..+\.(clean|smudge|process)$"
+
+
+def git_argv(cwd: Path, args: Sequence[str], drivers: Sequence[str] = ()) -> list[str]:
+    """``git --no-pager -C <cwd> -c <pinned>... [-c filter.<d>.clean= ...] <args>``: every
+    filter driver in ``drivers`` switched off (no command, not required), and a ``diff``
+    deaf to external diff and textconv drivers."""
     argv = ["git", "--no-pager", "-C", os.fspath(cwd)]
     for setting in PINNED_CONFIG:
         argv += ["-c", setting]
+    for driver in drivers:
+        for key in ("clean", "smudge", "process"):
+            argv += ["-c", f"filter.{driver}.{key}="]
+        argv += ["-c", f"filter.{driver}.required=false"]
+    if args and args[0] == "diff":
+        args = [args[0], *NO_DRIVER_FLAGS, *args[1:]]
     return [*argv, *args]
+
+
+def filter_drivers(
+    cwd: Path, what: str = "read the git configuration", timeout: float = GIT_TIMEOUT_S
+) -> list[str]:
+    """The filter drivers (``filter.<name>.clean``/``smudge``/``process``) the configuration
+    seen from ``cwd`` defines: the repository's own ``.git/config`` can name any program, and
+    ``.gitattributes`` (which a child writes) decides where it runs. None when git finds none
+    or cannot tell (``cwd`` is gone: the real call fails anyway).
+
+    Raises:
+        WorktreeError: git is missing or hung (as :func:`run_git`), or a driver's name cannot
+            be switched off on a command line (it holds ``=``).
+    """
+    args = ["config", "--null", "--name-only", "--get-regexp", _DRIVER_KEYS]
+    done = _call(git_argv(cwd, args), None, git_env(), timeout, what, "")
+    names: list[str] = []
+    for key in (done.stdout if done.ok else b"").split(b"\0"):
+        name = os.fsdecode(key).partition(".")[2].rpartition(".")[0]
+        if not name or name in names:
+            continue
+        if "=" in name or "\n" in name:
+            raise WorktreeError(
+                f"the filter driver {printable(name, one_line=True)!r} in the git configuration of "
+                f"{printable(os.fspath(cwd), one_line=True)} cannot be switched off; rename it"
+            )
+        names.append(name)
+    return names
 
 
 def run_git(
@@ -175,14 +240,26 @@ def run_git(
         WorktreeError: git is missing, could not be started, timed out (its whole process group
             is killed), or (with ``check``) exited non-zero.
     """
-    argv = git_argv(cwd, args)
+    drivers = filter_drivers(cwd, what, timeout) if args and args[0] not in NO_FILTER_COMMANDS else []
+    result = _call(git_argv(cwd, args, drivers), stdin, git_env(env), timeout, what, fix)
+    if check and not result.ok:
+        where = printable(os.fspath(cwd), one_line=True)
+        raise WorktreeError(f"cannot {what} in {where}: {result.message()}; {fix}")
+    return result
+
+
+def _call(
+    argv: list[str], stdin: bytes | None, env: dict[str, str], timeout: float, what: str, fix: str
+) -> GitResult:
+    """Run ``argv`` in its own process group: its result, or an error when it cannot start or
+    does not finish within ``timeout`` (its whole group is killed)."""
     try:
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=git_env(env),
+            env=env,
             start_new_session=True,
         )
     except FileNotFoundError as exc:
@@ -192,11 +269,7 @@ def run_git(
     except OSError as exc:
         raise WorktreeError(f"cannot {what}: git cannot be started ({exc.strerror or exc}); {fix}") from exc
     out, err = _communicate(proc, stdin, timeout, what)
-    result = GitResult(proc.returncode, out, err)
-    if check and not result.ok:
-        where = printable(os.fspath(cwd), one_line=True)
-        raise WorktreeError(f"cannot {what} in {where}: {result.message()}; {fix}")
-    return result
+    return GitResult(proc.returncode, out, err)
 
 
 def _communicate(

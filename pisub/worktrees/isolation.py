@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +20,7 @@ from pathlib import Path
 from msgspec.structs import replace
 
 from pisub.errors import InvalidInput, printable, storage_error
-from pisub.fsio import atomic_write, private_mkdir, read_bytes
+from pisub.fsio import atomic_write, open_regular, private_mkdir, read_bytes
 from pisub.locks import exclusive
 from pisub.paths import is_run_id
 from pisub.protocol.codec import now_iso
@@ -39,6 +41,7 @@ from pisub.worktrees.patches import (
     choose_mode,
     ignored_present,
     staged_patch,
+    submodule_work,
     verify_reproduces,
 )
 from pisub.worktrees.records import (
@@ -225,7 +228,9 @@ def capture(record_path: Path, patch_path: Path) -> WorktreeRecord:
     Raises:
         InvalidInput: no record (or a forged one); it is applied or discarded; ``patch_path`` is
             inside the worktree or directly in the root.
-        WorktreeError: git failed, or the patch does not reproduce the work (nothing was saved).
+        WorktreeError: git failed, the patch does not reproduce the work, or the worktree holds
+            work of a submodule (moved, or files in its directory), which no patch carries
+            (nothing was saved in each case).
         StorageError: the patch or the record cannot be written.
     """
     with root_lock(record_path.parent):
@@ -235,6 +240,13 @@ def capture(record_path: Path, patch_path: Path) -> WorktreeRecord:
         target = _patch_target(patch_path, worktree, record_path.parent)
         run_git(worktree, ["add", "-A"], what="stage the worktree's changes")
         tree = git_out(worktree, ["write-tree"], what="record the staged tree").decode("ascii", "replace")
+        inner = submodule_work(worktree, record.base_commit)
+        if inner is not None:
+            raise WorktreeError(
+                f"cannot capture the worktree of run {record.run_id}: {inner}, and a patch carries no "
+                "other repository's work; nothing was saved and the worktree is kept: commit and "
+                "push that work in the submodule yourself, or discard the worktree"
+            )
         patch = staged_patch(worktree, record.base_commit)
         verify_reproduces(worktree, record.base_commit, patch, tree)
         info = _patch_info(worktree, record.base_commit, target, patch)
@@ -332,6 +344,29 @@ def _read_patch(record: WorktreeRecord) -> bytes:
     return data
 
 
+def patch_mismatch(record: WorktreeRecord) -> str | None:
+    """Why the stored patch file is not what the record says was captured (its size or sha256
+    differ, it is gone, unreadable, or not a regular file), hashed again now; None when it is,
+    or when nothing was captured. Never follows a symlink; reads in chunks.
+    """
+    info = record.patch
+    if info is None:
+        return None
+    where = _show(info.path)
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        with os.fdopen(open_regular(info.path), "rb") as fh:
+            while size <= info.size and (chunk := fh.read(1 << 20)):
+                digest.update(chunk)
+                size += len(chunk)
+    except OSError as exc:
+        return f"its patch {where} cannot be read ({exc.strerror or exc})"
+    if size != info.size or digest.hexdigest() != info.sha256:
+        return f"its patch {where} is not the one captured (sha256 or size differ from the record)"
+    return None
+
+
 def apply(record_path: Path, into: Path | None = None) -> ApplyReport:
     """Apply the captured patch to the checkout ``into`` (default: the record's repository).
 
@@ -358,19 +393,43 @@ def apply(record_path: Path, into: Path | None = None) -> ApplyReport:
         mode = choose_mode(target)
         files = record.patch.files if record.patch is not None else []
         report = ApplyReport(ok=True, run_id=record.run_id, target=_show(target), mode=mode, files=files)
-        conflicts = _apply_checked(target, patch, mode)
-        if conflicts:
-            return replace(report, ok=False, conflicts=conflicts)
-        now = now_iso()
-        applied = replace(
-            record,
-            state=WorktreeState.APPLIED,
-            applied_into=os.fspath(target),
-            applied_at=now,
-            updated_at=now,
-        )
-        save_record(record_path, applied)
+        with deferred_signals():  # an interrupt never splits git's writes from the record
+            conflicts = _apply_checked(target, patch, mode)
+            if conflicts:
+                return replace(report, ok=False, conflicts=conflicts)
+            now = now_iso()
+            applied = replace(
+                record,
+                state=WorktreeState.APPLIED,
+                applied_into=os.fspath(target),
+                applied_at=now,
+                updated_at=now,
+            )
+            save_record(record_path, applied)
         return report
+
+
+DEFERRED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP for the ``with`` block (in the main thread; elsewhere
+    Python delivers no signal anyway) and deliver the first that came once it ends: a ``git
+    apply`` is never killed half-way through its files, nor its record left saying
+    ``captured`` for a patch that is in the checkout."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    previous = {sig: signal.signal(sig, lambda number, _frame: came.append(number)) for sig in DEFERRED}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        if came:
+            signal.raise_signal(came[0])
 
 
 def _apply_checked(target: Path, patch: bytes, mode: ApplyMode) -> list[Conflict]:

@@ -52,6 +52,33 @@ def changed_files(worktree: Path, base: str) -> list[str]:
     return [printable(os.fsdecode(name)) for name in out.split(b"\0") if name]
 
 
+def submodule_work(worktree: Path, base: str) -> str | None:
+    """Work in ``worktree`` that lives in a submodule, which no patch of the superproject can
+    carry (None when there is none): a submodule moved to another commit (that commit is only
+    in the worktree's own clone of it), or files in a submodule's directory.
+
+    Raises:
+        WorktreeError: git failed.
+    """
+    raw = ["diff", "--cached", "--raw", "-z", "--no-renames", "--no-abbrev", "--end-of-options", base, "--"]
+    out = run_git(worktree, raw, what="list the changed submodules", fix="").stdout.split(b"\0")
+    for meta, name in zip(out[0::2], out[1::2], strict=False):
+        modes = meta.split(b" ")[:2]
+        if any(mode.endswith(b"160000") for mode in modes):
+            return f"the submodule {printable(os.fsdecode(name), one_line=True)} moved to another commit"
+    staged = run_git(worktree, ["ls-files", "-s", "-z"], what="list the worktree's index").stdout
+    for entry in staged.split(b"\0"):
+        if entry.startswith(b"160000 "):
+            inner = os.fsdecode(entry.split(b"\t", 1)[1])
+            try:
+                holds = bool(os.listdir(worktree / inner))
+            except OSError:
+                holds = False
+            if holds:
+                return f"a nested repository or submodule at {printable(inner, one_line=True)} holds files"
+    return None
+
+
 def ignored_present(worktree: Path) -> list[str]:
     """Ignored paths present in ``worktree`` (printable; a wholly ignored directory once)."""
     args = ["status", "--porcelain=v1", "-z", "--ignored=matching", "--untracked-files=all", "--no-renames"]

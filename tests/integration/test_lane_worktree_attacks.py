@@ -91,7 +91,8 @@ def test_work_no_patch_can_carry_keeps_the_worktree(repo: Path, py: None) -> Non
     )
     logged = _one(repo, "open('results.log', 'w').write('hours of work')")
     plan = _plan()
-    assert plan[nested] == ("keep", "dirty") and plan[logged] == ("keep", "dirty")
+    # A nested repository is refused at capture (no patch carries its commits): uncaptured, kept.
+    assert plan[nested] == ("keep", "uncaptured") and plan[logged] == ("keep", "dirty")
     # Even once applied, a worktree holding such work is never "safe".
     for child in (nested, logged):
         record_file = Path(pisub.Run(child).manifest().worktree.record)  # type: ignore[union-attr]

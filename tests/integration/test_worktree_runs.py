@@ -212,7 +212,7 @@ def test_lane_evidence_allows_cleanup_only_while_the_facts_hold(repo: Path) -> N
     state = _lane_state(run.id)
     assert state["state"] == "terminal-blocked" and "no merge" in state["reason"]
     assert sorted(state["children"]) == sorted([a, b])
-    merge = ["--pr", "7", "--reviewed-head", "abc1234", "--merge-commit", "def5678", "--by", "ana"]
+    merge = ["--pr", "7", "--reviewed-head", "ab" * 20, "--merge-commit", "de" * 20, "--by", "ana"]
     bad = pisub_cli("lane", "record-merge", run.id, *merge, "--post-merge-checks", "maybe")
     assert (
         bad.returncode == 1 and "recorded, skipped or failed" in bad.stderr and "Traceback" not in bad.stderr
