@@ -21,7 +21,9 @@ DEFAULT_TTL_S = 30.0
 
 
 def _say(message: str) -> None:
-    print(f"pisub runner: {message}", file=sys.stderr, flush=True)
+    from pisub.termsafe import printable
+
+    print(f"pisub runner: {printable(message, one_line=True)}", file=sys.stderr, flush=True)
 
 
 def run_foreground(run_dir: Path) -> int:
