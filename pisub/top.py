@@ -32,6 +32,7 @@ MAX_ROWS = 300
 REDRAW_MIN_S = 0.2
 TICK_S = 1.0
 SPARK_BYTES = 4096
+CELL_CHARS = 60
 
 
 @dataclass
@@ -102,7 +103,7 @@ def _spark(home: Home, status: Status) -> str:
     except (OSError, PisubError):
         return ""
     lines = [line for line in tail.decode("utf-8", "surrogateescape").splitlines() if line.strip()]
-    return redact(lines[-1].strip())[:60] if lines else ""
+    return redact(lines[-1].strip()) if lines else ""
 
 
 def _age(stamp: str | None) -> str:
@@ -121,14 +122,15 @@ def _age(stamp: str | None) -> str:
     return f"{seconds}s"
 
 
-def _text(text: str, style: str = "", *, lines: bool = False) -> Any:
+def _text(text: str, style: str = "", *, lines: bool = False, limit: int | None = None) -> Any:
     """``text`` as rich ``Text`` that reaches the terminal as shown: control characters, escape
-    sequences, bidi controls and undecodable bytes escaped, rich markup taken literally."""
+    sequences, bidi controls and undecodable bytes escaped, rich markup taken literally; at most
+    ``limit`` characters once escaped (a cell of escapes must not squeeze the others away)."""
     from rich.text import Text
 
     from pisub.termsafe import printable
 
-    return Text(printable(text, one_line=not lines), style=style)
+    return Text(printable(text, one_line=not lines)[:limit], style=style)
 
 
 def render(state: TopState, height: int) -> Any:
@@ -172,7 +174,7 @@ def render(state: TopState, height: int) -> Any:
             steers,
             row.spark,
         )
-        table.add_row(*(_text(cell) for cell in cells), style=style)
+        table.add_row(*(_text(cell, limit=CELL_CHARS) for cell in cells), style=style)
     parts: list[Any] = [table]
     if not state.rows:
         parts.append(_text("no runs yet (pisub run ...)"))

@@ -60,7 +60,7 @@ def test_the_escapes_are_visible_and_exact() -> None:
 
 
 def test_printable_text_is_left_alone() -> None:
-    text = "Grüße, 日本語, العربية, Ωμέγα, emoji 🧑‍💻👍🏽, ZWJ kept, ‘quotes’ — and ASCII ~!@#$%^&*()"
+    text = "Grüße, 日本語, العربية, Ωμέγα, emoji 🧑‍💻👍🏽, ZWJ kept, ‘quotes’ — and ASCII ~!@#$%^&*()"  # noqa: RUF001
     assert printable(text) == text
 
 
