@@ -207,3 +207,127 @@ def test_top_shows_a_hostile_child_escaped(home: Path, make_agent: AgentMaker, t
     tmux.keys("q")
     run.send_stop(source="test")
     assert run.wait(timeout=30).state == "stopped"
+
+
+def _node_of_pi() -> str:
+    """The Node that runs the pinned pi (≥ 22: it loads the extension's TypeScript itself)."""
+    import os
+
+    from tests.conftest import PI_BIN_DEFAULT
+
+    launcher = Path(os.environ.get("PISUB_PI_BIN") or PI_BIN_DEFAULT)
+    if not launcher.is_file():
+        pytest.skip(f"pi is not installed at {launcher}: run scripts/install_pi.sh")
+    exec_line = next(line for line in launcher.read_text().splitlines() if line.startswith("exec "))
+    return exec_line.split()[1]
+
+
+def _extension(tmp_path: Path, calls: list[list[object]]) -> list[object]:
+    """Call the extension's exported functions (``[name, *args]`` each) in pi's Node; their answers."""
+    from pisub.pi_integration import extension_path
+
+    module = tmp_path / "subagent.mts"
+    module.write_text(extension_path().read_text())
+    (tmp_path / "calls.json").write_text(json.dumps(calls))
+    calls_file = json.dumps(str(tmp_path / "calls.json"))
+    script = (
+        "import { readFileSync } from 'node:fs';"
+        f"const m = await import({json.dumps(str(module))});"
+        f"const calls = JSON.parse(readFileSync({calls_file}, 'utf8'));"
+        "const out = calls.map(([name, ...args]) => m[name](...args));"
+        "process.stdout.write(JSON.stringify(out));"
+    )
+    node = [_node_of_pi(), "--experimental-transform-types", "--no-warnings", "--input-type=module"]
+    proc = subprocess.run([*node, "-e", script], capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    result: list[object] = json.loads(proc.stdout)
+    return result
+
+
+def test_the_extension_escapes_the_same_set_as_pisub(tmp_path: Path) -> None:
+    """termSafe (TypeScript) and printable (Python) agree on every hostile class and on random
+    text mixing them with letters of every script and emoji."""
+    import random
+
+    from pisub.termsafe import printable
+
+    rng = random.Random(23)
+    pool = [*map(chr, range(0x00, 0xA0)), "\u061c", "\u200d", "\u200e", "\u200f", "\u2028", "\u2029"]
+    pool += [*map(chr, range(0x202A, 0x202F)), *map(chr, range(0x2066, 0x206A)), "\ud800", "\udcff", "\udfff"]
+    pool += ["é", "日", "🧑", "👍🏽", "Ω", "ع", "\\", "[", "]"]
+    samples = ["".join(rng.choice(pool) for _ in range(rng.randint(0, 40))) for _ in range(400)]
+    samples += [HOSTILE_TEXT, "\ud83e\udd16"[0] + "x"]  # (a high surrogate alone)
+    answers = _extension(tmp_path, [["termSafe", s, one] for s in samples for one in (False, True)])
+    expected = [printable(s, one_line=one) for s in samples for one in (False, True)]
+    assert answers == expected
+
+
+WRONG_TYPES: list[object] = [
+    None,
+    [],
+    "a string",
+    42,
+    {"agent": "pi", "task": 5},
+    {"agent": ["pi"], "task": "x"},
+    {"agent": {"name": "pi"}, "task": "x"},
+    {"agent": None, "task": "x"},
+    {"agent": "pi", "task": "x" * 200_000},
+    {"agent": "pi", "task": "x", "cwd": 7},
+    {"agent": "pi", "task": "x", "timeoutMs": "60000"},
+    {"agent": "pi", "task": "x", "toolBudget": {"hard": ["x" * 60_000, "y" * 60_000]}},
+    {"action": 3},
+    {"action": ["status"]},
+    {"action": "status", "id": 12345678},
+    {"action": "status", "id": {"$ne": None}},
+    {"action": "status", "id": "a" * 8, "lines": "all"},
+    {"action": "steer", "id": "a" * 8, "message": {"text": "hi"}},
+    {"action": "resume", "id": "a" * 8, "index": "0"},
+    {"action": "guide", "topic": ["x"]},
+    {"action": "list", "capabilities": "yes"},
+    {"action": "status", "\x1b]0;pwned\x07": 1},
+    {"agent": "pi", "task": "x", "async": "false"},
+]
+
+
+def test_the_extension_answers_arguments_of_wrong_types_in_one_line(tmp_path: Path) -> None:
+    answers = _extension(tmp_path, [["plan", p] for p in WRONG_TYPES])
+    for params, answer in zip(WRONG_TYPES, answers, strict=True):
+        assert isinstance(answer, dict), (params, answer)  # a failure, not an argv
+        text = answer["content"][0]["text"]
+        assert text.startswith("INVALID_INPUT: ") and "\n" not in text and len(text) < 300, (params, text)
+        assert_clean(f"plan({params!r:.60})", text.encode())
+
+
+def test_the_extension_escapes_what_pisub_printed(tmp_path: Path) -> None:
+    """Tool results of every shape (a result, a receipt, a listing, an error line, nothing at
+    all where a run id belongs): hostile text comes back escaped, never a crash."""
+    result = json.dumps({"state": "complete", "content": [{"type": "text", "text": HOSTILE_TEXT}]})
+    receipt = json.dumps({"id": "r1", "state": "failed", "reason": HOSTILE_TEXT})
+    calls: list[list[object]] = [
+        ["shape", {}, ["result", "--json"], 0, result, ""],
+        ["shape", {}, ["wait"], 1, result, ""],
+        ["shape", {"id": "a" * 8}, ["steer", "--json"], 2, receipt, ""],
+        [
+            "shape",
+            {},
+            ["agents", "list", "--json"],
+            0,
+            json.dumps({"name": "x", "description": HOSTILE_TEXT}),
+            "",
+        ],
+        ["shape", {"capabilities": True}, ["agents", "list"], 0, json.dumps({"name": HOSTILE_TEXT}), ""],
+        ["shape", {}, ["status", "--json"], 1, "", f"pisub: no run {HOSTILE_TEXT} [RUN_NOT_FOUND]\n"],
+        ["shape", {}, ["status", "--json"], 2, "", f"Usage: x\nError: bad value {HOSTILE_TEXT}\n"],
+        ["shape", {}, ["doctor"], 0, HOSTILE_TEXT, ""],
+        ["shape", {}, ["guide"], 0, HOSTILE_TEXT, ""],
+        ["shape", {}, ["fleet", "--json"], 0, HOSTILE_TEXT + "\n" + json.dumps({"tool": HOSTILE_TEXT}), ""],
+        ["shape", {}, ["run", "--json"], 0, "", ""],
+        ["shape", {}, ["run", "--json"], 0, HOSTILE_TEXT, ""],
+        ["shape", {}, ["resume", "--json"], 0, "[1, 2]", ""],
+        ["shape", {}, ["result", "--json"], 0, "null", ""],
+    ]
+    for call, answer in zip(calls, _extension(tmp_path, calls), strict=True):
+        assert isinstance(answer, dict), (call, answer)
+        text = answer["content"][0]["text"]
+        assert_clean(f"shape({call[2]})", text.encode())
+        assert "\x1b" not in json.dumps(answer["details"].get("error", {})), (call, answer)
