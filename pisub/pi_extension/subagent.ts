@@ -50,9 +50,10 @@ const str = (description: string) => ({ type: "string", description });
 const num = (description: string) => ({ type: "number", description });
 const any = (description: string) => ({ description });
 
+// No `additionalProperties: false`: pi's own validation would echo an unknown key raw (an escape
+// sequence in a key reached the terminal); checkParams refuses unknown keys, escaped.
 export const PARAMETERS = {
   type: "object",
-  additionalProperties: false,
   properties: {
     action: str(`One of: ${ACTIONS.join(", ")}. Omit it to start a run (agent + task).`),
     agent: str("The agent to run (pisub agents list)."),

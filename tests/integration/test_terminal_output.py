@@ -286,6 +286,7 @@ WRONG_TYPES: list[object] = [
     {"action": "list", "capabilities": "yes"},
     {"action": "status", "\x1b]0;pwned\x07": 1},
     {"agent": "pi", "task": "x", "async": "false"},
+    {"agent": "pi\u202e\u009b[2J", "task": 5, "cwd": "\u2066\x1b]52;c;eA==\x07"},  # an echo would be hostile
 ]
 
 
