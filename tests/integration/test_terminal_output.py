@@ -332,3 +332,30 @@ def test_the_extension_escapes_what_pisub_printed(tmp_path: Path) -> None:
         text = answer["content"][0]["text"]
         assert_clean(f"shape({call[2]})", text.encode())
         assert "\x1b" not in json.dumps(answer["details"].get("error", {})), (call, answer)
+
+
+DRIPPED = HOSTILE + "é🧑".encode() + HOSTILE + b"\n"
+DRIP = f"""
+import sys, time
+sys.stdin.read()
+time.sleep(1)
+for byte in {DRIPPED!r}:
+    sys.stdout.buffer.write(bytes([byte]))
+    sys.stdout.flush()
+    time.sleep(0.01)
+"""
+
+
+def test_logs_follow_escapes_a_live_child_byte_by_byte(home: Path, make_agent: AgentMaker) -> None:
+    """``logs -f`` on a run still printing, one byte at a time (a UTF-8 character split across
+    reads is shown whole); the command ends with the run (its timeout is the deadline)."""
+    make_agent("drip", python=DRIP)
+    run = pisub.launch("drip", "x")
+    followed = human("logs", "-f", run.id, timeout=60)
+    assert run.status().state == "complete"
+    assert followed.returncode == 0 and "é🧑".encode() in followed.stdout, followed.stdout
+    assert followed.stdout.count(b"\\x1b]0;pwned-title\\x1b\\\\") == 2
+    raw = subprocess.run(
+        [sys.executable, "-m", "pisub", "logs", "--raw", run.id], capture_output=True, timeout=60
+    )
+    assert raw.stdout == run.paths.output_log(0).read_bytes() and HOSTILE in raw.stdout
