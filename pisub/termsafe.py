@@ -37,8 +37,11 @@ def printable(text: str, *, one_line: bool = False) -> str:
     """``text`` safe to print to a terminal (and to encode as JSON): C0 controls, DEL, C1
     controls (0x80 to 0x9F), the bidi controls and lone surrogates (the undecodable bytes of a
     file name or log read with ``surrogateescape``) become visible escapes, ``\\xNN`` or
-    ``\\uNNNN``. Newlines and tabs stay, unless ``one_line``. Every other character stays."""
-    return (_UNSAFE_AND_LINES if one_line else _UNSAFE).sub(_escape, text)
+    ``\\uNNNN``. Newlines and tabs stay, unless ``one_line`` (and a CRLF line end is a newline:
+    only a carriage return that could overwrite a line is shown). Every other character stays."""
+    if one_line:
+        return _UNSAFE_AND_LINES.sub(_escape, text)
+    return _UNSAFE.sub(_escape, text.replace("\r\n", "\n"))
 
 
 def printable_bytes(data: bytes, *, one_line: bool = False) -> str:
@@ -48,10 +51,15 @@ def printable_bytes(data: bytes, *, one_line: bool = False) -> str:
 
 class PrintableStream:
     """:func:`printable_bytes` over a stream read in chunks (``logs -f``): a UTF-8 character
-    split between two chunks is decoded whole, never shown as two undecodable bytes."""
+    (or a CRLF) split between two chunks is taken whole, never shown as two undecodable bytes."""
 
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
+        self._cr = ""  # a carriage return at a chunk's end: a CRLF's first half?
 
     def feed(self, data: bytes, *, final: bool = False) -> str:
-        return printable(self._decoder.decode(data, final))
+        text = self._cr + self._decoder.decode(data, final)
+        self._cr = ""
+        if text.endswith("\r") and not final:
+            text, self._cr = text[:-1], "\r"
+        return printable(text)

@@ -91,7 +91,7 @@ type Result = { content: { type: "text"; text: string }[]; details: any; isError
 
 // Text a child, a model, a task or a workflow script produced reaches pi's terminal (the TUI
 // shows tool results and notices) only through this: C0 controls (but newline and tab, unless
-// oneLine), DEL, C1 controls (0x80-0x9F: 8-bit CSI, OSC, DCS...), the bidi controls and line
+// oneLine; a CRLF is a newline), DEL, C1 controls (0x80-0x9F: 8-bit CSI, OSC, DCS...), the bidi controls and line
 // separators, and lone surrogates become visible escapes (\x1b, \u202e); an escape sequence
 // loses its introducer, so nothing in it is obeyed. The same set as pisub's Python side
 // (pisub/termsafe.py, printable).
@@ -100,7 +100,7 @@ const UNSAFE_AND_LINES = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u
 
 export function termSafe(text: unknown, oneLine = false): string {
   const s = typeof text === "string" ? text : String(text);
-  return s.replace(oneLine ? UNSAFE_AND_LINES : UNSAFE, (c) => {
+  return (oneLine ? s : s.replace(/\r\n/g, "\n")).replace(oneLine ? UNSAFE_AND_LINES : UNSAFE, (c) => {
     const code = c.charCodeAt(0);
     return code < 0x100 ? `\\x${code.toString(16).padStart(2, "0")}` : `\\u${code.toString(16).padStart(4, "0")}`;
   });

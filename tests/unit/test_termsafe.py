@@ -57,6 +57,8 @@ def test_the_escapes_are_visible_and_exact() -> None:
     assert printable("a\tb\nc") == "a\tb\nc"
     assert printable("a\tb\nc", one_line=True) == "a\\x09b\\x0ac"
     assert printable("\r") == "\\x0d"
+    assert printable("a\r\nb\rc") == "a\nb\\x0dc"  # a CRLF line end is a newline, a lone CR is not
+    assert printable("a\r\nb", one_line=True) == "a\\x0d\\x0ab"
 
 
 def test_printable_text_is_left_alone() -> None:
@@ -74,6 +76,8 @@ def test_a_character_split_between_chunks_is_decoded_whole() -> None:
     data = "é🧑\u202e\x1b".encode()
     shown = "".join(stream.feed(data[i : i + 1]) for i in range(len(data))) + stream.feed(b"", final=True)
     assert shown == "é🧑\\u202e\\x1b"
+    crlf = PrintableStream()
+    assert crlf.feed(b"a\r") + crlf.feed(b"\nb\r") + crlf.feed(b"", final=True) == "a\nb\\x0d"
     truncated = PrintableStream()
     assert truncated.feed(b"a\xe2\x80") + truncated.feed(b"", final=True) == "a\\udce2\\udc80"
 
