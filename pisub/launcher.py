@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pisub import defaults
-from pisub.errors import InvalidInput, LaunchFailed, NotResumable, UnknownAgent, storage_error
+from pisub.errors import InvalidInput, LaunchFailed, NotResumable, PisubError, UnknownAgent, storage_error
 from pisub.lineage import Lineage
 from pisub.paths import Home, RunPaths
 from pisub.polling import poll
@@ -344,18 +344,27 @@ def resolve_pi(spec: AgentSpec, home: Home) -> None:
     spec.pi_version = supported_version(spec.command, home.cache)
 
 
-def start_run(home: Home, manifest: Manifest, *, seeds: dict[str, Path] | None = None) -> RunPaths:
+def start_run(
+    home: Home, manifest: Manifest, *, seeds: dict[str, Path] | None = None, claimed: bool = False
+) -> RunPaths:
     """Create the run of ``manifest`` and start its runner; returns once the runner committed
     its startup. ``seeds``: files copied in (by name: ``session.jsonl`` to start from a copy of
-    a pi session, ``workflow.py``).
+    a pi session, ``workflow.py``). A run inside a tree of runs is first charged to the tree's
+    spawn budget (:func:`pisub.spawn_budget.charge_run`), unless ``claimed``: a workflow's child,
+    claimed by its workflow when its batch was admitted.
 
     Raises:
+        FanoutLimit: the tree's spawn budget is used up (nothing was created).
         LaunchFailed: the runner could not start (the run is then marked failed).
         HomeUnusable, StorageError: the run directory cannot be created.
     """
     from pisub.backends import backend_for, warm
     from pisub.protocol.placement import BackendName, PlacementRequest
 
+    if manifest.root_run_id is not None and not claimed:
+        from pisub.spawn_budget import charge_run
+
+        charge_run(home.budgets, _budget_id(home, manifest.root_run_id), manifest.run_id)
     request = manifest.placement or PlacementRequest()
     if request.backend == BackendName.LOCAL:
         warm.prestart()  # no-op when one is waiting (started early by the caller, or a spare)
@@ -378,6 +387,21 @@ def start_run(home: Home, manifest: Manifest, *, seeds: dict[str, Path] | None =
     if request.backend == BackendName.LOCAL:
         warm.refill()  # a spare for this process's next launch
     return paths
+
+
+def _budget_id(home: Home, root_run_id: str) -> str:
+    """The spawn budget of the tree of ``root_run_id``: a resumed top-level workflow is the root
+    of its children's tree but keeps the budget of the workflow it continues."""
+    from pisub.store import load_manifest
+
+    try:
+        root = load_manifest(home.run(root_run_id))
+    except (PisubError, OSError):
+        return root_run_id  # no such root here (a marker from elsewhere): its own id
+    from pisub.paths import is_run_id
+
+    budget = root.workflow.budget if root.workflow is not None else None
+    return budget if budget is not None and is_run_id(budget) else root_run_id
 
 
 def _wait_unlocked(lock: Path, timeout: float) -> None:

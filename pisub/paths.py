@@ -349,6 +349,11 @@ class RunPaths:
         """A workflow's copy of its Python script, as it was at launch."""
         return self.root / "workflow.py"
 
+    @property
+    def script_log(self) -> Path:
+        """What a workflow's script printed (its stdout and stderr), up to the output cap."""
+        return self.root / "script.log"
+
     def output_log(self, child: int) -> Path:
         """``output-<N>.log``: the live, human-readable output of child N."""
         return self.root / f"output-{int(child)}.log"

@@ -36,8 +36,16 @@ from pisub.mailbox import (
 from pisub.paths import RunPaths
 from pisub.procs import is_alive, kill_all, marked_processes
 from pisub.protocol.codec import now_iso
-from pisub.protocol.result import Details, ErrorCode, ErrorInfo, Result, TextContent
-from pisub.protocol.status import RunState, Status, StepState
+from pisub.protocol.result import (
+    UNWRITTEN_END,
+    Details,
+    ErrorCode,
+    ErrorInfo,
+    Result,
+    TextContent,
+    UnwrittenEnd,
+)
+from pisub.protocol.status import RepairCause, RunState, Status, StepState
 from pisub.redact import redact
 from pisub.results import make_result
 from pisub.store import append_event, load_manifest, load_result, load_status, write_result, write_status
@@ -50,6 +58,8 @@ _TRACEBACK_LINE = re.compile(r"^(?:Traceback \(most recent call last\):|\s+File 
 """The frames of a Python traceback in ``runner.log``: left out of a crash message (its last
 line, the exception, stays)."""
 STRAY_SWEEPS = 5
+OUTPUT_KEPT = 1024 * 1024
+"""How much of the end of a child's output log a repaired result of an unwritten end keeps."""
 LOG_TAIL_LINES = 30
 LOG_TAIL_CHARS = 4000
 
@@ -140,12 +150,16 @@ def repair(paths: RunPaths) -> Status:
         if result is None:
             result = _crash_result(paths, status, stopped=stopped_while_queued)
             write_result(paths, result)
+        # (the startup commit comes before the child's start: without it, nothing ever ran)
+        cause = RepairCause.NEVER_STARTED if status.pid is None else RepairCause.RUNNER_DIED
         status = _as_terminal(status, result)
+        status.repaired = cause
         write_status(paths, status)
         append_event(
             paths,
             "run.repaired",
             pid=status.pid,
+            cause=cause.value,
             state=status.state.value,
             ended=ended,
             sync=True,
@@ -259,8 +273,56 @@ def _stop_waiting(paths: RunPaths) -> bool:
     return False
 
 
+def _unwritten_end(tail: str) -> UnwrittenEnd | None:
+    """The end a runner could not write (its last :class:`UnwrittenEnd` line), if it said one."""
+    from pisub.protocol.codec import decode
+
+    for line in reversed(tail.splitlines()):
+        at = line.find(f" pisub runner: {UNWRITTEN_END}")
+        if at >= 0:
+            text = line[at + len(" pisub runner: ") + len(UNWRITTEN_END) :]
+            try:
+                return decode(text, UnwrittenEnd, "runner.log")
+            except ProtocolError:
+                return None
+    return None
+
+
+def _unwritten_result(paths: RunPaths, status: Status, end: UnwrittenEnd) -> Result:
+    """A run whose child ended but whose runner could not write its final files: ``failed``
+    with ``IO_ERROR`` naming the file, keeping the child's exit code and its logged output."""
+    log = paths.output_log(0)
+    try:
+        output = read_tail(log, OUTPUT_KEPT).decode("utf-8", "replace")
+    except OSError:
+        output = ""
+    try:
+        manifest = load_manifest(paths)
+        agent, task = manifest.agent.name, manifest.task
+    except ProtocolError:
+        agent, task = status.agent, ""
+    signal = f", signal {end.signal}" if end.signal else ""
+    message = (
+        f"The child ended (would be {end.state}: exit code {end.exit_code}{signal}) but its runner "
+        f"could not write {end.path}: {end.error}. The output logged before is kept (full output at {log})."
+    )
+    return make_result(
+        run_id=status.run_id,
+        state="failed",
+        agent=agent,
+        task=task,
+        exit_code=end.exit_code,
+        output=output,
+        error=ErrorInfo(code=StorageError.code, message=message),  # IO_ERROR
+        full_output=log,
+    )
+
+
 def _crash_result(paths: RunPaths, status: Status, *, stopped: bool = False) -> Result:
     tail = read_tail(paths.runner_log, 64 * 1024).decode("utf-8", "replace")
+    end = _unwritten_end(tail) if status.runner != "workflow" else None
+    if end is not None and not stopped:
+        return _unwritten_result(paths, status, end)
     kept = [line for line in tail.strip().splitlines() if not _TRACEBACK_LINE.match(line)]
     tail = "\n".join(kept[-LOG_TAIL_LINES:])[-LOG_TAIL_CHARS:]
     job = _engine_job(paths)
@@ -269,7 +331,9 @@ def _crash_result(paths: RunPaths, status: Status, *, stopped: bool = False) -> 
     elif status.pid is None and job is not None:
         message = f"{job} ended before its runner started (cancelled or failed while queued)."
     elif status.pid is None:
-        message = "The runner never committed its startup (the launch was interrupted)."
+        message = (
+            "The runner never committed its startup (the launch was interrupted): its child never started."
+        )
     else:
         message = f"Runner process {status.pid} exited or disappeared before writing a result."
     if tail:

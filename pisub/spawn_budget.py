@@ -1,11 +1,16 @@
-"""The spawn budget of a tree of runs: at most N child starts by the workflows of one root run.
+"""The spawn budget of a tree of runs: at most N runs started inside one root run's tree.
 
 ``<home>/budgets/<root run id>/`` holds ``limit`` (written once, by the first workflow of the
-tree) and one empty file per claimed start in ``claims/``, named by a hash of the workflow's
-journal and the child's key, so the same child claimed again (a resumed workflow calling it
-again) costs nothing. Claims are never refunded. A batch is claimed whole or not at all, under
+tree, when it starts) and one empty file per claimed start in ``claims/``. A workflow's child is
+claimed by its workflow when its batch is admitted, named by a hash of the workflow's journal and
+the child's key, so the same child claimed again (a resumed workflow calling it again) costs
+nothing. Every other run started inside the tree (``pisub run`` / ``pisub.launch`` from a child
+process or a script, a resume, a nested workflow, a review) is claimed by the launcher as it
+starts, named ``run-<run id>`` (:func:`charge_run`): each run is charged exactly once, by
+whoever started it. Claims are never refunded. A batch is claimed whole or not at all, under
 a ``flock`` on the budget directory: a batch that does not fit claims nothing
-(:class:`FanoutLimit`, ``RUN_FANOUT_LIMIT``).
+(:class:`FanoutLimit`, ``RUN_FANOUT_LIMIT``). A tree no workflow ever ran in has no ``limit``:
+its runs are bounded by the depth limit only.
 """
 
 from __future__ import annotations
@@ -39,6 +44,20 @@ class SpawnBudget:
         self.claims = self.dir / "claims"
         self.wanted_limit = limit
 
+    def ensure(self) -> None:
+        """The budget exists, with its limit (the first workflow's): from now on every run
+        started inside the tree is charged to it.
+
+        Raises:
+            StorageError: the budget cannot be read or written.
+        """
+        try:
+            self._make_dirs()
+            with exclusive(self.dir, directory=True):
+                self._limit()
+        except OSError as exc:
+            raise storage_error(exc, "create the spawn budget in", self.dir) from exc
+
     def claim(self, journal: str, keys: Iterable[str]) -> None:
         """Claim one start for each of ``keys`` (already claimed ones are free), all or none.
 
@@ -46,31 +65,35 @@ class SpawnBudget:
             FanoutLimit: the batch does not fit; nothing was claimed.
             StorageError: the budget cannot be read or written.
         """
-        names = {claim_name(journal, key): key for key in keys}
+        names = [claim_name(journal, key) for key in keys]
         try:
-            private_mkdir(self.dir.parent)
-            private_mkdir(self.dir)
-            private_mkdir(self.claims)
+            self._make_dirs()
             with exclusive(self.dir, directory=True):
-                limit = self._limit()
-                have = set(os.listdir(self.claims))
-                new = [name for name in names if name not in have]
-                if len(have) + len(new) > limit:
-                    left = max(0, limit - len(have))
-                    raise FanoutLimit(
-                        f"starting {len(new)} more children would exceed the spawn budget of this "
-                        f"tree of runs ({limit} starts, {left} left); no children of this batch "
-                        "were started (raise it with --max-spawns at the top-level workflow)"
-                    )
-                for name in new:
-                    fd = os.open(
-                        self.claims / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600
-                    )
-                    os.close(fd)
-                if new:
-                    fsync_dir(self.claims)
+                self._claim(names, self._limit(), "children", "no children of this batch were started")
         except OSError as exc:
             raise storage_error(exc, "claim spawns in", self.dir) from exc
+
+    def _make_dirs(self) -> None:
+        private_mkdir(self.dir.parent)
+        private_mkdir(self.dir)
+        private_mkdir(self.claims)
+
+    def _claim(self, names: list[str], limit: int, what: str, nothing: str) -> None:
+        """Create the claims of ``names`` not made yet, all or none (under the lock)."""
+        have = set(os.listdir(self.claims))
+        new = [name for name in dict.fromkeys(names) if name not in have]
+        if len(have) + len(new) > limit:
+            left = max(0, limit - len(have))
+            raise FanoutLimit(
+                f"starting {len(new)} more {what} would exceed the spawn budget of this "
+                f"tree of runs ({limit} starts, {left} left); {nothing} "
+                "(raise it with --max-spawns at the top-level workflow)"
+            )
+        for name in new:
+            fd = os.open(self.claims / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            os.close(fd)
+        if new:
+            fsync_dir(self.claims)
 
     def used(self) -> int:
         try:
@@ -92,3 +115,25 @@ class SpawnBudget:
             if exc.errno not in (errno.ELOOP, errno.EINVAL):  # a symlink, a FIFO, a directory...
                 raise
         return self.wanted_limit  # garbage in place of the limit: the caller's
+
+
+def charge_run(budgets: Path, root_run_id: str, run_id: str) -> None:
+    """Charge the start of run ``run_id`` inside the tree of ``root_run_id`` to the tree's spawn
+    budget, before anything of the run is created (a tree without a budget: nothing to do). The
+    one place every launch that is not a workflow's own child passes (:func:`pisub.launcher.start_run`).
+
+    Raises:
+        FanoutLimit: the tree's budget is used up; the run must not start.
+        StorageError: the budget cannot be read or written.
+    """
+    from pisub.protocol.workflow import DEFAULT_MAX_SPAWNS
+
+    budget = SpawnBudget(budgets, root_run_id, DEFAULT_MAX_SPAWNS)
+    try:
+        if not os.path.lexists(budget.dir / "limit"):
+            return  # no workflow ever ran in this tree: no spawn budget
+        budget._make_dirs()
+        with exclusive(budget.dir, directory=True):
+            budget._claim([f"run-{run_id}"], budget._limit(), "runs", "this run was not started")
+    except OSError as exc:
+        raise storage_error(exc, "claim a spawn in", budget.dir) from exc

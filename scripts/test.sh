@@ -182,7 +182,9 @@ if [ -n "$nonroot_dir" ]; then
         tests/integration/test_acceptance.py tests/integration/test_review_and_inference.py
         tests/integration/test_acceptance_attacks.py tests/integration/test_agent_admin.py
         tests/integration/test_live_index.py tests/integration/test_warm_launch.py
-        tests/integration/test_wait_and_list.py tests/integration/test_terminal_output.py)
+        tests/integration/test_wait_and_list.py tests/integration/test_tree_budget.py
+        tests/integration/test_script_output.py tests/integration/test_unwritten_end.py
+        tests/integration/test_launch_kill_points.py tests/integration/test_terminal_output.py)
     shopt -u nullglob
     pi_env=()
     if grep -qE '\bpi_(home|bin)\b|mark\.pi\b' "${nonroot_tests[@]}"; then

@@ -50,7 +50,7 @@ def run(
         None, "--concurrency", help="Children at once (default 4, max 20)."
     ),
     max_spawns: int | None = typer.Option(
-        None, "--max-spawns", help="Child starts per root run (default 64)."
+        None, "--max-spawns", help="Run starts per tree of runs, whoever starts them (default 64)."
     ),
     state_ns: str | None = typer.Option(None, "--state-ns", help="The workflow state namespace to share."),
     fork_from: str | None = typer.Option(None, "--fork-from", help="RUN or session file for context='fork'."),

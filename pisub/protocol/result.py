@@ -30,6 +30,24 @@ class ErrorCode(enum.StrEnum):
     """The output was truncated, or the child flooded past the hard cap and was stopped."""
 
 
+UNWRITTEN_END = "final files not written: "
+"""How a runner's line in ``runner.log`` that carries an :class:`UnwrittenEnd` begins (after
+``<ts> pisub runner: ``)."""
+
+
+class UnwrittenEnd(Record, kw_only=True):
+    """What a runner knew when it gave up writing its final files: one JSON line in
+    ``runner.log`` (where disk space is reserved), read by the crash repair."""
+
+    state: str
+    """The state the run would have ended in."""
+    exit_code: int
+    signal: int | None = None
+    path: str
+    """The file that could not be written."""
+    error: str
+
+
 class ErrorInfo(Record, kw_only=True):
     """A structured error: stable code plus one human line."""
 

@@ -43,6 +43,16 @@ class StepState(enum.StrEnum):
     """A chain's step after a failed one: never started."""
 
 
+class RepairCause(enum.StrEnum):
+    """Why a reader repaired a run whose runner was proven dead (``status.json``'s ``repaired``)."""
+
+    NEVER_STARTED = "never-started"
+    """The runner died before its startup commit. A runner commits ``running`` (with its pid)
+    before it starts the run's child, so no process of the child ever existed: nothing ran."""
+    RUNNER_DIED = "runner-died"
+    """The runner died after its startup commit: the child may have run (part of the way)."""
+
+
 class StepStatus(Record, kw_only=True):
     """One child of the run (``index`` from 0)."""
 
@@ -112,3 +122,5 @@ class Status(Record, kw_only=True):
     key: str | None = None
     """Its key in its parent workflow."""
     depth: int = 0
+    repaired: RepairCause | None = None
+    """Set when a reader repaired the run (its runner died): whether its child ever started."""

@@ -94,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return mode_for(paths, manifest, report).run()
     except BaseException as exc:
-        traceback.print_exc()
+        from pisub.runner.recorder import note_raw
+
+        note_raw(traceback.format_exc())  # runner.log, whoever holds descriptor 2 now
         report({"ok": False, "error": f"runner crashed: {type(exc).__name__}: {exc}"})
         return 1
 

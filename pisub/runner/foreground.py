@@ -10,7 +10,6 @@ A job the engine starts again (a requeue) finds its run no longer ``starting`` a
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from pisub.polling import poll
@@ -21,9 +20,11 @@ DEFAULT_TTL_S = 30.0
 
 
 def _say(message: str) -> None:
+    from pisub.runner.recorder import note_raw
     from pisub.termsafe import printable
 
-    print(f"pisub runner: {printable(message, one_line=True)}", file=sys.stderr, flush=True)
+    # runner.log, whoever holds descriptor 2 now
+    note_raw(f"pisub runner: {printable(message, one_line=True)}\n")
 
 
 def run_foreground(run_dir: Path) -> int:

@@ -81,8 +81,10 @@ class HeartbeatKeeper:
         """Write nothing more: end the run's processes and exit at once."""
         if self._stop.is_set():
             return
+        from pisub.runner.recorder import log_fd
+
         with contextlib.suppress(OSError):
-            os.write(2, f"pisub runner: fenced: {why}\n".encode())
+            os.write(log_fd(), f"pisub runner: fenced: {why}\n".encode())
         for pid in marked_processes(self.paths.run_id):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)

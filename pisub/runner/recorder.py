@@ -64,10 +64,31 @@ class WriteTrouble:
         return data
 
 
+_log_fd = 2
+"""Where the runner's own lines go: ``runner.log`` (its stderr, unless a workflow script's
+output took descriptor 2 over: :mod:`pisub.workflow.script_output`)."""
+
+
+def use_log_fd(fd: int) -> None:
+    """The runner's own lines go to ``fd`` (a copy of ``runner.log``'s descriptor) from now on."""
+    global _log_fd
+    _log_fd = fd
+
+
+def log_fd() -> int:
+    return _log_fd
+
+
 def note(text: str) -> None:
     """One line in ``runner.log`` (the runner's stderr), written directly: never raises."""
     with contextlib.suppress(OSError):
-        os.write(2, f"{now_iso()} pisub runner: {text}\n".encode("utf-8", "backslashreplace"))
+        os.write(_log_fd, f"{now_iso()} pisub runner: {text}\n".encode("utf-8", "backslashreplace"))
+
+
+def note_raw(text: str) -> None:
+    """Text as it is (a traceback) in ``runner.log``: never raises."""
+    with contextlib.suppress(OSError):
+        os.write(_log_fd, text.encode("utf-8", "backslashreplace"))
 
 
 class Recorder:

@@ -274,6 +274,13 @@ class Supervisor:
         self.child = child
         if self.manifest.agent.runner == "pi" and not self._take_lease(child):
             return False
+        # First this runner's identity, then the child: a run whose status never named its runner
+        # provably never started its child (a resumed workflow starts that key again).
+        try:
+            self.recorder.commit(required=True)
+        except OSError as exc:
+            self.report({"ok": False, "error": storage_error(exc, "write", self.paths.status).message})
+            raise
         try:
             child.start()
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
@@ -558,10 +565,25 @@ class Supervisor:
             # pi's queue lived in its memory: whatever it still held is lost with it.
             dispatcher.fail_open("the child ended before the message was delivered")
             if not self._persist("answer the inbox", lambda: dispatcher.close(verdict.state.value), deadline):
+                self._unwritten(verdict, outcome, "answer the inbox", self.paths.outbox)
                 return False
         if self.watcher is not None:
             self.watcher.stop()
         return self._write_end(verdict, outcome, deadline)
+
+    def _unwritten(self, verdict: Verdict, outcome: ChildOutcome, what: str, path: Path) -> None:
+        """The end the runner could not write, in ``runner.log`` for the repair to keep."""
+        from pisub.protocol.codec import encode
+        from pisub.protocol.result import UNWRITTEN_END, UnwrittenEnd
+
+        end = UnwrittenEnd(
+            state=verdict.state.value,
+            exit_code=verdict.exit_code,
+            signal=outcome.signal,
+            path=str(path),
+            error=self.trouble.last_error.get(what, "unknown error"),
+        )
+        note(UNWRITTEN_END + encode(end).decode("utf-8", "replace"))
 
     def _accept(self, verdict: Verdict, outcome: ChildOutcome) -> Verdict:
         """Run the acceptance checks of a child that completed: its report (read from its final
@@ -795,6 +817,7 @@ class Supervisor:
         # the lease free; the child has ended, so nothing writes the session any more
         self._persist("release the session lease", self._release_lease, deadline)
         if not self._persist("write result.json", lambda: write_result(self.paths, result), deadline):
+            self._unwritten(verdict, outcome, "write result.json", self.paths.result)
             return False
         step = rec.step(0)
         if step.status == StepState.RUNNING:

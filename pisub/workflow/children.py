@@ -32,7 +32,7 @@ from pisub.protocol.codec import now_iso
 from pisub.protocol.control import Interrupt, Receipt, ReceiptState, Request, Steer, Stop
 from pisub.protocol.manifest import LimitValues, Manifest, seconds_of_ms
 from pisub.protocol.result import SingleResult
-from pisub.protocol.status import StepState, StepStatus
+from pisub.protocol.status import RepairCause, RunState, Status, StepState, StepStatus
 from pisub.protocol.workflow import (
     ChildCall,
     ChildResult,
@@ -55,6 +55,9 @@ if TYPE_CHECKING:
 
 LAUNCH_THREADS = 4
 """Child runners started at once (each start waits for the runner's commit)."""
+
+MAX_RELAUNCHES = 3
+"""How many times one coordinator starts a key again whose run never started its child."""
 
 
 class Host(Protocol):
@@ -115,6 +118,10 @@ class ChildEntry:
     again)."""
     forwards: dict[str, tuple[str, int]] = field(default_factory=dict)
     """Requests forwarded into the child's inbox: child request id → (workflow request id, index)."""
+    relaunches: int = 0
+    """Times this coordinator started the key again because its run never started its child."""
+    never_ran: bool = False
+    """It ended without its child ever starting (not the key's result: a resume starts it)."""
 
 
 class ChildRuns:
@@ -528,7 +535,7 @@ class ChildRuns:
         try:
             if self._isolation(entry.call) is Isolation.WORKTREE:
                 manifest = self._in_worktree(entry, manifest)
-            start_run(self.home, manifest, seeds=seeds)
+            start_run(self.home, manifest, seeds=seeds, claimed=True)  # claimed at admission
         except PisubError as exc:
             error = exc.message
         except Exception as exc:  # reported as the child's failure, never lost in this thread
@@ -635,6 +642,9 @@ class ChildRuns:
         self._pass_receipts(entry, paths)
         if not status.state.is_terminal:
             return
+        if status.repaired is RepairCause.NEVER_STARTED and status.state is RunState.FAILED:
+            self._never_ran(entry, status)
+            return
         try:
             result = load_result(paths)
         except PisubError as exc:
@@ -650,6 +660,52 @@ class ChildRuns:
         self._settle(
             entry, outcome, settled=not (entry.ended_by_workflow and outcome.state in ("stopped", "paused"))
         )
+
+    def _never_ran(self, entry: ChildEntry, status: Status) -> None:
+        """``entry``'s run ended before its runner's startup commit (its launcher died while
+        launching it, or the runner could not start): its child never started, so this is not
+        the key's result. The key is started again as a new run — journaled before it is
+        created, by the one coordinator holding the journal — up to :data:`MAX_RELAUNCHES`
+        times; after that, or while the workflow ends, it ends unsettled (a resume starts it)
+        and the workflow cannot end ``complete``."""
+        old = entry.run_id
+        why = status.error.message if status.error is not None else "its child never started"
+        if self.ending is None and entry.relaunches < MAX_RELAUNCHES:
+            try:
+                manifest, seeds = self._plan_start(entry.call, entry.cwd, f"key {entry.key!r}")
+            except PisubError as exc:
+                why = exc.message
+            else:
+                self._relaunch(entry, manifest, seeds)
+                self.host.event(
+                    "child.relaunched", entry.index, key=entry.key, runId=old, newRunId=manifest.run_id
+                )
+                return
+        entry.never_ran = True
+        outcome = outcomes.failure(entry.key, entry.call, f"the child never started: {why}", run_id=old)
+        self._settle(entry, outcome, settled=False)
+
+    def _relaunch(self, entry: ChildEntry, manifest: Manifest, seeds: dict[str, Path]) -> None:
+        """Queue ``entry`` again (first in line) to start as the new run of ``manifest``."""
+        old = entry.run_id
+        if old is not None:
+            self.watch.remove(old)
+        with self.lock:
+            if old is not None:
+                self.by_run.pop(old, None)
+            entry.relaunches += 1
+            entry.manifest, entry.seeds = manifest, seeds
+            entry.phase = Phase.QUEUED
+            entry.run_id = None
+            step = entry.step
+            step.status, step.run_id, step.pid, step.started_at = StepState.QUEUED, None, None, None
+            self.waiting.appendleft(entry)
+        self.host.touch()
+
+    def never_ran(self) -> list[str]:
+        """The keys whose child ended without ever starting (the workflow cannot be complete)."""
+        with self.lock:
+            return [e.key for e in self.entries if e.never_ran]
 
     def _mirror(self, entry: ChildEntry, status: Any) -> None:
         step = entry.step

@@ -50,6 +50,7 @@ from pisub.runner.lifecycle import (
 )
 from pisub.runner.recorder import Recorder, WriteTrouble, note
 from pisub.runner.tree import ProcessTree, Subreaper
+from pisub.spawn_budget import SpawnBudget
 from pisub.store import load_status, write_result
 from pisub.workflow.children import ChildRuns
 
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from pisub.runner.inbox import InboxWatcher
     from pisub.workflow.dispatch import WorkflowDispatcher
     from pisub.workflow.script import ScriptThread
+    from pisub.workflow.script_output import ScriptOutput
 
 Report = Callable[[dict[str, object]], None]
 
@@ -120,6 +122,7 @@ class Coordinator:
         self.scan_due = True
         self.next_scan = 0.0
         self.children_ended_at: float | None = None
+        self.script_output: ScriptOutput | None = None
 
     # == the run ========================================================================
     def run(self) -> int:
@@ -129,6 +132,7 @@ class Coordinator:
             if not self._startup():
                 return 1
             self._start_inbox()
+            self._capture_script_output()
             self._start_script()
             self._loop()
             finished = self._finish()
@@ -143,6 +147,9 @@ class Coordinator:
                 with contextlib.suppress(Exception):
                     self.children.end_all(Stop)
             raise
+        finally:
+            if self.script_output is not None:
+                self.script_output.close()
 
     def _install_signals(self) -> None:
         take_signals(self.sel, self._on_signal, self._on_doorbell)
@@ -173,6 +180,11 @@ class Coordinator:
             self._create_usage_budget()
         except (PisubError, OSError) as exc:
             self._fail_startup(f"cannot set the usage budget: {exc}")
+            return False
+        try:  # before anything runs: every run started inside the tree from now on is charged
+            SpawnBudget(self.home.budgets, self.spec.budget, self.spec.max_spawns).ensure()
+        except PisubError as exc:
+            self._fail_startup(f"cannot set the spawn budget: {exc.message}")
             return False
         self.children = ChildRuns(self, self.home, self.manifest, status.steps, journal, replayed)
         if self.children.watch.fd is not None:
@@ -245,6 +257,38 @@ class Coordinator:
     def _inbox_woke(self, fd: int) -> None:
         drain(fd)
         self.scan_due = True
+
+    def _capture_script_output(self) -> None:
+        """The script's prints go to ``script.log``, capped, from now on (never to runner.log)."""
+        from pisub.workflow.script_output import ScriptOutput
+
+        output = ScriptOutput(self.paths.script_log, self.limits.output_cap, self._script_output_capped)
+        try:
+            output.start()
+        except OSError as exc:
+            self.trouble("capture the script's output", exc)
+            return
+        self.script_output = output
+
+    def _script_output_capped(self, cap: int) -> None:
+        """From the output's reader thread: the cap was reached (said once, on the loop)."""
+        path = str(self.paths.script_log)
+        self.post(lambda: self.event("workflow.script_output_capped", cap=cap, path=path))
+
+    def _report_script_output(self) -> None:
+        """What the script printed past the cap: counted in one event before the result."""
+        output = self.script_output
+        if output is None:
+            return
+        output.flush()
+        if output.dropped:
+            self.event(
+                "workflow.script_output_dropped",
+                cap=output.sink.cap,
+                kept=output.sink.written,
+                dropped=output.dropped,
+                path=str(self.paths.script_log),
+            )
 
     def _start_script(self) -> None:
         from pisub.workflow.api import Runs, State
@@ -410,6 +454,14 @@ class Coordinator:
         except PisubError as exc:
             self._end(Ending.FAILED, f"main returned a value that is not JSON: {exc.message}")
             return
+        never_ran = self.children.never_ran() if self.children is not None else []
+        if never_ran:  # its result would hold a child that did not run: never complete
+            self._end(
+                Ending.FAILED,
+                f"these children never started (their launch did not get to their start): "
+                f"{', '.join(never_ran)}; `pisub resume {self.manifest.run_id}` starts them",
+            )
+            return
         self._end(Ending.RETURNED)
 
     def _finish(self) -> bool:
@@ -425,6 +477,7 @@ class Coordinator:
                 return False
         if self.inbox is not None:
             self.inbox.stop()
+        self._report_script_output()
         return self._write_end(deadline)
 
     def _final_state(self) -> RunState:

@@ -6,6 +6,14 @@ command line matches ``PISUB_FAULT_WHO`` (``runner`` or ``cli``) on a path under
 way a full disk, a quota, a dying disk or a read-only remount would make it fail. ``runner.log``
 is spared: it stands for the space the runner reserves for saying why it could not write.
 Other processes (the agent's child, the test itself) are untouched.
+
+Launch points: while ``PISUB_FAULT_AT`` names one of :data:`POINTS` and ``PISUB_FAULT_KEY`` a
+workflow child's key, the first process of pisub's own (the test itself is not one: it does not
+load this file) that reaches that point of launching that key claims
+``$PISUB_FAULT_LATCH/<point>`` (once: ``O_EXCL``; ``PISUB_FAULT_TIMES=N``: the first N times),
+writes its pid there and then kills itself (``SIGKILL``) — or, for ``launch.before-commit``
+(reached in the child's runner, not in its launcher), stops itself (``SIGSTOP``) for the test to
+kill the coordinator and continue it. ``PISUB_FAULT_ACTION=kill`` or ``stop`` chooses.
 """
 
 from __future__ import annotations
@@ -93,3 +101,127 @@ def _install() -> None:
 
 if _CONTROL and _ROOT and _is_target():
     _install()
+
+
+# -- launch points ---------------------------------------------------------------------------
+
+POINTS = (
+    "launch.before-create",  # the start is journaled; the child's run directory does not exist
+    "launch.created",  # the run directory exists; nothing was handed to a runner yet
+    "launch.handoff-sent",  # the run is sent to the warm runner; no acknowledgement read yet
+    "launch.got",  # the warm runner acknowledged (got); the launcher has not said go
+    "launch.go",  # the launcher said go; it has not read the runner's answer
+    "launch.before-commit",  # the child's runner took the run; its startup commit is not written
+)
+_AT = os.environ.get("PISUB_FAULT_AT", "")
+_KEY = os.environ.get("PISUB_FAULT_KEY", "")
+_LATCH = os.environ.get("PISUB_FAULT_LATCH", "")
+
+
+_TIMES = int(os.environ.get("PISUB_FAULT_TIMES", "1") or "1")
+_ACTION = os.environ.get("PISUB_FAULT_ACTION", "")
+
+
+def _fire(point: str, key: object) -> None:
+    import signal
+
+    if point != _AT or key != _KEY:
+        return
+    for n in range(_TIMES):
+        name = point if n == 0 else f"{point}.{n}"
+        try:
+            fd = os.open(os.path.join(_LATCH, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            continue  # fired this time already
+        break
+    else:
+        return  # fired as often as asked (a later launch of the key goes on)
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    stop = _ACTION == "stop" or (not _ACTION and point == "launch.before-commit")
+    os.kill(os.getpid(), signal.SIGSTOP if stop else signal.SIGKILL)
+
+
+def _key_of(run_dir: object) -> object:
+    import json
+
+    try:
+        with open(os.path.join(os.fsdecode(run_dir), "manifest.json"), encoding="utf-8") as fh:  # type: ignore[arg-type]
+            return json.load(fh).get("key")
+    except (OSError, ValueError):
+        return None
+
+
+def _patch(module: Any) -> None:
+    """Wrap the launch steps of ``module`` (called once it is imported)."""
+    import threading
+
+    name = module.__name__
+    if name == "pisub.store":
+        create = module.RunStore.create
+
+        def create_(self, manifest, *args, **kwargs):  # type: ignore[no-untyped-def]
+            _fire("launch.before-create", manifest.key)
+            made = create(self, manifest, *args, **kwargs)
+            _fire("launch.created", manifest.key)
+            return made
+
+        module.RunStore.create = create_
+    elif name == "pisub.backends.warm":
+        hand_off, receive = module.hand_off, module._receive
+        current = threading.local()
+
+        def hand_off_(warm, run_dir, *args, **kwargs):  # type: ignore[no-untyped-def]
+            current.key = _key_of(run_dir)
+            answer = hand_off(warm, run_dir, *args, **kwargs)
+            _fire("launch.go", current.key)
+            return answer
+
+        def receive_(sock, timeout):  # type: ignore[no-untyped-def]
+            key = getattr(current, "key", None)
+            _fire("launch.handoff-sent", key)
+            ack = receive(sock, timeout)
+            _fire("launch.got", key)
+            return ack
+
+        module.hand_off, module._receive = hand_off_, receive_
+    elif name == "pisub.runner.supervise":
+        startup = module.Supervisor._startup
+
+        def startup_(self):  # type: ignore[no-untyped-def]
+            _fire("launch.before-commit", self.manifest.key)
+            return startup(self)
+
+        module.Supervisor._startup = startup_
+
+
+def _install_points() -> None:
+    """Patch the modules of the launch points as they are imported."""
+    import importlib.abc
+    import importlib.machinery
+    import sys
+
+    wanted = {"pisub.store", "pisub.backends.warm", "pisub.runner.supervise"}
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path, target=None):  # type: ignore[no-untyped-def]
+            if fullname not in wanted:
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+            if spec is None or spec.loader is None:
+                return spec
+            loader = spec.loader
+            execute = loader.exec_module
+
+            def exec_module(module):  # type: ignore[no-untyped-def]
+                execute(module)
+                _patch(module)
+
+            loader.exec_module = exec_module  # type: ignore[method-assign]
+            return spec
+
+    sys.meta_path.insert(0, Finder())
+
+
+if _AT in POINTS and _LATCH:
+    _install_points()

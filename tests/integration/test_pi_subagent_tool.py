@@ -397,3 +397,27 @@ def test_arguments_of_wrong_types_get_one_line_answers(parent: ParentPi) -> None
         assert "Traceback" not in answer and "TypeError" not in answer, answer
     assert parent.proc.poll() is None
     assert '"name":"pi"' in parent.call({"action": "list"})
+
+
+def test_runs_started_by_tool_calls_inside_a_tree_count_against_its_spawn_budget(
+    pi_home: Path, pi_bin: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A parent pi inside a tree of runs (its markers set) whose budget has 2 starts left: its
+    model calls the tool three times; two runs start, the third is refused and leaves no run."""
+    from pisub.paths import open_home
+    from pisub.spawn_budget import SpawnBudget
+
+    root = str(uuid.uuid4())
+    SpawnBudget(open_home(pi_home).budgets, root, 2).ensure()
+    for name, value in (("PISUB_RUN_ID", root), ("PISUB_ROOT_RUN_ID", root), ("PISUB_DEPTH", "0")):
+        monkeypatch.setenv(name, value)
+    parent = ParentPi(pi_bin, tmp_path / "inside.jsonl", tmp_path)
+    try:
+        texts = [parent.call({"agent": "pi", "task": f"leaf {i}"}) for i in range(3)]
+    finally:
+        parent.close()
+    started = [_started(text) for text in texts[:2]]
+    assert "RUN_FANOUT_LIMIT" in texts[2], texts[2]
+    runs = {p.name for p in (pi_home / "runs").iterdir() if not p.name.startswith(".")}
+    assert runs == set(started)
+    assert len(os.listdir(pi_home / "budgets" / root / "claims")) == 2
