@@ -152,7 +152,10 @@ def test_a_hostile_workflow_is_shown_escaped_by_every_command(
     failed = human("status", ids[1]).stdout
     assert b"script error" in failed and b"\\u202e" in failed
     human("children", "list")
+    human("children", "list", "--parent", ids[0])
     human("list", "--all")
+    human("worktree", "list")
+    human("lane", "status", ids[0])
 
 
 LIVE_PRINTER = f"""
