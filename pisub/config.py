@@ -15,11 +15,12 @@ from typing import Any
 import msgspec
 
 from pisub import defaults
-from pisub.errors import InvalidInput, PisubError, printable
+from pisub.errors import InvalidInput, PisubError
 from pisub.protocol.codec import convert
 from pisub.protocol.config import Config
 from pisub.protocol.manifest import LimitValues, seconds_of_ms
 from pisub.protocol.workflow import DEFAULT_CONCURRENCY, DEFAULT_MAX_SPAWNS
+from pisub.termsafe import printable
 
 MAX_CONFIG_BYTES = 256 * 1024
 

@@ -33,9 +33,10 @@ from __future__ import annotations
 import errno
 import functools
 import os
-import re
 from collections.abc import Callable
 from typing import ClassVar, ParamSpec, TypeVar
+
+from pisub.termsafe import printable
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -169,20 +170,6 @@ def storage_error(exc: OSError, action: str, path: object = None) -> StorageErro
     fix = _FIXES.get(exc.errno or 0, "check the path (pisub doctor)")
     target = f" {printable(os.fsdecode(where))}" if isinstance(where, str | bytes | os.PathLike) else ""
     return StorageError(f"cannot {action}{target}: {reason}; {fix}", exc.errno)
-
-
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-_CONTROLS_AND_LINES = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def printable(text: str, *, one_line: bool = False) -> str:
-    """``text`` safe to print to a terminal and to encode as JSON: undecodable bytes of file
-    names (lone surrogates) become ``\\udcXX`` escapes and control characters (an escape
-    sequence from a model, a newline in a file name) ``\\xNN`` — newlines and tabs too with
-    ``one_line``."""
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    pattern = _CONTROLS_AND_LINES if one_line else _CONTROLS
-    return pattern.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
 
 
 def translating(action: str) -> Callable[[Callable[P, T]], Callable[P, T]]:

@@ -25,8 +25,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pisub.errors import ProtocolError, printable
+from pisub.errors import ProtocolError
 from pisub.protocol.codec import decode
+from pisub.termsafe import printable
 
 T = TypeVar("T")
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pisub.errors import InvalidInput, PisubError, ProtocolError, printable, storage_error
+from pisub.errors import InvalidInput, PisubError, ProtocolError, storage_error
 from pisub.fsio import atomic_write, file_kind, load_json, private_mkdir, publish_new, read_bytes
 from pisub.paths import ANSWERED_MARKER, RunPaths
 from pisub.protocol.codec import encode, encode_pretty, now_iso
@@ -48,6 +48,7 @@ from pisub.protocol.control import (
     request_type,
 )
 from pisub.redact import scrub
+from pisub.termsafe import printable
 
 FINISHED_REASON = "the run finished before the request was consumed"
 

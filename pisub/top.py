@@ -3,7 +3,11 @@ inotify says the runs directory or a shown run changed — no busy polling; a cl
 keeps the ages right. Keys: arrows or j/k select, enter opens the run's live log (q or esc
 back), s steers (a prompt line; the receipt is shown), i interrupts, x stops (after a y/n
 confirmation), q quits. Runs that appear, end, are removed, or cannot be read are shown as
-they are; nothing of that ends the view."""
+they are; nothing of that ends the view.
+
+Every string shown goes through :func:`_text` — the one terminal filter
+(:func:`pisub.termsafe.printable`), then a rich ``Text`` (never a str cell, which rich would
+read as markup: ``[link=...]`` in a tool name would become an OSC 8 hyperlink)."""
 
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ MAX_ROWS = 300
 REDRAW_MIN_S = 0.2
 TICK_S = 1.0
 SPARK_BYTES = 4096
+CELL_CHARS = 60
 
 
 @dataclass
@@ -97,8 +102,8 @@ def _spark(home: Home, status: Status) -> str:
         tail = read_tail(home.run(status.run_id).output_log(0), SPARK_BYTES)
     except (OSError, PisubError):
         return ""
-    lines = [line for line in tail.decode("utf-8", "replace").splitlines() if line.strip()]
-    return redact(lines[-1].strip())[:60] if lines else ""
+    lines = [line for line in tail.decode("utf-8", "surrogateescape").splitlines() if line.strip()]
+    return redact(lines[-1].strip()) if lines else ""
 
 
 def _age(stamp: str | None) -> str:
@@ -117,21 +122,32 @@ def _age(stamp: str | None) -> str:
     return f"{seconds}s"
 
 
+def _text(text: str, style: str = "", *, lines: bool = False, limit: int | None = None) -> Any:
+    """``text`` as rich ``Text`` that reaches the terminal as shown: control characters, escape
+    sequences, bidi controls and undecodable bytes escaped, rich markup taken literally; at most
+    ``limit`` characters once escaped (a cell of escapes must not squeeze the others away)."""
+    from rich.text import Text
+
+    from pisub.termsafe import printable
+
+    return Text(printable(text, one_line=not lines)[:limit], style=style)
+
+
 def render(state: TopState, height: int) -> Any:
     """The screen: the table (or the selected run's log) and a status line."""
     from rich.console import Group
     from rich.table import Table
-    from rich.text import Text
 
-    footer = Text(state.message, style="bold")
+    footer = _text(state.message, "bold")
     if state.mode == "steer":
-        footer = Text(f"steer {_short(state.current)}> {state.typed}", style="bold yellow")
+        footer = _text(f"steer {_short(state.current)}> {state.typed}", "bold yellow")
     elif state.mode == "confirm":
-        footer = Text(f"stop {_short(state.current)}? y/n", style="bold red")
+        footer = _text(f"stop {_short(state.current)}? y/n", "bold red")
     if state.mode == "log":
         lines = state.log[-max(1, height - 3) :]
+        body = "\n".join(_text(line).plain for line in lines)
         return Group(
-            Text(f"log of {_short(state.current)} (q back)", style="bold"), Text("\n".join(lines)), footer
+            _text(f"log of {_short(state.current)} (q back)", "bold"), _text(body, lines=True), footer
         )
     table = Table(expand=True, box=None, header_style="bold")
     for column in ("run", "agent", "state", "age", "turns", "tools", "tool", "active", "steers", "output"):
@@ -146,7 +162,7 @@ def render(state: TopState, height: int) -> Any:
         steers = f"{f.steers_delivered}/{f.steers_requested}" + (
             f" !{f.steers_failed}" if f.steers_failed else ""
         )
-        table.add_row(
+        cells = (
             name,
             f.agent,
             f.state,
@@ -157,17 +173,17 @@ def render(state: TopState, height: int) -> Any:
             _age(f.last_activity_at),
             steers,
             row.spark,
-            style=style,
         )
+        table.add_row(*(_text(cell, limit=CELL_CHARS) for cell in cells), style=style)
     parts: list[Any] = [table]
     if not state.rows:
-        parts.append(Text("no runs yet (pisub run ...)"))
+        parts.append(_text("no runs yet (pisub run ...)"))
     room = max(3, height - 6 - min(len(state.rows), max(1, height - 5)))
     shown = state.problems if len(state.problems) <= room else state.problems[: room - 1]
-    parts += [Text(f"unreadable run {p}", style="red") for p in shown]
+    parts += [_text(f"unreadable run {p}", "red") for p in shown]
     if len(shown) < len(state.problems):
         more = len(state.problems) - len(shown)
-        parts.append(Text(f"... and {more} more unreadable runs (pisub list names them all)", style="red"))
+        parts.append(_text(f"... and {more} more unreadable runs (pisub list names them all)", "red"))
     return Group(*parts, footer)
 
 

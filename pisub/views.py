@@ -166,7 +166,8 @@ def _last(items: list[str], count: int) -> list[str]:
 class InterleavedLogs:
     """A workflow's children's output logs as ``[key] line`` lines, each child's in order and
     the children's interleaved as they are read; a line is given once it is complete (or when
-    ``final``). Children that start later are picked up; unreadable logs are skipped."""
+    ``final``). Children that start later are picked up; unreadable logs are skipped. A byte that
+    is not UTF-8 is kept as a lone surrogate (``surrogateescape``): the caller escapes it."""
 
     def __init__(self, home: Home, workflow: RunPaths) -> None:
         self.home = home
@@ -214,4 +215,4 @@ class InterleavedLogs:
         if final and rest:
             complete, rest = [*complete, rest], b""
         self.partial[run_id] = rest
-        return [f"[{key}] {line.decode('utf-8', 'replace')}" for line in complete]
+        return [f"[{key}] {line.decode('utf-8', 'surrogateescape')}" for line in complete]

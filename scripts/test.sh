@@ -185,7 +185,7 @@ if [ -n "$nonroot_dir" ]; then
         tests/integration/test_live_index.py tests/integration/test_warm_launch.py
         tests/integration/test_wait_and_list.py tests/integration/test_tree_budget.py
         tests/integration/test_script_output.py tests/integration/test_unwritten_end.py
-        tests/integration/test_launch_kill_points.py)
+        tests/integration/test_launch_kill_points.py tests/integration/test_terminal_output.py)
     shopt -u nullglob
     pi_env=()
     if grep -qE '\bpi_(home|bin)\b|mark\.pi\b' "${nonroot_tests[@]}"; then

@@ -13,6 +13,7 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "defaults": 0,
     "protocol": 0,
+    "termsafe": 0,
     "paths": 1,
     "fsio": 1,
     "locks": 1,

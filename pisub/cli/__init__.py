@@ -30,7 +30,8 @@ from pisub.cli import pi_ext as _pi_ext
 from pisub.cli import runs as _runs
 from pisub.cli import workflows as _workflows
 from pisub.cli import worktrees as _worktrees
-from pisub.errors import InternalError, PisubError, printable, storage_error
+from pisub.errors import InternalError, PisubError, storage_error
+from pisub.termsafe import printable
 
 SETTINGS: dict[str, object] = {
     "name": "pisub",

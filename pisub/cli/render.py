@@ -1,4 +1,11 @@
-"""Human and JSON output of the CLI; all printing happens here."""
+"""Human and JSON output of the CLI; all printing happens here.
+
+Every human line goes through :func:`out` or :func:`err`, which pass it through the one terminal
+filter (:func:`pisub.termsafe.printable`): text a child, a model, a task, an agent file or a
+workflow script produced never reaches the terminal with a control character, an escape
+sequence, a bidi control or an undecodable byte in it. Table cells and one-line fields are
+escaped on their own first (a newline in an agent's tool name cannot break a row or fake a line).
+``--json`` output is JSON; ``logs --raw`` (in cli/runs.py) is the one byte-exact human output."""
 
 from __future__ import annotations
 
@@ -9,15 +16,16 @@ from typing import Any
 
 import msgspec
 
-from pisub.errors import printable
 from pisub.protocol.codec import encode, parse_iso
 from pisub.protocol.placement import Placement
 from pisub.protocol.result import Result
 from pisub.protocol.status import Status
+from pisub.termsafe import printable
 
 
 def out(text: str) -> None:
-    """Print a line; undecodable bytes of file names are shown as ``\\udcXX`` escapes."""
+    """Print a line (or lines) through the terminal filter: control characters other than
+    newline and tab, escape sequences, bidi controls and undecodable bytes shown escaped."""
     text = printable(text)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
@@ -55,6 +63,11 @@ def _printable_tree(value: object) -> object:
     return value
 
 
+def one_line(text: object) -> str:
+    """A field shown inside a line (a table cell, a status line): newlines escaped too."""
+    return printable(str(text), one_line=True)
+
+
 def age(iso: str | None) -> str:
     if not iso:
         return "-"
@@ -75,7 +88,7 @@ def status_text(st: Status, placement: Placement | None = None) -> str:
     runner = f"runner pid {st.pid}" if st.pid else "no runner yet"
     lines = [
         f"run      {st.run_id}",
-        f"agent    {st.agent} ({st.runner})",
+        f"agent    {one_line(st.agent)} ({st.runner})",
         f"state    {st.state}  ({runner})",
         f"started  {st.started_at}  ({age(st.started_at)})",
     ]
@@ -84,7 +97,7 @@ def status_text(st: Status, placement: Placement | None = None) -> str:
     if st.ended_at:
         lines.append(f"ended    {st.ended_at}  ({age(st.ended_at)})")
     if st.parent_run_id:
-        key = f" as {st.key}" if st.key else ""
+        key = f" as {one_line(st.key)}" if st.key else ""
         lines.append(f"parent   {st.parent_run_id}{key}  (depth {st.depth}, root {st.root_run_id})")
     if st.runner == "workflow":
         lines.append(children_table(st))
@@ -101,11 +114,11 @@ def status_text(st: Status, placement: Placement | None = None) -> str:
             f"  last activity {age(step.last_activity_at)}"
         )
         if step.current_tool:
-            lines.append(f"         running tool: {step.current_tool}")
+            lines.append(f"         running tool: {one_line(step.current_tool)}")
     if st.session_file:
-        lines.append(f"session  {st.session_file}")
+        lines.append(f"session  {one_line(st.session_file)}")
     if st.error:
-        lines.append(f"error    {st.error.code}: {st.error.message}")
+        lines.append(f"error    {one_line(st.error.code)}: {one_line(st.error.message)}")
     return "\n".join(lines)
 
 
@@ -140,6 +153,7 @@ def children_table(st: Status) -> str:
 
 
 def _table(rows: Sequence[tuple[str, ...]]) -> str:
+    rows = [tuple(one_line(cell) for cell in row) for row in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 

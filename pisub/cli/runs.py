@@ -373,22 +373,49 @@ def logs(
     ref: str = RUN,
     child: str | None = CHILD,
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
+    raw: bool = typer.Option(
+        False, "--raw", help="The log's bytes exactly as written (escape sequences included)."
+    ),
 ) -> None:
     """Print a child's output log (a workflow's child: --child KEY|INDEX; a workflow without
-    --child: every child's lines, prefixed [key])."""
+    --child: every child's lines, prefixed [key]). Control characters, escape sequences, bidi
+    controls and bytes that are not UTF-8 are shown escaped (\\x1b, \\u202e, \\udcff) unless
+    --raw."""
     from pisub.errors import InvalidInput
 
     handle = _run(ref, child)
     if handle.manifest().workflow is not None:
-        _workflow_logs(handle, follow)
+        _workflow_logs(handle, follow, raw)
         return
     log = handle.paths.output_log(0)
     if not os.path.lexists(log) and not follow:
         raise InvalidInput(f"run {handle.id} has no output log")
-    _follow(handle, log) if follow else _copy(log, 0)
+    sink = _LogSink(raw)
+    _follow(handle, log, sink) if follow else _copy(log, 0, sink)
+    sink.close()
 
 
-def _copy(log: Path, offset: int) -> int:
+class _LogSink:
+    """Where ``logs`` writes a log's bytes: as they are (``--raw``), or through the one
+    terminal filter (:mod:`pisub.termsafe`)."""
+
+    def __init__(self, raw: bool) -> None:
+        from pisub.termsafe import PrintableStream
+
+        self.stream = None if raw else PrintableStream()
+
+    def write(self, chunk: bytes, *, final: bool = False) -> None:
+        if self.stream is None:
+            sys.stdout.buffer.write(chunk)
+        else:
+            sys.stdout.buffer.write(self.stream.feed(chunk, final=final).encode("utf-8"))
+
+    def close(self) -> None:
+        self.write(b"", final=True)
+        sys.stdout.flush()
+
+
+def _copy(log: Path, offset: int, sink: _LogSink) -> int:
     from pisub.errors import storage_error
     from pisub.fsio import open_regular
 
@@ -401,7 +428,7 @@ def _copy(log: Path, offset: int) -> int:
     try:
         os.lseek(fd, offset, os.SEEK_SET)
         while chunk := os.read(fd, 1 << 16):
-            sys.stdout.buffer.write(chunk)
+            sink.write(chunk)
             offset += len(chunk)
     finally:
         os.close(fd)
@@ -409,8 +436,9 @@ def _copy(log: Path, offset: int) -> int:
     return offset
 
 
-def _workflow_logs(handle: Any, follow: bool) -> None:
-    """Every child's log, each line as ``[key] line`` (with -f: until the workflow ends)."""
+def _workflow_logs(handle: Any, follow: bool, raw: bool) -> None:
+    """Every child's log, each line as ``[key] line`` (with -f: until the workflow ends); the
+    lines escaped like every human output, or (``--raw``) as the child wrote them."""
     from pisub.polling import Every, poll
     from pisub.views import InterleavedLogs
 
@@ -418,7 +446,10 @@ def _workflow_logs(handle: Any, follow: bool) -> None:
 
     def show(final: bool = False) -> None:
         for line in reader.read(final=final):
-            out(line)
+            if raw:
+                sys.stdout.buffer.write(line.encode("utf-8", "surrogateescape") + b"\n")
+            else:
+                out(line)
         sys.stdout.flush()
 
     if not follow:
@@ -436,7 +467,7 @@ def _workflow_logs(handle: Any, follow: bool) -> None:
     poll(printed_to_the_end, None, interval=0.1)
 
 
-def _follow(handle: object, log: Path) -> None:
+def _follow(handle: object, log: Path, sink: _LogSink) -> None:
     from pisub.client import Run
     from pisub.defaults import READ_POLL_S
     from pisub.polling import Every, poll
@@ -446,9 +477,9 @@ def _follow(handle: object, log: Path) -> None:
     end_check = Every(0.5)
 
     def printed_to_the_end() -> bool | None:
-        offset[0] = _copy(log, offset[0])
+        offset[0] = _copy(log, offset[0], sink)
         if end_check.due() and handle.status().state.is_terminal:
-            _copy(log, offset[0])
+            _copy(log, offset[0], sink)
             return True
         return None
 

@@ -50,9 +50,10 @@ const str = (description: string) => ({ type: "string", description });
 const num = (description: string) => ({ type: "number", description });
 const any = (description: string) => ({ description });
 
+// No `additionalProperties: false`: pi's own validation would echo an unknown key raw (an escape
+// sequence in a key reached the terminal); checkParams refuses unknown keys, escaped.
 export const PARAMETERS = {
   type: "object",
-  additionalProperties: false,
   properties: {
     action: str(`One of: ${ACTIONS.join(", ")}. Omit it to start a run (agent + task).`),
     agent: str("The agent to run (pisub agents list)."),
@@ -88,6 +89,23 @@ export const PARAMETERS = {
 
 type Result = { content: { type: "text"; text: string }[]; details: any; isError?: boolean };
 
+// Text a child, a model, a task or a workflow script produced reaches pi's terminal (the TUI
+// shows tool results and notices) only through this: C0 controls (but newline and tab, unless
+// oneLine; a CRLF is a newline), DEL, C1 controls (0x80-0x9F: 8-bit CSI, OSC, DCS...), the bidi controls and line
+// separators, and lone surrogates become visible escapes (\x1b, \u202e); an escape sequence
+// loses its introducer, so nothing in it is obeyed. The same set as pisub's Python side
+// (pisub/termsafe.py, printable).
+const UNSAFE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029\ud800-\udfff]/gu;
+const UNSAFE_AND_LINES = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029\ud800-\udfff]/gu;
+
+export function termSafe(text: unknown, oneLine = false): string {
+  const s = typeof text === "string" ? text : String(text);
+  return (oneLine ? s : s.replace(/\r\n/g, "\n")).replace(oneLine ? UNSAFE_AND_LINES : UNSAFE, (c) => {
+    const code = c.charCodeAt(0);
+    return code < 0x100 ? `\\x${code.toString(16).padStart(2, "0")}` : `\\u${code.toString(16).padStart(4, "0")}`;
+  });
+}
+
 function pisubArgv(): string[] {
   const raw = process.env.PISUB_ARGV;
   if (raw) {
@@ -102,10 +120,11 @@ function pisubArgv(): string[] {
 }
 
 function answer(text: string, details: any): Result {
-  return { content: [{ type: "text", text }], details };
+  return { content: [{ type: "text", text: termSafe(text) }], details };
 }
 
 function failure(code: string, message: string): Result {
+  message = termSafe(message, true);
   const result = answer(`${code}: ${message}`, { mode: "management", results: [], error: { code, message } });
   return { ...result, isError: true };
 }
@@ -167,8 +186,40 @@ function bad(what: string, value: unknown): Result {
   return failure("INVALID_INPUT", `${what}: ${JSON.stringify(String(value)).slice(0, 80)} is not valid`);
 }
 
+const MAX_ARG_BYTES = 100_000; // one argv string (Linux takes at most 128 KiB)
+
+// Every parameter of the type PARAMETERS gives it (pi may pass what a model sent as is): a
+// number where a string belongs, an array, an object, null, a string too long for an argv, a
+// key the schema does not name: one INVALID_INPUT line, never a crash or a mangled argv.
+export function checkParams(p: unknown): Result | null {
+  if (p === null || typeof p !== "object" || Array.isArray(p)) {
+    return failure("INVALID_INPUT", "the tool's arguments must be an object");
+  }
+  const props: Record<string, any> = PARAMETERS.properties;
+  for (const [key, value] of Object.entries(p as Record<string, unknown>)) {
+    const schema = props[key];
+    if (!schema) return failure("INVALID_INPUT", `unknown parameter ${JSON.stringify(key.slice(0, 64))}`);
+    if (value === undefined) continue;
+    const kind = Array.isArray(value) ? "array" : value === null ? "null" : typeof value;
+    const wanted = schema.type as string | undefined;
+    if (wanted && kind !== wanted) {
+      return failure("INVALID_INPUT", `${key}: expected a ${wanted}, got ${kind}`);
+    }
+    if (kind === "number" && !Number.isFinite(value as number)) {
+      return failure("INVALID_INPUT", `${key}: expected a finite number`);
+    }
+    const size = Buffer.byteLength(typeof value === "string" ? value : JSON.stringify(value) ?? "");
+    if (size > MAX_ARG_BYTES) {
+      return failure("INVALID_INPUT", `${key}: ${size} bytes; at most ${MAX_ARG_BYTES} (put a long text in a file)`);
+    }
+  }
+  return null;
+}
+
 // The argv of a call (after `pisub`): options first, then `--` and the positionals; or a failure.
 export function plan(p: any): string[] | Result {
+  const refused = checkParams(p);
+  if (refused) return refused;
   const action = p.action ?? (p.workflowScriptPath || p.lanes ? "run" : p.agent || p.task ? "run" : "");
   const child = (argv: string[]) => flag(argv, "--child", p.childId === undefined ? null : String(p.childId));
   const end = (argv: string[], ...positionals: string[]) => [...argv, "--", ...positionals];
@@ -327,6 +378,9 @@ export function shape(p: any, argv: string[], code: number, stdout: string, stde
   const items = parseLines(stdout);
   const first = items[0];
   if (verb === "run" || verb === "resume") {
+    if (typeof first?.runId !== "string") {
+      return failure("SUBAGENT_FAILED", `pisub ${verb} gave no run id: ${JSON.stringify(stdout.trim().slice(0, 200))}`);
+    }
     const text = `started run ${first.runId} (${first.state}); it runs in the background: ` +
       `subagent {action: "status", id: "${first.runId}"}; a notice comes when it ends.`;
     return answer(text, { mode: "single", runId: first.runId, runDir: first.runDir, results: [], started: first });
@@ -533,8 +587,8 @@ class Notices {
     } catch {
       return; // another instance (or an earlier life of this session) sent it
     }
-    const who = run.agent ? ` (${run.agent})` : "";
-    const text = `pisub: run ${run.runId}${who} ended ${state}.${head ? "\n" + head : ""}`;
+    const who = run.agent ? ` (${termSafe(run.agent, true)})` : "";
+    const text = termSafe(`pisub: run ${run.runId}${who} ended ${state}.${head ? "\n" + head : ""}`);
     this.pi.sendMessage(
       { customType: "pisub-notice", content: text, display: true, details: { runId: run.runId, state } },
       { triggerTurn: true, deliverAs: "followUp" },
@@ -576,44 +630,53 @@ export default function (pi: any) {
     promptSnippet: "Start and steer background sub-agent runs (pisub)",
     parameters: PARAMETERS,
     async execute(_id: string, params: any, signal: any, _onUpdate: any, ctx: any): Promise<Result> {
-      const planned = plan(params ?? {});
-      if (!Array.isArray(planned)) return planned;
-      const argv = pisubArgv();
-      let r: any;
       try {
-        r = await pi.exec(argv[0], [...argv.slice(1), ...planned], { signal, cwd: ctx?.cwd, timeout: 120_000 });
+        return await execute(params, signal, ctx);
       } catch (e: any) {
-        return failure("LAUNCH_FAILED", `cannot run pisub (${argv[0]}): ${e?.message ?? e}`);
+        // a bug here must be an answer, never a crash of the extension
+        return failure("INTERNAL_ERROR", termSafe(String(e?.message ?? e), true).slice(0, 500));
       }
-      const result = shape(params, planned, r.code, r.stdout ?? "", r.stderr ?? "");
-      const started = planned[0] === "run" || planned[0] === "resume";
-      if (!started || result.details.error) return result;
-      const runId = result.details.runId;
-      if (!notices.dir) {
-        const home = await homeOf(pi);
-        if (home) notices.bind(home, sessionKey(ctx));
-      }
-      try {
-        notices.record(runId, params?.agent); // first: whatever happens to the wait, one notice comes
-      } catch (e: any) {
-        result.content[0].text += ` (no completion notice: ${e?.message ?? e})`;
-      }
-      if (params?.async === false) {
-        let waited: any = null;
-        try {
-          waited = await pi.exec(argv[0], [...argv.slice(1), "wait", "--json", "--", runId], { signal });
-        } catch {
-          waited = null;
-        }
-        if (waited && (waited.code === 0 || waited.code === 1) && String(waited.stdout ?? "").trim().startsWith("{")) {
-          notices.settle(runId); // its result is this answer: no notice on top
-          return shape(params, ["wait"], waited.code, waited.stdout ?? "", waited.stderr ?? "");
-        }
-        result.content[0].text =
-          `run ${runId} was not waited for to its end (interrupted); it goes on in the background, ` +
-          "and a notice comes when it ends.";
-      }
-      return result;
     },
   });
+
+  async function execute(params: any, signal: any, ctx: any): Promise<Result> {
+    const planned = plan(params ?? {});
+    if (!Array.isArray(planned)) return planned;
+    const argv = pisubArgv();
+    let r: any;
+    try {
+      r = await pi.exec(argv[0], [...argv.slice(1), ...planned], { signal, cwd: ctx?.cwd, timeout: 120_000 });
+    } catch (e: any) {
+      return failure("LAUNCH_FAILED", `cannot run pisub (${argv[0]}): ${e?.message ?? e}`);
+    }
+    const result = shape(params, planned, r.code, r.stdout ?? "", r.stderr ?? "");
+    const started = planned[0] === "run" || planned[0] === "resume";
+    if (!started || result.details.error) return result;
+    const runId = result.details.runId;
+    if (!notices.dir) {
+      const home = await homeOf(pi);
+      if (home) notices.bind(home, sessionKey(ctx));
+    }
+    try {
+      notices.record(runId, params?.agent); // first: whatever happens to the wait, one notice comes
+    } catch (e: any) {
+      result.content[0].text += termSafe(` (no completion notice: ${e?.message ?? e})`, true);
+    }
+    if (params?.async === false) {
+      let waited: any = null;
+      try {
+        waited = await pi.exec(argv[0], [...argv.slice(1), "wait", "--json", "--", runId], { signal });
+      } catch {
+        waited = null;
+      }
+      if (waited && (waited.code === 0 || waited.code === 1) && String(waited.stdout ?? "").trim().startsWith("{")) {
+        notices.settle(runId); // its result is this answer: no notice on top
+        return shape(params, ["wait"], waited.code, waited.stdout ?? "", waited.stderr ?? "");
+      }
+      result.content[0].text =
+        `run ${runId} was not waited for to its end (interrupted); it goes on in the background, ` +
+        "and a notice comes when it ends.";
+    }
+    return result;
+  }
 }

@@ -7,7 +7,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from pisub.errors import ProtocolError, printable
+from pisub.errors import ProtocolError
+from pisub.termsafe import printable
 
 SCHEMA_VERSION = 1
 """The ``v`` of every file this version of pisub writes."""

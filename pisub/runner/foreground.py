@@ -21,8 +21,10 @@ DEFAULT_TTL_S = 30.0
 
 def _say(message: str) -> None:
     from pisub.runner.recorder import note_raw
+    from pisub.termsafe import printable
 
-    note_raw(f"pisub runner: {message}\n")  # runner.log, whoever holds descriptor 2 now
+    # runner.log, whoever holds descriptor 2 now
+    note_raw(f"pisub runner: {printable(message, one_line=True)}\n")
 
 
 def run_foreground(run_dir: Path) -> int:

@@ -9,9 +9,10 @@ from typing import Any
 
 import msgspec
 
-from pisub.errors import InvalidInput, PisubError, printable
+from pisub.errors import InvalidInput, PisubError
 from pisub.protocol.codec import convert, decode
 from pisub.protocol.workflow import KEY_RE, ChildCall
+from pisub.termsafe import printable
 
 _PYTHON_NAMES = {
     "outputMode": "output_mode",

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from pisub.errors import InvalidInput, PisubError, printable
+from pisub.errors import InvalidInput, PisubError
 from pisub.protocol.codec import convert, decode
 from pisub.protocol.lanes import (
     MAX_BOARD_STRING,
@@ -36,6 +36,7 @@ from pisub.protocol.lanes import (
     StageState,
 )
 from pisub.protocol.workflow import KEY_RE, ChildCall, ChildResult
+from pisub.termsafe import printable
 from pisub.workflow.calls import camel_name
 
 if TYPE_CHECKING:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pisub.errors import printable
 from pisub.fsio import atomic_write
 from pisub.protocol.result import ErrorCode, ErrorInfo, Result, SingleResult, Usage
 from pisub.protocol.workflow import ChildCall, ChildResult, OutputMode
 from pisub.redact import redact
+from pisub.termsafe import printable
 
 
 def from_result(key: str, call: ChildCall, run_id: str | None, result: Result) -> ChildResult:

@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pisub.errors import PisubError, printable
+from pisub.errors import PisubError
+from pisub.termsafe import printable
 
 GIT_TIMEOUT_S = 60.0
 """Longest a single git call may take before its process group is killed."""

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from msgspec.structs import replace
 
-from pisub.errors import InvalidInput, printable, storage_error
+from pisub.errors import InvalidInput, storage_error
 from pisub.fsio import atomic_write, open_regular, private_mkdir, read_bytes
 from pisub.locks import exclusive
 from pisub.paths import is_run_id
@@ -34,6 +34,7 @@ from pisub.protocol.worktree import (
     WorktreeRecord,
     WorktreeState,
 )
+from pisub.termsafe import printable
 from pisub.worktrees.git import IDENTITY_ENV, WorktreeError, git_out, run_git
 from pisub.worktrees.patches import (
     apply_patch,

@@ -8,8 +8,8 @@ import re
 import tempfile
 from pathlib import Path
 
-from pisub.errors import printable
 from pisub.protocol.worktree import ApplyMode, Conflict
+from pisub.termsafe import printable
 from pisub.worktrees.git import DIFF_FLAGS, WorktreeError, git_out, run_git
 from pisub.worktrees.repo import tree_of
 

@@ -8,8 +8,9 @@ import re
 import tempfile
 from pathlib import Path
 
-from pisub.errors import InvalidInput, printable
+from pisub.errors import InvalidInput
 from pisub.fsio import read_bytes
+from pisub.termsafe import printable
 from pisub.worktrees.git import WorktreeError, git_out, run_git
 
 PISUB_DIR = ".pisub"

@@ -349,6 +349,56 @@ def test_option_like_values_are_refused(parent: ParentPi, arguments: dict[str, A
     assert answer.startswith("INVALID_INPUT"), answer
 
 
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def test_hostile_run_text_reaches_the_parent_escaped(
+    parent: ParentPi, make_agent: Any, model_server: FakeModelServer
+) -> None:
+    """A child printing escape sequences, bidi controls and bytes that are not UTF-8, started
+    with a hostile task: its notice and every tool result the parent's terminal shows are escaped."""
+    from tests.integration.test_terminal_output import HOSTILE_TEXT, PRINTER, assert_clean
+
+    make_agent("hostile", command=sys.executable, args=["-c", PRINTER])
+    run_id = _started(parent.call({"agent": "hostile", "task": HOSTILE_TEXT}))
+    assert pisub.Run(run_id).wait(timeout=60).state == "complete"
+    notices = wait_for(lambda: _notices(model_server, run_id), timeout=30, what="the notice")
+    shown = "\n".join(_strings(notices[0]["messages"][-1]))
+    assert "\\x1b]0;pwned-title" in shown and "\\u202etxt.exe" in shown, shown
+    assert_clean("the notice", shown.encode())
+    for arguments in (
+        {"action": "get", "id": run_id},
+        {"action": "status", "id": run_id, "view": "transcript"},
+        {"agent": "hostile", "task": HOSTILE_TEXT, "async": False},
+        {"action": "status", "id": run_id, "view": HOSTILE_TEXT},  # pisub's usage error quotes it
+    ):
+        answer = parent.call(arguments)
+        assert_clean(f"the tool's answer to {arguments}", answer.encode())
+    assert parent.proc.poll() is None
+
+
+def test_arguments_of_wrong_types_get_one_line_answers(parent: ParentPi) -> None:
+    """Numbers where strings belong, arrays, objects, null, huge strings, unknown keys: each an
+    answer (the extension's INVALID_INPUT or pi's own validation), and the parent goes on."""
+    from tests.integration.test_terminal_output import WRONG_TYPES, assert_clean
+
+    for arguments in [a for a in WRONG_TYPES if isinstance(a, dict)]:
+        answer = parent.call(arguments)
+        assert answer, arguments
+        assert_clean(f"the tool's answer to {str(arguments)[:80]}", answer.encode())
+        assert "Traceback" not in answer and "TypeError" not in answer, answer
+    assert parent.proc.poll() is None
+    assert '"name":"pi"' in parent.call({"action": "list"})
+
+
 def test_runs_started_by_tool_calls_inside_a_tree_count_against_its_spawn_budget(
     pi_home: Path, pi_bin: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
