@@ -10,6 +10,7 @@ import msgspec
 from pisub.protocol.acceptance import AcceptanceSpec
 from pisub.protocol.agent import AgentFrontmatter
 from pisub.protocol.budget import UsageBudgetSpec
+from pisub.protocol.cache import PiVersions
 from pisub.protocol.config import Config
 from pisub.protocol.control import Receipt, Request
 from pisub.protocol.events import Event
@@ -46,6 +47,7 @@ SCHEMAS: dict[str, Any] = {
     "acceptance": AcceptanceSpec,
     "placement": Placement,
     "heartbeat": Heartbeat,
+    "pi-versions": PiVersions,
 }
 """File name (without ``.json``) → the type it describes."""
 
