@@ -1,4 +1,5 @@
-"""Files under ``<home>/cache/`` that pisub writes for itself: ``pi-versions.json``."""
+"""Files under ``<home>/cache/`` that pisub writes for itself: ``pi-versions.json`` and the
+verify cache's ``verify/<key>.json``."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from pisub.protocol.acceptance import Outcome
 from pisub.protocol.codec import Record
 
 PI_VERSION = r"^[0-9]{1,9}\.[0-9]{1,9}\.[0-9]{1,9}$"
@@ -21,3 +23,15 @@ class PiVersions(Record, kw_only=True):
     versions: dict[str, Annotated[str, msgspec.Meta(pattern=PI_VERSION)]]
     """``<real path>\\0<dev>:<inode>\\0<size>\\0<mtime ns>\\0<ctime ns>`` of a pi binary → its
     version, at most 64 entries (the latest written last)."""
+
+
+class VerifyCacheEntry(Record, kw_only=True):
+    """``<home>/cache/verify/<key>.json``: a verify command's result on one tree state (see
+    spec/protocol.md, Acceptance). An entry of an older pisub (no ``v``) loads as v1; one of
+    another ``v``, or one that does not decode, is a cache miss (the command runs)."""
+
+    v: Literal[1] = 1
+    exit_code: int
+    outcome: Outcome
+    reason: str | None = None
+    at: str

@@ -82,6 +82,24 @@ def test_an_unchanged_tree_never_reruns_a_command_and_an_untracked_file_does(
     assert '"acceptance.checked"' in events
 
 
+def test_a_verify_cache_entry_has_a_v_and_one_from_before_v_still_hits(
+    repo: Path, tmp_path: Path, home: Path
+) -> None:
+    command, count = _counter(tmp_path)
+    first = pisub.launch("worker", "x", cwd=repo, gate=command).wait(timeout=60)
+    (entry,) = (home / "cache" / "verify").iterdir()
+    data = json.loads(entry.read_text())
+    assert data["v"] == 1 and first.details.results[0].acceptance.checks[0].cache == "miss"  # type: ignore[union-attr]
+    del data["v"]  # as a pisub from before v wrote it
+    entry.write_text(json.dumps(data))
+    second = pisub.launch("worker", "x", cwd=repo, gate=command).wait(timeout=60)
+    assert second.details.results[0].acceptance.checks[0].cache == "hit" and count.read_text() == "x"  # type: ignore[union-attr]
+    entry.write_text(json.dumps({**data, "v": 2}))  # a newer pisub's: not understood, a miss
+    third = pisub.launch("worker", "x", cwd=repo, gate=command).wait(timeout=60)
+    assert third.details.results[0].acceptance.checks[0].cache == "miss" and count.read_text() == "xx"  # type: ignore[union-attr]
+    assert json.loads(entry.read_text())["v"] == 1
+
+
 def test_a_workflow_childs_gate_is_in_its_result_and_a_resume_takes_none(repo: Path, tmp_path: Path) -> None:
     command, _count = _counter(tmp_path)
     run = launch_parallel([{"key": "a", "agent": "worker", "task": "x", "gate": command}], cwd=repo)
