@@ -182,7 +182,7 @@ if [ -n "$nonroot_dir" ]; then
         tests/integration/test_acceptance.py tests/integration/test_review_and_inference.py
         tests/integration/test_acceptance_attacks.py tests/integration/test_agent_admin.py
         tests/integration/test_live_index.py tests/integration/test_warm_launch.py
-        tests/integration/test_wait_and_list.py)
+        tests/integration/test_wait_and_list.py tests/integration/test_slurm_client.py)
     shopt -u nullglob
     pi_env=()
     if grep -qE '\bpi_(home|bin)\b|mark\.pi\b' "${nonroot_tests[@]}"; then
