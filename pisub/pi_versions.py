@@ -113,25 +113,48 @@ def _cache_key(pi_bin: str) -> str | None:
     return f"{real}\0{st.st_dev}:{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
 
 
-def _read_cache(path: Path) -> dict[str, object]:
+def _read_cache(path: Path) -> dict[str, str]:
+    """The cached versions (empty: no cache, or one that does not decode — a miss)."""
+    from pisub.errors import ProtocolError
     from pisub.fsio import read_bytes
+    from pisub.protocol.cache import PiVersions
+    from pisub.protocol.codec import decode
 
     try:
-        data = json.loads(read_bytes(path, limit=1_000_000))
-    except (OSError, ValueError, RecursionError):
+        raw = read_bytes(path, limit=1_000_000)
+    except OSError:
         return {}
-    return data if isinstance(data, dict) else {}
+    try:
+        return dict(decode(raw, PiVersions, "pi-versions.json").versions)
+    except ProtocolError:
+        return _legacy_cache(raw)
+
+
+def _legacy_cache(raw: bytes) -> dict[str, str]:
+    """A file of a pisub from before ``v`` (a bare ``{key: version}`` object) still loads: its
+    entries that are versions. Anything else (another ``v``, not JSON) is a miss."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return {}
+    if not isinstance(data, dict) or "v" in data:
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, str) and _EXACT_RE.fullmatch(v)}
 
 
 def _write_cache(path: Path, key: str, version: str) -> None:
     """Remember a detected version (best effort: a failed write only costs the next detection)."""
     from pisub.fsio import atomic_write, private_mkdir
+    from pisub.protocol.cache import PiVersions
+    from pisub.protocol.codec import encode
 
     entries = _read_cache(path)
+    entries.pop(key, None)  # the latest written last: the 64 kept are the latest
     entries[key] = version
     try:
         private_mkdir(path.parent)
-        atomic_write(path, json.dumps(dict(list(entries.items())[-64:])).encode(), durable=False)
+        record = PiVersions(v=1, versions=dict(list(entries.items())[-64:]))
+        atomic_write(path, encode(record), durable=False)
     except OSError:
         pass
 

@@ -36,6 +36,46 @@ sys.path.insert(0, str(ROOT))
 Row = tuple[str, str, str, str]
 """(section, measurement, pisub, baseline / ratio)."""
 
+TAG = "PISUB_BENCH_TAG"
+"""Set to a fresh value in this process's environment: every process the benchmark starts (its
+runs, its baselines) inherits it, and the benchmark ends only processes carrying it — never by
+name or pattern, so that it never touches anyone else's ``sleep 3600``."""
+
+
+class BenchFailure(Exception):
+    """A benchmark that cannot finish (a run ended under it, a wait past its deadline)."""
+
+
+def until(done: Callable[[], bool], timeout: float, what: str, interval: float = 0.01) -> None:
+    """Wait until ``done()`` holds; :class:`BenchFailure` naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() >= deadline:
+            raise BenchFailure(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+def ours(pid: int) -> bool:
+    """True when ``pid`` is a live process that this benchmark started (it carries the tag)."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return f"{TAG}={os.environ[TAG]}".encode() in env
+
+
+def end_sessions(pids: list[int]) -> None:
+    """SIGKILL the sessions that ``pids`` lead (each a baseline's ``setsid`` / ``nq`` job), after
+    checking that each is still ours: a pid reused since by someone else's process is left be."""
+    for pid in pids:
+        if not ours(pid):
+            continue
+        with suppress(ProcessLookupError):
+            if os.getsid(pid) == pid:
+                os.killpg(pid, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
+
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
@@ -105,10 +145,8 @@ def bench_launch(b: Bench) -> None:
     with _env("PISUB_WARM", "0"):
         api_cold = [timed(lambda: pisub.launch("sleeper", "x")) for _ in range(n)]
     first = [_first_launch_in_a_process() for _ in range(n)]
-    bare = [
-        timed(lambda: subprocess.run(["sh", "-c", "setsid sh -c 'sleep 3600' >/dev/null 2>&1 &"]))
-        for _ in range(n)
-    ]
+    sessions: list[int] = []
+    bare = [timed(lambda: sessions.append(_bare_setsid())) for _ in range(n)]
     python_pass = [timed(lambda: subprocess.run([sys.executable, "-c", "pass"])) for _ in range(n)]
     cli_imports = [
         timed(lambda: subprocess.run([sys.executable, "-c", "import pisub.cli"])) for _ in range(n)
@@ -157,12 +195,20 @@ def bench_launch(b: Bench) -> None:
             timed(lambda: subprocess.run([nq, "sleep", "3600"], env=env, capture_output=True))
             for _ in range(n)
         ]
-        subprocess.run(["pkill", "-f", "sleep 3600"], check=False)
+        # nq names each job's file ",<time>.<pid>", the pid of the job (a session leader)
+        sessions += [int(name.rsplit(".", 1)[1]) for name in os.listdir(qdir) if name.startswith(",")]
         shutil.rmtree(qdir, ignore_errors=True)
         b.data["launch"]["nq_s"] = nq_times
         b.row("launch", "nq p50", ms(statistics.median(nq_times)))
-    # sleep 3600 started by the baseline: end them
-    subprocess.run(["pkill", "-f", "^sleep 3600$"], check=False)
+    end_sessions(sessions)  # the baselines' sleep 3600, by the pids they started with
+
+
+def _bare_setsid() -> int:
+    """The floor of a detached launch: ``setsid sh -c 'sleep 3600' &``; the session's pid."""
+    proc = subprocess.run(
+        ["sh", "-c", "setsid sh -c 'sleep 3600' >/dev/null 2>&1 & echo $!"], capture_output=True, text=True
+    )
+    return int(proc.stdout)
 
 
 @contextmanager
@@ -240,7 +286,7 @@ class OutboxWatch:
         while name not in self.seen:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self.fd], [], [], left)[0]:
-                raise TimeoutError(name)
+                raise BenchFailure(f"no receipt {name} within {timeout:g} s")
             data = os.read(self.fd, 1 << 16)
             now = time.perf_counter()
             pos = 0
@@ -263,7 +309,7 @@ class OutboxWatch:
                 return self.seen[name]
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self.fd], [], [], left)[0]:
-                raise TimeoutError(name)
+                raise BenchFailure(f"no receipt {name} within {timeout:g} s")
             data = os.read(self.fd, 1 << 16)
             now = time.perf_counter()
             pos = 0
@@ -278,11 +324,20 @@ class OutboxWatch:
 
 
 def drop(inbox: Path, name: str, body: bytes) -> None:
-    """What ``printf > tmp/x && mv tmp/x new/`` does."""
+    """What ``printf > tmp/x && mv tmp/x new/`` does, as spec/protocol.md (Closing) asks of a
+    writer: nothing is written into a closed inbox (``inbox/closed``, the run has finished), and
+    a request that lands just as it closes is withdrawn unless the runner already claimed it —
+    either way the benchmark stops, as its run is gone."""
+    if (inbox / "closed").exists():
+        raise BenchFailure(f"{inbox.parent.name}: the run finished (inbox/closed); {name} not sent")
     tmp = inbox / "tmp" / name
     with open(tmp, "wb") as fh:
         fh.write(body)
     os.rename(tmp, inbox / "new" / name)
+    if (inbox / "closed").exists():
+        with suppress(FileNotFoundError):
+            os.unlink(inbox / "new" / name)  # withdrawn (or claimed: the runner answers it)
+        raise BenchFailure(f"{inbox.parent.name}: the run finished while {name} was sent")
 
 
 BASELINE_RESPONDER = r"""
@@ -356,6 +411,21 @@ def round_trips(inbox: Path, outbox: Path, n: int, body: bytes) -> list[float]:
 STEER = b'{"v":1,"type":"steer","message":"benchmark"}'
 
 
+BURST_S = 300.0
+"""The longest the burst's receipts may take (the quick burst takes about a second)."""
+
+
+def _receipted(run: Any, outbox: Path, count: int) -> bool:
+    """True once ``outbox`` holds ``count`` receipts; :class:`BenchFailure` when the run ended
+    first (its runner answers what it had left, so the count would never come)."""
+    if len(os.listdir(outbox)) >= count:
+        return True
+    if (run.dir / "inbox" / "closed").exists():
+        state = run.status().state  # (a reader: repairs a crashed run)
+        raise BenchFailure(f"run {run.id} ended ({state}) with {len(os.listdir(outbox))} of {count} receipts")
+    return False
+
+
 def bench_control(b: Bench) -> None:
     import pisub
 
@@ -382,15 +452,17 @@ def bench_control(b: Bench) -> None:
     for name in names:
         drop(run.dir / "inbox", name, STEER)
     written = time.perf_counter()
-    while len(os.listdir(watch_dir)) < before + total:
-        time.sleep(0.01)
+    until(
+        lambda: _receipted(run, watch_dir, before + total),
+        BURST_S,
+        f"the {total:,} receipts of run {run.id}",
+    )
     done = time.perf_counter() - start
     with baseline_responder() as root:
         bstart = time.perf_counter()
         for name in names:
             drop(root / "inbox", name, STEER)
-        while len(os.listdir(root / "outbox")) < total:
-            time.sleep(0.01)
+        until(lambda: len(os.listdir(root / "outbox")) >= total, BURST_S, "the baseline's receipts")
         bdone = time.perf_counter() - bstart
     b.data["throughput"] = {
         "requests": total,
@@ -428,8 +500,12 @@ def bench_workflow(b: Bench) -> None:
         run = pisub.Run(
             json.loads(cli("run", "--concurrency", str(n_children), *tasks, "--json").stdout)["runId"]
         )
-        while [str(s.status) for s in run.status().steps].count("running") < n_children:
-            time.sleep(0.005)
+        until(
+            functools.partial(_all_running, run, n_children),
+            120,
+            f"the {n_children} children of {run.id} to run",
+            interval=0.005,
+        )
         to_running.append(time.perf_counter() - start)
         pid = run.status().pid
         assert pid is not None
@@ -486,6 +562,16 @@ def bench_workflow(b: Bench) -> None:
     )
     cli("stop", last.id, "--wait", "30", check=False)
     last.wait_until_terminal(60)
+
+
+def _all_running(run: Any, count: int) -> bool:
+    return [str(s.status) for s in run.status().steps].count("running") >= count
+
+
+def _running(run: Any) -> bool:
+    from pisub.protocol.status import RunState
+
+    return bool(run.status().state == RunState.RUNNING)
 
 
 def _final(run: Any, rid: str) -> bool:
@@ -876,7 +962,10 @@ def peak_rss(pids: list[int], done: Callable[[], bool]) -> int:
     import psutil
 
     peak = 0
+    deadline = time.monotonic() + 300
     while not done():
+        if time.monotonic() >= deadline:
+            raise BenchFailure(f"processes {pids} still going after 300 s")
         total = 0
         for pid in pids:
             with suppress(psutil.Error):
@@ -907,7 +996,6 @@ def machine() -> str:
 def bench_slurm(b: Bench) -> None:
     """Submit → running and a control round trip, local beside Slurm, in the same process."""
     import pisub
-    from pisub.protocol.status import RunState
 
     n = 3 if b.quick else 10
     b.agent("bench-sleeper", "sleep", ["3600"])
@@ -918,8 +1006,7 @@ def bench_slurm(b: Bench) -> None:
         for _ in range(n):
             start = time.perf_counter()
             run = pisub.launch("bench-sleeper", "x", backend=backend)
-            while run.status().state != RunState.RUNNING:
-                time.sleep(0.005)
+            until(functools.partial(_running, run), 120, f"run {run.id} to run", 0.005)
             to_running.append(time.perf_counter() - start)
             sent = time.perf_counter()
             rid = run.send_steer("bench")  # an external CLI cannot be steered: answered "rejected"
@@ -948,6 +1035,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pisub-bench-"))
+    os.environ[TAG] = uuid.uuid4().hex
     home = tmp / "home"
     home.mkdir(mode=0o700)
     os.environ["PISUB_HOME"] = str(home)
@@ -969,9 +1057,12 @@ def main() -> int:
             if (args.only and name not in args.only) or (name == "slurm" and not args.only):
                 continue
             fn(b)
+    except BenchFailure as exc:
+        print(f"bench: FAILED: {exc}", file=sys.stderr)
+        return 1
     finally:
         stop_all(b)
-        cleanup(home)
+        cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
     for note in b.notes:
         print(f"note: {note}")
@@ -986,17 +1077,10 @@ def main() -> int:
     return 0
 
 
-def cleanup(home: Path) -> None:
-    """End every process that still belongs to this benchmark's home."""
-    needle = str(home).encode()
+def cleanup() -> None:
+    """End every process left that this benchmark started (each carries its tag)."""
     for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            env = Path(f"/proc/{name}/environ").read_bytes()
-        except OSError:
-            continue
-        if needle in env:
+        if name.isdigit() and int(name) != os.getpid() and ours(int(name)):
             with suppress(ProcessLookupError):
                 os.kill(int(name), signal.SIGKILL)
 

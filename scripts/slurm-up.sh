@@ -23,7 +23,10 @@ fi
 
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
-mkdir -p -m 700 "$dir" "$dir/state" "$dir/spool" "$dir/log" "$dir/run"
+mkdir -p -m 700 "$dir/state" "$dir/spool" "$dir/log" "$dir/run"
+# Every user that submits reads slurm.conf (as /etc/slurm on a real cluster): with this folder
+# 0700 an unprivileged user's sbatch, squeue and scancel retried for 60 s and failed.
+chmod 755 "$dir"
 host=$(hostname -s)
 cpus=$(nproc)
 if [ ! -s "$conf" ]; then

@@ -134,6 +134,16 @@ if [ -n "${slurm_dir:-}" ]; then
     echo "== pytest: the Slurm backend (contract suite and tests/integration/test_slurm.py)"
     SLURM_CONF=$slurm_dir/slurm.conf PISUB_REQUIRE_SLURM=1 .venv/bin/python -m pytest -q -p no:randomly \
         tests/contract tests/integration/test_slurm.py || rc_slurm=$?
+    if [ -n "$nonroot_dir" ]; then
+        # The same as the unprivileged user: its own jobs, its own home (pi-marked tests aside:
+        # the pi CLI is copied where that user can reach it only for the later pass).
+        echo "== pytest: the Slurm backend as $NONROOT_USER"
+        rc_slurm_nonroot=0
+        as_nonroot SLURM_CONF="$slurm_dir/slurm.conf" PISUB_REQUIRE_SLURM=1 \
+            "$nonroot_dir/venv/bin/python" -m pytest -q -p no:cacheprovider -p no:randomly -m "not pi" \
+            tests/contract tests/integration/test_slurm.py || rc_slurm_nonroot=$?
+        [ "$rc_slurm" -ne 0 ] || rc_slurm=$rc_slurm_nonroot
+    fi
     slurm_cleanup
     slurm_started=
 fi
@@ -185,7 +195,8 @@ if [ -n "$nonroot_dir" ]; then
         tests/integration/test_live_index.py tests/integration/test_warm_launch.py
         tests/integration/test_wait_and_list.py tests/integration/test_tree_budget.py
         tests/integration/test_script_output.py tests/integration/test_unwritten_end.py
-        tests/integration/test_launch_kill_points.py tests/integration/test_terminal_output.py)
+        tests/integration/test_launch_kill_points.py tests/integration/test_terminal_output.py
+        tests/integration/test_slurm_client.py)
     shopt -u nullglob
     pi_env=()
     if grep -qE '\bpi_(home|bin)\b|mark\.pi\b' "${nonroot_tests[@]}"; then

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -100,6 +99,18 @@ def wait_no_processes(root: Path, timeout: float = 10.0) -> None:
         raise AssertionError(f"processes left after {timeout}s: {cmdlines}")
 
 
+def end_processes(pids: list[int], uids: set[int]) -> None:
+    """SIGKILL ``pids`` (found by :func:`processes_of`: they name this test's private folder)
+    — only those that run as one of ``uids``: a test ends only processes it started."""
+    for pid in pids:
+        try:
+            if os.stat(f"/proc/{pid}").st_uid not in uids:
+                continue
+            os.kill(pid, signal.SIGKILL)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+
+
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fresh pisub home, exported as PISUB_HOME; its processes are ended afterwards."""
@@ -111,9 +122,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.chdir(tmp_path)
     yield root
     left = processes_of(root)
-    for pid in left:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    end_processes(left, {os.getuid()})
     # A zombie counts as ended: orphans are reaped by PID 1, which here takes up to ~2 s.
     wait_for(lambda: not any(map(pid_alive, left)), timeout=5, what=f"processes {left} to end")
 
@@ -233,9 +242,7 @@ def unprivileged() -> Iterator[Unprivileged]:
         yield user
     finally:
         left = processes_of(user.base)
-        for pid in left:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        end_processes(left, {os.getuid(), user.uid})
         try:
             # A zombie counts as ended: orphans are reaped by PID 1, which may take seconds.
             wait_for(lambda: not any(map(pid_alive, left)), timeout=10, what=f"processes {left} to end")

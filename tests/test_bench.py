@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -27,3 +28,47 @@ def test_bench_quick_runs(tmp_path: Path, pi_bin: str) -> None:
     data = json.loads(out.read_text())
     assert {"launch", "control", "throughput", "footprint", "scale_20", "list", "pi"} <= set(data)
     assert "| section | measurement | pisub | baseline / ratio |" in proc.stdout
+
+
+def test_the_launch_section_spares_a_bystanders_sleep(tmp_path: Path) -> None:
+    """Another user's ``sleep 3600`` (here, one of this test's) outlives the benchmark's launch
+    section, whose own ``sleep 3600`` baselines are all ended."""
+    bystander = subprocess.Popen(["sleep", "3600"], start_new_session=True)
+    try:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "scripts" / "bench.py"),
+                "--quick",
+                "--only",
+                "launch",
+                "--out",
+                str(tmp_path / "bench.json"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert bystander.poll() is None, "the benchmark killed a process it did not start"
+        assert not [pid for pid in _sleeps() if _bench_tagged(pid)], "a baseline's sleep 3600 was left"
+    finally:
+        bystander.kill()
+        bystander.wait(timeout=10)
+
+
+def _sleeps() -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{name}/cmdline").read_bytes() == b"sleep\x003600\x00":
+                    found.append(int(name))
+    return found
+
+
+def _bench_tagged(pid: int) -> bool:
+    try:
+        return b"PISUB_BENCH_TAG=" in Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False

@@ -69,9 +69,20 @@ def prompt_section(spec: AcceptanceSpec) -> str:
 
 
 def wants_report(spec: AcceptanceSpec) -> bool:
-    return spec.level in (Level.ATTESTED, Level.CHECKED) or (
-        spec.level is Level.VERIFIED and spec.report == "on"
-    )
+    """Whether the child is asked for a report — and so whether the block is taken out of the
+    output the caller gets, however the run ends: ``report`` when given, else ``attested`` and
+    ``checked`` (the levels that are the report). The combinations that contradict the level
+    (``report: off`` with attested/checked, ``on`` with none) are refused at launch."""
+    if spec.report is not None:
+        return spec.report == "on"
+    return spec.level in (Level.ATTESTED, Level.CHECKED)
+
+
+def without_report(output: str) -> str:
+    """``output`` without its report block (the last closed one), as the caller gets it."""
+    if unterminated(output):
+        return output  # its last report line opens no block: an earlier block is not the report
+    return extract(output)[1]
 
 
 _OPENING = re.compile(r"^```acceptance-report[ \t]*$", re.MULTILINE)

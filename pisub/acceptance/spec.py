@@ -58,6 +58,15 @@ def parse(acceptance: Any, gate: Any, where: str, *, resume: bool = False) -> Ac
         spec = convert(acceptance, AcceptanceSpec, f"{where}.acceptance")
     except PisubError as exc:
         raise InvalidInput(exc.message) from None
+    if spec.report == "off" and spec.level in (Level.ATTESTED, Level.CHECKED):
+        raise InvalidInput(
+            f"{where}.acceptance.report: off contradicts level {spec.level.value}, which is the "
+            "child's report (use level none, or verified with its commands)"
+        )
+    if spec.report == "on" and spec.level is Level.NONE:
+        raise InvalidInput(
+            f"{where}.acceptance.report: on needs a level that reads the report (attested, checked, verified)"
+        )
     if spec.level is Level.VERIFIED and not spec.verify:
         raise InvalidInput(f"{where}.acceptance.verify: level verified needs at least one command")
     for index, command in enumerate(spec.verify or []):

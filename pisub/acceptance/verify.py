@@ -25,18 +25,12 @@ from pathlib import Path
 from pisub.errors import PisubError
 from pisub.fsio import atomic_write, load_json, private_mkdir
 from pisub.protocol.acceptance import Check, Outcome, VerifyCommand
-from pisub.protocol.codec import Record, encode_pretty
+from pisub.protocol.cache import VerifyCacheEntry as Cached
+from pisub.protocol.codec import encode_pretty
 
 DEFAULT_TIMEOUT_S = 600.0
 KEEP_BYTES = 32 * 1024
 """Bytes of a command's output kept from its start and from its end."""
-
-
-class Cached(Record, kw_only=True):
-    exit_code: int
-    outcome: Outcome
-    reason: str | None = None
-    at: str
 
 
 @dataclass

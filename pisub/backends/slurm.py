@@ -33,6 +33,7 @@ from pisub.protocol.codec import now_iso
 from pisub.protocol.placement import BackendName, Placement, PlacementRequest, SlurmOptions
 from pisub.protocol.status import Status
 from pisub.store import load_placement, write_placement
+from pisub.termsafe import printable
 
 JOB_SCRIPT = Path(__file__).with_name("slurm_job.sh")
 COMMAND_TIMEOUT_S = 30.0
@@ -85,14 +86,14 @@ class SlurmError(Exception):
     """A Slurm command failed (its message is one line)."""
 
 
-def slurm_command(
-    argv: list[str], *, env: dict[str, str] | None = None, timeout: float = COMMAND_TIMEOUT_S
-) -> str:
-    """Run a Slurm client command; its stdout.
+def slurm_command(argv: list[str], *, env: dict[str, str] | None = None, timeout: float | None = None) -> str:
+    """Run a Slurm client command (at most ``timeout`` s, default :data:`COMMAND_TIMEOUT_S`); its
+    stdout.
 
     Raises:
         SlurmError: it is missing, timed out or failed (with its last line of stderr).
     """
+    timeout = COMMAND_TIMEOUT_S if timeout is None else timeout
     try:
         done = subprocess.run(
             argv,
@@ -104,6 +105,13 @@ def slurm_command(
         )
     except FileNotFoundError:
         raise SlurmError(f"{argv[0]} is not installed (is this a Slurm submit host?)") from None
+    except subprocess.TimeoutExpired as exc:
+        # What it said before it hung is the diagnosis (a slurm.conf it cannot read: Slurm's
+        # clients retry for 60 s, saying why once, at the start).
+        said = _last_line(exc.stderr)
+        raise SlurmError(
+            f"{argv[0]} did not answer within {timeout:g} s" + (f"; it said: {said}" if said else "")
+        ) from None
     except (OSError, subprocess.SubprocessError) as exc:
         raise SlurmError(f"{argv[0]} failed: {exc}") from None
     out = done.stdout.decode("utf-8", "replace")
@@ -113,10 +121,23 @@ def slurm_command(
     return out
 
 
+def _last_line(data: bytes | None) -> str:
+    """The last non-empty line of a command's output, printable, at most 300 characters."""
+    lines = (data or b"").decode("utf-8", "replace").strip().splitlines()
+    return printable(lines[-1].strip())[:300] if lines else ""
+
+
+def _by_name(job_name: str | None) -> list[str]:
+    """``squeue`` of the jobs called ``job_name`` — of this user only: any user can submit a job
+    of any name (and see the names of everyone's jobs), and a job of another user taken for a
+    run's own would be followed, recorded and even cancelled as the run's."""
+    return [*_SQUEUE, f"--user={os.getuid()}", f"--name={job_name}"]
+
+
 def _job_by_name(job_name: str) -> str | None:
     """The id of the live job called ``job_name`` (an sbatch that failed after Slurm accepted it)."""
     try:
-        out = slurm_command([*_SQUEUE, f"--name={job_name}"])
+        out = slurm_command(_by_name(job_name))
     except SlurmError:
         return None
     ids = [line.partition("|")[0].strip() for line in out.splitlines()]
@@ -147,6 +168,16 @@ def sbatch_argv(paths: RunPaths, job_name: str, options: SlurmOptions) -> list[s
     return argv
 
 
+def _log(paths: RunPaths, line: str) -> None:
+    """Append ``line`` to the run's ``runner.log`` (best effort)."""
+    with contextlib.suppress(OSError):
+        fd = open_append(paths.runner_log)
+        try:
+            os.write(fd, line.encode("utf-8", "replace") + b"\n")
+        finally:
+            os.close(fd)
+
+
 class SlurmBackend:
     """Runs placed as Slurm batch jobs (see the module's documentation)."""
 
@@ -168,7 +199,9 @@ class SlurmBackend:
             # sbatch may have been accepted before it failed (a timeout): find the job by name.
             found = _job_by_name(job_name)
             if found is None:
-                raise LaunchFailed(f"Slurm did not accept the run: {exc}") from None
+                failure = f"Slurm did not accept the run: {exc}"
+                _log(paths, f"pisub: {failure}")  # what the repair of this run will say
+                raise LaunchFailed(failure) from None
             out = found
         job_id, _, cluster = out.strip().partition(";")
         if not job_id.isdigit():
@@ -232,7 +265,7 @@ class SlurmBackend:
     def _state_by_name(self, placement: Placement) -> EngineState:
         """The state of the job a launcher submitted but never recorded (it died meanwhile)."""
         try:
-            out = slurm_command([*_SQUEUE, f"--name={placement.job_name}"])
+            out = slurm_command(_by_name(placement.job_name))
         except SlurmError:
             return EngineState.UNKNOWN
         states = [

@@ -10,6 +10,7 @@ import msgspec
 from pisub.protocol.acceptance import AcceptanceSpec
 from pisub.protocol.agent import AgentFrontmatter
 from pisub.protocol.budget import UsageBudgetSpec
+from pisub.protocol.cache import PiVersions, VerifyCacheEntry
 from pisub.protocol.config import Config
 from pisub.protocol.control import Receipt, Request
 from pisub.protocol.events import Event
@@ -46,6 +47,8 @@ SCHEMAS: dict[str, Any] = {
     "acceptance": AcceptanceSpec,
     "placement": Placement,
     "heartbeat": Heartbeat,
+    "pi-versions": PiVersions,
+    "verify-cache": VerifyCacheEntry,
 }
 """File name (without ``.json``) → the type it describes."""
 

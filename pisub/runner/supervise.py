@@ -590,7 +590,10 @@ class Supervisor:
         output, which then loses the block) and its ``verify`` commands on its tree. An explicit
         acceptance that fails makes the run ``failed``."""
         wanted = self.manifest.acceptance
-        if wanted is None or verdict.state is not RunState.COMPLETE:
+        if wanted is None:
+            return verdict
+        if verdict.state is not RunState.COMPLETE:
+            self._take_report_out(wanted.spec, outcome)
             return verdict
         from pisub.acceptance.verify import place, run_checks
         from pisub.config import load_config
@@ -682,6 +685,14 @@ class Supervisor:
         if self.signalled is not None:
             self.accept_stop = True
         return self.accept_stop
+
+    def _take_report_out(self, spec: AcceptanceSpec, outcome: ChildOutcome) -> None:
+        """A run that did not complete is not checked, but a report it was asked for is still
+        taken out of the output the caller gets (the raw log keeps it)."""
+        from pisub.acceptance.report import wants_report, without_report
+
+        if wants_report(spec):
+            outcome.output = without_report(outcome.output)
 
     def _report_checks(self, spec: AcceptanceSpec, outcome: ChildOutcome) -> list[Check]:
         """The report's checks (none when the spec asks for no report); the block is taken out

@@ -82,6 +82,24 @@ def test_an_unchanged_tree_never_reruns_a_command_and_an_untracked_file_does(
     assert '"acceptance.checked"' in events
 
 
+def test_a_verify_cache_entry_has_a_v_and_one_from_before_v_still_hits(
+    repo: Path, tmp_path: Path, home: Path
+) -> None:
+    command, count = _counter(tmp_path)
+    first = pisub.launch("worker", "x", cwd=repo, gate=command).wait(timeout=60)
+    (entry,) = (home / "cache" / "verify").iterdir()
+    data = json.loads(entry.read_text())
+    assert data["v"] == 1 and first.details.results[0].acceptance.checks[0].cache == "miss"  # type: ignore[union-attr]
+    del data["v"]  # as a pisub from before v wrote it
+    entry.write_text(json.dumps(data))
+    second = pisub.launch("worker", "x", cwd=repo, gate=command).wait(timeout=60)
+    assert second.details.results[0].acceptance.checks[0].cache == "hit" and count.read_text() == "x"  # type: ignore[union-attr]
+    entry.write_text(json.dumps({**data, "v": 2}))  # a newer pisub's: not understood, a miss
+    third = pisub.launch("worker", "x", cwd=repo, gate=command).wait(timeout=60)
+    assert third.details.results[0].acceptance.checks[0].cache == "miss" and count.read_text() == "xx"  # type: ignore[union-attr]
+    assert json.loads(entry.read_text())["v"] == 1
+
+
 def test_a_workflow_childs_gate_is_in_its_result_and_a_resume_takes_none(repo: Path, tmp_path: Path) -> None:
     command, _count = _counter(tmp_path)
     run = launch_parallel([{"key": "a", "agent": "worker", "task": "x", "gate": command}], cwd=repo)
@@ -146,6 +164,7 @@ if report:
     print("```acceptance-report")
     print(report)
     print("```")
+sys.exit(int(os.environ.get("EXIT", "0")))
 """
 
 
@@ -204,6 +223,65 @@ def test_a_bad_or_missing_report_fails_with_the_field(
     result = _report_run(repo, monkeypatch, report, {"level": "attested", "evidence": ["changed-files"]})
     assert result.state == "failed" and result.details.error is not None
     assert needle in result.details.error.message
+
+
+GOOD_REPORT = '{"changedFiles": ["test_ok.py"], "noStagedFiles": true}'
+VERIFIED: dict[str, Any] = {"level": "verified", "verify": [{"id": "ok", "command": "true"}]}
+
+
+@pytest.mark.parametrize(
+    ("acceptance", "exit_code", "asked", "state"),
+    [
+        ({"level": "attested"}, 0, True, "complete"),
+        ({"level": "checked"}, 0, True, "complete"),
+        (VERIFIED, 0, False, "complete"),
+        ({**VERIFIED, "report": "on"}, 0, True, "complete"),
+        ({"level": "attested", "report": "on"}, 0, True, "complete"),
+        ({"level": "attested"}, 3, True, "failed"),
+        ({**VERIFIED, "report": "on"}, 3, True, "failed"),
+        (VERIFIED, 3, False, "failed"),
+    ],
+)
+def test_the_report_block_is_taken_out_exactly_when_it_was_asked_for(
+    repo: Path,
+    reporter: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    acceptance: dict[str, Any],
+    exit_code: int,
+    asked: bool,
+    state: str,
+) -> None:
+    """One rule, whatever the level and however the run ends: the child is asked for a report
+    (``report``, else attested and checked) exactly when the block is taken out of the output
+    the caller gets; a block written unasked (a gate run) is the child's output. The raw log
+    keeps it either way."""
+    monkeypatch.setenv("EXIT", str(exit_code))
+    monkeypatch.setenv("REPORT", GOOD_REPORT)
+    run = pisub.launch("reporter", "do it", cwd=repo, acceptance=acceptance)
+    result = run.wait(timeout=60)
+    assert result.state == state, result.content[0].text
+    output = result.details.results[0].output or ""
+    assert "All done." in output and "All done." in result.content[0].text
+    assert ("acceptance-report" in output) is not asked, output
+    assert ("acceptance-report" in result.content[0].text) is not asked, result.content[0].text
+    assert ("```acceptance-report" in reporter.read_text()) is asked  # the task asked for it
+    assert "```acceptance-report" in (run.dir / "output-0.log").read_text()  # the raw log keeps it
+
+
+@pytest.mark.parametrize(
+    ("acceptance", "needle"),
+    [
+        ({"level": "attested", "report": "off"}, "acceptance.report: off contradicts level attested"),
+        ({"level": "checked", "report": "off"}, "acceptance.report: off contradicts level checked"),
+        ({"level": "none", "report": "on"}, "acceptance.report: on needs a level"),
+    ],
+)
+def test_a_report_setting_that_contradicts_the_level_is_refused(
+    repo: Path, acceptance: dict[str, Any], needle: str
+) -> None:
+    with pytest.raises(InvalidInput, match=needle):
+        pisub.launch("worker", "x", cwd=repo, acceptance=acceptance)
+    assert not list(pisub.list_runs())
 
 
 def test_checked_claims_are_checked(repo: Path, reporter: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pisub
@@ -70,7 +71,9 @@ def test_list_and_status_read_while_runners_write(home: Path, make_agent: AgentM
     )
     runs = [pisub.launch("ticker", "x") for _ in range(5)]
     reads = 0
+    deadline = time.monotonic() + 60
     while not all(r.status().state.is_terminal for r in runs):
+        assert time.monotonic() < deadline, "the runs were still going after 60 s"
         listed = pisub_cli("list", "--json", check=True).stdout.splitlines()
         assert len(listed) == 5 and all(json.loads(line)["runId"] for line in listed)
         status = json.loads(pisub_cli("status", runs[reads % 5].id, "--json", check=True).stdout)

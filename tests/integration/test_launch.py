@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from pathlib import Path
 
 import pisub
@@ -207,7 +208,9 @@ def test_status_polled_while_the_runner_rewrites_it(home: Path, make_agent: Agen
     run = pisub.launch("chatty", "x")
     seen = set()
     reads = 0
+    deadline = time.monotonic() + 60
     while True:
+        assert time.monotonic() < deadline, "the run was still going after 60 s"
         status = decode((run.dir / "status.json").read_bytes(), Status, "status.json")
         seen.add(status.updated_at)
         reads += 1

@@ -19,6 +19,8 @@ import pytest
 import pisub
 from pisub import pi_versions
 from pisub.pi_versions import SUPPORTED, UnsupportedPi, caps_for, detect_version
+from pisub.protocol.cache import PiVersions
+from pisub.protocol.codec import decode
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import pinned_pi_bins, pisub_cli, processes_of, wait_for
 
@@ -82,6 +84,54 @@ def test_the_version_is_detected_once_per_binary_and_again_when_it_changes(tmp_p
     os.utime(pi, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the same mtime: the ctime still moved
     assert detect_version(str(pi), cache) == "2.0.0", "a replaced binary is asked again"
     assert caps_for("1.6.0").system_messages and not caps_for("0.85.1").system_messages
+
+
+def test_the_version_cache_is_a_versioned_file(tmp_path: Path) -> None:
+    pi = _fake_pi(tmp_path, "1.6.0")
+    cache = tmp_path / "cache"
+    detect_version(str(pi), cache)
+    data = json.loads((cache / "pi-versions.json").read_bytes())
+    assert data == {"v": 1, "versions": {pi_versions._cache_key(str(pi)): "1.6.0"}}
+    decode((cache / "pi-versions.json").read_bytes(), PiVersions, "pi-versions.json")
+
+
+def test_an_old_version_cache_without_v_still_loads(tmp_path: Path) -> None:
+    """pisub before ``v`` wrote a bare ``{key: version}``: its entries are still used (no pi is
+    run), and the next write keeps them in the versioned file."""
+    (tmp_path / "b").mkdir()
+    pi, other = _fake_pi(tmp_path, "1.6.0"), _fake_pi(tmp_path / "b", "1.5.0")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    key = pi_versions._cache_key(str(pi))
+    assert key is not None
+    (cache / "pi-versions.json").write_text(json.dumps({key: "1.4.2", "junk": 7}))
+    assert detect_version(str(pi), cache) == "1.4.2", "the old file was not read"
+    assert detect_version(str(other), cache) == "1.5.0"
+    data = json.loads((cache / "pi-versions.json").read_bytes())
+    assert data["v"] == 1 and data["versions"][key] == "1.4.2" and "junk" not in data["versions"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"v": 2, "versions": {"KEY": "1.4.2"}}',
+        '{"v": 1, "versions": {"KEY": "1.4.2\\u001b]0;x"}}',
+        '{"v": 1, "versions": ["1.4.2"]}',
+        '{"KEY": 1.42}',
+        "not json",
+        "[1, 2]",
+    ],
+)
+def test_a_version_cache_that_does_not_decode_is_a_miss(tmp_path: Path, text: str) -> None:
+    pi = _fake_pi(tmp_path, "1.6.0")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    key = pi_versions._cache_key(str(pi))
+    assert key is not None
+    (cache / "pi-versions.json").write_text(text.replace("KEY", json.dumps(key)[1:-1]))
+    assert detect_version(str(pi), cache) == "1.6.0"  # asked again
+    data = json.loads((cache / "pi-versions.json").read_bytes())
+    assert data == {"v": 1, "versions": {key: "1.6.0"}}
 
 
 @pytest.mark.parametrize(

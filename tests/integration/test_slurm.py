@@ -354,3 +354,50 @@ def test_stopping_a_queued_run_cancels_its_job_and_the_run_ends_stopped(home: Pa
         assert answered is not None and answered.state == "failed"
         assert answered.reason == "the run was stopped before its runner started"
     assert sorted(os.listdir(run.dir / "outbox")) == sorted([f"{steer_id}.json", f"{request_id}.json"])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="submitting a job as another user needs root")
+def test_a_job_of_another_user_named_as_a_runs_job_is_never_taken_for_it() -> None:
+    """Anyone may submit a job called ``pisub-<run id>`` (job names, run ids in them, are visible
+    to every user): the lookups by name — an sbatch that timed out, a launcher that died before
+    it recorded its job — see only this user's jobs, never follow or cancel a stranger's."""
+    from pisub.backends.slurm import SlurmBackend, _job_by_name
+    from pisub.protocol.placement import BackendName, Placement
+
+    name = f"pisub-{uuid.uuid4()}"
+    foreign = (
+        subprocess.run(
+            [
+                "sbatch",
+                "--parsable",
+                "--uid=nobody",
+                "--gid=nogroup",
+                f"--job-name={name}",
+                "--chdir=/tmp",
+                "--output=/dev/null",
+                "--wrap",
+                "sleep 60",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        .stdout.strip()
+        .partition(";")[0]
+    )
+    try:
+        wait_for(
+            lambda: (
+                foreign
+                in subprocess.run(
+                    ["squeue", "--noheader", "--format=%i", f"--name={name}"], capture_output=True, text=True
+                ).stdout.split()
+            ),
+            timeout=30,
+            what="the stranger's job to be listed",
+        )
+        assert _job_by_name(name) is None
+        placement = Placement(v=1, backend=BackendName.SLURM, launcher_host="here", job_name=name)
+        assert SlurmBackend()._state_by_name(placement).is_terminal  # GONE: not its run's job
+    finally:
+        subprocess.run(["scancel", foreign], check=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pisub
@@ -38,7 +39,9 @@ def test_status_never_torn_under_rewrites(home: Path, make_agent: AgentMaker) ->
     assert writer.stdout.readline().strip() == "ready"
     reads = 0
     seen = set()
+    deadline = time.monotonic() + 60
     while writer.poll() is None:
+        assert time.monotonic() < deadline, "the writer was still going after 60 s"
         status = decode(paths.status.read_bytes(), Status, "status.json")
         seen.add(status.steps[0].output_bytes)
         reads += 1

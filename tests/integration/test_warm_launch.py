@@ -17,9 +17,8 @@ import pytest
 
 import pisub
 from pisub.backends import warm
-from pisub.polling import poll
 from pisub.protocol import RunState
-from tests.conftest import AgentMaker, pid_alive, pisub_cli
+from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for
 
 ECHO_ENV = """
 import os, sys, time
@@ -93,8 +92,7 @@ def test_the_command_line_hands_its_run_to_a_warm_runner(home: Path, make_agent:
     assert os.readlink(f"/proc/{status.pid}/cwd") == str(home / "runs" / run_id)
     assert os.readlink(f"/proc/{status.pid}/fd/2") == str(home / "runs" / run_id / "runner.log")
     log = home / "runs" / run_id / "output-0.log"
-    output = poll(lambda: _with(log, "run:"), 30)
-    assert output is not None
+    output = wait_for(lambda: _with(log, "run:"), 30, what="the child's output")
     assert "odd: b'\\xff\\xfe ok'" in output  # the launcher's environment, bytes and all
     assert f"run: {run_id}" in output
     _stop(run)
@@ -108,7 +106,7 @@ def test_the_api_keeps_one_spare_and_uses_it(
     first = pisub.launch("sleeper", "x")
     assert len(warm._pool) == 1, "no spare kept after a launch"
     spare = warm._pool[0]
-    poll(lambda: _warm_processes() or None, 10)
+    wait_for(lambda: _alive(spare.pid), 10, what="the spare to start")
     second = pisub.launch("sleeper", "x")
     assert spare not in warm._pool
     assert _warm_started(second.status().pid)
@@ -133,9 +131,9 @@ def test_a_dead_warm_runner_means_a_cold_start(home: Path, make_agent: AgentMake
     make_agent("sleeper", command="sleep", args=["30"])
     warm.prestart()
     (waiting,) = warm._pool
-    poll(lambda: _warm_processes() or None, 10)
+    wait_for(lambda: _alive(waiting.pid), 10, what="the warm runner to start")
     os.killpg(waiting.pid, signal.SIGKILL)
-    poll(lambda: None if waiting.alive() else True, 10)
+    wait_for(lambda: not waiting.alive(), 10, what="the warm runner to die")
     run = pisub.launch("sleeper", "x")
     assert run.status().state == RunState.RUNNING
     assert not _warm_started(run.status().pid)
@@ -213,12 +211,8 @@ def test_a_late_acknowledgement_never_makes_a_second_runner(
 def test_an_idle_warm_runner_ends_with_its_launcher(home: Path) -> None:
     code = "from pisub.backends import warm; warm.prestart(); print(warm._pool[0].pid, flush=True)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    pgid = int(proc.stdout)
-
-    def gone() -> bool | None:
-        return None if any(p.pid != pgid and os.getpgid(p.pid) == pgid for p in _alive(pgid)) else True
-
-    poll(gone, 20)
+    pgid = int(proc.stdout)  # the warm runner leads its own session: its pid
+    wait_for(lambda: not _alive(pgid), 20, what=f"the idle warm runner {pgid} to end")
 
 
 def _alive(pgid: int) -> list[psutil.Process]:
@@ -260,11 +254,11 @@ def test_a_stopped_warm_runner_is_ended_when_the_launch_falls_back(
     _impatient(monkeypatch, 0.3)
     warm.prestart()
     (waiting,) = warm._pool
-    poll(lambda: _alive(waiting.pid) or None, 10)
+    wait_for(lambda: _alive(waiting.pid), 10, what="the warm runner to start")
     os.killpg(waiting.pid, signal.SIGSTOP)  # stuck: it will never answer
     run = pisub.launch("sleeper", "x")
     assert not _warm_started(run.status().pid)
-    poll(lambda: None if _alive(waiting.pid) else True, 10)  # ended, not left stopped
+    wait_for(lambda: not _alive(waiting.pid), 10, what="the stopped warm runner to be ended")
     _stop(run)
 
 
