@@ -244,6 +244,10 @@ def _lease_problem(info: LeaseInfo) -> str:
 class GcResult:
     removed: list[str] = field(default_factory=list)
     kept_live: list[str] = field(default_factory=list)
+    """Runs that are live themselves (not terminal, runner alive, session or journal driven)."""
+    kept_with_tree: list[str] = field(default_factory=list)
+    """Runs that ended before the cutoff, kept because a run of their tree stays (or their
+    worktree holds work not yet applied)."""
     swept_tmp: list[Path] = field(default_factory=list)
 
 
@@ -288,10 +292,11 @@ def collect(
 
     A run is removed only when its own ``status.json`` is terminal, its ``runner.lock`` is free
     and no live run drives a session stored in it (a resume of it may still be running),
-    decided under its repair lock (which crash-repairing readers take too); only one ``gc``
-    runs at a time (the lock on ``runs/``). No lock needs a new file, so ``gc`` works on a full
-    disk. Ages are wall-clock: a stepped clock can make a finished run look older or younger,
-    never a live run removable. ``progress(phase, done, total)`` follows both passes.
+    decided under its repair lock (which crash-repairing readers take too), and only with its
+    whole tree (:func:`_kept`); only one ``gc`` runs at a time (the lock on ``runs/``). No
+    lock needs a new file, so ``gc`` works on a full disk. Ages are wall-clock: a stepped
+    clock can make a finished run look older or younger, never a live run removable.
+    ``progress(phase, done, total)`` follows both passes.
     """
     from pisub.reconcile import observe
 
@@ -304,6 +309,7 @@ def collect(
             return result
         leased = _leased_sessions(home)
         statuses: dict[str, Status] = {}
+        unread: list[str] = []
         for number, name in enumerate(names, start=1):
             _tell(progress, "checking runs", number, len(names))
             if name.startswith(".creating-"):
@@ -312,15 +318,20 @@ def collect(
                 result.swept_tmp.append(home.runs / name)
             if not is_run_id(name) or not _is_real_dir(home.runs / name):
                 continue
-            with contextlib.suppress(PisubError):
+            try:
                 statuses[name] = observe(home.run(name))  # a dead runner's run is repaired first
-        held = _held_by_workflows(home, statuses, now, older_than) | _held_by_worktrees(home, statuses)
+            except PisubError:
+                unread.append(name)  # never removed, nor is its tree
+        kept, live = _kept(home, statuses, unread, now, older_than, leased)
         for number, name in enumerate(statuses, start=1):
             _tell(progress, "deciding" if dry_run else "removing", number, len(statuses))
             paths = home.run(name)
             doomed = None
-            if name in held:
+            if name in live:
                 result.kept_live.append(name)
+            elif name in kept:
+                if _ended_before(statuses[name], now, older_than):
+                    result.kept_with_tree.append(name)  # old, but its tree stays
             else:
                 with contextlib.suppress(PisubError):
                     doomed = _claim_if_removable(paths, now, older_than, dry_run, result, leased)
@@ -331,38 +342,78 @@ def collect(
     return result
 
 
+def _ended_before(status: Status, now: float, older_than: float) -> bool:
+    """Whether ``status`` ended more than ``older_than`` ago (False at a time it cannot read)."""
+    try:
+        return now - parse_iso(status.ended_at or status.updated_at) > older_than
+    except ValueError:
+        return False
+
+
 def _tell(progress: Callable[[str, int, int], None] | None, what: str, done: int, total: int) -> None:
     """Progress every 64 runs and at the end."""
     if progress is not None and (done % 64 == 0 or done == total):
         progress(what, done, total)
 
 
-def _held_by_workflows(home: Home, statuses: dict[str, Status], now: float, older_than: float) -> set[str]:
-    """Runs a workflow that stays still needs: a workflow's tree goes together. A workflow run
-    stays while it is going or young; then so do its children (a resume re-attaches them or
-    takes their results) and the run whose directory holds its journal (a resumed workflow's
-    first run), and that run's children too."""
+def _kept(
+    home: Home,
+    statuses: dict[str, Status],
+    unread: list[str],
+    now: float,
+    older_than: float,
+    leased: list[str],
+) -> tuple[set[str], set[str]]:
+    """The runs ``gc`` keeps, and which of them are live: a tree of runs goes together, only
+    when no run of it stays on its own.
+
+    A run stays on its own while it is live (not terminal, its runner alive, or its session or
+    journal driven by a live run), ended more recently than ``older_than`` (or at a time that
+    cannot be read), holds a worktree's pending work, or cannot be read at all. A tree is a run
+    with its parent and children (by ``parent_run_id``, a run started by a launch inside a run
+    too) and, for a workflow, the run whose directory holds its journal (a resumed workflow's
+    first run): a killed workflow whose children run stays, so its resume can re-attach them."""
+    live = {name for name, st in statuses.items() if _is_live(home.run(name), st, leased)}
+    stays = live | set(unread) | _held_by_worktrees(home, statuses)
+    stays |= {name for name, st in statuses.items() if not _ended_before(st, now, older_than)}
+    root: dict[str, str] = {name: name for name in [*statuses, *unread]}
+
+    def find(name: str) -> str:
+        while root[name] != name:
+            root[name] = root[root[name]]
+            name = root[name]
+        return name
+
+    for name in root:
+        for other in _linked(home, name, statuses.get(name)):
+            if other in root:
+                root[find(name)] = find(other)
+    staying_trees = {find(name) for name in stays}
+    return {name for name in root if find(name) in staying_trees}, live
+
+
+def _is_live(paths: RunPaths, status: Status, leased: list[str]) -> bool:
+    """Not terminal, its runner alive, or a session (or journal) in it driven by a live run."""
+    if not status.state.is_terminal or is_held(paths.runner_lock):
+        return True
+    inside = os.path.realpath(paths.root) + os.sep
+    return any(session.startswith(inside) for session in leased)
+
+
+def _linked(home: Home, name: str, status: Status | None) -> list[str]:
+    """The runs ``name``'s tree joins it to: its parent and, for a workflow, its journal's run."""
     from pisub.store import load_manifest
 
-    def stays(status: Status) -> bool:
-        if not status.state.is_terminal:
-            return True
-        try:
-            return now - parse_iso(status.ended_at or status.updated_at) <= older_than
-        except ValueError:
-            return True
-
-    kept = {name for name, st in statuses.items() if st.runner == "workflow" and stays(st)}
-    for name in list(kept):
-        try:
-            workflow = load_manifest(home.run(name)).workflow
-        except PisubError:
-            continue
-        if workflow is not None:
-            holder = Path(workflow.journal).parent.name
-            if holder != name and holder in statuses:
-                kept.add(holder)
-    return kept | {name for name, st in statuses.items() if st.parent_run_id in kept}
+    links = [status.parent_run_id] if status is not None and status.parent_run_id else []
+    try:
+        manifest = load_manifest(home.run(name))
+    except PisubError:
+        return links
+    if manifest.parent_run_id:
+        links.append(manifest.parent_run_id)
+    if manifest.workflow is not None:
+        links.append(Path(manifest.workflow.journal).parent.name)
+    return links
 
 
 def _held_by_worktrees(home: Home, statuses: dict[str, Status]) -> set[str]:
@@ -421,12 +472,8 @@ def _claim_if_removable(
     renamed directory to delete (None when kept, or for a dry run)."""
     with exclusive(paths.repair_lock, timeout=10, directory=True):
         status = load_status(paths)
-        if not status.state.is_terminal or is_held(paths.runner_lock):
+        if _is_live(paths, status, leased):  # again, under the lock
             result.kept_live.append(paths.run_id)
-            return None
-        inside = os.path.realpath(paths.root) + os.sep
-        if any(session.startswith(inside) for session in leased):
-            result.kept_live.append(paths.run_id)  # its session is driven by a live resume
             return None
         try:
             ended = parse_iso(status.ended_at or status.updated_at)

@@ -58,6 +58,7 @@ def gc(
                 "removed": result.removed,
                 "swept": [str(path) for path in result.swept_tmp],
                 "keptLive": result.kept_live,
+                "keptWithTree": result.kept_with_tree,
             }
         )
         return
@@ -69,4 +70,9 @@ def gc(
     out(
         f"{verb} {len(result.removed)} run(s) and {len(result.swept_tmp)} temp file(s); "
         f"kept {len(result.kept_live)} live run(s)"
+        + (
+            f" and {len(result.kept_with_tree)} ended run(s) their trees need"
+            if result.kept_with_tree
+            else ""
+        )
     )

@@ -50,7 +50,7 @@ def test_read_commands_print_their_documented_fields(home: Path, make_agent: Age
     _has(doctor, "healthy", "checks")
     _has(doctor["checks"][0], "name", "ok", "detail", "fix")
     (gc,) = _lines("gc", "--dry-run")
-    _has(gc, "dryRun", "removed", "swept", "keptLive")
+    _has(gc, "dryRun", "removed", "swept", "keptLive", "keptWithTree")
     (settings,) = _lines("config", "show")
     _has(settings[0], "name", "value", "source")
     assert _lines("lease", "list") == []

@@ -224,6 +224,117 @@ def test_gc_keeps_a_going_workflows_tree(home: Path, worker: None) -> None:
     run.wait(timeout=30)
 
 
+def _kill_coordinator(run: pisub.Run) -> None:
+    """Kill -9 a workflow's runner and wait until a reader has repaired it ``failed``."""
+    coordinator = run.status().pid
+    assert coordinator is not None
+    os.kill(coordinator, signal.SIGKILL)
+    wait_for(lambda: run.status().state == "failed", 15)
+
+
+def _gc() -> dict[str, list[str]]:
+    report: dict[str, list[str]] = json.loads(
+        pisub_cli("gc", "--older-than", "0s", "--json", check=True).stdout
+    )
+    return report
+
+
+def _gone(run_id: str) -> bool:
+    return not os.path.lexists(Path(os.environ["PISUB_HOME"]) / "runs" / run_id)
+
+
+TWO_SLEEPERS = """
+async def main(runs, state, args):
+    rest = await runs.all([{"key": f"c{i}", "agent": "worker", "task": f"c{i} sleep 6"} for i in range(2)])
+    return [r.output for r in rest]
+"""
+
+
+def test_gc_keeps_a_killed_workflow_whose_children_still_run(
+    home: Path, worker: None, tmp_path: Path
+) -> None:
+    run = launch_workflow(_script(tmp_path, TWO_SLEEPERS))
+    wait_for(lambda: [str(s.status) for s in run.status().steps].count("running") == 2, 30)
+    _kill_coordinator(run)
+    children = [str(s.run_id) for s in run.status().steps]
+    said = pisub_cli("gc", "--older-than", "0s", "--dry-run", check=True).stdout
+    assert said.endswith(
+        "would remove 0 run(s) and 0 temp file(s); kept 2 live run(s) and 1 ended run(s) their trees need\n"
+    ), said
+    report = _gc()
+    assert run.dir.is_dir() and run.id not in report["removed"], report
+    assert sorted(report["keptLive"]) == sorted(children), report  # the children: the workflow is not live
+    assert report["keptWithTree"] == [run.id], report
+    resumed = json.loads(pisub_cli("resume", run.id, "--json", check=True).stdout)["runId"]
+    result = pisub.Run(resumed).wait(timeout=60)
+    assert result.state == "complete", result.content[0].text
+    assert json.loads(result.content[0].text) == ["slept\n", "slept\n"]
+    assert [r.run_id for r in result.details.results] == children  # re-attached, not started again
+    report = _gc()
+    assert sorted(report["removed"]) == sorted([run.id, resumed, *children]), report
+    assert all(_gone(r) for r in [run.id, resumed, *children])
+
+
+def test_gc_keeps_a_nested_workflow_whose_grandchildren_run(home: Path, worker: None, tmp_path: Path) -> None:
+    outer = launch_workflow(
+        _script(
+            tmp_path,
+            """
+            import asyncio
+            from pisub.client import launch_parallel
+
+            async def main(runs, state, args):
+                calls = [{"key": f"g{i}", "agent": "worker", "task": f"g{i} sleep 6"} for i in range(2)]
+                launch_parallel(calls)
+                await asyncio.sleep(60)
+            """,
+        )
+    )
+    inner = wait_for(
+        lambda: [s for s in pisub.list_runs(children=True) if s.parent_run_id == outer.id and s.steps], 30
+    )[0]
+    inner_run = pisub.Run(inner.run_id)
+    wait_for(lambda: [str(s.status) for s in inner_run.status().steps].count("running") == 2, 30)
+    _kill_coordinator(inner_run)
+    _kill_coordinator(outer)
+    grandchildren = [str(s.run_id) for s in inner_run.status().steps]
+    report = _gc()
+    assert not report["removed"], report
+    assert outer.dir.is_dir() and inner_run.dir.is_dir()
+    assert sorted(report["keptLive"]) == sorted(grandchildren), report
+    assert sorted(report["keptWithTree"]) == sorted([outer.id, inner_run.id]), report
+    resumed = json.loads(pisub_cli("resume", inner_run.id, "--json", check=True).stdout)["runId"]
+    result = pisub.Run(resumed).wait(timeout=60)
+    assert result.state == "complete", result.content[0].text
+    assert [r.run_id for r in result.details.results] == grandchildren
+    everything = {outer.id, inner_run.id, resumed, *grandchildren}
+    assert set(_gc()["removed"]) == everything
+    assert all(_gone(r) for r in everything)
+
+
+def test_gc_keeps_a_resume_chain_together(home: Path, worker: None, tmp_path: Path) -> None:
+    """A resumed workflow killed in turn: its journal is in the first run's directory, the
+    children it re-attached are the first run's; none of the chain goes while one child runs."""
+    run = launch_workflow(_script(tmp_path, TWO_SLEEPERS))
+    wait_for(lambda: [str(s.status) for s in run.status().steps].count("running") == 2, 30)
+    _kill_coordinator(run)
+    again = resume_workflow(run.id)
+    wait_for(lambda: [str(s.status) for s in again.status().steps].count("running") == 2, 30)
+    _kill_coordinator(again)
+    children = [str(s.run_id) for s in again.status().steps]
+    report = _gc()
+    assert not report["removed"], report
+    assert run.dir.is_dir() and again.dir.is_dir()
+    assert sorted(report["keptWithTree"]) == sorted([run.id, again.id]), report
+    last = json.loads(pisub_cli("resume", again.id, "--json", check=True).stdout)["runId"]
+    result = pisub.Run(last).wait(timeout=60)
+    assert result.state == "complete", result.content[0].text
+    assert [r.run_id for r in result.details.results] == children
+    everything = {run.id, again.id, last, *children}
+    assert set(_gc()["removed"]) == everything
+    assert all(_gone(r) for r in everything)
+
+
 def test_bad_tasks_are_refused_at_launch_naming_the_task(home: Path, worker: None) -> None:
     with pytest.raises(InvalidInput, match=r"tasks\[1\]"):
         launch_parallel(
