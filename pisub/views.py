@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -103,21 +104,67 @@ def _queued(parent: Status, key: str | None, agent: str | None, state: str) -> F
 
 def transcript(paths: RunPaths, lines: int = DEFAULT_LINES) -> list[str]:
     """The last ``lines`` lines of a run's output log — or, once the log is gone, of its pi
-    session's messages (``role: text``) — redacted: they leave the run directory."""
+    session's messages (``role: text``) — redacted: they leave the run directory.
+
+    Lines are split only at a newline (a CRLF is a newline): a carriage return, U+2028, NEL
+    or a file separator inside a line stays in it, as ``logs`` shows it. A byte that is not
+    UTF-8 is kept as a lone surrogate (``surrogateescape``): the caller escapes it (a terminal:
+    :func:`pisub.termsafe.printable`; JSON: :func:`json_lines_of`). A log that is not a regular file
+    (a FIFO, a symlink) or cannot be read is a :class:`~pisub.errors.StorageError`, as in ``logs``."""
     from pisub.errors import InvalidInput
 
     if not 1 <= lines <= MAX_LINES:
         raise InvalidInput(f"--lines must be 1 to {MAX_LINES}")
     log = paths.output_log(0)
-    try:
-        data = read_tail(log, TAIL_BYTES)
-    except OSError:
-        data = b""
-    if data or log.exists():
-        found = _last(data.decode("utf-8", "replace").splitlines(), lines)
-    else:
+    data = _read_log_tail(log)
+    if data is None:
         found = _last(session_lines(paths.session), lines)
+    else:
+        found = _last(split_lines(data.decode("utf-8", "surrogateescape")), lines)
     return [redact(line) for line in found]
+
+
+def _read_log_tail(log: Path) -> bytes | None:
+    """The last :data:`TAIL_BYTES` of the log from its first whole line; None when it does not
+    exist. Anything else than a readable regular file is a ``StorageError`` (``IO_ERROR``)."""
+    from pisub.errors import storage_error
+    from pisub.fsio import open_regular
+
+    try:
+        fd = open_regular(log)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise storage_error(exc, "read", log) from exc
+    try:
+        size = os.fstat(fd).st_size
+        start = max(0, size - TAIL_BYTES)
+        data = os.pread(fd, TAIL_BYTES, start)
+    except OSError as exc:
+        raise storage_error(exc, "read", log) from exc
+    finally:
+        os.close(fd)
+    if start > 0:  # the tail begins inside a line (maybe inside a character): from the next one
+        data = data[data.find(b"\n") + 1 :] if b"\n" in data else data
+    return data
+
+
+def split_lines(text: str) -> list[str]:
+    """``text`` split only at ``\n`` (a CRLF is one newline); a final newline ends the last line."""
+    found = text.replace("\r\n", "\n").split("\n")
+    return found[:-1] if found and found[-1] == "" else found
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_lines_of(lines: list[str]) -> tuple[list[str], bool]:
+    """``lines`` for JSON, which cannot carry a lone surrogate: each byte that was not UTF-8
+    (a ``surrogateescape`` surrogate) becomes U+FFFD, every other character stays as it is (a
+    carriage return, U+2028, a control character: JSON escapes them); the flag says whether a
+    byte was replaced (the exact bytes: ``pisub logs --raw``)."""
+    fixed = [_SURROGATE.sub("\ufffd", line) for line in lines]
+    return fixed, fixed != lines
 
 
 def session_lines(session: Path) -> list[str]:
@@ -155,7 +202,7 @@ def _message_lines(message: dict[str, object]) -> list[str]:
     text = "\n".join(p for p in parts if p)
     if not text:
         return []
-    first, *rest = text.splitlines() or [""]
+    first, *rest = split_lines(text) or [""]
     return [f"{role}: {first}", *rest]
 
 

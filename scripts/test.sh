@@ -188,7 +188,7 @@ if [ -n "$nonroot_dir" ]; then
         tests/integration/test_nonroot.py tests/integration/test_workflows.py tests/integration/test_workflow_attacks.py
         tests/integration/test_lanes.py tests/integration/test_worktree_git.py tests/integration/test_worktree_runs.py
         tests/integration/test_lane_worktree_attacks.py tests/integration/test_lane_evidence.py tests/integration/test_worktree_repo_attacks.py
-        tests/integration/test_review_gate_attacks.py
+        tests/integration/test_review_gate_attacks.py tests/integration/test_one_line_fields.py
         tests/integration/test_run_mode_contract.py tests/integration/test_lineage.py
         tests/integration/test_acceptance.py tests/integration/test_review_and_inference.py
         tests/integration/test_acceptance_attacks.py tests/integration/test_agent_admin.py

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from pisub.cli.render import err, json_line, out
+from pisub.cli.render import cell, err, json_line, out, out_block
 
 app = typer.Typer(help="List, show and edit agent definitions.", no_args_is_help=True, rich_markup_mode=None)
 
@@ -33,8 +33,8 @@ def list_(as_json: bool = typer.Option(False, "--json", help="One JSON object pe
         if not catalog.agents:
             out("no agents (add <home>/agents/NAME.md or .pisub/agents/NAME.md)")
         for agent in sorted(catalog.agents.values(), key=lambda a: a.name):
-            desc = f"  {agent.frontmatter.description}" if agent.frontmatter.description else ""
-            out(f"{agent.name:<20} {agent.frontmatter.runner:<13} {agent.scope:<8}{desc}")
+            desc = f"  {cell(agent.frontmatter.description)}" if agent.frontmatter.description else ""
+            out(f"{cell(agent.name):<20} {cell(agent.frontmatter.runner):<13} {cell(agent.scope):<8}{desc}")
     for path, problem in sorted(catalog.problems.items()):
         err(f"pisub: skipped {path}: {problem}")
 
@@ -50,7 +50,9 @@ def show(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
         json_line({"scope": agent.scope, "path": str(agent.path), "sha256": sha, "spec": agent.spec()})
         return
     fm = agent.frontmatter
-    out(f"name         {fm.name}\nscope        {agent.scope} ({agent.path})\nrunner       {fm.runner}")
+    out(f"name         {fm.name}")
+    out(f"scope        {agent.scope} ({agent.path})")
+    out(f"runner       {fm.runner}")
     if fm.description:
         out(f"description  {fm.description}")
     if fm.command:
@@ -59,7 +61,7 @@ def show(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
         if value is not None:
             out(f"{label:<12} {value:g}s")
     if agent.system_prompt.strip():
-        out("\n" + agent.system_prompt.strip())
+        out_block("\n" + agent.system_prompt.strip())  # the body, shown whole
 
 
 def _config(text: str | None, prompt: str | None) -> dict[str, object]:

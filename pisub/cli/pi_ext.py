@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from pisub.cli.render import out
+from pisub.cli.render import out, out_block
 
 app = typer.Typer(
     help="The subagent tool for pi (a pi extension).", no_args_is_help=True, add_completion=False
@@ -39,7 +39,7 @@ def guide(topic: str | None = typer.Argument(None, help="overview, workflows, ag
     """Print a guide topic (an unknown topic lists the valid ones)."""
     from pisub.pi_integration import guide as text
 
-    out(text(topic).rstrip("\n"))
+    out_block(text(topic).rstrip("\n"))
 
 
 def home() -> None:

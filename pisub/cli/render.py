@@ -1,10 +1,12 @@
 """Human and JSON output of the CLI; all printing happens here.
 
 Every human line goes through :func:`out` or :func:`err`, which pass it through the one terminal
-filter (:func:`pisub.termsafe.printable`): text a child, a model, a task, an agent file or a
-workflow script produced never reaches the terminal with a control character, an escape
-sequence, a bidi control or an undecodable byte in it. Table cells and one-line fields are
-escaped on their own first (a newline in an agent's tool name cannot break a row or fake a line).
+filter (:func:`pisub.termsafe.printable`) as ONE line: text a child, a model, a task, an agent
+file or a workflow script produced never reaches the terminal with a control character, an
+escape sequence, a bidi control or an undecodable byte in it, and a newline or tab in a value
+cannot end the line and fake another. A block of lines (a log, a result, a transcript, a
+table) is :func:`out_block`; its table cells and one-line fields are escaped on their own first
+with :func:`one_line` (:func:`cell`), so a newline in an agent's description cannot break a row.
 ``--json`` output is JSON; ``logs --raw`` (in cli/runs.py) is the one byte-exact human output."""
 
 from __future__ import annotations
@@ -24,8 +26,18 @@ from pisub.termsafe import printable
 
 
 def out(text: str) -> None:
-    """Print a line (or lines) through the terminal filter: control characters other than
-    newline and tab, escape sequences, bidi controls and undecodable bytes shown escaped."""
+    """Print ONE line through the terminal filter: control characters (newlines and tabs
+    too), escape sequences, bidi controls and undecodable bytes shown escaped — a value in it
+    (an agent's description, a lane's ``by``, an error) cannot end the line and fake another.
+    A block of several lines is :func:`out_block`."""
+    sys.stdout.write(printable(text.removesuffix("\n"), one_line=True) + "\n")
+
+
+def out_block(text: str) -> None:
+    """Print a block of lines (a log, a result, a transcript, a system prompt, or lines built
+    with :func:`cell` / :func:`one_line` fields and tables) through the terminal filter:
+    newlines and tabs stay, every other control character, escape sequence, bidi control and
+    undecodable byte is shown escaped."""
     text = printable(text)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
@@ -64,8 +76,12 @@ def _printable_tree(value: object) -> object:
 
 
 def one_line(text: object) -> str:
-    """A field shown inside a line (a table cell, a status line): newlines escaped too."""
+    """A field shown inside a line (a table cell, a status line): newlines escaped too. Every
+    value put into a line of a block printed with :func:`out_block` goes through it."""
     return printable(str(text), one_line=True)
+
+
+cell = one_line
 
 
 def age(iso: str | None) -> str:
@@ -85,20 +101,23 @@ def age(iso: str | None) -> str:
 
 
 def status_text(st: Status, placement: Placement | None = None) -> str:
+    """A run's status as a block of lines; every value in a line is escaped with ``cell``."""
     runner = f"runner pid {st.pid}" if st.pid else "no runner yet"
     lines = [
-        f"run      {st.run_id}",
-        f"agent    {one_line(st.agent)} ({st.runner})",
-        f"state    {st.state}  ({runner})",
-        f"started  {st.started_at}  ({age(st.started_at)})",
+        f"run      {cell(st.run_id)}",
+        f"agent    {cell(st.agent)} ({cell(st.runner)})",
+        f"state    {cell(st.state)}  ({runner})",
+        f"started  {cell(st.started_at)}  ({age(st.started_at)})",
     ]
     if placement is not None and placement.backend != "local":
-        lines.append(f"placed   {placement_text(placement, st)}")
+        lines.append(f"placed   {cell(placement_text(placement, st))}")
     if st.ended_at:
-        lines.append(f"ended    {st.ended_at}  ({age(st.ended_at)})")
+        lines.append(f"ended    {cell(st.ended_at)}  ({age(st.ended_at)})")
     if st.parent_run_id:
-        key = f" as {one_line(st.key)}" if st.key else ""
-        lines.append(f"parent   {st.parent_run_id}{key}  (depth {st.depth}, root {st.root_run_id})")
+        key = f" as {cell(st.key)}" if st.key else ""
+        lines.append(
+            f"parent   {cell(st.parent_run_id)}{key}  (depth {st.depth}, root {cell(st.root_run_id)})"
+        )
     if st.runner == "workflow":
         lines.append(children_table(st))
     for step in st.steps if st.runner != "workflow" else []:
@@ -110,15 +129,15 @@ def status_text(st: Status, placement: Placement | None = None) -> str:
             else ""
         )
         lines.append(
-            f"child {step.index}  {step.status}  {extra}  output {step.output_bytes} B{trunc}{work}"
+            f"child {step.index}  {cell(step.status)}  {extra}  output {step.output_bytes} B{trunc}{work}"
             f"  last activity {age(step.last_activity_at)}"
         )
         if step.current_tool:
-            lines.append(f"         running tool: {one_line(step.current_tool)}")
+            lines.append(f"         running tool: {cell(step.current_tool)}")
     if st.session_file:
-        lines.append(f"session  {one_line(st.session_file)}")
+        lines.append(f"session  {cell(st.session_file)}")
     if st.error:
-        lines.append(f"error    {one_line(st.error.code)}: {one_line(st.error.message)}")
+        lines.append(f"error    {cell(st.error.code)}: {cell(st.error.message)}")
     return "\n".join(lines)
 
 
@@ -153,7 +172,7 @@ def children_table(st: Status) -> str:
 
 
 def _table(rows: Sequence[tuple[str, ...]]) -> str:
-    rows = [tuple(one_line(cell) for cell in row) for row in rows]
+    rows = [tuple(one_line(value) for value in row) for row in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
@@ -193,7 +212,7 @@ def retained_text(children: Sequence[Any]) -> str:
 def list_text(statuses: Iterable[Status]) -> str:
     rows = [("RUN", "STATE", "AGENT", "STARTED", "ENDED", "PARENT")]
     for st in statuses:
-        parent = f"{st.parent_run_id[:8]}" + (f" {st.key}" if st.key else "") if st.parent_run_id else ""
+        parent = st.parent_run_id[:8] + (f" {st.key}" if st.key else "") if st.parent_run_id else ""
         rows.append((st.run_id[:8], str(st.state), st.agent, age(st.started_at), age(st.ended_at), parent))
     if len(rows) == 1:
         return "no runs"
@@ -201,6 +220,7 @@ def list_text(statuses: Iterable[Status]) -> str:
 
 
 def result_text(result: Result) -> str:
+    """The result's text blocks (a block of lines: print with :func:`out_block`)."""
     return "\n".join(block.text for block in result.content)
 
 

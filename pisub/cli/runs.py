@@ -17,6 +17,7 @@ from pisub.cli.render import (
     json_lines,
     list_text,
     out,
+    out_block,
     result_text,
     status_text,
 )
@@ -280,31 +281,35 @@ def status(
             err(f"pisub: {exc.message} [{exc.code}]")
             placement = Placement(v=1, backend=BackendName.LOCAL, launcher_host="?")
         if not as_json and not st.state.is_terminal and handle.liveness(st) == "unknown":
-            out(status_text(st, placement))
+            out_block(status_text(st, placement))
             out(
                 f"note     this host cannot prove whether the runner (on {st.host}) lives — another "
                 "host, the engine unreachable, or a lease not yet expired: nothing is repaired yet"
             )
         elif placement.backend == "local":
-            json_line(st) if as_json else out(status_text(st))
+            json_line(st) if as_json else out_block(status_text(st))
         elif as_json:
             import msgspec
 
             json_line({**msgspec.to_builtins(st), "placement": msgspec.to_builtins(placement)})
         else:
-            out(status_text(st, placement))
+            out_block(status_text(st, placement))
     elif view == "fleet":
         from pisub.views import children_of, fleet_of
 
         st = handle.status()
         _print_fleet(fleet_of([st, *children_of(handle.home, st)]), as_json)
     elif view == "transcript":
-        from pisub.views import transcript
+        from pisub.views import json_lines_of, transcript
 
         if handle.manifest().workflow is not None:
             raise InvalidInput(f"run {handle.id} is a workflow: name a child with --child KEY|INDEX")
         text = transcript(handle.paths, lines)
-        json_line({"runId": handle.id, "lines": text}) if as_json else out("\n".join(text))
+        if as_json:
+            shown, replaced = json_lines_of(text)
+            json_line({"runId": handle.id, "lines": shown, "undecodable": replaced})
+        else:
+            out_block("\n".join(text))
     else:
         raise InvalidInput(f"unknown view {view!r}; one of summary, fleet, transcript")
 
@@ -330,7 +335,7 @@ def _print_fleet(rows: list[Any], as_json: bool) -> None:
         for row in rows:
             json_line(row)
     else:
-        out(fleet_text(rows))
+        out_block(fleet_text(rows))
 
 
 def list_(
@@ -364,7 +369,7 @@ def list_(
     if as_json:
         json_lines(statuses)
     else:
-        out(list_text(statuses))
+        out_block(list_text(statuses))
     for problem in problems:
         err(f"pisub: unreadable run {problem}")
 
@@ -449,7 +454,7 @@ def _workflow_logs(handle: Any, follow: bool, raw: bool) -> None:
             if raw:
                 sys.stdout.buffer.write(line.encode("utf-8", "surrogateescape") + b"\n")
             else:
-                out(line)
+                out_block(line)  # one line of the log (a tab stays, as in `logs`)
         sys.stdout.flush()
 
     if not follow:
@@ -513,7 +518,7 @@ def wait(
     except WaitTimeout as exc:
         err(f"pisub: {exc.message} [{exc.code}]")
         raise typer.Exit(3) from None
-    json_line(res) if as_json else out(result_text(res))
+    json_line(res) if as_json else out_block(result_text(res))
     raise typer.Exit(0 if res.state == "complete" else 1)
 
 
@@ -549,7 +554,7 @@ def result(
     res = handle.result()
     if res is None:
         raise InvalidInput(f"run {handle.id} has no result yet (it is still running)")
-    json_line(res) if as_json else out(result_text(res))
+    json_line(res) if as_json else out_block(result_text(res))
 
 
 def path(ref: str = RUN) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from pisub.cli.render import json_line, out
+from pisub.cli.render import json_line, out, out_block
 
 app = typer.Typer(help="Workflow scripts.", no_args_is_help=True, add_completion=False)
 children_app = typer.Typer(
@@ -53,4 +53,4 @@ def children_list(
     if as_json:
         json_line(msgspec.to_builtins(found))
         return
-    out(retained_text(found))
+    out_block(retained_text(found))
