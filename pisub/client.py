@@ -199,20 +199,17 @@ def launch_workflow(
 ) -> Run:
     """Start a detached workflow run of the Python file ``script`` (``async def main(runs,
     state, args)``); returns once its coordinator committed. The script is checked first
-    (``pisub workflow validate``) and copied into the run, so later edits do not matter.
+    (``pisub workflow validate``, every agent it names looked up from the run's working
+    directory) before anything is created, and copied into the run, so later edits do not
+    matter.
 
     Raises:
         InvalidInput: the script does not validate (the message lists the problems), or a bad
             argument.
     """
     from pisub.protocol.workflow import Shape
-    from pisub.workflow.validate import validate_file
 
     path = Path(script).absolute()
-    report = validate_file(path, agents=None)
-    if not report.ok:
-        first = "; ".join(f"line {e.line}: {e.message}" for e in report.errors[:5])
-        raise InvalidInput(f"{path} does not validate: {first}")
     return _launch_workflow(
         Shape.WORKFLOW,
         name=path.stem,
@@ -322,6 +319,8 @@ def _launch_workflow(
     if state_ns is not None:
         check_namespace(state_ns)
     default_isolation = _isolation(isolation, base_ref)
+    if script is not None:
+        _check_script(script, agent_catalog(home=h.root, cwd=workdir))
     if tasks:
         catalog = agent_catalog(home=h.root, cwd=workdir)
         _check_tasks(tasks, catalog, workdir, fork_from, default_isolation, base_ref, labels, h)
@@ -359,6 +358,20 @@ def _launch_workflow(
         manifest.on_done = _command(on_done, "on_done")
     seeds = {"workflow.py": script} if script is not None else {}
     return Run(start_run(h, manifest, seeds=seeds).run_id, home=h.root)
+
+
+def _check_script(path: Path, catalog: Catalog) -> None:
+    """The checks of ``pisub workflow validate``, agents included, before a run directory exists.
+
+    Raises:
+        InvalidInput: the script does not validate (the first problems, with their lines).
+    """
+    from pisub.workflow.validate import validate_file
+
+    report = validate_file(path, set(catalog.agents))
+    if not report.ok:
+        first = "; ".join(f"line {e.line}: {e.message}" for e in report.errors[:5])
+        raise InvalidInput(f"{path} does not validate: {first}")
 
 
 def _tool_budget(given: dict[str, Any] | None) -> Any:

@@ -140,6 +140,8 @@ def record_merge(
                 f"{option} must be a full commit id (40 hex digits, or 64 in a SHA-256 repository), "
                 f"not {value[:80]!r}; git rev-parse gives it"
             )
+        if not value.strip("0"):
+            raise InvalidInput(f"{option} is the null id (all zeros), which names no commit")
     evidence = {
         "pr": pr,
         "reviewedHead": reviewed_head.lower(),
@@ -385,7 +387,7 @@ def _record(
             if cycle is not None:
                 raise InvalidInput(f"refused: {cycle}")
         if merge is not None:
-            _check_id_format(h, now.children, merge)
+            _check_ids(h, now.children, merge)
         old = _load_handoff(h, now.run_id)
         assert now.digest is not None
         held = old if old is not None and old.digest == now.digest else None
@@ -412,23 +414,60 @@ def _record(
         return lane_status(lane, home)
 
 
-def _check_id_format(home: Home, children: list[str], merge: MergeEvidence) -> None:
-    """Refuse commit ids of the other object format than the lane's repository (40 hex digits
-    in a SHA-1 repository, 64 in a SHA-256 one), told by its children's base commits.
+def _check_ids(home: Home, children: list[str], merge: MergeEvidence) -> None:
+    """Refuse commit ids the lane's repository does not hold as commits: of the other object
+    format (40 hex digits in a SHA-1 repository, 64 in a SHA-256 one), absent, or not commits.
+    Ancestry is not asked: a squash or rebase merge does not hold the reviewed head, and whether
+    the merged tree is the reviewed work is what ``--tree-equivalent`` attests. The repository is
+    the one its children's worktrees came from (every one of them, when they came from several).
 
     Raises:
-        InvalidInput: naming the option and the length the repository uses.
+        InvalidInput: naming the option and what is wrong, or the lane has no worktree (no
+            repository to check the ids against).
     """
-    lengths = {len(link.base_commit) for c in children if (link := _link(home, c)) is not None}
-    if len(lengths) != 1:
-        return
-    [length] = lengths
-    for option, value in (("--reviewed-head", merge.reviewed_head), ("--merge-commit", merge.merge_commit)):
-        if len(value) != length:
-            kind = "SHA-1" if length == 40 else "SHA-256"
+    links = [link for c in children if (link := _link(home, c)) is not None]
+    if not links:
+        raise InvalidInput(
+            "the lane has no child with a worktree: there is no repository to check the commit ids "
+            "against, and nothing for a merge to clean up"
+        )
+    lengths = {len(link.base_commit) for link in links}
+    if len(lengths) == 1:
+        [length] = lengths
+        for option, value in _ids(merge):
+            if len(value) != length:
+                kind = "SHA-1" if length == 40 else "SHA-256"
+                raise InvalidInput(
+                    f"{option} has {len(value)} hex digits; the lane's repository uses {kind} ids of {length}"
+                )
+    for repo in dict.fromkeys(Path(link.repo) for link in links):
+        _check_in_repo(repo, merge)
+
+
+def _check_in_repo(repo: Path, merge: MergeEvidence) -> None:
+    """Both ids name commits of ``repo`` (``git cat-file -e <id>^{commit}``, through pisub's one
+    git choke point: no program the repository names runs).
+
+    Raises:
+        InvalidInput: an id is not a commit there (absent, another object, or the repository is
+            gone).
+        WorktreeError: git is missing or hung.
+    """
+    from pisub.termsafe import printable
+    from pisub.worktrees.git import run_git
+
+    where = printable(os.fspath(repo), one_line=True)
+    for option, value in _ids(merge):
+        found = run_git(repo, ["cat-file", "-e", f"{value}^{{commit}}"], what="look up a commit", check=False)
+        if not found.ok:
             raise InvalidInput(
-                f"{option} has {len(value)} hex digits; the lane's repository uses {kind} ids of {length}"
+                f"{option} {value} is not a commit of the lane's repository {where}; fetch the merge "
+                "there first (git fetch), then give the ids git rev-parse prints"
             )
+
+
+def _ids(merge: MergeEvidence) -> tuple[tuple[str, str], ...]:
+    return (("--reviewed-head", merge.reviewed_head), ("--merge-commit", merge.merge_commit))
 
 
 def _link(home: Home, run_id: str) -> WorktreeLink | None:

@@ -12,8 +12,9 @@ import msgspec
 
 from pisub.protocol.codec import Record
 
-CommitId = Annotated[str, msgspec.Meta(pattern=r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")]
-"""A full commit id: 40 hex digits (SHA-1 repositories) or 64 (SHA-256); never abbreviated."""
+CommitId = Annotated[str, msgspec.Meta(pattern=r"^(?!0+$)(?:[0-9a-f]{40}|[0-9a-f]{64})$")]
+"""A full commit id: 40 hex digits (SHA-1 repositories) or 64 (SHA-256); never abbreviated,
+never the null id (all zeros), which names no commit."""
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
 
 

@@ -15,9 +15,16 @@ from typing import Any
 import pisub
 from pisub.worktrees import cleanup_plan, load_record
 from tests.conftest import pisub_cli, wait_for
-from tests.integration.test_worktree_runs import _two_writers, git, repo  # noqa: F401
+from tests.integration.test_worktree_runs import _two_writers, git, plant_merge, repo  # noqa: F401
 
-H1, H2, M1 = "1" * 40, "2" * 40, "a" * 40
+IDS: dict[str, str] = {}
+"""The commits :func:`_plant` made in the current test's repository."""
+
+
+def _plant(where: Path) -> None:
+    (h1, h2, h3, h4), m1, m2 = plant_merge(where)
+    IDS.clear()
+    IDS.update(H1=h1, H2=h2, H3=h3, H4=h4, M1=m1, M2=m2)
 
 
 def _state(run_id: str) -> dict[str, Any]:
@@ -25,7 +32,10 @@ def _state(run_id: str) -> dict[str, Any]:
     return found
 
 
-def _merge(run_id: str, head: str = H1, commit: str = M1, pr: str = "7") -> subprocess.CompletedProcess[str]:
+def _merge(
+    run_id: str, head: str | None = None, commit: str | None = None, pr: str = "7"
+) -> subprocess.CompletedProcess[str]:
+    head, commit = head or IDS["H1"], commit or IDS["M1"]
     return pisub_cli(
         "lane", "record-merge", run_id, "--pr", pr, "--reviewed-head", head, "--merge-commit", commit,
         "--tree-equivalent", "--post-merge-checks", "recorded", "--by", "ana", "--json",
@@ -48,6 +58,7 @@ def _worktree_of(child: str) -> Path:
 
 def test_a_replaced_patch_is_evidence_mismatch_and_blocks_cleanup_until_restored(repo: Path) -> None:  # noqa: F811
     run, (a, b) = _two_writers(repo, "a", "b")
+    _plant(repo)
     done = _merge(run.id)
     assert done.returncode == 0, done.stderr
     assert _state(run.id)["state"] == "terminal-eligible"
@@ -121,6 +132,7 @@ def test_a_lane_is_never_superseded_by_itself_or_through_a_cycle(repo: Path) -> 
 
 def test_a_contradicting_merge_is_stale_the_same_one_is_idempotent_and_ids_are_full(repo: Path) -> None:  # noqa: F811
     run, _ = _two_writers(repo, "m")
+    _plant(repo)
     for short in ("abc1234", "1" * 39, "1" * 41, "g" * 40, "1" * 63):
         bad = _merge(run.id, head=short)
         assert bad.returncode == 1 and "full commit id" in bad.stderr and "INVALID_INPUT" in bad.stderr, bad
@@ -132,10 +144,10 @@ def test_a_contradicting_merge_is_stale_the_same_one_is_idempotent_and_ids_are_f
     assert _merge(run.id).returncode == 0
     handoff = pisub.Run(run.id).dir / "handoff.json"
     first = handoff.read_bytes()
-    same = _merge(run.id, head=H1.upper())
+    same = _merge(run.id, head=IDS["H1"].upper())
     assert same.returncode == 0 and json.loads(same.stdout)["state"] == "terminal-eligible", same.stderr
     assert handoff.read_bytes() == first  # idempotent: not even rewritten
-    for kwargs in ({"head": H2}, {"commit": "b" * 40}, {"pr": "8"}):
+    for kwargs in ({"head": IDS["H2"]}, {"commit": IDS["M2"]}, {"pr": "8"}):
         stale = _merge(run.id, **kwargs)
         assert stale.returncode == 1 and "EVIDENCE_STALE" in stale.stderr, stale
         assert "Traceback" not in stale.stderr
@@ -145,8 +157,41 @@ def test_a_contradicting_merge_is_stale_the_same_one_is_idempotent_and_ids_are_f
     data["merge"]["reviewedHead"] = "abc1234"
     handoff.write_text(json.dumps(data))
     assert _state(run.id)["state"] == "unknown"
+    data["merge"]["reviewedHead"] = "0" * 40  # the null id names no commit
+    handoff.write_text(json.dumps(data))
+    assert _state(run.id)["state"] == "unknown"
     data["merge"]["reviewedHead"] = "c" * 64  # a SHA-256 repository's id is a full one
     handoff.write_text(json.dumps(data))
+    assert _state(run.id)["state"] == "terminal-eligible"
+
+
+def test_a_merge_names_commits_the_lane_s_repository_holds_never_the_null_id(repo: Path) -> None:  # noqa: F811
+    """Outside attack (issue 23): an all-zero merge commit made a lane eligible, and its cleanup
+    then removed a worktree whose work was never applied anywhere."""
+    run, (child,) = _two_writers(repo, "n")
+    _plant(repo)
+    blob = git(repo, "rev-parse", "HEAD:README").strip()  # an object, not a commit
+    absent = "5" * 40
+    for option, value, why in (
+        ("head", "0" * 40, "null id"),
+        ("commit", "0" * 40, "null id"),
+        ("commit", "0000000000000000000000000000000000000006", "not a commit of the lane's repository"),
+        ("head", absent, "not a commit of the lane's repository"),
+        ("commit", absent, "not a commit of the lane's repository"),
+        ("commit", blob, "not a commit of the lane's repository"),
+    ):
+        bad = _merge(run.id, **{option: value})
+        assert bad.returncode == 1 and "INVALID_INPUT" in bad.stderr, (option, value, bad)
+        assert why in bad.stderr, (option, value, bad)
+        assert "Traceback" not in bad.stderr
+    assert not (pisub.Run(run.id).dir / "handoff.json").exists()
+    assert _state(run.id)["state"] == "terminal-blocked"
+    out = json.loads(
+        pisub_cli("worktree", "cleanup", "--apply", "--lane", run.id, "--json", check=True).stdout
+    )
+    assert not [r for r in out["removed"] if r["removed"]] and _worktree_of(child).is_dir()
+    # A squash or rebase merge does not hold the reviewed head: the ids need only exist.
+    assert _merge(run.id, head=IDS["H3"], commit=IDS["M2"]).returncode == 0
     assert _state(run.id)["state"] == "terminal-eligible"
 
 
@@ -155,7 +200,7 @@ import sys
 from pisub.errors import PisubError
 from pisub.lane_evidence import record_merge
 try:
-    record_merge(sys.argv[1], pr=7, reviewed_head=sys.argv[2], merge_commit="a" * 40,
+    record_merge(sys.argv[1], pr=7, reviewed_head=sys.argv[2], merge_commit=sys.argv[3],
                  tree_equivalent=True, post_merge_checks="recorded", by="racer")
 except PisubError as exc:
     print(exc.code)
@@ -166,12 +211,13 @@ print("OK")
 
 def test_concurrent_recorders_one_wins_the_others_are_stale(repo: Path, tmp_path: Path) -> None:  # noqa: F811
     run, _ = _two_writers(repo, "r")
+    _plant(repo)
     go = tmp_path / "go"
     script = f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.001)\n" + RACER
-    heads = [str(n) * 40 for n in range(1, 5)]
+    heads = [IDS[f"H{n}"] for n in range(1, 5)]
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", script, run.id, head],
+            [sys.executable, "-c", script, run.id, head, IDS["M1"]],
             stdout=subprocess.PIPE,
             text=True,
             env=dict(os.environ),
@@ -235,12 +281,14 @@ def test_cleanup_racing_apply_and_record_merge_never_loses_or_half_applies(
     for round_ in range(3):
         name = f"r{round_}"
         run, (child,) = _two_writers(repo, name)
+        _plant(repo)
         assert _merge(run.id).returncode == 0
         commands = [
             ["worktree", "apply", child],
             ["worktree", "cleanup", "--apply", "--lane", run.id, "--json"],
-            ["lane", "record-merge", run.id, "--pr", "9", "--reviewed-head", H2, "--merge-commit", M1,
-             "--tree-equivalent", "--post-merge-checks", "recorded", "--by", "bo"],
+            ["lane", "record-merge", run.id, "--pr", "9", "--reviewed-head", IDS["H2"],
+             "--merge-commit", IDS["M1"], "--tree-equivalent", "--post-merge-checks", "recorded",
+             "--by", "bo"],
             ["lane", "status", run.id, "--json"],
         ]  # fmt: skip
         if round_ < 2:

@@ -371,3 +371,38 @@ def test_a_child_index_is_ascii_digits_only(home: Path, worker: None) -> None:
     with pytest.raises(InvalidInput):
         run.child("\u0661")  # ARABIC-INDIC DIGIT ONE is not an index
     assert run.child("0").id == run.child("a").id
+
+
+def test_a_launch_validates_the_script_as_workflow_validate_does_agents_included(
+    home: Path, worker: None, tmp_path: Path
+) -> None:
+    """Outside attack (issue 23): ``workflow validate`` rejected a script calling an unknown
+    agent, but ``run --workflow`` started it. Every launch now runs the same checks, in the API,
+    before a run directory exists."""
+    script = _script(
+        tmp_path,
+        """
+        async def main(runs, state, args):
+            return await runs.run("k", agent="nosuch", task="x")
+        """,
+    )
+    checked = pisub_cli("workflow", "validate", str(script))
+    assert checked.returncode == 1 and "unknown agent 'nosuch'" in checked.stdout, checked
+    started = pisub_cli("run", "--workflow", str(script))
+    assert started.returncode == 1, started
+    assert "unknown agent 'nosuch'" in started.stderr and "INVALID_INPUT" in started.stderr, started
+    assert "Traceback" not in started.stderr
+    with pytest.raises(InvalidInput, match="unknown agent 'nosuch'"):
+        launch_workflow(script)
+    runs = home / "runs"
+    assert not runs.exists() or not list(runs.iterdir())  # nothing was created
+    good = _script(
+        tmp_path,
+        """
+        async def main(runs, state, args):
+            return await runs.run("k", agent="worker", task="hello")
+        """,
+        name="good.py",
+    )
+    assert pisub_cli("workflow", "validate", str(good)).returncode == 0
+    assert launch_workflow(good).wait(timeout=90).state == "complete"

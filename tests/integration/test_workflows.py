@@ -356,7 +356,7 @@ def test_bad_calls_raise_in_the_script_and_start_nothing(home: Path, counted: Pa
             for attempt in (
                 lambda: runs.all([
                     {"key": a, "agent": "worker", "task": "x"},
-                    {"key": "b", "agent": "nobody", "task": "x"},
+                    {"key": "b", "agent": "no" + "body", "task": "x"},
                 ]),
                 lambda: runs.run("bad" + " key!", agent="worker", task="x"),
                 lambda: runs.run(k, agent="worker", task="x", timeout=-1),

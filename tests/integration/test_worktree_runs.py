@@ -53,6 +53,18 @@ def repo(tmp_path: Path, home: Path, make_agent: AgentMaker, monkeypatch: pytest
     return path
 
 
+def plant_merge(repo: Path, heads: int = 4) -> tuple[list[str], str, str]:
+    """Commits for lane evidence to name, made in ``repo`` without moving anything: reviewed
+    heads, an (octopus) merge commit of all of them, and a second merge of the first head
+    alone. Their ids: ``(heads, merge, other_merge)``."""
+    empty = git(repo, "hash-object", "-t", "tree", "-w", "/dev/null").strip()
+    made = [git(repo, "commit-tree", empty, "-m", f"head {n}").strip() for n in range(1, heads + 1)]
+    parents = [arg for head in made for arg in ("-p", head)]
+    merge = git(repo, "commit-tree", empty, *parents, "-m", "merge").strip()
+    other = git(repo, "commit-tree", empty, "-p", made[0], "-m", "another merge").strip()
+    return made, merge, other
+
+
 def _wait(run: pisub.Run) -> Any:
     result = run.wait(timeout=90)
     assert result.state == "complete", result.content[0].text
@@ -212,7 +224,8 @@ def test_lane_evidence_allows_cleanup_only_while_the_facts_hold(repo: Path) -> N
     state = _lane_state(run.id)
     assert state["state"] == "terminal-blocked" and "no merge" in state["reason"]
     assert sorted(state["children"]) == sorted([a, b])
-    merge = ["--pr", "7", "--reviewed-head", "ab" * 20, "--merge-commit", "de" * 20, "--by", "ana"]
+    (head, *_), commit, _ = plant_merge(repo)
+    merge = ["--pr", "7", "--reviewed-head", head, "--merge-commit", commit, "--by", "ana"]
     bad = pisub_cli("lane", "record-merge", run.id, *merge, "--post-merge-checks", "maybe")
     assert (
         bad.returncode == 1 and "recorded, skipped or failed" in bad.stderr and "Traceback" not in bad.stderr
