@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pisub
 from pisub.protocol import RunState, Status, decode
-from tests.conftest import AgentMaker, pisub_cli
+from tests.conftest import AgentMaker, pisub_cli, wait_for
 
 ECHO = """
 import os, sys
@@ -82,8 +82,13 @@ def test_run_directory_layout_and_modes(home: Path, make_agent: AgentMaker) -> N
         path = run.dir / name
         if path.is_file():
             assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
-    types = [json.loads(line)["type"] for line in (run.dir / "events.jsonl").read_text().splitlines()]
-    assert types[0] == "run.created" and types[-1] == "run.finished"
+
+    def event_types() -> list[str]:
+        return [json.loads(line)["type"] for line in (run.dir / "events.jsonl").read_text().splitlines()]
+
+    # run.finished follows the terminal status (spec/protocol.md: result → status → run.finished)
+    types = wait_for(lambda: (t := event_types()) and t[-1] == "run.finished" and t, what="run.finished")
+    assert types[0] == "run.created"
     assert "child.started" in types and "child.exited" in types
     manifest = json.loads((run.dir / "manifest.json").read_text())
     assert manifest["task"] == "hi" and manifest["agent"]["name"] == "echo"
