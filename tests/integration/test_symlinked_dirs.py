@@ -7,7 +7,8 @@ to a folder outside the home, the commands that write or list there (``status``,
 ``follow-up``, ``stop``, ``interrupt``) and the runner answering them: nothing is written into
 or read from the target (it stays exactly as it was), every command answers without a
 traceback (an error in one ``pisub:`` line), the runner quarantines the symlink and makes the
-folder again, and the run then gets exactly one receipt per request.
+folder again, and the run then gets exactly one receipt per request. The run directory itself
+replaced by a symlink: every command refuses in one line and the runner writes nothing through it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 import pisub
 from pisub.client import Run
 from pisub.protocol import RunState
-from tests.conftest import AgentMaker, pisub_cli, wait_for
+from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for
 
 FOLDERS = ["inbox", "inbox/new", "inbox/tmp", "inbox/cur", "inbox/rejected", "outbox"]
 WRITTEN = {"inbox", "inbox/new", "inbox/tmp"}
@@ -123,3 +124,34 @@ def test_a_symlinked_run_folder_is_never_followed(
         assert rid in receipts, f"request {rid} got no receipt"
         assert receipts[rid]["requestId"] == rid
     assert not [p for p in (run.dir / "inbox" / "new").iterdir() if p.name.endswith(".json")]
+
+
+def test_a_symlinked_run_directory_is_never_followed(
+    home: Path, make_agent: AgentMaker, tmp_path: Path
+) -> None:
+    """The run directory itself replaced by a symlink: no command (nor the runner) goes
+    through it; each answers in one line."""
+    make_agent("sleeper", command="sleep", args=["300"])
+    run = pisub.launch("sleeper", "x")
+    runner = wait_for(lambda: run.status().pid, timeout=HANG, what="the runner started")
+    os.kill(runner, signal.SIGSTOP)
+    victim = _victim(tmp_path)
+    for box in ("inbox", "outbox"):
+        (victim / box).mkdir()
+    before = _snapshot(victim)
+    os.rename(run.dir, run.dir.with_name(run.id + ".bak"))
+    run.dir.symlink_to(victim, target_is_directory=True)
+    for args in (
+        ["status", run.id],
+        ["steer", run.id, "planted?", "--wait", "1"],
+        ["follow-up", run.id, "more", "--wait", "1"],
+        ["interrupt", run.id, "--wait", "1"],
+        ["stop", run.id, "--wait", "1"],
+    ):
+        code, out = _cli(*args)
+        assert code != 0 and "symlink" in out, f"pisub {' '.join(args)}: {out}"
+        assert _snapshot(victim) == before, f"pisub {' '.join(args)} went through the symlinked run"
+    os.kill(runner, signal.SIGCONT)
+    os.kill(runner, signal.SIGTERM)
+    wait_for(lambda: not pid_alive(runner), timeout=HANG, what="the runner ended")
+    assert _snapshot(victim) == before, "the runner went through the symlinked run"
