@@ -80,9 +80,10 @@ def _home_of(path: str) -> str | None:
     return best
 
 
-def open_dir(directory: str | Path) -> int:
+def open_dir(directory: str | Path, *, nofollow: bool = False) -> int:
     """A descriptor of ``directory``. Below a home (:func:`trust_home`) it is opened component
-    by component from the home with ``O_NOFOLLOW``, so no symlink on the way is followed.
+    by component from the home with ``O_NOFOLLOW``, so no symlink on the way is followed;
+    elsewhere only its last component is opened without following one with ``nofollow``.
 
     Raises:
         SymlinkedDir: a component below the home is a symlink.
@@ -92,7 +93,7 @@ def open_dir(directory: str | Path) -> int:
     flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC
     home = _home_of(path)
     if home is None:
-        return os.open(path, flags)
+        return os.open(path, flags | (_NOFOLLOW if nofollow else 0))
     fd = os.open(home, flags)
     try:
         walked = home
