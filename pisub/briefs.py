@@ -9,11 +9,10 @@ first prompt, moves them to ``briefs/delivered/`` and marks their receipts ``del
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 
 from pisub.errors import InvalidInput, ProtocolError, storage_error
-from pisub.fsio import atomic_write, load_json, private_mkdir
+from pisub.fsio import atomic_write, listdir, load_json, private_mkdir, rename
 from pisub.leases import unleased
 from pisub.mailbox import make_receipt, new_request_id, quarantine, read_receipt_safe, write_receipt
 from pisub.paths import RunPaths
@@ -30,7 +29,7 @@ def pending_briefs(paths: RunPaths) -> list[Brief]:
     (a directory, symlink, FIFO, garbage) is moved to ``quarantine/`` with its reason."""
     directory = paths.briefs
     try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
+        names = sorted(n for n in listdir(directory) if n.endswith(".json"))
     except FileNotFoundError:
         return []
     except OSError as exc:
@@ -92,7 +91,7 @@ def mark_delivered(paths: RunPaths, briefs: list[Brief], replacement_run_id: str
     private_mkdir(delivered)
     for brief in briefs:
         with contextlib.suppress(FileNotFoundError):
-            os.rename(paths.briefs / f"{brief.id}.json", delivered / f"{brief.id}.json")
+            rename(paths.briefs / f"{brief.id}.json", delivered / f"{brief.id}.json")
         receipt = read_receipt_safe(paths, brief.id)
         if receipt is None or not advance(
             receipt, ReceiptState.DELIVERED, f"delivered with resume {replacement_run_id}"

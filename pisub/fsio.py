@@ -7,7 +7,11 @@ Rules every writer in pisub follows:
   target, then the directory is fsynced.
 * Logs are append-only; a JSON-lines writer repairs a torn last line before appending.
 * Files are created 0600 and directories 0700; paths inside a run are opened with
-  ``O_NOFOLLOW`` so a planted symlink is not followed, and with ``O_NONBLOCK`` plus a
+  ``O_NOFOLLOW`` so a planted symlink is not followed, and every directory below a home
+  (:func:`trust_home`) is opened component by component with ``O_NOFOLLOW`` and the file
+  made relative to that descriptor (:func:`open_dir`), so a symlink planted in place of a
+  folder (``outbox``, ``inbox/new``, the run itself) is never followed either
+  (:class:`SymlinkedDir`), and with ``O_NONBLOCK`` plus a
   regular-file check so a FIFO, socket or device in place of a file never blocks or feeds a
   reader (:func:`open_regular`).
 * A write may fail at any point (full disk, quota, I/O error): nothing half-written is ever
@@ -47,6 +51,125 @@ class NotRegularFile(OSError):
         self.kind = kind
 
 
+class SymlinkedDir(OSError):
+    """A symlink stands, inside a pisub home, where a directory is expected: never followed."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(
+            errno.ELOOP, "a symlink stands where a directory is expected (not followed)", os.fspath(path)
+        )
+
+
+_homes: set[str] = set()
+"""The homes this process uses: below them no directory is reached through a symlink."""
+
+
+def trust_home(root: str | Path) -> None:
+    """Record ``root`` as a pisub home: every directory below it is opened without following
+    a symlink (the home itself may be reached through one)."""
+    _homes.add(os.path.normpath(os.path.abspath(root)))
+
+
+def _home_of(path: str) -> str | None:
+    best = None
+    for home in _homes:
+        if (path == home or path.startswith(home.rstrip("/") + "/")) and (
+            best is None or len(home) > len(best)
+        ):
+            best = home
+    return best
+
+
+def open_dir(directory: str | Path, *, nofollow: bool = False) -> int:
+    """A descriptor of ``directory``. Below a home (:func:`trust_home`) it is opened component
+    by component from the home with ``O_NOFOLLOW``, so no symlink on the way is followed;
+    elsewhere only its last component is opened without following one with ``nofollow``.
+
+    Raises:
+        SymlinkedDir: a component below the home is a symlink.
+        OSError: a component is missing (``ENOENT``) or not a directory (``ENOTDIR``).
+    """
+    path = os.path.normpath(os.path.abspath(directory))
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC
+    home = _home_of(path)
+    if home is None:
+        return os.open(path, flags | (_NOFOLLOW if nofollow else 0))
+    fd = os.open(home, flags)
+    try:
+        walked = home
+        for part in [p for p in path[len(home) :].split("/") if p]:
+            walked = os.path.join(walked, part)
+            try:
+                nfd = os.open(part, flags | _NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                try:
+                    link = stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode)
+                except OSError:
+                    link = False
+                if link:
+                    raise SymlinkedDir(walked) from exc
+                raise OSError(exc.errno, exc.strerror, walked) from exc
+            os.close(fd)
+            fd = nfd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextlib.contextmanager
+def in_dir(directory: str | Path) -> Iterator[int]:
+    """:func:`open_dir` as a context manager."""
+    fd = open_dir(directory)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def listdir(directory: str | Path) -> list[str]:
+    """The names in ``directory``, reached without following a symlink (:func:`open_dir`)."""
+    with in_dir(directory) as fd:
+        return os.listdir(fd)
+
+
+def lstat(path: str | Path) -> os.stat_result:
+    """``os.lstat`` of ``path`` whose folder is reached without following a symlink."""
+    path = Path(path)
+    with in_dir(path.parent) as fd:
+        return os.stat(path.name, dir_fd=fd, follow_symlinks=False)
+
+
+def lexists(path: str | Path) -> bool:
+    """Whether ``path`` exists (as anything); its folder is reached without following a symlink.
+
+    Raises:
+        SymlinkedDir: a folder on the way is a symlink.
+    """
+    try:
+        lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return True
+
+
+def unlink(path: str | Path) -> None:
+    """``os.unlink`` relative to the folder reached without following a symlink."""
+    path = Path(path)
+    with in_dir(path.parent) as fd:
+        os.unlink(path.name, dir_fd=fd)
+
+
+def rename(src: str | Path, dst: str | Path, *, link: bool = False) -> None:
+    """``os.rename`` (``os.link`` with ``link``) between folders reached without following a symlink."""
+    src, dst = Path(src), Path(dst)
+    with in_dir(src.parent) as sfd, in_dir(dst.parent) as dfd:
+        if link:
+            os.link(src.name, dst.name, src_dir_fd=sfd, dst_dir_fd=dfd, follow_symlinks=False)
+        else:
+            os.rename(src.name, dst.name, src_dir_fd=sfd, dst_dir_fd=dfd)
+
+
 def file_kind(mode: int) -> str:
     """A word for the type of a file mode (``directory``, ``FIFO``, ...)."""
     for test, word in (
@@ -70,6 +193,10 @@ def open_regular(
     follows a symlink (``ELOOP``), never blocks on a FIFO, and refuses anything that is not a
     regular file (:class:`NotRegularFile`).
     """
+    if dir_fd is None:
+        path = os.path.abspath(path)
+        with in_dir(os.path.dirname(path)) as parent:
+            return open_regular(os.path.basename(path), flags, mode, dir_fd=parent)
     fd = os.open(path, flags | _NOFOLLOW | _NONBLOCK | _CLOEXEC, mode, dir_fd=dir_fd)
     try:
         st = os.fstat(fd)
@@ -83,7 +210,7 @@ def open_regular(
 
 def fsync_dir(path: Path) -> None:
     """fsync a directory so that renames and creations inside it are durable."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+    fd = open_dir(path)
     try:
         os.fsync(fd)
     finally:
@@ -102,22 +229,23 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o600, durable: bool = 
     when this returns); without, only the atomic rename is promised. Many files of one
     directory are cheaper through :class:`BatchWriter`.
     """
-    tmp = temp_name(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode)
-    try:
+    tmp = temp_name(path).name
+    with in_dir(path.parent) as dfd:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode, dir_fd=dfd)
         try:
-            write_all(fd, data)
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    if durable:
-        fsync_dir(path.parent)
+            try:
+                write_all(fd, data)
+                if durable:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=dfd)
+            raise
+        if durable:
+            os.fsync(dfd)
 
 
 @functools.cache
@@ -170,11 +298,20 @@ class BatchWriter:
         if not self._pending:
             return 0
         count = len(self._pending)
-        temps: dict[Path, Path] = {}
+        with in_dir(self.directory) as dfd:
+            failed = self._commit(dfd)
+        if failed is not None:
+            raise failed
+        return count
+
+    def _commit(self, dfd: int) -> OSError | None:
+        temps: dict[Path, str] = {}
         try:
             for path, data in self._pending.items():
-                tmp = temp_name(path)
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600)
+                tmp = temp_name(path).name
+                fd = os.open(
+                    tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600, dir_fd=dfd
+                )
                 temps[path] = tmp
                 try:
                     write_all(fd, data)
@@ -187,28 +324,31 @@ class BatchWriter:
         except BaseException:
             for tmp in temps.values():
                 with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+                    os.unlink(tmp, dir_fd=dfd)
             raise
         failed: OSError | None = None
         for path, tmp in temps.items():
             try:
-                os.replace(tmp, path)
+                os.replace(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
             except OSError as exc:  # this one stays pending; the others are published
                 failed = failed or exc
                 with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+                    os.unlink(tmp, dir_fd=dfd)
                 continue
             del self._pending[path]
-        fsync_dir(self.directory)
-        if failed is not None:
-            raise failed
-        return count
+        os.fsync(dfd)
+        return failed
 
 
 def create_exclusive(path: Path, data: bytes, *, mode: int = 0o600) -> None:
     """Create ``path`` with ``data``; fail with FileExistsError if it exists. A failed write
     removes the file again."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode)
+    with in_dir(path.parent) as dfd:
+        _create_exclusive(dfd, path.name, data, mode)
+
+
+def _create_exclusive(dfd: int, name: str, data: bytes, mode: int = 0o600) -> None:
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode, dir_fd=dfd)
     try:
         try:
             write_all(fd, data)
@@ -217,27 +357,30 @@ def create_exclusive(path: Path, data: bytes, *, mode: int = 0o600) -> None:
             os.close(fd)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(path)
+            os.unlink(name, dir_fd=dfd)
         raise
 
 
 def publish_new(tmp_dir: Path, target: Path, data: bytes) -> None:
     """Create ``target`` with ``data`` by hard-linking a complete, fsynced temp file written in
     ``tmp_dir`` (same filesystem): ``target`` appears whole or not at all, and an existing
-    ``target`` is never replaced. The temp file is removed in every case.
+    ``target`` is never replaced. The temp file is removed in every case. Both folders are
+    reached without following a symlink (:func:`open_dir`).
 
     Raises:
         FileExistsError: ``target`` exists.
-        OSError: the write failed (nothing was published).
+        OSError: the write failed (nothing was published); :class:`SymlinkedDir` when a
+            folder on the way is a symlink.
     """
-    tmp = temp_name(tmp_dir / target.name)
-    create_exclusive(tmp, data)
-    try:
-        os.link(tmp, target)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-    fsync_dir(target.parent)
+    tmp = temp_name(tmp_dir / target.name).name
+    with in_dir(tmp_dir) as tfd, in_dir(target.parent) as dfd:
+        _create_exclusive(tfd, tmp, data)
+        try:
+            os.link(tmp, target.name, src_dir_fd=tfd, dst_dir_fd=dfd, follow_symlinks=False)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=tfd)
+        os.fsync(dfd)
 
 
 def read_bytes(path: str | Path, *, limit: int | None = None, dir_fd: int | None = None) -> bytes:
@@ -301,14 +444,19 @@ def read_tail(path: Path, nbytes: int) -> bytes:
 
 
 def private_mkdir(path: Path) -> None:
-    """Create a 0700 directory (and parents); refuse a symlink or a non-directory."""
+    """Create a 0700 directory (its parent must exist); refuse a symlink or a non-directory."""
+    path = Path(os.path.abspath(path))
+    parent = open_dir(path.parent)
     try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        if path.is_symlink() or not path.is_dir():
-            raise NotADirectoryError(
-                errno.ENOTDIR, "exists and is not a plain directory", str(path)
-            ) from None
+        try:
+            os.mkdir(path.name, 0o700, dir_fd=parent)
+        except FileExistsError:
+            if not stat.S_ISDIR(os.stat(path.name, dir_fd=parent, follow_symlinks=False).st_mode):
+                raise NotADirectoryError(
+                    errno.ENOTDIR, "exists and is not a plain directory", str(path)
+                ) from None
+    finally:
+        os.close(parent)
 
 
 def open_append(path: Path, *, mode: int = 0o600, readable: bool = False) -> int:

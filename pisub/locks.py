@@ -24,10 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from pisub.errors import PisubError, storage_error
-from pisub.fsio import NotRegularFile, open_regular
-
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+from pisub.fsio import NotRegularFile, open_dir, open_regular
 
 
 class LockBusy(PisubError):
@@ -108,7 +105,7 @@ def _open_dir(path: Path) -> int:
         StorageError: it cannot be opened (missing, not a directory).
     """
     try:
-        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | _CLOEXEC)
+        return open_dir(path, nofollow=True)  # below the home, no symlink on the way either
     except OSError as exc:
         raise storage_error(exc, "lock", path) from exc
 

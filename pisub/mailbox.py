@@ -28,8 +28,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pisub import fsio
 from pisub.errors import InvalidInput, PisubError, ProtocolError, storage_error
-from pisub.fsio import atomic_write, file_kind, load_json, private_mkdir, publish_new, read_bytes
+from pisub.fsio import (
+    SymlinkedDir,
+    atomic_write,
+    file_kind,
+    load_json,
+    private_mkdir,
+    publish_new,
+    read_bytes,
+)
 from pisub.paths import ANSWERED_MARKER, RunPaths
 from pisub.protocol.codec import encode, encode_pretty, now_iso
 from pisub.protocol.control import (
@@ -124,7 +133,12 @@ def recovery_claim(paths: RunPaths) -> str | None:
 
 
 def is_closed(paths: RunPaths) -> bool:
-    return os.path.lexists(paths.inbox_closed)
+    """Whether the tombstone is there (False when ``inbox`` cannot be reached without following
+    a symlink: whatever then tries to write there is refused)."""
+    try:
+        return fsio.lexists(paths.inbox_closed)
+    except OSError:
+        return False
 
 
 def close_inbox(paths: RunPaths, state: str) -> None:
@@ -228,7 +242,11 @@ def write_request(paths: RunPaths, request: Request) -> str:
     if is_closed(paths):
         raise InboxClosed(f"run {paths.run_id} has finished; it takes no more requests")
     final = inbox_dir(paths, "new") / f"{rid}.json"
-    if os.path.lexists(receipt_path(paths, rid)):
+    try:
+        used = fsio.lexists(receipt_path(paths, rid))
+    except OSError as exc:
+        raise storage_error(exc, "check the outbox of", paths.root) from exc
+    if used:
         raise InvalidInput(f"request id {rid!r} was already used in run {paths.run_id}")
     try:
         # link, not rename: publishing never replaces an unclaimed request of the same name
@@ -245,7 +263,7 @@ def write_request(paths: RunPaths, request: Request) -> str:
 def withdraw(path: Path) -> bool:
     """Take an unclaimed request back; False when the runner already claimed it."""
     try:
-        os.unlink(path)
+        fsio.unlink(path)
     except FileNotFoundError:
         return False
     return True
@@ -267,7 +285,7 @@ class Parsed:
 def run_owner(paths: RunPaths) -> int:
     """The uid that owns the run (its directory); requests owned by it or by root are accepted."""
     try:
-        return os.stat(paths.root).st_uid
+        return fsio.lstat(paths.root).st_uid
     except OSError:
         return os.getuid()
 
@@ -292,7 +310,7 @@ def parse_request_file(
         return bad(f"{shown} is not a valid request id (expected {REQUEST_ID_RE.pattern}.json)")
     owner = os.getuid() if owner is None else owner
     try:
-        st = os.lstat(path)
+        st = fsio.lstat(path)
         if not stat.S_ISREG(st.st_mode):
             return bad(f"not a regular file ({file_kind(st.st_mode)}; symlinks are not followed)")
         if st.st_uid not in (owner, 0):
@@ -348,10 +366,10 @@ def reject_file(paths: RunPaths, src: Path, reason: str, request_id: str) -> boo
     receipt is what counts; whether the file was moved."""
     rejected = inbox_dir(paths, "rejected")
     dest = rejected / f"{request_id}.json"
-    if os.path.lexists(dest):
-        dest = _unique(rejected, request_id)
     try:
-        os.rename(src, dest)
+        if fsio.lexists(dest):
+            dest = _unique(rejected, request_id)
+        fsio.rename(src, dest)
     except OSError:
         return False
     with contextlib.suppress(OSError):
@@ -376,14 +394,16 @@ def claim(paths: RunPaths, name: str) -> Path | None:
     key = new_key(name)
     src, dst = inbox_dir(paths, "new") / name, inbox_dir(paths, "cur") / f"{key}.json"
     try:
-        os.link(src, dst)
+        fsio.rename(src, dst, link=True)
+    except SymlinkedDir:
+        raise
     except FileNotFoundError:
         return None
     except FileExistsError:
         # A claim interrupted between link and unlink, or a name published again after its
         # first request was claimed: keep the new file under a name of its own.
         try:
-            a, b = os.lstat(src), os.lstat(dst)
+            a, b = fsio.lstat(src), fsio.lstat(dst)
         except FileNotFoundError:
             return None
         if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
@@ -396,18 +416,18 @@ def claim(paths: RunPaths, name: str) -> Path | None:
 
 def _unlink_claimed(src: Path, dst: Path | None) -> bool:
     try:
-        os.unlink(src)
+        fsio.unlink(src)
     except FileNotFoundError:  # withdrawn by its writer in the meantime: not ours
         if dst is not None:
             with contextlib.suppress(OSError):
-                os.unlink(dst)
+                fsio.unlink(dst)
         return False
     return True
 
 
 def _claim_by_rename(src: Path, dst: Path) -> Path | None:
     try:
-        os.rename(src, dst)
+        fsio.rename(src, dst)
     except FileNotFoundError:
         return None
     return dst
@@ -424,7 +444,7 @@ def pending_files(paths: RunPaths, box: str) -> list[str]:
 
 def _list_json(directory: Path) -> list[str]:
     try:
-        names = os.listdir(directory)
+        names = fsio.listdir(directory)
     except FileNotFoundError:
         return []
     except OSError as exc:
@@ -439,13 +459,39 @@ def quarantine(paths: RunPaths, path: Path, reason: str) -> Path | None:
     dest = directory / f"{os.urandom(3).hex()}-{path.parent.name}-{printable(path.name)[:80]}"
     try:
         private_mkdir(directory)
-        os.rename(path, dest)
+        fsio.rename(path, dest)
     except OSError:
         return None
     with contextlib.suppress(OSError):
         reason_file = dest.with_name(dest.name + ".reason")
         atomic_write(reason_file, (printable(reason) + "\n").encode(), durable=False)
     return dest
+
+
+def replace_symlinked_dirs(paths: RunPaths) -> list[str]:
+    """Quarantine a symlink planted in place of one of the run's control folders (``inbox``,
+    ``inbox/<box>``, ``outbox``, never followed) and create the real, empty folder again, so
+    requests keep getting their receipts; a line saying what was replaced, per folder."""
+    replaced: list[str] = []
+    remade: set[Path] = set()
+    for directory in paths.control_dirs():
+        if directory.parent in remade:  # inside a folder made again: made again too
+            with contextlib.suppress(OSError):
+                private_mkdir(directory)
+                remade.add(directory)
+            continue
+        try:
+            if not stat.S_ISLNK(fsio.lstat(directory).st_mode):
+                continue
+        except OSError:
+            continue
+        if quarantine(paths, directory, "a symlink stood in place of a run folder (never followed)") is None:
+            continue
+        with contextlib.suppress(OSError):
+            private_mkdir(directory)
+            remade.add(directory)
+        replaced.append(f"{printable(str(directory))}: a symlink stood there; quarantined, folder made again")
+    return replaced
 
 
 def answer_leftovers(paths: RunPaths, run_id: str, reason: str) -> Counter[str]:
@@ -543,7 +589,7 @@ class _Settler:
 def answer_unclaimable(paths: RunPaths, run_id: str, name: str, exc: OSError) -> int:
     """Answer, once, an entry of ``new/`` that can be neither linked nor renamed; 1 if answered now."""
     key = new_key(name)
-    if os.path.lexists(receipt_path(paths, key)):
+    if fsio.lexists(receipt_path(paths, key)):
         return 0
     why = f"cannot be claimed: {exc.strerror or exc}"
     write_receipt(paths, rejected_receipt(run_id, key, why))
@@ -554,7 +600,7 @@ def _answer_rejected(paths: RunPaths, run_id: str, name: str) -> int:
     """A file in ``rejected/`` always has its receipt (written before the move); restore a
     missing one from the ``.reason`` beside it. 1 if one was written."""
     key = claimed_key(name)
-    if not REQUEST_ID_RE.fullmatch(key) or os.path.lexists(receipt_path(paths, key)):
+    if not REQUEST_ID_RE.fullmatch(key) or fsio.lexists(receipt_path(paths, key)):
         return 0
     try:
         why = read_bytes(inbox_dir(paths, "rejected") / (name[: -len(".json")] + ".reason"), limit=4096)
@@ -568,10 +614,10 @@ def _answer_rejected(paths: RunPaths, run_id: str, name: str) -> int:
 def needs_answers(paths: RunPaths) -> bool:
     """Whether a finished run may hold unanswered requests: the ``answered`` marker is missing,
     or ``inbox/new`` holds a request. Exact (lists the folder); never decided by a clock."""
-    if not os.path.lexists(paths.inbox_answered):
-        return True
     try:
-        return any(name.endswith(".json") for name in os.listdir(inbox_dir(paths, "new")))
+        if not fsio.lexists(paths.inbox_answered):
+            return True
+        return any(name.endswith(".json") for name in fsio.listdir(inbox_dir(paths, "new")))
     except FileNotFoundError:
         return False
     except OSError:
@@ -601,7 +647,7 @@ def quiet_since_answered(inbox: str, dir_fd: int | None = None) -> bool:
 def new_mtime(paths: RunPaths) -> int | None:
     """``inbox/new``'s modification time, taken before a final scan (see :func:`mark_answered`)."""
     try:
-        return os.stat(inbox_dir(paths, "new"), follow_symlinks=False).st_mtime_ns
+        return fsio.lstat(inbox_dir(paths, "new")).st_mtime_ns
     except OSError:
         return None
 
@@ -612,7 +658,8 @@ def mark_answered(paths: RunPaths, new_mtime_ns: int | None) -> None:
     marker = paths.inbox_answered
     atomic_write(marker, b"", durable=False)
     if new_mtime_ns is not None:
-        os.utime(marker, ns=(new_mtime_ns, new_mtime_ns), follow_symlinks=False)
+        with fsio.in_dir(marker.parent) as fd:
+            os.utime(marker.name, ns=(new_mtime_ns, new_mtime_ns), dir_fd=fd, follow_symlinks=False)
 
 
 def answer_until_quiet(paths: RunPaths, answer: Callable[[], Counter[str]]) -> Counter[str]:
@@ -635,5 +682,5 @@ def settle_closed_inbox(paths: RunPaths, run_id: str, reason: str) -> Counter[st
     run marked as needing answers.
     """
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(paths.inbox_answered)
+        fsio.unlink(paths.inbox_answered)
     return answer_until_quiet(paths, lambda: answer_leftovers(paths, run_id, reason))

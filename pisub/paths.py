@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pisub.defaults import MIN_PREFIX
 from pisub.errors import HomeUnusable, InvalidInput
+from pisub.fsio import trust_home
 
 RUN_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _PREFIX_RE = re.compile(r"[0-9a-f][0-9a-f-]{0,35}")
@@ -89,6 +90,9 @@ class Home:
     """The pisub home directory and its fixed subfolders."""
 
     root: Path
+
+    def __post_init__(self) -> None:
+        trust_home(self.root)  # below it, no folder is reached through a symlink
 
     @property
     def runs(self) -> Path:
@@ -203,6 +207,9 @@ class RunPaths:
     says who writes each)."""
 
     root: Path
+
+    def __post_init__(self) -> None:
+        trust_home(self.root.parent.parent)  # its home: no folder below is reached through a symlink
 
     @property
     def run_id(self) -> str:

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from pisub.errors import PisubError, storage_error
-from pisub.fsio import atomic_write, fsync_dir, private_mkdir, read_bytes
+from pisub.fsio import atomic_write, fsync_dir, in_dir, listdir, private_mkdir, read_bytes
 from pisub.locks import exclusive
 
 
@@ -80,7 +80,7 @@ class SpawnBudget:
 
     def _claim(self, names: list[str], limit: int, what: str, nothing: str) -> None:
         """Create the claims of ``names`` not made yet, all or none (under the lock)."""
-        have = set(os.listdir(self.claims))
+        have = set(listdir(self.claims))
         new = [name for name in dict.fromkeys(names) if name not in have]
         if len(have) + len(new) > limit:
             left = max(0, limit - len(have))
@@ -89,15 +89,16 @@ class SpawnBudget:
                 f"tree of runs ({limit} starts, {left} left); {nothing} "
                 "(raise it with --max-spawns at the top-level workflow)"
             )
-        for name in new:
-            fd = os.open(self.claims / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            os.close(fd)
+        with in_dir(self.claims) as claims:
+            for name in new:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                os.close(os.open(name, flags, 0o600, dir_fd=claims))
         if new:
             fsync_dir(self.claims)
 
     def used(self) -> int:
         try:
-            return len(os.listdir(self.claims))
+            return len(listdir(self.claims))
         except FileNotFoundError:
             return 0
 

@@ -183,7 +183,7 @@ if [ -n "$nonroot_dir" ]; then
     nonroot_tests=(tests/integration/test_security.py tests/integration/test_control.py
         tests/integration/test_bad_input.py tests/integration/test_crash.py
         tests/integration/test_hardening*.py tests/integration/test_repros.py
-        tests/integration/test_hostile_entries.py tests/integration/test_no_traceback.py
+        tests/integration/test_hostile_entries.py tests/integration/test_symlinked_dirs.py tests/integration/test_no_traceback.py
         tests/integration/test_faults.py tests/integration/test_outside_attack.py
         tests/integration/test_nonroot.py tests/integration/test_workflows.py tests/integration/test_workflow_attacks.py
         tests/integration/test_lanes.py tests/integration/test_worktree_git.py tests/integration/test_worktree_runs.py

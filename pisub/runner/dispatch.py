@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from pisub import fsio
 from pisub.errors import PisubError
 from pisub.fsio import BatchWriter
 from pisub.mailbox import (
@@ -38,6 +39,7 @@ from pisub.mailbox import (
     recovery_claim,
     reject_file,
     rejected_receipt,
+    replace_symlinked_dirs,
     run_owner,
 )
 from pisub.paths import RunPaths
@@ -118,6 +120,8 @@ class Dispatcher:
     def scan(self) -> int:
         """Claim and handle every request waiting in ``inbox/new``, then publish the receipts;
         how many files were claimed. Never raises for a bad entry or a failed write."""
+        for line in replace_symlinked_dirs(self.paths):
+            self.on_event("control.quarantined", reason=line)
         try:
             names = pending_files(self.paths, "new")
         except PisubError:
@@ -331,7 +335,7 @@ class Dispatcher:
 
 def _exists(path: Path) -> bool:
     try:
-        path.lstat()
+        fsio.lstat(path)
     except OSError as exc:
         return exc.errno != errno.ENOENT
     return True

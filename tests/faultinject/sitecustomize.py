@@ -70,8 +70,14 @@ def _install() -> None:
             code, os.strerror(code), os.fsdecode(path) if isinstance(path, str | bytes) else str(path)
         )
 
+    def under(dir_fd: int | None, path: object) -> object:
+        """The path a ``dir_fd``-relative name stands for (pisub writes relative to folders)."""
+        if dir_fd is None or not isinstance(path, str | bytes):
+            return path
+        return os.path.join(fd_path(dir_fd), os.fsdecode(path))
+
     def open_(path, flags, mode=0o777, *, dir_fd=None):  # type: ignore[no-untyped-def]
-        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) and (code := hit(path)):
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) and (code := hit(under(dir_fd, path))):
             raise fail(code, path)
         return real_open(path, flags, mode, dir_fd=dir_fd)
 
@@ -85,6 +91,7 @@ def _install() -> None:
 
         def wrapped(*args, **kwargs):  # type: ignore[no-untyped-def]
             target = args[1] if name in ("link", "rename", "replace") else args[0]
+            target = under(kwargs.get("dst_dir_fd", kwargs.get("dir_fd")), target)
             if isinstance(target, int):
                 target = fd_path(target)
             if code := hit(target):
