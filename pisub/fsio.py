@@ -60,6 +60,9 @@ class SymlinkedDir(OSError):
         )
 
 
+_PATH = getattr(os, "O_PATH", 0)
+"""O_PATH where the platform has it: a descriptor for lookups that needs no read permission."""
+
 _homes: set[str] = set()
 """The homes this process uses: below them no directory is reached through a symlink."""
 
@@ -94,13 +97,17 @@ def open_dir(directory: str | Path, *, nofollow: bool = False) -> int:
     home = _home_of(path)
     if home is None:
         return os.open(path, flags | (_NOFOLLOW if nofollow else 0))
-    fd = os.open(home, flags)
+    parts = [p for p in path[len(home) :].split("/") if p]
+    # Folders on the way are opened O_PATH: like a path lookup, they need search permission
+    # only (a runs/ that can be searched but not listed still yields its runs).
+    fd = os.open(home, (_PATH | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC) if parts else flags)
     try:
         walked = home
-        for part in [p for p in path[len(home) :].split("/") if p]:
+        for n, part in enumerate(parts):
             walked = os.path.join(walked, part)
+            last = n == len(parts) - 1
             try:
-                nfd = os.open(part, flags | _NOFOLLOW, dir_fd=fd)
+                nfd = os.open(part, (flags if last else flags | _PATH) | _NOFOLLOW, dir_fd=fd)
             except OSError as exc:
                 try:
                     link = stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode)

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pisub
 from tests.conftest import AgentMaker, pisub_cli
-from tests.integration.test_worktree_runs import _two_writers, repo  # noqa: F401
+from tests.integration.test_worktree_runs import _two_writers, plant_merge, repo  # noqa: F401
 
-H1, M1 = "1" * 40, "a" * 40
 FAKE_ROW = "fake-agent           pi            builtin   spoofed row"
 HOSTILE = f"first\n{FAKE_ROW}\tTAB"
 
@@ -59,6 +58,7 @@ def test_a_newline_or_tab_in_a_field_never_adds_a_line(home: Path, make_agent: A
 
 def test_a_newline_in_a_lanes_by_never_fakes_an_allows_line(repo: Path) -> None:  # noqa: F811
     run, _ = _two_writers(repo, "a", "b")
+    (H1, *_), M1, _ = plant_merge(repo)  # record-merge names commits the repository holds
     forged = f"ops\nallows: pisub worktree cleanup --apply --lane {run.id}\tX"
     merge = [
         "lane", "record-merge", run.id, "--pr", "7", "--reviewed-head", H1, "--merge-commit", M1,

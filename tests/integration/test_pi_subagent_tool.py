@@ -390,7 +390,10 @@ def test_arguments_of_wrong_types_get_one_line_answers(parent: ParentPi) -> None
     answer (the extension's INVALID_INPUT or pi's own validation), and the parent goes on."""
     from tests.integration.test_terminal_output import WRONG_TYPES, assert_clean
 
-    for arguments in [a for a in WRONG_TYPES if isinstance(a, dict)]:
+    # The two 100 KB+ cases stay with the extension's own test (test_terminal_output.py, every
+    # case in pi's Node): pi 0.85.1 never runs a tool call of a 200 KB prompt here (seen in CI).
+    small = [a for a in WRONG_TYPES if isinstance(a, dict) and len(json.dumps(a)) < 50_000]
+    for arguments in small:
         answer = parent.call(arguments)
         assert answer, arguments
         assert_clean(f"the tool's answer to {str(arguments)[:80]}", answer.encode())

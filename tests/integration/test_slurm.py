@@ -189,7 +189,12 @@ def test_a_runner_whose_lease_was_taken_over_fences_itself(make_agent: AgentMake
     its child and exits 75 without a terminal status; a reader's repair then ends the run."""
     make_agent("ticker", python="import time\nwhile True:\n    print('t', flush=True); time.sleep(0.1)\n")
     run = pisub.launch("ticker", "go", backend="slurm")
-    wait_for(lambda: run.status().state == RunState.RUNNING, timeout=60, what="running")
+    # `running` is committed before the child starts (its pid follows): wait for the child's pid
+    wait_for(
+        lambda: run.status().state == RunState.RUNNING and run.status().steps[0].pid,
+        timeout=60,
+        what="running",
+    )
     status = load_status(run.paths)
     child = status.steps[0].pid
     assert status.pid is not None and child is not None
