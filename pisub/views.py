@@ -124,18 +124,28 @@ def transcript(paths: RunPaths, lines: int = DEFAULT_LINES) -> list[str]:
     return [redact(line) for line in found]
 
 
-def _read_log_tail(log: Path) -> bytes | None:
-    """The last :data:`TAIL_BYTES` of the log from its first whole line; None when it does not
-    exist. Anything else than a readable regular file is a ``StorageError`` (``IO_ERROR``)."""
+def open_log(log: Path) -> int | None:
+    """A descriptor of a run's log, None when it does not exist. Anything else than a readable
+    regular file (a FIFO, a symlink, no permission) is a ``StorageError`` (``IO_ERROR``)."""
     from pisub.errors import storage_error
     from pisub.fsio import open_regular
 
     try:
-        fd = open_regular(log)
+        return open_regular(log)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise storage_error(exc, "read", log) from exc
+
+
+def _read_log_tail(log: Path) -> bytes | None:
+    """The last :data:`TAIL_BYTES` of the log from its first whole line; None when it does not
+    exist (:func:`open_log`)."""
+    from pisub.errors import storage_error
+
+    fd = open_log(log)
+    if fd is None:
+        return None
     try:
         size = os.fstat(fd).st_size
         start = max(0, size - TAIL_BYTES)

@@ -421,15 +421,11 @@ class _LogSink:
 
 
 def _copy(log: Path, offset: int, sink: _LogSink) -> int:
-    from pisub.errors import storage_error
-    from pisub.fsio import open_regular
+    from pisub.views import open_log
 
-    try:
-        fd = open_regular(log)
-    except FileNotFoundError:
+    fd = open_log(log)
+    if fd is None:
         return offset
-    except OSError as exc:
-        raise storage_error(exc, "read", log) from exc
     try:
         os.lseek(fd, offset, os.SEEK_SET)
         while chunk := os.read(fd, 1 << 16):
