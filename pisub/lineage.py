@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from pisub.defaults import DEFAULT_MAX_DEPTH
 from pisub.errors import DepthExceeded, InvalidInput
-from pisub.paths import ENV_DEPTH, ENV_MAX_DEPTH, ENV_ROOT_RUN_ID, ENV_RUN_ID, is_run_id
+from pisub.paths import is_run_id
+from pisub.protocol.env import ENV_DEPTH, ENV_MAX_DEPTH, ENV_ROOT_RUN_ID, ENV_RUN_ID
 
 MAX_DEPTH_LIMIT = 1000
 """The largest depth (or depth limit) pisub accepts from an environment variable."""

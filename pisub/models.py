@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import get_args
 
 from pisub.errors import InvalidInput, LaunchFailed
-from pisub.pi_versions import run_pi
+from pisub.procs import run_bounded
 from pisub.protocol.manifest import ThinkingLevel
 
 LIST_TIMEOUT_S = 30.0
@@ -38,7 +38,7 @@ def list_models(pi_bin: str, search: str | None = None) -> list[Model]:
     """
     argv = [pi_bin, "--list-models", *([search] if search else [])]
     try:
-        code, out, err = run_pi(argv, LIST_TIMEOUT_S)
+        code, out, err = run_bounded(argv, LIST_TIMEOUT_S)
     except (OSError, ValueError) as exc:
         raise LaunchFailed(f"cannot run {pi_bin} --list-models: {exc}") from exc
     except TimeoutError:

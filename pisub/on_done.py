@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from pisub.paths import RunPaths
-from pisub.pi_versions import end_group
+from pisub.procs import end_group
+from pisub.protocol.env import ENV_RUN_DIR, ENV_RUN_ID
 from pisub.protocol.manifest import Manifest
 
 TIMEOUT_S = 300.0
@@ -46,9 +47,9 @@ def run_on_done(paths: RunPaths, argv: list[str], cwd: str, state: str, timeout:
         return
     env = {
         **os.environ,
-        "PISUB_RUN_ID": paths.run_id,
+        ENV_RUN_ID: paths.run_id,
         "PISUB_RUN_STATE": state,
-        "PISUB_RUN_DIR": str(paths.root),
+        ENV_RUN_DIR: str(paths.root),
     }
     try:
         fd = os.open(

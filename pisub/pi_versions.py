@@ -14,15 +14,14 @@ in pisub compares pi versions.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from pisub.errors import LaunchFailed
+from pisub.procs import run_bounded
 
 SUPPORTED = "pi 0.85.x or 1.x (>= 0.85.0, < 2.0.0)"
 """The supported range, as refusals and ``pisub doctor`` say it."""
@@ -160,9 +159,9 @@ def _write_cache(path: Path, key: str, version: str) -> None:
 
 
 def _run_version(pi_bin: str) -> str:
-    """``pi --version`` (see :func:`run_pi`)."""
+    """``pi --version`` (see :func:`pisub.procs.run_bounded`)."""
     try:
-        code, out, err = run_pi([pi_bin, "--version"], VERSION_TIMEOUT_S)
+        code, out, err = run_bounded([pi_bin, "--version"], VERSION_TIMEOUT_S)
     except (OSError, ValueError) as exc:
         raise UnsupportedPi(f"{pi_bin} --version cannot be run: {exc}; {INSTALL_HINT}") from exc
     except TimeoutError:
@@ -179,37 +178,6 @@ def _run_version(pi_bin: str) -> str:
     if "enableCompileCache" in said:  # pi 0.85+ under an older Node dies at import
         why = "it needs Node >= 22.19, and the Node it finds is older"
     raise UnsupportedPi(f"{pi_bin} does not run as a pi (--version: {why}); {INSTALL_HINT}")
-
-
-def run_pi(argv: list[str], timeout: float) -> tuple[int, bytes, bytes]:
-    """Run a pi command (``--version``, ``--list-models``) in a process group of its own: its
-    exit code, stdout and stderr. The group is ended whole afterwards — nothing it started
-    outlives it — and at once when it has not answered within ``timeout`` seconds.
-
-    Raises:
-        OSError, ValueError: it cannot be started. TimeoutError: it did not answer in time.
-    """
-    proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        end_group(proc)
-        proc.communicate()  # collect what is left and close the pipes
-        raise TimeoutError(f"{argv[0]} did not answer within {timeout:g}s") from None
-    end_group(proc)
-    return proc.returncode, out, err
-
-
-def end_group(proc: subprocess.Popen[bytes]) -> None:
-    """Kill ``proc``'s whole process group (it was started in a session of its own) and reap it."""
-    import signal
-
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    if proc.returncode is None:
-        proc.wait()
 
 
 def supported_version(pi_bin: str, cache_dir: Path | None = None) -> str:

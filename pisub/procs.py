@@ -12,11 +12,12 @@ import contextlib
 import ctypes
 import os
 import signal
+import subprocess
 from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 
-from pisub.paths import ENV_RUN_ID
+from pisub.protocol.env import ENV_RUN_ID
 
 START_TIME_TOLERANCE = 0.015
 """Start times are known to 1/100 s; two values closer than this are the same process."""
@@ -243,3 +244,34 @@ def reap_adopted(keep: int | None) -> None:
             return
         with contextlib.suppress(ChildProcessError):
             os.waitpid(info.si_pid, os.WNOHANG)
+
+
+def run_bounded(argv: list[str], timeout: float) -> tuple[int, bytes, bytes]:
+    """Run a short command (``pi --version``, ``pi --list-models``) in a process group of its own: its
+    exit code, stdout and stderr. The group is ended whole afterwards — nothing it started
+    outlives it — and at once when it has not answered within ``timeout`` seconds.
+
+    Raises:
+        OSError, ValueError: it cannot be started. TimeoutError: it did not answer in time.
+    """
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        end_group(proc)
+        proc.communicate()  # collect what is left and close the pipes
+        raise TimeoutError(f"{argv[0]} did not answer within {timeout:g}s") from None
+    end_group(proc)
+    return proc.returncode, out, err
+
+
+def end_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kill ``proc``'s whole process group (it was started in a session of its own) and reap it."""
+    import signal
+
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    if proc.returncode is None:
+        proc.wait()

@@ -27,9 +27,10 @@ from pisub.backends.base import EngineState, Liveness
 from pisub.errors import LaunchFailed, PisubError, storage_error
 from pisub.fsio import open_append, open_regular, private_mkdir
 from pisub.locks import is_held
-from pisub.paths import ENV_RUNNER, Home, RunPaths, without_markers
+from pisub.paths import Home, RunPaths, without_markers
 from pisub.procs import boot_id, host_name
 from pisub.protocol.codec import now_iso
+from pisub.protocol.env import ENV_RUNNER
 from pisub.protocol.placement import BackendName, Placement, PlacementRequest, SlurmOptions
 from pisub.protocol.status import Status
 from pisub.store import load_placement, write_placement

@@ -18,7 +18,8 @@ from pisub.children.protocol import ChildHooks, ChildOutcome
 from pisub.defaults import TAIL_BYTES
 from pisub.lineage import markers
 from pisub.output import StreamSink
-from pisub.paths import ENV_RUN_DIR, ENV_RUNNER, RunPaths
+from pisub.paths import RunPaths
+from pisub.protocol.env import ENV_RUN_DIR, ENV_RUNNER
 from pisub.protocol.manifest import Manifest
 
 READ_CHUNK = 64 * 1024

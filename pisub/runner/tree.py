@@ -12,8 +12,9 @@ import os
 from pathlib import Path
 from typing import Protocol
 
-from pisub.paths import ENV_RUNNER, is_run_id
+from pisub.paths import is_run_id
 from pisub.procs import children_of, cwd_of, environ_value, kill_all, reap_adopted
+from pisub.protocol.env import ENV_RUNNER
 
 
 class ProcessTree(Protocol):

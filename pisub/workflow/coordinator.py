@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING, Any
 from pisub.errors import PisubError, storage_error
 from pisub.journal import Journal, replay
 from pisub.lineage import markers
-from pisub.paths import ENV_RUN_DIR, RunPaths
+from pisub.paths import RunPaths
 from pisub.protocol.budget import UsageTotals
 from pisub.protocol.codec import encode, now_iso
 from pisub.protocol.control import Interrupt, ReceiptState, Request, Stop
+from pisub.protocol.env import ENV_RUN_DIR
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import Details, ErrorCode, ErrorInfo, Result, TextContent
 from pisub.protocol.status import RunState
