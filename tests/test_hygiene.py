@@ -35,7 +35,7 @@ def test_no_script_or_test_ends_processes_by_pattern() -> None:
 
 
 def test_tests_wait_with_the_helper_that_fails_on_timeout() -> None:
-    """``pisub.polling.poll`` returns None on timeout, so a test that waits with it and forgets
+    """``pisub.core.polling.poll`` returns None on timeout, so a test that waits with it and forgets
     to assert passes when the wait times out: tests wait with ``tests.conftest.wait_for``."""
     found = []
     for path in _sources(".py"):
@@ -44,10 +44,10 @@ def test_tests_wait_with_the_helper_that_fails_on_timeout() -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             if _imports_polling(node):
                 found.append(f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', '?')}")
-    assert not found, f"tests importing pisub.polling (use wait_for): {found}"
+    assert not found, f"tests importing pisub.core.polling (use wait_for): {found}"
 
 
 def _imports_polling(node: ast.AST) -> bool:
     if isinstance(node, ast.ImportFrom):
-        return node.module == "pisub.polling"
-    return isinstance(node, ast.Import) and any(alias.name == "pisub.polling" for alias in node.names)
+        return node.module == "pisub.core.polling"
+    return isinstance(node, ast.Import) and any(alias.name == "pisub.core.polling" for alias in node.names)

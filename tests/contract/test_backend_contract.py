@@ -16,11 +16,11 @@ import pytest
 
 import pisub
 from pisub.backends import EngineState, Liveness, backend_for, liveness
-from pisub.paths import RunPaths
-from pisub.procs import host_name
+from pisub.core.procs import host_name
 from pisub.protocol.placement import BackendName
 from pisub.protocol.status import RunState
-from pisub.store import load_placement, load_status
+from pisub.store.paths import RunPaths
+from pisub.store.runs import load_placement, load_status
 from tests.conftest import AgentMaker, wait_for
 from tests.slurm import need_slurm
 

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 import pisub
+from pisub.api.client import Run
 from pisub.backends.local import spawn_runner
-from pisub.client import Run
-from pisub.mailbox import InboxClosed, write_request
-from pisub.paths import open_home
 from pisub.protocol import Limits, Manifest, RunState, now_iso
 from pisub.protocol.control import Stop
-from pisub.store import RunStore
+from pisub.store.mailbox import InboxClosed, write_request
+from pisub.store.paths import open_home
+from pisub.store.runs import RunStore
 from tests.conftest import ROOT, AgentMaker, pid_alive, pisub_cli, processes_of, wait_for
 
 SLEEPER = """
@@ -119,7 +119,7 @@ def test_request_written_before_the_runner_starts(home: Path, make_agent: AgentM
 
 WRITER = textwrap.dedent("""
     import sys
-    from pisub.client import Run
+    from pisub.api.client import Run
     run = Run(sys.argv[1])
     writer = sys.argv[2]
     ids = [run.send_steer(f"{writer}:{i}") for i in range(int(sys.argv[3]))]
@@ -259,7 +259,7 @@ def test_closed_inbox_requests_are_answered(home: Path, make_agent: AgentMaker) 
 def test_killed_runner_leaves_no_request_unanswered(home: Path, make_agent: AgentMaker) -> None:
     import signal
 
-    from pisub.locks import is_held
+    from pisub.core.locks import is_held
 
     run = _sleeper(make_agent)
     pid = run.status().pid
@@ -356,7 +356,7 @@ def test_a_request_id_cannot_be_published_twice(home: Path, make_agent: AgentMak
 def test_a_reader_dying_while_answering_leaves_work_for_the_next(
     home: Path, make_agent: AgentMaker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import pisub.mailbox as mailbox
+    import pisub.store.mailbox as mailbox
 
     make_agent("quick", python="print('done')")
     run = pisub.launch("quick", "x")

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pisub
-from pisub.locks import is_held
-from pisub.paths import RunPaths
+from pisub.core.locks import is_held
 from pisub.protocol import RunState, Status, decode, encode_pretty
-from pisub.store import write_status
+from pisub.store.paths import RunPaths
+from pisub.store.runs import write_status
 from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for
 
 SLEEPER = """

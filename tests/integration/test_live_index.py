@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import pisub
-from pisub.locks import is_held
-from pisub.paths import open_home
+from pisub.core.locks import is_held
 from pisub.protocol import RunState
+from pisub.store.paths import open_home
 from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for
 
 SLEEP = "import time; time.sleep(60)"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import pisub
-from pisub.procs import marked_processes
+from pisub.core.procs import marked_processes
 from pisub.protocol import RunState
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import pid_alive, pisub_cli, wait_for

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import pisub
-from pisub.children.pi_rpc import CLEARED_REASON
-from pisub.procs import marked_processes
+from pisub.children.pi.rpc import CLEARED_REASON
+from pisub.core.procs import marked_processes
 from pisub.protocol import RunState
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import pid_alive, pisub_cli, wait_for

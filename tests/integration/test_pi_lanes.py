@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import pisub
-from pisub.client import launch_lanes, retained_children
+from pisub.api.client import launch_lanes, retained_children
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import pisub_cli
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import pisub
-from pisub.client import launch_chain, launch_parallel, launch_workflow, resume_workflow
+from pisub.api.client import launch_chain, launch_parallel, launch_workflow, resume_workflow
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import pisub_cli, wait_for, wait_no_processes
 

@@ -27,11 +27,11 @@ from typing import Any
 import pytest
 
 import pisub
-from pisub.locks import is_held
+from pisub.core.locks import is_held
+from pisub.core.redact import redact
 from pisub.protocol import encode_pretty
 from pisub.protocol.control import ReceiptState
-from pisub.redact import redact
-from pisub.results import make_result
+from pisub.store.results import make_result
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import ROOT, AgentMaker, pid_alive, pisub_cli, processes_of, wait_for
 
@@ -564,7 +564,10 @@ def test_abandoned_pause_and_revive_neither_pauses_the_run_later_nor_loses_the_s
     wait_for(lambda: _sent_with(model_server, tag), timeout=30, what="pi to call the model")
     runner = _runner_pid(run)
     steer_text = f"STEER {tag}: now say hi"
-    fast = "import sys, pisub.revive; pisub.revive.PAUSE_TIMEOUT_S = 1.5; from pisub.cli import main; main()"
+    fast = (
+        "import sys, pisub.api.revive; pisub.api.revive.PAUSE_TIMEOUT_S = 1.5; "
+        "from pisub.cli import main; main()"
+    )
     with _frozen(runner):
         proc = subprocess.run(
             [sys.executable, "-c", fast, "steer", run.id, steer_text, "--wait", "0.5"],

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 import pisub
-from pisub.client import resume
+from pisub.api.client import resume
+from pisub.core.procs import marked_processes
 from pisub.errors import InvalidInput, NotResumable
-from pisub.leases import list_leases
-from pisub.procs import marked_processes
 from pisub.protocol import RunState
+from pisub.store.leases import list_leases
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import pisub_cli, wait_for
 

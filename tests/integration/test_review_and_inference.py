@@ -12,7 +12,7 @@ import pytest
 import pisub
 from pisub.acceptance.infer import TABLE, Role, Setting, infer, role_of
 from pisub.acceptance.review import parse, rejection
-from pisub.client import launch_parallel, launch_workflow
+from pisub.api.client import launch_parallel, launch_workflow
 from pisub.errors import InvalidInput
 from pisub.protocol.acceptance import AcceptanceRole, Level
 from tests.conftest import AgentMaker, pisub_cli, wait_for

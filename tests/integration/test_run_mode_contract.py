@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import pisub
-from pisub.client import launch_parallel
-from pisub.mailbox import new_key
+from pisub.api.client import launch_parallel
+from pisub.store.mailbox import new_key
 from tests.conftest import AgentMaker, wait_for, wait_no_processes
 
 Launch = Callable[[], pisub.Run]

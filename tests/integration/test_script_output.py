@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pisub
-from pisub.client import launch_workflow
+from pisub.api.client import launch_workflow
 from pisub.defaults import DEFAULT_OUTPUT_CAP
 
 LINE = 1001  # "x" * 1000 and its newline

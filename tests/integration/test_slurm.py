@@ -18,7 +18,7 @@ import pytest
 import pisub
 from pisub.backends import Liveness, liveness
 from pisub.protocol.status import RunState
-from pisub.store import load_status
+from pisub.store.runs import load_status
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for
 from tests.slurm import need_slurm
@@ -165,8 +165,8 @@ def test_a_local_run_is_not_repaired_from_another_host(make_agent: AgentMaker) -
         "import pisub.backends.local as local\n"
         "local.is_held = lambda path: False\n"
         "from pisub.backends import liveness\n"
-        "from pisub.paths import open_home\n"
-        "from pisub.store import load_status\n"
+        "from pisub.store.paths import open_home\n"
+        "from pisub.store.runs import load_status\n"
         "p = open_home().run(sys.argv[1])\n"
         "print(socket.gethostname(), liveness(p, load_status(p)))\n"
     )

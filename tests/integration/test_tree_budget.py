@@ -13,10 +13,10 @@ import uuid
 from pathlib import Path
 
 import pisub
-from pisub.client import launch_workflow
-from pisub.paths import open_home
+from pisub.api.client import launch_workflow
 from pisub.protocol.manifest import Manifest
-from pisub.spawn_budget import SpawnBudget
+from pisub.store.paths import open_home
+from pisub.store.spawn_budget import SpawnBudget
 from tests.conftest import AgentMaker
 
 # Runs `pisub run --agent leaf` five times from inside its own run (the real CLI, with the

@@ -139,7 +139,7 @@ def test_on_done_of_a_workflow_runs_once_when_the_workflow_ends(
     # A workflow whose coordinator is killed: the repairing reader runs it, once.
     out.unlink()
     tasks.write_text(json.dumps([{"agent": "long", "task": "a"}]))
-    from pisub.client import launch_parallel
+    from pisub.api.client import launch_parallel
 
     run = launch_parallel([{"agent": "long", "task": "a"}], on_done=hook)
     pid = wait_for(lambda: run.status().pid, timeout=30)
@@ -172,7 +172,7 @@ def test_a_bad_on_done_is_refused(home: Path, make_agent: AgentMaker, hook: str,
 def test_logs_of_a_workflow_interleave_its_children_with_their_keys(
     home: Path, make_agent: AgentMaker, tmp_path: Path
 ) -> None:
-    from pisub.client import launch_parallel
+    from pisub.api.client import launch_parallel
 
     make_agent(
         "talker",

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import pisub
-from pisub.client import launch_parallel, launch_workflow, resume_workflow
+from pisub.api.client import launch_parallel, launch_workflow, resume_workflow
 from pisub.errors import InvalidInput
 from pisub.workflow.children import forwarded_id
 from tests.conftest import AgentMaker, pisub_cli, wait_for
@@ -281,7 +281,7 @@ def test_gc_keeps_a_nested_workflow_whose_grandchildren_run(home: Path, worker: 
             tmp_path,
             """
             import asyncio
-            from pisub.client import launch_parallel
+            from pisub.api.client import launch_parallel
 
             async def main(runs, state, args):
                 calls = [{"key": f"g{i}", "agent": "worker", "task": f"g{i} sleep 6"} for i in range(2)]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import pisub
-from pisub.client import launch_chain, launch_parallel, launch_workflow, resume_workflow
+from pisub.api.client import launch_chain, launch_parallel, launch_workflow, resume_workflow
 from tests.conftest import AgentMaker, pisub_cli, processes_of, wait_for, wait_no_processes
 
 # Each child appends its task to $PISUB_TEST_COUNT (one line per start), sleeps the seconds

@@ -1,4 +1,4 @@
-"""The child contract (pisub/children/protocol.py), which every kind of child passes: the
+"""The child contract (pisub/children/base.py), which every kind of child passes: the
 external CLI, pi in RPC mode (here a small stand-in that speaks pi's protocol) and the scripted
 child the supervisor's unit tests use."""
 
@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
+from pisub.children.base import Child, ChildHooks
 from pisub.children.external_cli import ExternalCliChild
-from pisub.children.pi_rpc import PiChild
-from pisub.children.protocol import Child, ChildHooks
-from pisub.fsio import private_mkdir
-from pisub.paths import RunPaths
+from pisub.children.pi.rpc import PiChild
+from pisub.core.fsio import private_mkdir
 from pisub.protocol import AgentSpec, Limits, Manifest
 from pisub.protocol.control import ReceiptState
+from pisub.store.paths import RunPaths
 from pisub.testing.scripted_child import ScriptedChild, Step
 
 # Speaks enough of pi's RPC protocol: answers every command, works on a prompt until stdin closes.

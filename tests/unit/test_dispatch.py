@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from pisub.fsio import create_exclusive, private_mkdir
-from pisub.mailbox import FINISHED_REASON, read_receipt
-from pisub.paths import RunPaths
+from pisub.core.fsio import create_exclusive, private_mkdir
 from pisub.protocol.codec import encode
 from pisub.protocol.control import Ledger, ReceiptState, RecoveryClaim
 from pisub.runner.dispatch import RECOVERY_REASON, Dispatcher
+from pisub.store.mailbox import FINISHED_REASON, read_receipt
+from pisub.store.paths import RunPaths
 
 RUN_ID = "1" * 8 + "-0000-4000-8000-" + "1" * 12
 

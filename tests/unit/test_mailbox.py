@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from pisub.errors import InvalidInput
-from pisub.mailbox import (
+from pisub.protocol.control import ReceiptState, Steer, Stop
+from pisub.store.mailbox import (
     FINISHED_REASON,
     InboxClosed,
     answer_leftovers,
@@ -28,8 +29,7 @@ from pisub.mailbox import (
     write_receipt,
     write_request,
 )
-from pisub.paths import RunPaths
-from pisub.protocol.control import ReceiptState, Steer, Stop
+from pisub.store.paths import RunPaths
 
 RUN_ID = "0" * 8 + "-0000-4000-8000-" + "0" * 12
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from pisub.children.pi_rpc import LineReader, Phase, PiChild, message_text, pi_argv, tool_preview
-from pisub.paths import RunPaths
+from pisub.children.pi.rpc import LineReader, Phase, PiChild, message_text, pi_argv, tool_preview
 from pisub.protocol import AgentSpec, Limits, Manifest
 from pisub.protocol.control import ReceiptState
+from pisub.store.paths import RunPaths
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "pi"
 VERSIONS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
