@@ -1,27 +1,35 @@
 """The one error tree of pisub.
 
 Every error pisub raises on purpose is a :class:`PisubError` with a stable ``code``
-(a string that scripts may match on) and a one-line human message::
+(a string that scripts may match on; spec/cli.md lists them) and a one-line human message::
 
     PisubError                       code
     ├── InvalidInput                 INVALID_INPUT       bad argument, id, file or request
     ├── UnknownAgent                 UNKNOWN_AGENT       no agent by that name
+    ├── AgentDisabled                SUBAGENT_DISABLED   the agent exists but is disabled
+    ├── AgentConflict                AGENT_CONFLICT      an agent file is not what the caller read
     ├── RunNotFound                  RUN_NOT_FOUND       no run matches the id or prefix
     ├── AmbiguousRun                 AMBIGUOUS_RUN       a prefix matches several runs
     ├── HomeUnusable                 HOME_UNUSABLE       the pisub home cannot be used safely
     ├── ProtocolError                PROTOCOL_ERROR      a run file does not decode (names the field)
     ├── LaunchFailed                 SUBAGENT_FAILED     the runner or child could not be started
+    │   └── UnsupportedPi            UNSUPPORTED_PI      the pi binary is of a version pisub does not drive
     ├── NotResumable                 NOT_RESUMABLE       the run cannot be resumed (its state says why)
     ├── WaitTimeout                  WAIT_TIMEOUT        a wait ran out before its condition held
     ├── DepthExceeded                SUBAGENT_DEPTH_EXCEEDED  a run started too deep inside runs
+    ├── FanoutLimit                  RUN_FANOUT_LIMIT    a batch does not fit in the tree's spawn budget
+    ├── UsageBudgetExceeded          USAGE_BUDGET_EXCEEDED  the tree's usage budget has nothing left
+    ├── InboxClosed                  RUN_CLOSED          the run no longer takes requests
+    ├── LockBusy                     LOCK_BUSY           a lock could not be taken before its deadline
+    ├── LeaseHeld                    LEASE_HELD          another live run drives the pi session
+    ├── StaleLease                   STALE_LEASE         a fenced write with an old lease generation
+    ├── WorktreeError                WORKTREE_ERROR      a git operation of worktree isolation failed
+    ├── EvidenceMismatch             EVIDENCE_MISMATCH   a lane's stored patch is not the captured one
+    ├── StaleEvidence                EVIDENCE_STALE      lane evidence contradicting the recorded
+    ├── SlurmError                   SLURM_ERROR         a Slurm client command failed
+    ├── WorkflowFailed               WORKFLOW_FAILED     a workflow's ``main`` ended it ``failed``
     ├── StorageError                 IO_ERROR            a file cannot be read or written (with the fix)
     └── InternalError                INTERNAL_ERROR      a bug: anything else reaching a command's top
-
-Elsewhere, beside the code that raises them: ``LockBusy`` (LOCK_BUSY), ``InboxClosed``
-(RUN_CLOSED), ``LeaseHeld`` (LEASE_HELD, busy: another run drives the session) and
-``StaleLease`` (STALE_LEASE, a fenced write with an old generation), ``WorktreeError``
-(WORKTREE_ERROR), ``EvidenceMismatch`` (EVIDENCE_MISMATCH, a lane's stored patch is not the
-captured one) and ``StaleEvidence`` (EVIDENCE_STALE, lane evidence contradicting the recorded).
 
 Foreign exceptions (``OSError``, ``msgspec.ValidationError``, ``RecursionError``, portalocker's)
 are translated into these at the seam where they enter (:func:`storage_error` for ``OSError``);
@@ -137,6 +145,75 @@ class DepthExceeded(PisubError):
     was created."""
 
     code = "SUBAGENT_DEPTH_EXCEEDED"
+
+
+class UnsupportedPi(LaunchFailed):
+    """The pi binary is of a version pisub does not drive, or does not run at all."""
+
+    code = "UNSUPPORTED_PI"
+
+
+class FanoutLimit(PisubError):
+    """A batch of child starts does not fit in what is left of the root run's spawn budget."""
+
+    code = "RUN_FANOUT_LIMIT"
+
+
+class UsageBudgetExceeded(PisubError):
+    """A child start would spend from a usage budget that has nothing left."""
+
+    code = "USAGE_BUDGET_EXCEEDED"
+
+
+class InboxClosed(PisubError):
+    """The run no longer takes requests."""
+
+    code = "RUN_CLOSED"
+
+
+class LockBusy(PisubError):
+    """A lock could not be taken before its deadline."""
+
+    code = "LOCK_BUSY"
+
+
+class LeaseHeld(PisubError):
+    """The session is driven by another live run (or its owner cannot be proven dead)."""
+
+    code = "LEASE_HELD"
+
+
+class StaleLease(PisubError):
+    """A write was fenced off: the writer's lease generation is no longer current."""
+
+    code = "STALE_LEASE"
+
+
+class WorktreeError(PisubError):
+    """A git operation of worktree isolation failed (git missing, timed out, refused); the
+    message names the operation and the fix."""
+
+    code = "WORKTREE_ERROR"
+
+
+class EvidenceMismatch(PisubError):
+    """A child's stored patch is not the one captured: evidence about it is refused and its
+    cleanup blocked until the patch is restored."""
+
+    code = "EVIDENCE_MISMATCH"
+
+
+class StaleEvidence(PisubError):
+    """New evidence contradicts evidence already recorded for the same facts (another reviewed
+    head, merge commit or pull request)."""
+
+    code = "EVIDENCE_STALE"
+
+
+class SlurmError(PisubError):
+    """A Slurm client command failed (missing, timed out or refused; its message is one line)."""
+
+    code = "SLURM_ERROR"
 
 
 class StorageError(PisubError):

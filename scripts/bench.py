@@ -245,7 +245,7 @@ def _first_launch_in_a_process() -> float:
 
 def stop_all(b: Bench) -> None:
     import pisub
-    from pisub.store.mailbox import InboxClosed
+    from pisub.errors import InboxClosed
 
     live = [pisub.Run(s.run_id) for s in pisub.list_runs(home=b.home) if not s.state.is_terminal]
     for run in live:
@@ -583,7 +583,7 @@ def _final(run: Any, rid: str) -> bool:
 def stop_all_but(b: Bench, keep: str) -> None:
     """Stop every live run except the workflow ``keep`` and its children."""
     import pisub
-    from pisub.store.mailbox import InboxClosed
+    from pisub.errors import InboxClosed
 
     for st in pisub.list_runs(home=b.home, children=True):
         if st.state.is_terminal or keep in (st.run_id, st.parent_run_id):

@@ -140,7 +140,8 @@ def diff_of(cwd: Path, patch: Path | None) -> str | None:
     """The child's changes as the reviewer sees them (at most :data:`MAX_DIFF_BYTES`): its
     worktree's captured patch, else ``git diff HEAD`` of ``cwd`` plus the untracked files' names;
     None when ``cwd`` is not in a git repository."""
-    from pisub.worktrees.git import WorktreeError, run_git
+    from pisub.errors import WorktreeError
+    from pisub.worktrees.git import run_git
 
     if patch is not None:
         try:

@@ -257,8 +257,8 @@ def launch_lanes(lanes: list[dict[str, Any]], **options: Any) -> Run:
     Raises:
         InvalidInput: every problem, naming the lane, stage and field.
     """
+    from pisub.errors import FanoutLimit
     from pisub.protocol.workflow import DEFAULT_MAX_SPAWNS, Shape
-    from pisub.store.spawn_budget import FanoutLimit
     from pisub.workflow.lanes import check_lanes, stage_call
 
     checked = check_lanes(lanes, "lanes")

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pisub.errors import InvalidInput, PisubError
+from pisub.errors import EvidenceMismatch, InvalidInput, PisubError, StaleEvidence
 from pisub.protocol.codec import encode_pretty, now_iso
 from pisub.protocol.handoff import (
     Handoff,
@@ -35,20 +35,6 @@ _FULL_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 MAX_SUPERSESSION_CHAIN = 64
 """Supersessions followed from a lane before the chain counts as a cycle."""
 HANDOFF_LOCK_S = 30.0
-
-
-class EvidenceMismatch(PisubError):
-    """A child's stored patch is not the one captured: evidence about it is refused and its
-    cleanup blocked until the patch is restored."""
-
-    code = "EVIDENCE_MISMATCH"
-
-
-class StaleEvidence(PisubError):
-    """New evidence contradicts evidence already recorded for the same facts (another reviewed
-    head, merge commit or pull request)."""
-
-    code = "EVIDENCE_STALE"
 
 
 @dataclass

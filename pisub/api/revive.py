@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Protocol
 
 from pisub.core.fsio import create_exclusive, private_mkdir
 from pisub.core.polling import poll
-from pisub.errors import PisubError, translating
+from pisub.errors import InboxClosed, PisubError, translating
 from pisub.protocol.codec import encode, now_iso, parse_iso
 from pisub.protocol.control import Receipt, ReceiptState, RecoveryClaim, advance
 from pisub.protocol.status import RunState
-from pisub.store.mailbox import InboxClosed, make_receipt, withdraw, write_receipt
+from pisub.store.mailbox import make_receipt, withdraw, write_receipt
 
 if TYPE_CHECKING:
     from pisub.protocol.manifest import Manifest

@@ -18,9 +18,10 @@ import uuid
 from pathlib import Path
 
 from pisub.api.doctor import Report
-from pisub.backends.slurm import JOB_SCRIPT, SlurmError, server_now, slurm_command
+from pisub.backends.slurm import JOB_SCRIPT, server_now, slurm_command
 from pisub.core.fsio import private_mkdir
 from pisub.defaults import DEFAULT_GRACE_S
+from pisub.errors import SlurmError
 from pisub.store.paths import Home
 
 FINISH_MARGIN_S = 10.0

@@ -27,7 +27,7 @@ from pisub.backends.base import EngineState, Liveness
 from pisub.core.fsio import open_append, open_regular, private_mkdir
 from pisub.core.locks import is_held
 from pisub.core.procs import boot_id, host_name
-from pisub.errors import LaunchFailed, PisubError, storage_error
+from pisub.errors import LaunchFailed, PisubError, SlurmError, storage_error
 from pisub.protocol.codec import now_iso
 from pisub.protocol.env import ENV_RUNNER
 from pisub.protocol.placement import BackendName, Placement, PlacementRequest, SlurmOptions
@@ -81,10 +81,6 @@ def _slurm_state(text: str) -> EngineState:
 _seen: dict[str, tuple[EngineState, float]] = {}
 """Engine answers by job id, with when they came (monotonic): :meth:`SlurmBackend.observe`
 fills it for many runs at once, :meth:`SlurmBackend.liveness` reuses a fresh one."""
-
-
-class SlurmError(Exception):
-    """A Slurm command failed (its message is one line)."""
 
 
 def slurm_command(argv: list[str], *, env: dict[str, str] | None = None, timeout: float | None = None) -> str:

@@ -55,7 +55,7 @@ def steer(
 ) -> None:
     """Correct a running child; pi applies it at its next turn boundary."""
     from pisub.api.client import Run
-    from pisub.store.mailbox import InboxClosed
+    from pisub.errors import InboxClosed
 
     text = _message(message)
     _check_wait(wait)
@@ -83,7 +83,7 @@ def follow_up(
     """Queue more work: for a running run, after its current work; for a finished pi run, as a
     brief that its next resume delivers."""
     from pisub.api.client import Run
-    from pisub.store.mailbox import InboxClosed
+    from pisub.errors import InboxClosed
 
     _check_wait(wait)
     run = Run(ref)
@@ -124,7 +124,7 @@ def stop(
     """End the child and everything it started; the run ends stopped. A workflow: every child
     is stopped, or with --child only that one (the others go on)."""
     from pisub.api.client import Run
-    from pisub.store.mailbox import InboxClosed
+    from pisub.errors import InboxClosed
 
     _check_wait(wait)
     run = Run(ref)
@@ -183,7 +183,7 @@ def resume(
 
 def _send(ref: str, write: Callable[[Run], str], type_: str, wait: float, as_json: bool) -> None:
     from pisub.api.client import Run
-    from pisub.store.mailbox import InboxClosed
+    from pisub.errors import InboxClosed
 
     _check_wait(wait)
     run = Run(ref)

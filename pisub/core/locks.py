@@ -24,13 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from pisub.core.fsio import NotRegularFile, open_dir, open_regular
-from pisub.errors import PisubError, storage_error
-
-
-class LockBusy(PisubError):
-    """A lock could not be taken before its deadline."""
-
-    code = "LOCK_BUSY"
+from pisub.errors import LockBusy, storage_error
 
 
 def _open_lockfile(path: Path) -> int:

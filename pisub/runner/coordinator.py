@@ -163,7 +163,8 @@ class Coordinator:
         self.signalled = signum
 
     def _startup(self) -> bool:
-        from pisub.store.leases import LeaseHeld, acquire
+        from pisub.errors import LeaseHeld
+        from pisub.store.leases import acquire
 
         status = mark_running(load_status(self.paths))
         self.recorder = Recorder(self.paths, status, self.trouble)

@@ -310,8 +310,9 @@ class Supervisor:
     def _take_lease(self, child: Child) -> bool:
         """Hold the session's lease for the runner's whole life (before pi starts)."""
         from pisub.children.pi.rpc import PiChild
+        from pisub.errors import LeaseHeld
         from pisub.store.briefs import compose, mark_delivered, pending_briefs
-        from pisub.store.leases import LeaseHeld, acquire, fenced
+        from pisub.store.leases import acquire, fenced
 
         assert child.session_file is not None
         try:
@@ -900,7 +901,8 @@ def _evidence_status(
 def _git_quiet(cwd: Path, args: list[str]) -> int | None:
     """git's exit code in ``cwd`` (hardened, timed: :func:`pisub.worktrees.git.run_git`);
     None when git could not run."""
-    from pisub.worktrees.git import WorktreeError, run_git
+    from pisub.errors import WorktreeError
+    from pisub.worktrees.git import run_git
 
     try:
         return run_git(cwd, args, what="check the report's claims", check=False).returncode

@@ -28,22 +28,10 @@ from pathlib import Path
 from pisub.core.fsio import atomic_write, fsync_dir, load_json, private_mkdir, publish_new, read_bytes
 from pisub.core.locks import exclusive, is_held
 from pisub.core.procs import boot_id, host_name, is_alive, start_ticks, start_time
-from pisub.errors import PisubError, ProtocolError, storage_error, translating
+from pisub.errors import LeaseHeld, PisubError, ProtocolError, StaleLease, storage_error, translating
 from pisub.protocol.codec import encode_pretty, now_iso
 from pisub.protocol.lease import LeaseOwner
 from pisub.store.paths import is_run_id
-
-
-class LeaseHeld(PisubError):
-    """The session is driven by another live run (or its owner cannot be proven dead)."""
-
-    code = "LEASE_HELD"
-
-
-class StaleLease(PisubError):
-    """A write was fenced off: the writer's lease generation is no longer current."""
-
-    code = "STALE_LEASE"
 
 
 def canonical(session_file: str | Path) -> str:

@@ -39,7 +39,7 @@ from pisub.core.fsio import (
     read_bytes,
 )
 from pisub.core.redact import scrub
-from pisub.errors import InvalidInput, PisubError, ProtocolError, storage_error
+from pisub.errors import InboxClosed, InvalidInput, PisubError, ProtocolError, storage_error
 from pisub.protocol.codec import encode, encode_pretty, now_iso
 from pisub.protocol.control import (
     MAX_MESSAGE_BYTES,
@@ -217,12 +217,6 @@ def rejected_receipt(run_id: str, request_id: str, reason: str | None) -> Receip
 
 
 # -- the writer's side -----------------------------------------------------------------
-
-
-class InboxClosed(PisubError):
-    """The run no longer takes requests."""
-
-    code = "RUN_CLOSED"
 
 
 def write_request(paths: RunPaths, request: Request) -> str:

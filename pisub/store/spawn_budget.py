@@ -23,13 +23,7 @@ from pathlib import Path
 
 from pisub.core.fsio import atomic_write, fsync_dir, in_dir, listdir, private_mkdir, read_bytes
 from pisub.core.locks import exclusive
-from pisub.errors import PisubError, storage_error
-
-
-class FanoutLimit(PisubError):
-    """A batch of child starts does not fit in what is left of the root run's spawn budget."""
-
-    code = "RUN_FANOUT_LIMIT"
+from pisub.errors import FanoutLimit, storage_error
 
 
 def claim_name(journal: str, key: str) -> str:

@@ -20,18 +20,12 @@ import msgspec
 
 from pisub.core.fsio import atomic_write, load_json, private_mkdir
 from pisub.core.locks import exclusive
-from pisub.errors import PisubError, ProtocolError, storage_error
+from pisub.errors import PisubError, ProtocolError, UsageBudgetExceeded, storage_error
 from pisub.protocol.budget import UsageBudgetSpec, UsageTotals
 from pisub.protocol.codec import Record, encode_pretty
 from pisub.protocol.result import Usage
 
 MAX_LEDGER = 4 * 1024 * 1024
-
-
-class UsageBudgetExceeded(PisubError):
-    """A child start would spend from a usage budget that has nothing left."""
-
-    code = "USAGE_BUDGET_EXCEEDED"
 
 
 class Spend(Record, kw_only=True):

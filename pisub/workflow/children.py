@@ -779,7 +779,8 @@ class ChildRuns:
 
     def _stop_child(self, entry: ChildEntry) -> None:
         """Ask a child to end as part of the workflow's own ending (stop, or interrupt: pause)."""
-        from pisub.store.mailbox import InboxClosed, write_request
+        from pisub.errors import InboxClosed
+        from pisub.store.mailbox import write_request
 
         assert entry.run_id is not None
         entry.ended_by_workflow = True
@@ -818,7 +819,8 @@ class ChildRuns:
     def forward(self, index: int, request_id: str, request: Request) -> str | None:
         """Write ``request`` into child ``index``'s inbox; None when written (its receipt follows
         the child's), else why not."""
-        from pisub.store.mailbox import InboxClosed, write_request
+        from pisub.errors import InboxClosed
+        from pisub.store.mailbox import write_request
 
         entry = self.entries[index]
         assert entry.run_id is not None
@@ -863,7 +865,8 @@ class ChildRuns:
 
     # == runs.steer (from the script's thread) =============================================
     def send_steer(self, key: str, message: str, mode: str) -> SteerResult:
-        from pisub.store.mailbox import InboxClosed, write_request
+        from pisub.errors import InboxClosed
+        from pisub.store.mailbox import write_request
 
         with self.lock:
             entry = self.by_key.get(key)

@@ -9,6 +9,7 @@ makes, proves and applies patches, :mod:`~pisub.worktrees.isolation` is the life
 worktree and :mod:`~pisub.worktrees.cleanup` judges and removes finished ones.
 """
 
+from pisub.errors import WorktreeError
 from pisub.protocol.worktree import (
     ApplyMode,
     ApplyReport,
@@ -22,7 +23,6 @@ from pisub.protocol.worktree import (
     WorktreeState,
 )
 from pisub.worktrees.cleanup import cleanup_plan, remove_safe
-from pisub.worktrees.git import WorktreeError
 from pisub.worktrees.isolation import allocate, apply, branch_name, capture, capture_ref, discard
 from pisub.worktrees.records import list_records, load_record, record_path, save_record
 from pisub.worktrees.repo import check_source, dirty_paths, preflight, repo_root, resolve_base

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pisub.errors import PisubError
+from pisub.errors import WorktreeError
 from pisub.termsafe import printable
 
 GIT_TIMEOUT_S = 60.0
@@ -101,13 +101,6 @@ IDENTITY_ENV = {
     "GIT_COMMITTER_EMAIL": "pisub@localhost",
 }
 """The identity of pisub's capture commits (no user configuration needed)."""
-
-
-class WorktreeError(PisubError):
-    """A git operation of worktree isolation failed (git missing, timed out, refused); the
-    message names the operation and the fix."""
-
-    code = "WORKTREE_ERROR"
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,10 @@ import re
 import tempfile
 from pathlib import Path
 
+from pisub.errors import WorktreeError
 from pisub.protocol.worktree import ApplyMode, Conflict
 from pisub.termsafe import printable
-from pisub.worktrees.git import DIFF_FLAGS, WorktreeError, git_out, run_git
+from pisub.worktrees.git import DIFF_FLAGS, git_out, run_git
 from pisub.worktrees.repo import tree_of
 
 _PATCH_FAILED = re.compile(r"error: patch failed: (?P<path>.+):(?P<line>\d+)")

@@ -9,9 +9,9 @@ import tempfile
 from pathlib import Path
 
 from pisub.core.fsio import read_bytes
-from pisub.errors import InvalidInput
+from pisub.errors import InvalidInput, WorktreeError
 from pisub.termsafe import printable
-from pisub.worktrees.git import WorktreeError, git_out, run_git
+from pisub.worktrees.git import git_out, run_git
 
 PISUB_DIR = ".pisub"
 """pisub's own directory in a project: its files never make a repository dirty."""

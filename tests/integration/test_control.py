@@ -14,9 +14,10 @@ import pytest
 import pisub
 from pisub.api.client import Run
 from pisub.backends.local import spawn_runner
+from pisub.errors import InboxClosed
 from pisub.protocol import Limits, Manifest, RunState, now_iso
 from pisub.protocol.control import Stop
-from pisub.store.mailbox import InboxClosed, write_request
+from pisub.store.mailbox import write_request
 from pisub.store.paths import open_home
 from pisub.store.runs import RunStore
 from tests.conftest import ROOT, AgentMaker, pid_alive, pisub_cli, processes_of, wait_for

@@ -13,17 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from pisub.errors import LeaseHeld, StaleLease
 from pisub.protocol import encode_pretty
-from pisub.store.leases import (
-    LeaseHeld,
-    StaleLease,
-    acquire,
-    break_lease,
-    fenced,
-    lease_paths,
-    read_owner,
-    release,
-)
+from pisub.store.leases import acquire, break_lease, fenced, lease_paths, read_owner, release
 from tests.conftest import wait_for
 
 WORKER = textwrap.dedent("""

@@ -18,7 +18,8 @@ import pytest
 
 import pisub
 from pisub.children.pi import versions as pi_versions
-from pisub.children.pi.versions import SUPPORTED, UnsupportedPi, caps_for, detect_version
+from pisub.children.pi.versions import SUPPORTED, caps_for, detect_version
+from pisub.errors import UnsupportedPi
 from pisub.protocol.cache import PiVersions
 from pisub.protocol.codec import decode
 from pisub.testing.fake_model import FakeModelServer

@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from pisub.errors import InvalidInput, PisubError
+from pisub.errors import InvalidInput, PisubError, WorktreeError
 from pisub.protocol.codec import encode
 from pisub.worktrees import (
     ApplyMode,
     Decision,
     Reason,
-    WorktreeError,
     WorktreeRecord,
     WorktreeState,
     allocate,

@@ -18,18 +18,9 @@ from pathlib import Path
 import pytest
 
 from pisub.acceptance.review import diff_of
+from pisub.errors import WorktreeError
 from pisub.protocol.worktree import WorktreeState
-from pisub.worktrees import (
-    Decision,
-    Reason,
-    WorktreeError,
-    allocate,
-    apply,
-    capture,
-    cleanup_plan,
-    load_record,
-    record_path,
-)
+from pisub.worktrees import Decision, Reason, allocate, apply, capture, cleanup_plan, load_record, record_path
 from pisub.worktrees.cleanup import leftover_work, uncaptured_change
 from pisub.worktrees.git import filter_drivers
 from tests.conftest import wait_for

@@ -12,10 +12,9 @@ import pytest
 from pisub.core.fsio import private_mkdir
 from pisub.core.locks import try_lock
 from pisub.core.procs import start_ticks
+from pisub.errors import LeaseHeld, StaleLease
 from pisub.protocol import encode_pretty
 from pisub.store.leases import (
-    LeaseHeld,
-    StaleLease,
     acquire,
     break_lease,
     fenced,

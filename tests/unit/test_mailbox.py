@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pisub.errors import InvalidInput
+from pisub.errors import InboxClosed, InvalidInput
 from pisub.protocol.control import ReceiptState, Steer, Stop
 from pisub.store.mailbox import (
     FINISHED_REASON,
-    InboxClosed,
     answer_leftovers,
     claim,
     claimed_key,

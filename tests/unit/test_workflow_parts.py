@@ -8,12 +8,12 @@ from typing import Literal
 
 import pytest
 
-from pisub.errors import InvalidInput
+from pisub.errors import FanoutLimit, InvalidInput
 from pisub.protocol.control import Receipt, ReceiptState, Target, advance_target, aggregate
 from pisub.protocol.workflow import ChildResult
 from pisub.store.journal import Journal, replay
 from pisub.store.shared_state import MAX_STATE_BYTES, StateNamespace
-from pisub.store.spawn_budget import FanoutLimit, SpawnBudget
+from pisub.store.spawn_budget import SpawnBudget
 from pisub.workflow.calls import fingerprint, from_mapping, from_python, tasks_from
 
 RUN_A = "00000000-0000-4000-8000-00000000000a"

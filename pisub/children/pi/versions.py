@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pisub.core.procs import run_bounded
-from pisub.errors import LaunchFailed
+from pisub.errors import UnsupportedPi
 
 SUPPORTED = "pi 0.85.x or 1.x (>= 0.85.0, < 2.0.0)"
 """The supported range, as refusals and ``pisub doctor`` say it."""
@@ -36,12 +36,6 @@ VERSION_TIMEOUT_S = 10.0
 _VERSION_RE = re.compile(r"([0-9]+)\.([0-9]+)\.([0-9]+)")
 _EXACT_RE = re.compile(r"[0-9]{1,9}\.[0-9]{1,9}\.[0-9]{1,9}", re.ASCII)
 """What ``pi --version`` must print: one line, ASCII digits, nothing else."""
-
-
-class UnsupportedPi(LaunchFailed):
-    """The pi binary is of a version pisub does not drive, or does not run at all."""
-
-    code = "UNSUPPORTED_PI"
 
 
 @dataclass(frozen=True)
