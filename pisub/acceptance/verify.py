@@ -15,14 +15,12 @@ import hashlib
 import json
 import os
 import shlex
-import signal
-import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from pisub.core.fsio import atomic_write, load_json, private_mkdir
+from pisub.core.procs import OutputUnwritable, run_bounded
 from pisub.errors import PisubError
 from pisub.protocol.acceptance import Check, Outcome, VerifyCommand
 from pisub.protocol.cache import VerifyCacheEntry as Cached
@@ -232,48 +230,33 @@ def _run(
     try:
         argv = shlex.split(command.command)
     except ValueError as exc:
-        return Check(
-            id=command.id, kind="verify", outcome=Outcome.FAILED, reason=f"cannot split the command: {exc}"
-        )
+        return _failed(command, f"cannot split the command: {exc}")
     if not argv:
-        return Check(id=command.id, kind="verify", outcome=Outcome.FAILED, reason="the command is empty")
+        return _failed(command, "the command is empty")
     timeout = command.timeout_ms / 1000 if command.timeout_ms is not None else DEFAULT_TIMEOUT_S
     log = log_dir / f"{command.id}.log"
     try:
         private_mkdir(log_dir)
-        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as exc:
-        return Check(
-            id=command.id, kind="verify", outcome=Outcome.FAILED, reason=f"cannot write its log: {exc}"
-        )
+        return _failed(command, f"cannot write its log: {exc}")
     try:
-        proc = subprocess.Popen(
+        done = run_bounded(
             argv,
+            timeout=timeout,
             cwd=cwd,
             env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=fd,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+            output=log,
+            cap=KEEP_BYTES,
+            should_stop=should_stop,
+            grace=KILL_GRACE_S,
         )
-    except OSError as exc:
-        os.close(fd)
-        return Check(
-            id=command.id,
-            kind="verify",
-            outcome=Outcome.FAILED,
-            reason=f"cannot start {argv[0]!r}: {exc.strerror or exc}",
-        )
-    os.close(fd)
-    deadline = time.monotonic() + timeout
-    code = _wait(proc, deadline, should_stop)
-    if code is None or code == STOPPED:
-        _kill(proc)
-        _cap(log)
-        if code == STOPPED:
-            return Check(
-                id=command.id, kind="verify", outcome=Outcome.SKIPPED, reason="stopped", output=str(log)
-            )
+    except OutputUnwritable as exc:
+        return _failed(command, f"cannot write its log: {exc}")
+    except (OSError, ValueError) as exc:
+        return _failed(command, f"cannot start {argv[0]!r}: {getattr(exc, 'strerror', None) or exc}")
+    if done.stopped:
+        return Check(id=command.id, kind="verify", outcome=Outcome.SKIPPED, reason="stopped", output=str(log))
+    if done.timed_out:
         return Check(
             id=command.id,
             kind="verify",
@@ -282,7 +265,7 @@ def _run(
             exit_code=124,
             output=str(log),
         )
-    _cap(log)
+    code = done.returncode
     outcome = Outcome.PASSED if code == 0 else Outcome.FAILED
     reason = None if code == 0 else f"exited with code {code}"
     return Check(
@@ -290,47 +273,9 @@ def _run(
     )
 
 
-STOPPED = -(2**31)
-STOP_POLL_S = 0.2
+def _failed(command: VerifyCommand, reason: str) -> Check:
+    return Check(id=command.id, kind="verify", outcome=Outcome.FAILED, reason=reason)
 
 
-def _wait(proc: subprocess.Popen[bytes], deadline: float, should_stop: Callable[[], bool]) -> int | None:
-    """The exit code; None past ``deadline``; :data:`STOPPED` when ``should_stop`` said so."""
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return None
-        try:
-            return proc.wait(timeout=min(STOP_POLL_S, left))
-        except subprocess.TimeoutExpired:
-            if should_stop():
-                return STOPPED
-
-
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=3)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _cap(log: Path) -> None:
-    """Keep the first and last :data:`KEEP_BYTES` of a long log."""
-    try:
-        size = log.stat().st_size
-        if size <= 2 * KEEP_BYTES:
-            return
-        with open(log, "rb") as fh:
-            head = fh.read(KEEP_BYTES)
-            fh.seek(size - KEEP_BYTES)
-            tail = fh.read()
-        marker = f"\n[... {size - 2 * KEEP_BYTES} bytes not kept ...]\n".encode()
-        atomic_write(log, head + marker + tail)
-    except OSError:
-        return
+KILL_GRACE_S = 3.0
+"""How long a command that timed out or was stopped has after ``SIGTERM`` before ``SIGKILL``."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,10 @@ from pisub.store.paths import Home, RunPaths, open_home, validate_run_ref
 from pisub.store.runs import RunStore, load_manifest, load_result, load_status
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from pisub.agents.catalog import Catalog
+    from pisub.api.options import LaneInput, TaskInput, WorkflowOptions
     from pisub.children.pi.models import Model
     from pisub.protocol.events import Event
     from pisub.protocol.placement import Placement
@@ -195,6 +198,7 @@ def launch_workflow(
     base_ref: str | None = None,
     usage_budget: dict[str, Any] | None = None,
     on_done: str | None = None,
+    backend: str | None = None,
     home: Path | None = None,
 ) -> Run:
     """Start a detached workflow run of the Python file ``script`` (``async def main(runs,
@@ -202,6 +206,9 @@ def launch_workflow(
     (``pisub workflow validate``, every agent it names looked up from the run's working
     directory) before anything is created, and copied into the run, so later edits do not
     matter.
+
+    ``backend`` is refused: a workflow's coordinator runs here, and its children go where their
+    agent files say (``backend: slurm``).
 
     Raises:
         InvalidInput: the script does not validate (the message lists the problems), or a bad
@@ -225,30 +232,41 @@ def launch_workflow(
         base_ref=base_ref,
         usage_budget=usage_budget,
         on_done=on_done,
+        backend=backend,
         home=home,
     )
 
 
-def launch_parallel(tasks: list[dict[str, Any]], **options: Any) -> Run:
+def _entries(items: Any) -> Any:
+    """Tasks or lanes as JSON objects: a checked record given is written back as one (anything
+    else is left for the checks to name)."""
+    if isinstance(items, str | bytes) or not isinstance(items, Sequence):
+        return items
+    return [msgspec.to_builtins(item) if isinstance(item, msgspec.Struct) else item for item in items]
+
+
+def launch_parallel(tasks: Sequence[TaskInput], **options: Unpack[WorkflowOptions]) -> Run:
     """Start every task at once (up to the concurrency) as one workflow run; its result lists
     the children's results in task order. ``tasks``: ``{key?, agent, task, ...}`` (camelCase
     names, as in a tasks file). Options as for :func:`launch_workflow`."""
     from pisub.protocol.workflow import Shape
     from pisub.workflow.calls import tasks_from
 
-    return _launch_workflow(Shape.PARALLEL, name="parallel", tasks=tasks_from(tasks, "tasks"), **options)
+    calls = tasks_from(_entries(tasks), "tasks")
+    return _launch_workflow(Shape.PARALLEL, name="parallel", tasks=calls, **options)
 
 
-def launch_chain(tasks: list[dict[str, Any]], **options: Any) -> Run:
+def launch_chain(tasks: Sequence[TaskInput], **options: Unpack[WorkflowOptions]) -> Run:
     """Run the tasks one after the other as one workflow run; ``{previous}`` in a task is the
     previous step's output, and a failed step ends the chain (the rest are ``skipped``)."""
     from pisub.protocol.workflow import Shape
     from pisub.workflow.calls import tasks_from
 
-    return _launch_workflow(Shape.CHAIN, name="chain", tasks=tasks_from(tasks, "tasks"), **options)
+    calls = tasks_from(_entries(tasks), "tasks")
+    return _launch_workflow(Shape.CHAIN, name="chain", tasks=calls, **options)
 
 
-def launch_lanes(lanes: list[dict[str, Any]], **options: Any) -> Run:
+def launch_lanes(lanes: Sequence[LaneInput], **options: Unpack[WorkflowOptions]) -> Run:
     """Start a lanes workflow: lanes of ordered stages side by side (``[{key, defaults?,
     stages: [{key, agent?, task, resume?: "previous", ...}]}]``); its result is the board. The
     whole manifest is checked, and every agent looked up, before anything is created.
@@ -261,7 +279,7 @@ def launch_lanes(lanes: list[dict[str, Any]], **options: Any) -> Run:
     from pisub.protocol.workflow import DEFAULT_MAX_SPAWNS, Shape
     from pisub.workflow.lanes import check_lanes, stage_call
 
-    checked = check_lanes(lanes, "lanes")
+    checked = check_lanes(_entries(lanes), "lanes")
     every = [stage_call(lane, n) for lane in checked for n in range(len(lane.stages))]
     labels = [
         f"lanes[{i}] ({lane.key}).stages[{n}] ({stage.key})"
@@ -296,10 +314,13 @@ def _launch_workflow(
     base_ref: str | None = None,
     usage_budget: dict[str, Any] | None = None,
     on_done: str | None = None,
+    backend: str | None = None,
     home: Path | None = None,
 ) -> Run:
     import uuid
 
+    if backend is not None:
+        raise InvalidInput(WORKFLOW_BACKEND)
     _warm_up()  # first: it starts while the launch is checked
     from pisub.protocol.workflow import DEFAULT_CONCURRENCY, DEFAULT_MAX_SPAWNS, Isolation, WorkflowSpec
     from pisub.runs.launch import new_manifest, start_run, working_dir
@@ -358,6 +379,12 @@ def _launch_workflow(
         manifest.on_done = _command(on_done, "on_done")
     seeds = {"workflow.py": script} if script is not None else {}
     return Run(start_run(h, manifest, seeds=seeds).run_id, home=h.root)
+
+
+WORKFLOW_BACKEND = (
+    "--backend places one run; a workflow's coordinator runs here and its children go "
+    "where their agent files say (backend: slurm)"
+)
 
 
 def _check_script(path: Path, catalog: Catalog) -> None:

@@ -94,7 +94,7 @@ def _root() -> None:
 
 def _fail(error: PisubError, cause: BaseException | None = None) -> NoReturn:
     """Print one line for ``error`` (redacted) and exit 1."""
-    from pisub.core.redact import redact
+    from pisub.api.text import redact
 
     if cause is not None and os.environ.get("PISUB_DEBUG"):
         traceback.print_exception(cause)

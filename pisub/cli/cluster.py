@@ -19,16 +19,9 @@ def doctor(
 ) -> None:
     """Check Slurm, the partition, KillWait, proctrack/cgroup, the home on shared storage (a probe
     job writes a file this host reads back), the lookup cache and clock skew."""
-    from pisub.api.slurm_doctor import diagnose_cluster
-    from pisub.errors import InvalidInput
-    from pisub.store.config import load_config
-    from pisub.store.paths import open_home
+    from pisub.api.admin import cluster_doctor
 
-    if not 0 < timeout <= 3600:
-        raise InvalidInput("--timeout must be between 0 and 3600 seconds")
-    home = open_home()
-    configured = load_config(home.root).slurm
-    report = diagnose_cluster(home, partition or (configured.partition if configured else None), timeout)
+    report = cluster_doctor(partition=partition, timeout=timeout)
     print_report(report, as_json, width=11)
     for check in report.checks:
         out(f"{'ok ' if check.ok else 'BAD'}  {check.name:<11} {check.detail}")

@@ -17,15 +17,13 @@ def show(
 ) -> None:
     """Every setting config.toml may hold: its value when neither a call nor an agent sets it,
     and where that comes from (config.toml, an environment variable, or pisub's default)."""
-    from pisub.store.config import config_path, effective
-    from pisub.store.paths import open_home
+    from pisub.api.admin import settings
 
-    home = open_home()
-    rows = effective(home.root)
+    path, rows = settings()
     if as_json:
         json_line([{"name": r.name, "value": r.value, "source": r.source} for r in rows])
         return
-    out(f"# {config_path(home.root)}")
+    out(f"# {path}")
     width = max(len(r.name) for r in rows)
     for r in rows:
         value = "none" if r.value is None else r.value

@@ -1,7 +1,7 @@
 """The ``pisub`` console script's first step, before the command line's own imports.
 
 A command that starts a run (``run``, ``resume``) starts a warm runner first
-(:mod:`pisub.backends.warm`), so that the runner's interpreter starts and imports on the other
+(:mod:`pisub.api.warm`), so that the runner's interpreter starts and imports on the other
 core while the command line imports its parser, checks the agent and writes the manifest.
 """
 
@@ -22,10 +22,9 @@ def _launching(argv: list[str]) -> bool:
 
 def main() -> None:
     if _launching(sys.argv[1:]):
-        from pisub.backends import warm
+        from pisub.api.warm import prestart_for_one_launch
 
-        warm.configure(spares=False)  # this process launches once and exits
-        warm.prestart()
+        prestart_for_one_launch()
     from pisub.cli import main as cli_main
 
     cli_main()

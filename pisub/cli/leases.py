@@ -14,10 +14,9 @@ app = typer.Typer(
 @app.command("list")
 def list_(as_json: bool = typer.Option(False, "--json")) -> None:
     """List every lease and whether its owner is alive, dead or unknown."""
-    from pisub.store.leases import list_leases
-    from pisub.store.paths import open_home
+    from pisub.api.admin import leases
 
-    infos = list_leases(open_home().leases)
+    infos = leases()
     for info in infos:
         alive = {True: "alive", False: "dead", None: "unknown"}[info.alive]
         if as_json:
@@ -43,30 +42,9 @@ def break_(
     ),
 ) -> None:
     """Remove a lease by force (when its owner cannot be proven dead, e.g. after a reboot)."""
-    from pisub.api.client import Run
-    from pisub.errors import InvalidInput
-    from pisub.store.leases import break_lease, canonical, list_leases
+    from pisub.api.admin import break_leases
 
-    run = Run(ref)
-    session = run.status().session_file
-    matches = [
-        i
-        for i in list_leases(run.home.leases)
-        if i.owner is not None
-        and (
-            run.id in (i.owner.run_id, i.owner.source_run_id)
-            or (session and i.owner.session_file == canonical(session))
-        )
-    ]
-    if not matches:
-        raise InvalidInput(f"no lease belongs to run {run.id}")
-    if not force:
-        raise InvalidInput(
-            "refusing to break a lease without --force (pi itself cannot be fenced: an old pi "
-            "still alive could keep writing to the session)"
-        )
-    for info in matches:
-        break_lease(run.home.leases, info.path)
+    for info in break_leases(ref, force=force):
         owner = info.owner
         assert owner is not None
         out(f"broke the lease of {owner.run_id} (generation {owner.generation}) on {owner.session_file}")

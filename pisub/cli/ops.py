@@ -16,17 +16,9 @@ def register(app: typer.Typer) -> None:
 
 def doctor(as_json: bool = JSON) -> None:
     """Check the home, inotify limits, the pi binary, stuck runs and orphaned leases."""
-    from pisub.api.doctor import diagnose
-    from pisub.errors import PisubError
-    from pisub.store.paths import open_home
+    from pisub.api.admin import doctor as diagnose
 
-    try:
-        from pisub.children.pi.rpc import find_pi
-
-        pi_bin: str | None = find_pi()
-    except PisubError:
-        pi_bin = None
-    report = diagnose(open_home(), pi_bin)
+    report = diagnose()
     print_report(report, as_json, width=8)
     for check in report.checks:
         out(f"{'ok ' if check.ok else 'BAD'}  {check.name:<8} {check.detail}")
@@ -44,13 +36,13 @@ def gc(
     as_json: bool = JSON,
 ) -> None:
     """Remove finished runs (never a live one) and sweep stale inbox/tmp files."""
-    from pisub.api.doctor import collect, parse_age
+    from pisub.api.admin import gc as collect
+    from pisub.api.admin import parse_age
     from pisub.cli.progress import progress
-    from pisub.store.paths import open_home
 
-    age = parse_age(older_than)
+    parse_age(older_than)  # refused before the progress bar shows
     with progress() as update:
-        result = collect(open_home(), age, dry_run, update)
+        result = collect(older_than, dry_run=dry_run, progress=update)
     if as_json:
         json_line(
             {

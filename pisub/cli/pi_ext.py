@@ -44,9 +44,9 @@ def guide(topic: str | None = typer.Argument(None, help="overview, workflows, ag
 
 def home() -> None:
     """Print the pisub home directory (created if missing)."""
-    from pisub.store.paths import open_home
+    from pisub.api.admin import home_dir
 
-    out(str(open_home().root))
+    out(str(home_dir()))
 
 
 def models(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -91,61 +90,41 @@ def run(
 ) -> None:
     """Start a detached run — one agent on TASK, or a workflow (--workflow, --parallel, --chain,
     --lanes, --task) — and print its id once its runner has started."""
-    from pisub.api.client import Run
-    from pisub.errors import DepthExceeded, InvalidInput
+    from pisub.api.launch import refusal, start
+    from pisub.errors import DepthExceeded
 
-    shapes = [x for x in (workflow, parallel, chain, lanes, tasks or None) if x is not None]
-    if len(shapes) > 1:
-        raise InvalidInput("give one of --workflow, --parallel, --chain, --lanes or --task")
     try:
-        if shapes:
-            if agent is not None or task is not None:
-                raise InvalidInput("a workflow takes no --agent or TASK (they belong in its calls)")
-            if backend is not None:
-                raise InvalidInput(
-                    "--backend places one run; a workflow's coordinator runs here and its children go "
-                    "where their agent files say (backend: slurm)"
-                )
-            options = {
-                "on_done": on_done,
-                "cwd": cwd,
-                "concurrency": concurrency,
-                "max_spawns": max_spawns,
-                "state_ns": state_ns,
-                "fork_from": fork_from,
-                "timeout": timeout,
-                "isolation": isolation,
-                "base_ref": base_ref,
-                "usage_budget": _json_option(usage_budget, "--usage-budget"),
-            }
-            handle: Run = _start_workflow(workflow, parallel, chain, lanes, tasks, args, options)
-        else:
-            from pisub.api.client import launch
-
-            if agent is None or task is None:
-                raise InvalidInput("give --agent NAME and TASK (or a workflow: --workflow FILE)")
-            if isolation is not None or base_ref is not None or usage_budget is not None:
-                raise InvalidInput("--isolation, --base-ref and --usage-budget are for workflows")
-            handle = launch(
-                agent,
-                task,
-                cwd=cwd,
-                timeout=timeout,
-                idle_timeout=idle_timeout,
-                tool_timeout=tool_timeout,
-                checkpoint_before_deadline=checkpoint,
-                tool_budget=_json_option(tool_budget, "--tool-budget"),
-                acceptance=_acceptance_option(acceptance),
-                gate=gate,
-                model=model,
-                on_done=on_done,
-                backend=backend,
-            )
+        handle = start(
+            agent,
+            task,
+            workflow=workflow,
+            tasks=_task_pairs(tasks) if tasks else None,
+            parallel=parallel,
+            chain=chain,
+            lanes=lanes,
+            args=_args(args) if args else None,
+            cwd=cwd,
+            timeout=timeout,
+            idle_timeout=idle_timeout,
+            tool_timeout=tool_timeout,
+            checkpoint_before_deadline=checkpoint,
+            tool_budget=_json_option(tool_budget, "--tool-budget"),
+            acceptance=_acceptance_option(acceptance),
+            gate=gate,
+            model=model,
+            concurrency=concurrency,
+            max_spawns=max_spawns,
+            state_ns=state_ns,
+            fork_from=fork_from,
+            isolation=isolation,
+            base_ref=base_ref,
+            usage_budget=_json_option(usage_budget, "--usage-budget"),
+            on_done=on_done,
+            backend=backend,
+        )
     except DepthExceeded as exc:
         if as_json:  # the refusal as a result (mode "management") on stdout, the line on stderr
-            from pisub.store.results import management_result
-
-            json_line(management_result(exc.code, exc.message))
+            json_line(refusal(exc))
         raise
     if as_json:
         st = handle.status()
@@ -154,39 +133,17 @@ def run(
         out(handle.id)
 
 
-def _start_workflow(
-    workflow: Path | None,
-    parallel: Path | None,
-    chain: Path | None,
-    lanes: Path | None,
-    tasks: list[str] | None,
-    args: list[str] | None,
-    options: dict[str, Any],
-) -> Any:
-    from pisub.api.client import launch_chain, launch_lanes, launch_parallel, launch_workflow
+def _task_pairs(tasks: list[str]) -> list[dict[str, Any]]:
+    """``--task AGENT=TEXT`` options as tasks keyed ``task-1``, ``task-2``..."""
     from pisub.errors import InvalidInput
-    from pisub.workflow.calls import load_tasks
 
-    if workflow is not None:
-        return launch_workflow(workflow, args=_args(args or []), **options)
-    if args:
-        raise InvalidInput("--arg is for --workflow")
-    if tasks:
-        entries: list[dict[str, Any]] = []
-        for number, spec in enumerate(tasks, start=1):
-            name, sep, text = spec.partition("=")
-            if not sep or not name or not text.strip():
-                raise InvalidInput(f"--task {spec!r:.60}: give AGENT=TEXT")
-            entries.append({"key": f"task-{number}", "agent": name, "task": text})
-        return launch_parallel(entries, **options)
-    if lanes is not None:
-        from pisub.workflow.lanes import load_lanes
-
-        return launch_lanes(load_lanes(lanes), **options)
-    source = parallel or chain
-    assert source is not None
-    calls = [_camel(c) for c in load_tasks(source)]
-    return (launch_parallel if parallel is not None else launch_chain)(calls, **options)
+    entries: list[dict[str, Any]] = []
+    for number, spec in enumerate(tasks, start=1):
+        name, sep, text = spec.partition("=")
+        if not sep or not name or not text.strip():
+            raise InvalidInput(f"--task {spec!r:.60}: give AGENT=TEXT")
+        entries.append({"key": f"task-{number}", "agent": name, "task": text})
+    return entries
 
 
 def _acceptance_option(text: str | None) -> Any:
@@ -217,13 +174,6 @@ def _json_option(text: str | None, flag: str) -> Any:
     if not isinstance(value, dict):
         raise InvalidInput(f"{flag}: give a JSON object")
     return value
-
-
-def _camel(call: Any) -> dict[str, Any]:
-    import msgspec
-
-    data: dict[str, Any] = msgspec.to_builtins(call)
-    return data
 
 
 def _args(pairs: list[str]) -> dict[str, Any]:
@@ -295,16 +245,13 @@ def status(
         else:
             out_block(status_text(st, placement))
     elif view == "fleet":
-        from pisub.runs.views import children_of, fleet_of
+        from pisub.api.views import fleet as fleet_rows
 
-        st = handle.status()
-        _print_fleet(fleet_of([st, *children_of(handle.home, st)]), as_json)
+        _print_fleet(fleet_rows(handle), as_json)
     elif view == "transcript":
-        from pisub.runs.views import json_lines_of, transcript
+        from pisub.api.views import json_lines_of, transcript
 
-        if handle.manifest().workflow is not None:
-            raise InvalidInput(f"run {handle.id} is a workflow: name a child with --child KEY|INDEX")
-        text = transcript(handle.paths, lines)
+        text = transcript(handle, lines)
         if as_json:
             shown, replaced = json_lines_of(text)
             json_line({"runId": handle.id, "lines": shown, "undecodable": replaced})
@@ -316,10 +263,9 @@ def status(
 
 def fleet(as_json: bool = JSON) -> None:
     """Every live run and workflow child, one line each."""
-    from pisub.api.client import list_runs
-    from pisub.runs.views import fleet_of
+    from pisub.api.views import fleet as fleet_rows
 
-    _print_fleet(fleet_of(list_runs(children=True)), as_json)
+    _print_fleet(fleet_rows(), as_json)
 
 
 def top() -> None:
@@ -360,7 +306,7 @@ def list_(
     problems: list[str] = []
     window = None
     if since is not None:
-        from pisub.api.doctor import parse_age
+        from pisub.api.admin import parse_age
 
         window = parse_age(since)
     statuses = list(
@@ -386,17 +332,24 @@ def logs(
     --child: every child's lines, prefixed [key]). Control characters, escape sequences, bidi
     controls and bytes that are not UTF-8 are shown escaped (\\x1b, \\u202e, \\udcff) unless
     --raw."""
-    from pisub.errors import InvalidInput
+    from pisub.api.views import log_bytes, workflow_log_lines
 
     handle = _run(ref, child)
     if handle.manifest().workflow is not None:
-        _workflow_logs(handle, follow, raw)
+        for line in workflow_log_lines(handle, follow=follow):
+            if raw:
+                sys.stdout.buffer.write(line.encode("utf-8", "surrogateescape") + b"\n")
+            else:
+                out_block(line)  # one line of the log (a tab stays, as in `logs`)
+            if follow:
+                sys.stdout.flush()
+        sys.stdout.flush()
         return
-    log = handle.paths.output_log(0)
-    if not os.path.lexists(log) and not follow:
-        raise InvalidInput(f"run {handle.id} has no output log")
     sink = _LogSink(raw)
-    _follow(handle, log, sink) if follow else _copy(log, 0, sink)
+    for chunk in log_bytes(handle, follow=follow):
+        sink.write(chunk)
+        if follow:
+            sys.stdout.flush()
     sink.close()
 
 
@@ -418,73 +371,6 @@ class _LogSink:
     def close(self) -> None:
         self.write(b"", final=True)
         sys.stdout.flush()
-
-
-def _copy(log: Path, offset: int, sink: _LogSink) -> int:
-    from pisub.runs.views import open_log
-
-    fd = open_log(log)
-    if fd is None:
-        return offset
-    try:
-        os.lseek(fd, offset, os.SEEK_SET)
-        while chunk := os.read(fd, 1 << 16):
-            sink.write(chunk)
-            offset += len(chunk)
-    finally:
-        os.close(fd)
-    sys.stdout.flush()
-    return offset
-
-
-def _workflow_logs(handle: Any, follow: bool, raw: bool) -> None:
-    """Every child's log, each line as ``[key] line`` (with -f: until the workflow ends); the
-    lines escaped like every human output, or (``--raw``) as the child wrote them."""
-    from pisub.core.polling import Every, poll
-    from pisub.runs.views import InterleavedLogs
-
-    reader = InterleavedLogs(handle.home, handle.paths)
-
-    def show(final: bool = False) -> None:
-        for line in reader.read(final=final):
-            if raw:
-                sys.stdout.buffer.write(line.encode("utf-8", "surrogateescape") + b"\n")
-            else:
-                out_block(line)  # one line of the log (a tab stays, as in `logs`)
-        sys.stdout.flush()
-
-    if not follow:
-        show(final=True)
-        return
-    end_check = Every(0.5)
-
-    def printed_to_the_end() -> bool | None:
-        show()
-        if end_check.due() and handle.status().state.is_terminal:
-            show(final=True)
-            return True
-        return None
-
-    poll(printed_to_the_end, None, interval=0.1)
-
-
-def _follow(handle: object, log: Path, sink: _LogSink) -> None:
-    from pisub.api.client import Run
-    from pisub.core.polling import Every, poll
-    from pisub.defaults import READ_POLL_S
-
-    assert isinstance(handle, Run)
-    offset = [0]
-    end_check = Every(0.5)
-
-    def printed_to_the_end() -> bool | None:
-        offset[0] = _copy(log, offset[0], sink)
-        if end_check.due() and handle.status().state.is_terminal:
-            _copy(log, offset[0], sink)
-            return True
-        return None
-
-    poll(printed_to_the_end, None, interval=READ_POLL_S * 2)
 
 
 def wait(

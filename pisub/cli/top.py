@@ -23,15 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pisub.api.views import FleetRow, Home, fleet_of, last_line, transcript
 from pisub.errors import PisubError
 from pisub.protocol.status import Status
-from pisub.runs.views import FleetRow, fleet_of, transcript
-from pisub.store.paths import Home
 
 MAX_ROWS = 300
 REDRAW_MIN_S = 0.2
 TICK_S = 1.0
-SPARK_BYTES = 4096
 CELL_CHARS = 60
 
 
@@ -77,7 +75,7 @@ def collect(home: Home) -> tuple[list[Row], list[str]]:
         if len(rows) >= MAX_ROWS:
             return
         own = fleet_of([status], live_only=False)
-        rows.append(Row(own[0], depth, _spark(home, status)))
+        rows.append(Row(own[0], depth, last_line(home, status)))
         rows.extend(Row(queued, depth + 1) for queued in own[1:])
         for child in sorted(by_parent.get(status.run_id, []), key=lambda s: s.started_at or ""):
             add(child, depth + 1)
@@ -89,21 +87,6 @@ def collect(home: Home) -> tuple[list[Row], list[str]]:
 
 def _negated(stamp: str) -> str:
     return "".join(chr(0x10FFFF - ord(c)) for c in stamp)
-
-
-def _spark(home: Home, status: Status) -> str:
-    """The last line of a live run's output (nothing for an ended one)."""
-    if status.state.is_terminal or status.runner == "workflow":
-        return ""
-    from pisub.core.fsio import read_tail
-    from pisub.core.redact import redact
-
-    try:
-        tail = read_tail(home.run(status.run_id).output_log(0), SPARK_BYTES)
-    except (OSError, PisubError):
-        return ""
-    lines = [line for line in tail.decode("utf-8", "surrogateescape").splitlines() if line.strip()]
-    return redact(lines[-1].strip()) if lines else ""
 
 
 def _age(stamp: str | None) -> str:
@@ -290,7 +273,7 @@ class Top:
             self.state.log = []
             return
         try:
-            self.state.log = transcript(self.home.run(row.fleet.run_id), 500)
+            self.state.log = transcript(self.home, 500, run_id=row.fleet.run_id)
         except (OSError, PisubError) as exc:
             self.state.log = [f"cannot read the log: {exc}"]
 
@@ -401,8 +384,8 @@ class Top:
 
 def run_top(home_root: Path | None = None) -> None:
     """Raises: InvalidInput: stdin or stdout is not a terminal."""
+    from pisub.api.views import open_home
     from pisub.errors import InvalidInput
-    from pisub.store.paths import open_home
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise InvalidInput("pisub top needs a terminal; for scripts use pisub fleet --json")

@@ -20,13 +20,9 @@ def validate(
     as_json: bool = typer.Option(False, "--json", help='Print {"ok", "errors": [{line, col, message}]}.'),
 ) -> None:
     """Check a workflow script without starting anything (exit 0 valid, 1 not)."""
-    import os
+    from pisub.api.admin import validate_workflow
 
-    from pisub.api.client import agent_catalog
-    from pisub.workflow.validate import validate_file
-
-    agents = set(agent_catalog(cwd=Path(os.getcwd())).agents)
-    report = validate_file(script.absolute(), agents)
+    report = validate_workflow(script)
     if as_json:
         json_line(report.as_json())
     else:

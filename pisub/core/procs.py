@@ -13,7 +13,9 @@ import ctypes
 import os
 import signal
 import subprocess
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -246,32 +248,141 @@ def reap_adopted(keep: int | None) -> None:
             os.waitpid(info.si_pid, os.WNOHANG)
 
 
-def run_bounded(argv: list[str], timeout: float) -> tuple[int, bytes, bytes]:
-    """Run a short command (``pi --version``, ``pi --list-models``) in a process group of its own: its
-    exit code, stdout and stderr. The group is ended whole afterwards — nothing it started
-    outlives it — and at once when it has not answered within ``timeout`` seconds.
+STOP_POLL_S = 0.2
+"""How often :func:`run_bounded` asks its ``should_stop`` while a command runs."""
+
+
+class OutputUnwritable(OSError):
+    """:func:`run_bounded` could not open its ``output`` file (the command was not started)."""
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What a bounded command did: its exit code (negative: the signal that ended it), its output
+    when it went to pipes, and whether it was ended early (``timed_out``, ``stopped``)."""
+
+    returncode: int
+    stdout: bytes = b""
+    stderr: bytes = b""
+    timed_out: bool = False
+    stopped: bool = False
+
+
+def run_bounded(
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: bytes | None = None,
+    output: Path | None = None,
+    cap: int | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    grace: float = 0.0,
+) -> Finished:
+    """Run ``argv`` (no shell) in a session and process group of its own, bounded in time, and
+    end the whole group afterwards: nothing it started outlives the call, and it is reaped.
+
+    ``stdin`` is fed to it (else it reads ``/dev/null``). Its stdout and stderr come back in the
+    result, or, with ``output``, both go to that file (created or truncated, 0600, never through
+    a symlink) — cut to its first and last ``cap`` bytes afterwards when ``cap`` is given. Past
+    ``timeout`` seconds, or once ``should_stop()`` says so (asked every :data:`STOP_POLL_S`), the
+    group is ended: ``SIGTERM`` and up to ``grace`` seconds for the command to go first when
+    ``grace`` is set, then ``SIGKILL``.
 
     Raises:
-        OSError, ValueError: it cannot be started. TimeoutError: it did not answer in time.
+        OutputUnwritable: ``output`` cannot be opened. OSError, ValueError: ``argv`` cannot be
+            started, or talking to it failed (its group is ended first).
     """
-    proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
-    )
+    fd = _open_output(output) if output is not None else None
     try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if fd is None else fd,
+            stderr=subprocess.PIPE if fd is None else subprocess.STDOUT,
+            start_new_session=True,
+        )
+    finally:
+        if fd is not None:
+            os.close(fd)
+    try:
+        done = _await(proc, stdin, time.monotonic() + timeout, should_stop)
+        if done.timed_out or done.stopped:
+            end_group(proc, grace)
+            out, err = proc.communicate()  # what is left in the pipes
+            done = Finished(proc.returncode, out or b"", err or b"", done.timed_out, done.stopped)
+    except BaseException:
         end_group(proc)
-        proc.communicate()  # collect what is left and close the pipes
-        raise TimeoutError(f"{argv[0]} did not answer within {timeout:g}s") from None
-    end_group(proc)
-    return proc.returncode, out, err
+        with contextlib.suppress(OSError, ValueError):
+            proc.communicate()
+        raise
+    end_group(proc)  # nothing it started outlives it
+    if output is not None and cap is not None:
+        cap_file(output, cap)
+    return done
 
 
-def end_group(proc: subprocess.Popen[bytes]) -> None:
-    """Kill ``proc``'s whole process group (it was started in a session of its own) and reap it."""
-    import signal
+def _open_output(path: Path) -> int:
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise OutputUnwritable(exc.errno, exc.strerror, exc.filename) from exc
 
+
+def _await(
+    proc: subprocess.Popen[bytes],
+    stdin: bytes | None,
+    deadline: float,
+    should_stop: Callable[[], bool] | None,
+) -> Finished:
+    """Feed ``stdin``, collect the output and wait for the exit; the returned record is marked
+    ``timed_out`` or ``stopped`` (with no exit code yet) when the command was still running."""
+    feed = stdin
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return Finished(-1, timed_out=True)
+        try:
+            out, err = proc.communicate(feed, timeout=left if should_stop is None else min(STOP_POLL_S, left))
+            return Finished(proc.returncode, out or b"", err or b"")
+        except subprocess.TimeoutExpired:
+            feed = None  # a retried communicate carries on with the input it was given
+            if should_stop is not None and should_stop():
+                return Finished(-1, stopped=True)
+
+
+def end_group(proc: subprocess.Popen[bytes], grace: float = 0.0) -> None:
+    """End ``proc``'s whole process group (it was started in a session of its own) and reap it:
+    with ``grace``, ``SIGTERM`` first and up to ``grace`` seconds for ``proc`` to exit; then
+    ``SIGKILL`` to whatever is left of the group."""
+    if grace > 0 and proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     if proc.returncode is None:
         proc.wait()
+
+
+def cap_file(path: Path, keep: int) -> None:
+    """Keep the first and last ``keep`` bytes of a longer file, with a line saying how many
+    bytes between them were not kept (best effort: a file that cannot be rewritten stays)."""
+    from pisub.core.fsio import atomic_write
+
+    try:
+        size = path.stat().st_size
+        if size <= 2 * keep:
+            return
+        with open(path, "rb") as fh:
+            head = fh.read(keep)
+            fh.seek(size - keep)
+            tail = fh.read()
+        marker = f"\n[... {size - 2 * keep} bytes not kept ...]\n".encode()
+        atomic_write(path, head + marker + tail)
+    except OSError:
+        return

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pisub.core.procs import end_group
+from pisub.core.procs import OutputUnwritable, run_bounded
 from pisub.protocol.env import ENV_RUN_DIR, ENV_RUN_ID
 from pisub.protocol.manifest import Manifest
 from pisub.store.paths import RunPaths
@@ -52,35 +52,22 @@ def run_on_done(paths: RunPaths, argv: list[str], cwd: str, state: str, timeout:
         ENV_RUN_DIR: str(paths.root),
     }
     try:
-        fd = os.open(
-            paths.on_done_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        done = run_bounded(
+            argv,
+            timeout=timeout,
+            cwd=cwd if os.path.isdir(cwd) else paths.root,
+            env=env,
+            output=paths.on_done_log,
+            cap=KEEP_BYTES,
         )
-    except OSError as exc:
+    except OutputUnwritable as exc:
         _event(paths, "on_done.failed", error=f"cannot write on-done.log: {exc.strerror or exc}")
         return
-    try:
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd if os.path.isdir(cwd) else str(paths.root),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=fd,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
     except (OSError, ValueError) as exc:
         _event(paths, "on_done.failed", error=f"cannot start {argv[0]!r}: {exc}")
         return
-    finally:
-        os.close(fd)
-    timed_out = False
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    end_group(proc)  # nothing it started outlives it (nor it, past its timeout)
-    code = proc.returncode
-    _event(paths, "on_done.finished", exitCode=code, timedOut=timed_out, output=_tail(paths.on_done_log))
+    output = _tail(paths.on_done_log)
+    _event(paths, "on_done.finished", exitCode=done.returncode, timedOut=done.timed_out, output=output)
 
 
 def _tail(log: Path) -> str:

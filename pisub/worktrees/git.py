@@ -11,14 +11,12 @@ configuration runs inside a pisub git call.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pisub.core.procs import run_bounded
 from pisub.errors import WorktreeError
 from pisub.termsafe import printable
 
@@ -245,51 +243,23 @@ def run_git(
 def _call(
     argv: list[str], stdin: bytes | None, env: dict[str, str], timeout: float, what: str, fix: str
 ) -> GitResult:
-    """Run ``argv`` in its own process group: its result, or an error when it cannot start or
-    does not finish within ``timeout`` (its whole group is killed)."""
+    """Run ``argv`` in its own process group (:func:`~pisub.core.procs.run_bounded`: a filter
+    or helper it started never outlives the call): its result, or an error when it cannot start
+    or does not finish within ``timeout`` (its whole group is killed)."""
     try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-        )
+        done = run_bounded(argv, timeout=timeout, env=env, stdin=stdin)
     except FileNotFoundError as exc:
         raise WorktreeError(
             f"cannot {what}: git is not installed or not on PATH; install git or fix PATH"
         ) from exc
     except OSError as exc:
-        raise WorktreeError(f"cannot {what}: git cannot be started ({exc.strerror or exc}); {fix}") from exc
-    out, err = _communicate(proc, stdin, timeout, what)
-    return GitResult(proc.returncode, out, err)
-
-
-def _communicate(
-    proc: subprocess.Popen[bytes], stdin: bytes | None, timeout: float, what: str
-) -> tuple[bytes, bytes]:
-    """Feed ``stdin`` and collect the output; on timeout kill the process group and raise."""
-    try:
-        return proc.communicate(stdin, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        proc.communicate()
+        raise WorktreeError(f"cannot {what}: git cannot be run ({exc.strerror or exc}); {fix}") from exc
+    if done.timed_out:
         raise WorktreeError(
             f"cannot {what}: git did not finish within {timeout:g}s (killed); "
             "check for a hung filter or a huge repository and retry"
-        ) from None
-    except OSError as exc:  # e.g. EPIPE feeding a git that died early
-        _kill_group(proc)
-        proc.communicate()
-        raise WorktreeError(f"cannot {what}: talking to git failed ({exc.strerror or exc})") from exc
-    finally:
-        _kill_group(proc)  # a filter or helper it started never outlives the call
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+        )
+    return GitResult(done.returncode, done.stdout, done.stderr)
 
 
 def git_out(

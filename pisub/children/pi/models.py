@@ -38,11 +38,12 @@ def list_models(pi_bin: str, search: str | None = None) -> list[Model]:
     """
     argv = [pi_bin, "--list-models", *([search] if search else [])]
     try:
-        code, out, err = run_bounded(argv, LIST_TIMEOUT_S)
+        done = run_bounded(argv, timeout=LIST_TIMEOUT_S)
     except (OSError, ValueError) as exc:
         raise LaunchFailed(f"cannot run {pi_bin} --list-models: {exc}") from exc
-    except TimeoutError:
-        raise LaunchFailed(f"{pi_bin} --list-models did not answer within {LIST_TIMEOUT_S:g}s") from None
+    if done.timed_out:
+        raise LaunchFailed(f"{pi_bin} --list-models did not answer within {LIST_TIMEOUT_S:g}s")
+    code, out, err = done.returncode, done.stdout, done.stderr
     if code != 0:
         said = " ".join(err[-2000:].decode("utf-8", "replace").split())[-300:]
         raise LaunchFailed(f"{pi_bin} --list-models failed (exit code {code}): {said}")

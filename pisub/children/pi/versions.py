@@ -155,13 +155,14 @@ def _write_cache(path: Path, key: str, version: str) -> None:
 def _run_version(pi_bin: str) -> str:
     """``pi --version`` (see :func:`pisub.core.procs.run_bounded`)."""
     try:
-        code, out, err = run_bounded([pi_bin, "--version"], VERSION_TIMEOUT_S)
+        done = run_bounded([pi_bin, "--version"], timeout=VERSION_TIMEOUT_S)
     except (OSError, ValueError) as exc:
         raise UnsupportedPi(f"{pi_bin} --version cannot be run: {exc}; {INSTALL_HINT}") from exc
-    except TimeoutError:
+    if done.timed_out:
         raise UnsupportedPi(
             f"{pi_bin} --version did not answer within {VERSION_TIMEOUT_S:g}s; {INSTALL_HINT}"
-        ) from None
+        )
+    code, out, err = done.returncode, done.stdout, done.stderr
     stdout, stderr = out[:65536].decode("utf-8", "replace"), err[:65536].decode("utf-8", "replace")
     # 1.x prints the version on stdout, older releases on stderr: exactly one line, X.Y.Z.
     lines = [line.strip() for line in (stdout if stdout.strip() else stderr).splitlines() if line.strip()]

@@ -1,0 +1,163 @@
+"""The home's housekeeping, as the commands that are not about one run do it: where the home is,
+the effective configuration, session leases (list, break), ``doctor``, ``gc``, the Slurm cluster
+check and checking a workflow script. Every function opens the home (``home``: default
+``PISUB_HOME``) and raises only :class:`~pisub.errors.PisubError`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pisub.errors import InvalidInput, PisubError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pisub.api.doctor import GcResult, Report
+    from pisub.store.config import Setting
+    from pisub.store.leases import LeaseInfo
+    from pisub.workflow.validate import Report as ValidationReport
+
+
+def home_dir(home: Path | None = None) -> Path:
+    """The pisub home directory (created if missing)."""
+    from pisub.store.paths import open_home
+
+    return open_home(home).root
+
+
+def settings(home: Path | None = None) -> tuple[Path, list[Setting]]:
+    """``config.toml``'s path and every setting it may hold: the value used when neither a call
+    nor an agent sets it, and where that comes from (``config.toml``, an environment variable,
+    pisub's default)."""
+    from pisub.store.config import config_path, effective
+    from pisub.store.paths import open_home
+
+    root = open_home(home).root
+    return config_path(root), effective(root)
+
+
+def leases(home: Path | None = None) -> list[LeaseInfo]:
+    """Every session lease with its owner and whether that owner is alive (``alive``: True,
+    False when proven dead, None when this host cannot tell); an unreadable record has
+    ``owner`` None and ``error`` set."""
+    from pisub.store.leases import list_leases
+    from pisub.store.paths import open_home
+
+    return list_leases(open_home(home).leases)
+
+
+def break_leases(ref: str, *, force: bool = False, home: Path | None = None) -> list[LeaseInfo]:
+    """Remove by force the leases run ``ref`` holds — as owner, as the run it resumed, or on its
+    session — (when their owner cannot be proven dead, e.g. after a reboot); the leases broken.
+
+    Raises:
+        InvalidInput: no lease belongs to the run, or ``force`` is not given (pi itself cannot be
+            fenced: an old pi still alive could keep writing to the session).
+    """
+    from pisub.api.client import Run
+    from pisub.store.leases import break_lease, canonical, list_leases
+
+    run = Run(ref, home=home)
+    session = run.status().session_file
+    matches = [
+        i
+        for i in list_leases(run.home.leases)
+        if i.owner is not None
+        and (
+            run.id in (i.owner.run_id, i.owner.source_run_id)
+            or (session and i.owner.session_file == canonical(session))
+        )
+    ]
+    if not matches:
+        raise InvalidInput(f"no lease belongs to run {run.id}")
+    if not force:
+        raise InvalidInput(
+            "refusing to break a lease without --force (pi itself cannot be fenced: an old pi "
+            "still alive could keep writing to the session)"
+        )
+    for info in matches:
+        break_lease(run.home.leases, info.path)
+    return matches
+
+
+def doctor(home: Path | None = None) -> Report:
+    """Check the home, inotify limits, the pi binary, stuck runs and orphaned leases (never
+    raises for a problem it can describe: ``report.healthy``, ``report.checks``)."""
+    from pisub.api.doctor import diagnose
+    from pisub.store.paths import open_home
+
+    try:
+        from pisub.children.pi.rpc import find_pi
+
+        pi_bin: str | None = find_pi()
+    except PisubError:
+        pi_bin = None
+    return diagnose(open_home(home), pi_bin)
+
+
+def gc(
+    older_than: str = "30d",
+    *,
+    dry_run: bool = False,
+    progress: Callable[[str, int, int], None] | None = None,
+    home: Path | None = None,
+) -> GcResult:
+    """Remove finished runs that ended more than ``older_than`` ago (``30d``, ``12h``, a number
+    of seconds) — never a live one, a tree whole or not at all — and sweep stale temporary files;
+    ``progress(phase, done, total)`` follows it.
+
+    Raises:
+        InvalidInput: a bad age. LockBusy: another ``gc`` held on for 60 s.
+    """
+    from pisub.api.doctor import collect
+    from pisub.store.paths import open_home
+
+    return collect(open_home(home), parse_age(older_than), dry_run, progress)
+
+
+def parse_age(text: str) -> float:
+    """Seconds in an age like ``30m``, ``12h``, ``7d`` (what ``--since`` and ``--older-than``
+    take).
+
+    Raises:
+        InvalidInput: not such an age.
+    """
+    from pisub.api.doctor import parse_age as parse
+
+    return parse(text)
+
+
+def cluster_doctor(
+    *, partition: str | None = None, timeout: float = 120.0, home: Path | None = None
+) -> Report:
+    """Whether runs can be placed on the Slurm cluster safely: Slurm, the partition (default:
+    ``[slurm] partition``, else Slurm's default), KillWait, proctrack/cgroup, the home on shared
+    storage (a probe job writes a file this host reads back), the lookup cache, clock skew.
+
+    Raises:
+        InvalidInput: ``timeout`` is not between 0 and 3600 seconds.
+    """
+    from pisub.api.slurm_doctor import diagnose_cluster
+    from pisub.store.config import load_config
+    from pisub.store.paths import open_home
+
+    if not 0 < timeout <= 3600:
+        raise InvalidInput("--timeout must be between 0 and 3600 seconds")
+    h = open_home(home)
+    configured = load_config(h.root).slurm
+    return diagnose_cluster(h, partition or (configured.partition if configured else None), timeout)
+
+
+def validate_workflow(
+    script: str | Path, *, cwd: Path | None = None, home: Path | None = None
+) -> ValidationReport:
+    """The checks a workflow script meets before it starts (``pisub workflow validate``): its
+    syntax and shape, and every agent it names looked up from ``cwd``; nothing is started."""
+    from pisub.api.client import agent_catalog
+    from pisub.workflow.validate import validate_file
+
+    agents = set(agent_catalog(home=home, cwd=Path(cwd or os.getcwd())).agents)
+    return validate_file(Path(script).absolute(), agents)

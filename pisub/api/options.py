@@ -1,0 +1,35 @@
+"""The typed inputs of the launchers: a workflow's options (keyword arguments) and what a task
+or a lane may be. A task or lane is the checked record (:class:`ChildCall`, :class:`Lane`) or the
+same as a JSON object (camelCase names, as in a tasks or lanes file)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypedDict
+
+from pisub.protocol.lanes import Lane
+from pisub.protocol.workflow import ChildCall
+
+TaskInput = ChildCall | Mapping[str, Any]
+"""One task of ``launch_parallel`` / ``launch_chain``: ``{key?, agent, task, ...}``."""
+
+LaneInput = Lane | Mapping[str, Any]
+"""One lane of ``launch_lanes``: ``{key, defaults?, stages: [{key, agent?, task, ...}]}``."""
+
+
+class WorkflowOptions(TypedDict, total=False):
+    """The keyword options every workflow launcher takes (see ``launch_workflow``)."""
+
+    cwd: str | Path | None
+    concurrency: int | None
+    max_spawns: int | None
+    state_ns: str | None
+    fork_from: str | None
+    timeout: float | None
+    isolation: str | None
+    base_ref: str | None
+    usage_budget: dict[str, Any] | None
+    on_done: str | None
+    backend: str | None
+    home: Path | None

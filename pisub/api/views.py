@@ -1,0 +1,163 @@
+"""What the commands show of runs, for any caller: a run's output log (read, or followed until
+the run ends), a workflow's children's logs interleaved, the fleet of live runs, the tail of a
+transcript, and the last line a live run wrote.
+
+The record types and helpers the views are made of are named here too (:class:`FleetRow`,
+:func:`fleet_of`, :func:`json_lines_of`, :func:`redact`), so that a caller above the API (the
+CLI) needs nothing below it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from pisub.api.text import redact
+from pisub.core.polling import Every
+from pisub.errors import InvalidInput, PisubError
+from pisub.runs.views import FleetRow, fleet_of, json_lines_of
+from pisub.store.paths import Home, open_home
+
+if TYPE_CHECKING:
+    from pisub.api.client import Run
+    from pisub.protocol.status import Status
+
+__all__ = [
+    "FleetRow",
+    "Home",
+    "fleet",
+    "fleet_of",
+    "json_lines_of",
+    "last_line",
+    "log_bytes",
+    "open_home",
+    "redact",
+    "transcript",
+    "workflow_log_lines",
+]
+
+T = TypeVar("T")
+END_CHECK_S = 0.5
+"""How often a follow asks whether the run has ended."""
+SPARK_BYTES = 4096
+"""Bytes of a live run's log read for its last line."""
+
+
+def log_bytes(run: Run, *, follow: bool = False) -> Iterator[bytes]:
+    """The bytes of ``run``'s output log as written (escape sequences included: escape them
+    before a terminal shows them); with ``follow``, new bytes as they come until the run ends.
+
+    Raises:
+        InvalidInput: the run has no output log (and ``follow`` is not given).
+        StorageError: the log is not a readable regular file.
+    """
+    log = run.paths.output_log(0)
+    if not os.path.lexists(log) and not follow:
+        raise InvalidInput(f"run {run.id} has no output log")
+    offset = 0
+
+    def read(final: bool) -> Iterator[bytes]:
+        nonlocal offset
+        for chunk in _chunks(log, offset):
+            offset += len(chunk)
+            yield chunk
+
+    return _until_ended(run, read, follow, interval=_log_poll_s())
+
+
+def workflow_log_lines(run: Run, *, follow: bool = False) -> Iterator[str]:
+    """A workflow's children's output, each line as ``[key] line``, the children's interleaved as
+    they are read; with ``follow``, until the workflow ends. A byte that is not UTF-8 is kept
+    as a lone surrogate (``surrogateescape``): escape it before a terminal shows it."""
+    from pisub.runs.views import InterleavedLogs
+
+    reader = InterleavedLogs(run.home, run.paths)
+
+    def read(final: bool) -> list[str]:
+        return reader.read(final=final)
+
+    return _until_ended(run, read, follow, interval=0.1)
+
+
+def _until_ended(
+    run: Run, read: Callable[[bool], Iterable[T]], follow: bool, *, interval: float
+) -> Iterator[T]:
+    """What ``read`` gives, once (``read(True)``: everything); with ``follow``, again every
+    ``interval`` seconds until the run has ended, then the rest."""
+    if not follow:
+        yield from read(True)
+        return
+    end_check = Every(END_CHECK_S)
+    while True:
+        yield from read(False)
+        if end_check.due() and run.status().state.is_terminal:
+            yield from read(True)
+            return
+        time.sleep(interval)
+
+
+def _log_poll_s() -> float:
+    from pisub.defaults import READ_POLL_S
+
+    return READ_POLL_S * 2
+
+
+def _chunks(log: Path, offset: int) -> Iterator[bytes]:
+    from pisub.runs.views import open_log
+
+    fd = open_log(log)
+    if fd is None:
+        return
+    try:
+        os.lseek(fd, offset, os.SEEK_SET)
+        while chunk := os.read(fd, 1 << 16):
+            yield chunk
+    finally:
+        os.close(fd)
+
+
+def fleet(run: Run | None = None, *, home: Path | None = None) -> list[FleetRow]:
+    """One row per live run and workflow child (``run``: that run and its children, queued
+    calls included)."""
+    if run is None:
+        from pisub.api.client import list_runs
+
+        return fleet_of(list_runs(children=True, home=home))
+    from pisub.runs.views import children_of
+
+    status = run.status()
+    return fleet_of([status, *children_of(run.home, status)])
+
+
+def transcript(run: Run | Home, lines: int = 80, *, run_id: str | None = None) -> list[str]:
+    """The last ``lines`` (at most 500) lines of a run's transcript: its pi session's messages, or
+    its output log (``run``: a handle, or a home and ``run_id``).
+
+    Raises:
+        InvalidInput: the run is a workflow (name a child).
+    """
+    from pisub.runs.views import transcript as tail
+
+    if isinstance(run, Home):
+        return tail(run.run(run_id or ""), lines)
+    if run.manifest().workflow is not None:
+        raise InvalidInput(f"run {run.id} is a workflow: name a child with --child KEY|INDEX")
+    return tail(run.paths, lines)
+
+
+def last_line(home: Home, status: Status) -> str:
+    """The last line a live run wrote to its output (redacted; nothing for an ended run, a
+    workflow, or a log that cannot be read)."""
+    if status.state.is_terminal or status.runner == "workflow":
+        return ""
+    from pisub.core.fsio import read_tail
+
+    try:
+        tail = read_tail(home.run(status.run_id).output_log(0), SPARK_BYTES)
+    except (OSError, PisubError):
+        return ""
+    lines = [line for line in tail.decode("utf-8", "surrogateescape").splitlines() if line.strip()]
+    return redact(lines[-1].strip()) if lines else ""
