@@ -7,15 +7,17 @@ are the single-shape entries this dispatches to.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pisub.errors import InvalidInput, PisubError
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from pisub.api.client import Run
-    from pisub.api.options import LaneInput, TaskInput, WorkflowOptions
+    from pisub.api.options import LaneInput, LaunchOptions, StartOptions, TaskInput, WorkflowOptions
     from pisub.protocol.result import Result
     from pisub.protocol.workflow import ChildCall
 
@@ -59,38 +61,22 @@ def start(
     chain: str | Path | Sequence[TaskInput] | None = None,
     lanes: str | Path | Sequence[LaneInput] | None = None,
     args: dict[str, Any] | None = None,
-    cwd: str | Path | None = None,
-    timeout: float | None = None,
-    idle_timeout: float | None = None,
-    tool_timeout: float | None = None,
-    checkpoint_before_deadline: float | None = None,
-    tool_budget: dict[str, Any] | None = None,
-    acceptance: Any = None,
-    gate: str | None = None,
-    model: str | None = None,
-    concurrency: int | None = None,
-    max_spawns: int | None = None,
-    state_ns: str | None = None,
-    fork_from: str | None = None,
-    isolation: str | None = None,
-    base_ref: str | None = None,
-    usage_budget: dict[str, Any] | None = None,
-    on_done: str | None = None,
-    backend: str | None = None,
-    home: Path | None = None,
+    **options: Unpack[StartOptions],
 ) -> Run:
-    """Start ``agent`` on ``task`` (:func:`pisub.launch`), or one workflow: a ``workflow`` script
-    with ``args``, ``tasks`` side by side, a ``parallel`` or ``chain`` tasks file (or list), or a
-    ``lanes`` file (or list). The single-run options (``idle_timeout``, ``tool_timeout``,
-    ``checkpoint_before_deadline``, ``tool_budget``, ``acceptance``, ``gate``, ``model``,
-    ``backend``) are a single run's; the workflow options (``concurrency``, ``max_spawns``,
-    ``state_ns``, ``fork_from``, ``isolation``, ``base_ref``, ``usage_budget``) a workflow's.
+    """Start ``agent`` on ``task`` (:func:`pisub.launch`, with its options), or one workflow: a
+    ``workflow`` script with ``args``, ``tasks`` side by side, a ``parallel`` or ``chain`` tasks
+    file (or list), or a ``lanes`` file (or list), with the workflow options (see
+    :func:`pisub.launch_workflow`). A single run's options that a workflow has no use for
+    (``idle_timeout``, ``gate``, ``model``...) are left aside for a workflow, as workflow-only
+    ones other than ``isolation``, ``base_ref`` and ``usage_budget`` are for a single run.
 
     Raises:
         InvalidInput: two shapes, a workflow with an agent or task or a backend, a single run
-            without both or with a workflow's options, ``args`` without a script; and whatever
-            the launcher refuses.
+            without both or with ``isolation``/``base_ref``/``usage_budget``, ``args`` without a
+            script; and whatever the launcher refuses.
     """
+    from pisub.api.options import LaunchOptions, WorkflowOptions
+
     shapes = [x for x in (workflow, parallel, chain, lanes, tasks or None) if x is not None]
     if len(shapes) > 1:
         raise InvalidInput(ONE_SHAPE)
@@ -99,44 +85,21 @@ def start(
 
         if agent is None or task is None:
             raise InvalidInput(AGENT_AND_TASK)
-        if isolation is not None or base_ref is not None or usage_budget is not None:
+        if any(options.get(name) is not None for name in ("isolation", "base_ref", "usage_budget")):
             raise InvalidInput(WORKFLOW_ONLY)
-        return launch(
-            agent,
-            task,
-            cwd=cwd,
-            timeout=timeout,
-            idle_timeout=idle_timeout,
-            tool_timeout=tool_timeout,
-            checkpoint_before_deadline=checkpoint_before_deadline,
-            tool_budget=tool_budget,
-            acceptance=acceptance,
-            gate=gate,
-            model=model,
-            on_done=on_done,
-            backend=backend,
-            home=home,
-        )
+        return launch(agent, task, **cast("LaunchOptions", _only(options, LaunchOptions.__optional_keys__)))
     if agent is not None or task is not None:
         raise InvalidInput(NO_AGENT_IN_WORKFLOW)
     from pisub.api.client import WORKFLOW_BACKEND
 
-    if backend is not None:
+    if options.get("backend") is not None:
         raise InvalidInput(WORKFLOW_BACKEND)
-    options: WorkflowOptions = {
-        "on_done": on_done,
-        "cwd": cwd,
-        "concurrency": concurrency,
-        "max_spawns": max_spawns,
-        "state_ns": state_ns,
-        "fork_from": fork_from,
-        "timeout": timeout,
-        "isolation": isolation,
-        "base_ref": base_ref,
-        "usage_budget": usage_budget,
-        "home": home,
-    }
-    return _start_workflow(workflow, tasks or parallel, chain, lanes, args, options)
+    chosen = cast("WorkflowOptions", _only(options, WorkflowOptions.__optional_keys__))
+    return _start_workflow(workflow, tasks or parallel, chain, lanes, args, chosen)
+
+
+def _only(options: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    return {name: options[name] for name in names if name in options}
 
 
 def _start_workflow(

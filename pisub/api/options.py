@@ -18,6 +18,23 @@ LaneInput = Lane | Mapping[str, Any]
 """One lane of ``launch_lanes``: ``{key, defaults?, stages: [{key, agent?, task, ...}]}``."""
 
 
+class LaunchOptions(TypedDict, total=False):
+    """The keyword options of one agent's run (see ``pisub.launch``)."""
+
+    cwd: str | Path | None
+    timeout: float | None
+    idle_timeout: float | None
+    tool_timeout: float | None
+    checkpoint_before_deadline: float | None
+    tool_budget: dict[str, Any] | None
+    acceptance: Any
+    gate: str | None
+    model: str | None
+    on_done: str | None
+    backend: str | None
+    home: Path | None
+
+
 class WorkflowOptions(TypedDict, total=False):
     """The keyword options every workflow launcher takes (see ``launch_workflow``)."""
 
@@ -33,3 +50,8 @@ class WorkflowOptions(TypedDict, total=False):
     on_done: str | None
     backend: str | None
     home: Path | None
+
+
+class StartOptions(LaunchOptions, WorkflowOptions, total=False):
+    """Every option ``pisub run`` takes: a single run's and a workflow's (``api.launch.start``
+    decides which go together)."""
