@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import pisub
-from pisub.children.pi.rpc import CLEARED_REASON
+from pisub.children.pi.steers import CLEARED_REASON
 from pisub.core.procs import marked_processes
 from pisub.protocol import RunState
 from pisub.testing.fake_model import FakeModelServer

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from pisub.children.pi.rpc import LineReader, Phase, PiChild, message_text, pi_argv, tool_preview
+from pisub.children.pi.events import message_text, tool_preview
+from pisub.children.pi.framing import LineReader
+from pisub.children.pi.rpc import Phase, PiChild, pi_argv
 from pisub.protocol import AgentSpec, Limits, Manifest
 from pisub.protocol.control import ReceiptState
 from pisub.store.paths import RunPaths
@@ -69,7 +71,7 @@ def _child(tmp_path: Path) -> tuple[PiChild, Hooks, Stdin]:
     hooks = Hooks()
     child = PiChild(0, hooks, manifest, RunPaths(tmp_path), {})
     stdin = Stdin()
-    child.stdin = stdin  # type: ignore[assignment]
+    child.rpc.stdin = stdin  # type: ignore[assignment]
     return child, hooks, stdin
 
 
