@@ -231,3 +231,19 @@ def test_steer_matching_queued_then_delivered(tmp_path: Path) -> None:
     assert stdin.sent[-1]["type"] == "prompt" and stdin.sent[-1]["streamingBehavior"] == "steer"
     child.feed((FIXTURES / VERSIONS[0] / "rpc-steer.jsonl").read_bytes())
     assert hooks.steers == [("r1", "queued"), ("r1", "delivered")]
+
+
+def test_an_abort_before_pi_took_the_task_waits_then_fails_the_held_steers(tmp_path: Path) -> None:
+    """pi drops an abort sent before it answered the task's prompt: the abort is a phase that
+    waits (ABORT_HELD), refuses new steers, and fails the steers held before it."""
+    child, hooks, stdin = _child(tmp_path)
+    assert child.steer("r1", "early", "steer") is None
+    assert child.abort() and child.phase is Phase.ABORT_HELD
+    assert child.steer("r2", "late", "steer") == "the child has finished its work"
+    assert not any(m["type"] == "abort" for m in stdin.sent)
+    child._on_prompt({"success": True})
+    assert child.phase is Phase.ABORTING
+    assert [m["type"] for m in stdin.sent][-1] == "abort"
+    assert hooks.steers == [("r1", "failed")]
+    child._on_response({"id": stdin.sent[-1]["id"], "type": "response", "success": True})
+    assert child.phase is Phase.FINISHED and stdin.closed
