@@ -1,7 +1,8 @@
 """The backend contract: every backend (where a runner lives) keeps these promises.
 
 ``local`` always runs; ``slurm`` needs the one-node cluster of ``scripts/slurm-up.sh`` (CI starts
-it). Each test launches real runs through the real backend: detached processes, or batch jobs.
+it) and is marked ``slurm`` (``-m slurm`` selects it, ``-m "not slurm"`` leaves it out; the other
+contract suites of this folder need no cluster). Each test launches real runs through the real backend: detached processes, or batch jobs.
 """
 
 from __future__ import annotations
@@ -27,7 +28,12 @@ from tests.slurm import need_slurm
 TICKER = "import time\nfor i in range(600):\n    print('tick', i, flush=True)\n    time.sleep(0.1)\n"
 
 
-@pytest.fixture(params=[BackendName.LOCAL, BackendName.SLURM], ids=["local", "slurm"])
+@pytest.fixture(
+    params=[
+        pytest.param(BackendName.LOCAL, id="local"),
+        pytest.param(BackendName.SLURM, id="slurm", marks=pytest.mark.slurm),
+    ]
+)
 def backend(request: pytest.FixtureRequest, home: Path, make_agent: AgentMaker) -> Iterator[BackendName]:
     name: BackendName = request.param
     if name == BackendName.SLURM:
