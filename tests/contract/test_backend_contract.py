@@ -2,7 +2,8 @@
 
 ``local`` always runs; ``slurm`` needs the one-node cluster of ``scripts/slurm-up.sh`` (CI starts
 it) and is marked ``slurm`` (``-m slurm`` selects it, ``-m "not slurm"`` leaves it out; the other
-contract suites of this folder need no cluster). Each test launches real runs through the real backend: detached processes, or batch jobs.
+contract suites of this folder need no cluster). Each test launches real runs through the real
+backend: detached processes, or batch jobs.
 """
 
 from __future__ import annotations

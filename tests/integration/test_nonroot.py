@@ -13,11 +13,11 @@ import signal
 import stat
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conftest import ROOT, pid_alive, wait_for
+from tests.helpers import run_events
 from tests.nonroot import Unprivileged
 
 SLEEPER = """
@@ -52,14 +52,6 @@ def _tail(path: Path, size: int = 3000) -> str:
         return path.read_text(errors="replace")[-size:]
     except OSError as exc:
         return f"<{exc}>"
-
-
-def _events(run_dir: Path) -> list[dict[str, Any]]:
-    events = []
-    for line in (run_dir / "events.jsonl").read_text().splitlines():
-        with contextlib.suppress(ValueError):
-            events.append(json.loads(line))
-    return events
 
 
 def test_root_stop_sh_into_a_users_run_is_carried_out(unprivileged: Unprivileged) -> None:
@@ -107,7 +99,7 @@ def test_root_stop_sh_into_a_users_run_is_carried_out(unprivileged: Unprivileged
     assert len(receipts) == 1, receipts
     assert receipts[0]["type"] == "stop" and receipts[0]["state"] == "delivered"
     assert receipts[0]["deliveryStatus"] == "delivered"
-    assert "run.repaired" not in {event.get("type") for event in _events(run_dir)}, "the runner died"
+    assert "run.repaired" not in {event.get("type") for event in run_events(run_dir)}, "the runner died"
 
 
 def _drop_root_only_request(run_dir: Path, name: str) -> Path:

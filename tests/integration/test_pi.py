@@ -17,12 +17,9 @@ from pisub.core.procs import marked_processes
 from pisub.protocol import RunState
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import pid_alive, pisub_cli, wait_for
+from tests.helpers import run_events
 
 pytestmark = pytest.mark.pi
-
-
-def _events(run: pisub.Run) -> list[dict[str, object]]:
-    return [json.loads(line) for line in (run.dir / "events.jsonl").read_text().splitlines()]
 
 
 def _cmdline(pid: int) -> str:
@@ -47,10 +44,10 @@ def test_plain_reply_with_usage_and_session(pi_home: Path) -> None:
     assert status.session_file == str(session)
     assert status.steps[0].turn_count == 1
     assert status.steps[0].recent_output == [single.output]
-    types = [e["type"] for e in _events(run)]
+    types = [e["type"] for e in run_events(run)]
     assert "pi.agent_start" in types and "pi.agent_end" in types
     assert "pi.message_update" not in types
-    assert all(e.get("child") == 0 for e in _events(run) if str(e["type"]).startswith("pi."))
+    assert all(e.get("child") == 0 for e in run_events(run) if str(e["type"]).startswith("pi."))
     # The agent body reached pi as an appended system prompt, through a file.
     assert (run.dir / "system-prompt.md").read_text() == "Be terse."
 

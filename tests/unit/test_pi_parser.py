@@ -242,7 +242,7 @@ def test_an_abort_before_pi_took_the_task_waits_then_fails_the_held_steers(tmp_p
     assert child.steer("r2", "late", "steer") == "the child has finished its work"
     assert not any(m["type"] == "abort" for m in stdin.sent)
     child._on_prompt({"success": True})
-    assert child.phase is Phase.ABORTING
+    assert child.phase in (Phase.ABORTING,)  # (mypy keeps the narrowing of the line above)
     assert [m["type"] for m in stdin.sent][-1] == "abort"
     assert hooks.steers == [("r1", "failed")]
     child._on_response({"id": stdin.sent[-1]["id"], "type": "response", "success": True})
