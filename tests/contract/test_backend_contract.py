@@ -98,7 +98,7 @@ def test_observe_answers_for_every_placement_in_one_call(backend: BackendName) -
     assert set(states) == {p.job_id for p in placements if p.job_id is not None}
     assert all(s in (EngineState.QUEUED, EngineState.RUNNING) for s in states.values())
     for run in runs:
-        run.stop(wait=20)
+        run.send_stop()  # its end is awaited below
     for run in runs:
         assert run.wait(timeout=60).state == "stopped"
 
@@ -109,7 +109,7 @@ def test_cancel_is_a_backstop_that_ends_the_run_stopped(backend: BackendName) ->
     accepted = backend_for(backend).cancel(run.placement())
     if backend == BackendName.LOCAL:
         assert accepted is False  # a local runner is stopped through its inbox only
-        run.stop(wait=20)
+        run.send_stop()  # its end is awaited below
     else:
         assert accepted is True
     assert run.wait(timeout=60).state == "stopped"

@@ -70,13 +70,12 @@ def test_root_stop_sh_into_a_users_run_is_carried_out(unprivileged: Unprivileged
         env={**os.environ, "PISUB_WAIT": "30"},
     )
     try:
-        # stop.sh answers, or the runner is gone: then give stop.sh a moment to see a receipt
-        # written just before the runner ended, and stop waiting for one that never comes.
+        # stop.sh answers, or the runner is gone: then stop.sh sees the receipt written just
+        # before the runner ended within a moment (it waits no longer for one that never comes).
         wait_for(
             lambda: stop.poll() is not None or not pid_alive(runner), timeout=40, what="stop.sh or the runner"
         )
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            stop.wait(timeout=2)
+        wait_for(lambda: stop.poll() is not None, timeout=2, what="stop.sh to answer once the runner ended")
     finally:
         if stop.poll() is None:
             stop.kill()
