@@ -17,7 +17,17 @@ import pisub
 from pisub.core.locks import is_held
 from pisub.store.paths import RunPaths
 from pisub.testing.fake_model import FakeModelServer
-from tests.conftest import pid_alive, wait_for
+from tests.conftest import AgentMaker, pid_alive, wait_for
+
+SLEEPER = """
+import os, subprocess, time
+g = subprocess.Popen(["sleep", "300"], start_new_session=True)
+open(os.environ["PISUB_RUN_DIR"] + "/pids.json", "w").write("[%d, %d]" % (os.getpid(), g.pid))
+print("working", flush=True)
+time.sleep(300)
+"""
+"""A child (``python=`` of an agent) that starts a grandchild in a session of its own, records
+both pids in the run's ``pids.json`` and sleeps."""
 
 Where = pisub.Run | RunPaths | Path
 """A run: the run, its paths, or its directory."""
@@ -74,3 +84,34 @@ def write_script(tmp_path: Path, body: str, name: str = "wf.py") -> Path:
     path = tmp_path / name
     path.write_text(textwrap.dedent(body))
     return path
+
+
+def child_pids(where: Where) -> list[int]:
+    """The pids of the run's child processes, once the runner has recorded them (``pids.json``)."""
+    path = _dir(where) / "pids.json"
+    pids: list[int] = wait_for(
+        lambda: path.exists() and json.loads(path.read_text() or "null"), what="the child to start"
+    )
+    return pids
+
+
+def stop_and_end(run: pisub.Run) -> None:
+    """Ask the run to stop and wait until it ended."""
+    run.send_stop()
+    run.wait_until_terminal(20)
+
+
+def cmdline(pid: int) -> str:
+    """The command line of process ``pid`` (words joined by spaces), or "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def launch_sleeper(make_agent: AgentMaker, **limits: float) -> pisub.Run:
+    """A run of the :data:`SLEEPER` agent ``sleeper``, once its child has started."""
+    make_agent("sleeper", python=SLEEPER)
+    run = pisub.launch("sleeper", "x", **limits)  # type: ignore[arg-type]
+    child_pids(run)
+    return run

@@ -20,26 +20,11 @@ from pisub.store.mailbox import InboxClosed, write_request
 from pisub.store.paths import open_home
 from pisub.store.runs import RunStore
 from tests.conftest import ROOT, AgentMaker, pid_alive, pisub_cli, processes_of, wait_for
-from tests.helpers import drop_request, run_receipts
-
-SLEEPER = """
-import os, subprocess, time
-g = subprocess.Popen(["sleep", "300"], start_new_session=True)
-open(os.environ["PISUB_RUN_DIR"] + "/pids.json", "w").write("[%d, %d]" % (os.getpid(), g.pid))
-print("working", flush=True)
-time.sleep(300)
-"""
-
-
-def _sleeper(make_agent: AgentMaker) -> Run:
-    make_agent("sleeper", python=SLEEPER)
-    run = pisub.launch("sleeper", "x")
-    wait_for(lambda: (run.dir / "pids.json").exists() and (run.dir / "pids.json").read_text())
-    return run
+from tests.helpers import SLEEPER, drop_request, launch_sleeper, run_receipts
 
 
 def test_stop_ends_everything(home: Path, make_agent: AgentMaker) -> None:
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     pids = json.loads((run.dir / "pids.json").read_text())
     proc = pisub_cli("stop", run.id, "--json")
     assert proc.returncode == 0, proc.stderr
@@ -55,7 +40,7 @@ def test_stop_ends_everything(home: Path, make_agent: AgentMaker) -> None:
 
 
 def test_interrupt_external_cli_pauses(home: Path, make_agent: AgentMaker) -> None:
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     proc = pisub_cli("interrupt", run.id)
     assert proc.returncode == 0 and proc.stdout.startswith("delivered: interrupt")
     assert run.wait(timeout=30).state == "paused"
@@ -63,7 +48,7 @@ def test_interrupt_external_cli_pauses(home: Path, make_agent: AgentMaker) -> No
 
 
 def test_steer_external_cli_fails_with_reason(home: Path, make_agent: AgentMaker) -> None:
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     proc = pisub_cli("steer", run.id, "change course", "--json")
     assert proc.returncode == 2
     receipt = json.loads(proc.stdout)
@@ -79,7 +64,7 @@ def test_steer_external_cli_fails_with_reason(home: Path, make_agent: AgentMaker
 
 
 def test_wait_zero_returns_at_once(home: Path, make_agent: AgentMaker) -> None:
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     proc = pisub_cli("steer", run.id, "hi", "--wait", "0")
     assert proc.returncode == 0
     rid = proc.stdout.strip()
@@ -128,7 +113,7 @@ WRITER = textwrap.dedent("""
 def test_concurrent_writers_every_request_one_receipt(
     home: Path, make_agent: AgentMaker, writers: int, each: int
 ) -> None:
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", WRITER, run.id, f"w{n}", str(each)], stdout=subprocess.PIPE, text=True
@@ -180,7 +165,7 @@ def test_concurrent_writers_every_request_one_receipt(
 def test_malformed_requests_rejected_between_good_ones(
     home: Path, make_agent: AgentMaker, name: str, data: bytes, why: str
 ) -> None:
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     drop_request(run, "a-before.json", b'{"v":1,"type":"steer","message":"first"}')
     drop_request(run, name, data)
     drop_request(run, "z-after.json", b'{"v":1,"type":"steer","message":"last"}')
@@ -198,7 +183,7 @@ def test_malformed_requests_rejected_between_good_ones(
 
 
 def test_duplicate_id_rejected_first_receipt_kept(home: Path, make_agent: AgentMaker) -> None:
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     drop_request(run, "dup.json", b'{"v":1,"type":"steer","message":"one"}')
     wait_for(lambda: (run.dir / "outbox" / "dup.json").exists())
     first = (run.dir / "outbox" / "dup.json").read_bytes()
@@ -211,7 +196,7 @@ def test_duplicate_id_rejected_first_receipt_kept(home: Path, make_agent: AgentM
 
 
 def test_symlink_and_foreign_owner_rejected(home: Path, make_agent: AgentMaker, tmp_path: Path) -> None:
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     secret = tmp_path / "secret.json"
     secret.write_text('{"v":1,"type":"stop"}')
     os.symlink(secret, run.dir / "inbox" / "new" / "link.json")
@@ -251,7 +236,7 @@ def test_killed_runner_leaves_no_request_unanswered(home: Path, make_agent: Agen
 
     from pisub.core.locks import is_held
 
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     pid = run.status().pid
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)  # frozen: requests pile up unclaimed
@@ -273,7 +258,7 @@ def test_killed_runner_leaves_no_request_unanswered(home: Path, make_agent: Agen
 
 
 def test_the_reference_shell_scripts_steer_and_stop_a_run(home: Path, make_agent: AgentMaker) -> None:
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     steer = subprocess.run(
         ["sh", str(ROOT / "scripts" / "steer.sh"), str(run.dir), 'say "hi"\\ and\tgo'],
         capture_output=True,
@@ -307,7 +292,7 @@ def test_the_reference_shell_scripts_steer_and_stop_a_run(home: Path, make_agent
 
 
 def test_steer_sh_escapes_every_control_character(home: Path, make_agent: AgentMaker) -> None:
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     message = "".join(chr(c) for c in range(1, 32)) + ' \\ " é ' + "y" * 20_000
     proc = subprocess.run(
         ["sh", str(ROOT / "scripts" / "steer.sh"), str(run.dir), message],
@@ -326,7 +311,7 @@ def test_a_request_id_cannot_be_published_twice(home: Path, make_agent: AgentMak
     from pisub.errors import InvalidInput
     from pisub.protocol.control import Steer
 
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     pid = run.status().pid
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)  # nothing is claimed while both writers publish

@@ -16,27 +16,13 @@ from pisub.protocol import RunState, Status, decode, encode_pretty
 from pisub.store.paths import RunPaths
 from pisub.store.runs import write_status
 from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for
-from tests.helpers import run_event_types, wait_runner_dead
-
-SLEEPER = """
-import os, subprocess, time
-g = subprocess.Popen(["sleep", "300"], start_new_session=True)
-open(os.environ["PISUB_RUN_DIR"] + "/pids.json", "w").write("[%d, %d]" % (os.getpid(), g.pid))
-print("working", flush=True)
-time.sleep(300)
-"""
-
-
-def _child_pids(run: pisub.Run) -> list[int]:
-    path = run.dir / "pids.json"
-    pids: list[int] = wait_for(lambda: path.exists() and json.loads(path.read_text() or "null"))
-    return pids
+from tests.helpers import SLEEPER, child_pids, run_event_types, wait_runner_dead
 
 
 def test_kill9_runner_detected_once_by_concurrent_readers(home: Path, make_agent: AgentMaker) -> None:
     make_agent("sleeper", python=SLEEPER)
     run = pisub.launch("sleeper", "x")
-    children = _child_pids(run)
+    children = child_pids(run)
     runner_pid = run.status().pid
     assert runner_pid is not None
     os.kill(runner_pid, signal.SIGKILL)
@@ -101,7 +87,7 @@ def test_pid_reuse_is_not_trusted(home: Path, make_agent: AgentMaker) -> None:
     """A recorded runner pid that now belongs to another process (other start time) is dead."""
     make_agent("sleeper", python=SLEEPER)
     run = pisub.launch("sleeper", "x")
-    _child_pids(run)
+    child_pids(run)
     status = run.status()
     assert status.pid is not None
     os.kill(status.pid, signal.SIGKILL)
@@ -120,7 +106,7 @@ def test_pid_reuse_is_not_trusted(home: Path, make_agent: AgentMaker) -> None:
 def test_live_runner_is_never_marked_dead(home: Path, make_agent: AgentMaker) -> None:
     make_agent("sleeper", python=SLEEPER)
     run = pisub.launch("sleeper", "x")
-    _child_pids(run)
+    child_pids(run)
     for _ in range(20):
         assert run.status().state == RunState.RUNNING
     # Wait until the runner has written the child's activity, so that no coalesced
@@ -139,7 +125,7 @@ def test_live_runner_is_never_marked_dead(home: Path, make_agent: AgentMaker) ->
 def test_runner_sigterm_stops_the_run(home: Path, make_agent: AgentMaker) -> None:
     make_agent("sleeper", python=SLEEPER)
     run = pisub.launch("sleeper", "x")
-    children = _child_pids(run)
+    children = child_pids(run)
     pid = run.status().pid
     assert pid is not None
     os.kill(pid, signal.SIGTERM)

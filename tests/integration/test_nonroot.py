@@ -17,16 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, pid_alive, wait_for
-from tests.helpers import run_events
+from tests.helpers import SLEEPER, child_pids, run_events
 from tests.nonroot import Unprivileged
-
-SLEEPER = """
-import os, subprocess, time
-g = subprocess.Popen(["sleep", "300"], start_new_session=True)
-open(os.environ["PISUB_RUN_DIR"] + "/pids.json", "w").write("[%d, %d]" % (os.getpid(), g.pid))
-print("working", flush=True)
-time.sleep(300)
-"""
 
 FINAL_STATES = ("delivered", "scheduled", "partial", "recovered", "failed", "rejected")
 
@@ -38,13 +30,6 @@ def _launch(user: Unprivileged, agent: str) -> tuple[str, Path, int]:
     run_dir = Path(info["runDir"])
     assert run_dir.stat().st_uid == user.uid, "the run must belong to the ordinary user"
     return str(info["runId"]), run_dir, int(info["pid"])
-
-
-def _child_pids(run_dir: Path) -> list[int]:
-    pids_file = run_dir / "pids.json"
-    text = wait_for(lambda: pids_file.exists() and pids_file.read_text(), what="the child to start")
-    pids: list[int] = json.loads(text)
-    return pids
 
 
 def _tail(path: Path, size: int = 3000) -> str:
@@ -59,7 +44,7 @@ def test_root_stop_sh_into_a_users_run_is_carried_out(unprivileged: Unprivileged
     user = unprivileged
     user.make_agent("sleeper", python=SLEEPER)
     run_id, run_dir, runner = _launch(user, "sleeper")
-    pids = _child_pids(run_dir)
+    pids = child_pids(run_dir)
     assert pid_alive(runner)
 
     stop = subprocess.Popen(
@@ -141,7 +126,7 @@ def test_user_reads_a_run_holding_a_root_only_request(unprivileged: Unprivileged
     else:
         user.make_agent("sleeper", python=SLEEPER)
         run_id, run_dir, runner = _launch(user, "sleeper")
-        _child_pids(run_dir)
+        child_pids(run_dir)
         os.kill(runner, signal.SIGKILL)
         wait_for(lambda: not pid_alive(runner), what="the runner to die")
         expected = "failed"  # repaired by the first reader

@@ -17,16 +17,9 @@ from pisub.core.procs import marked_processes
 from pisub.protocol import RunState
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import pid_alive, pisub_cli, wait_for
-from tests.helpers import run_events
+from tests.helpers import cmdline, run_events
 
 pytestmark = pytest.mark.pi
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
 
 
 def test_plain_reply_with_usage_and_session(pi_home: Path) -> None:
@@ -93,7 +86,7 @@ def test_silent_tool_hits_idle_timeout_and_sleep_is_gone(pi_home: Path) -> None:
     run = pisub.launch("pi", "please run TOOL: sleep 45", timeout=60, idle_timeout=2.5)
 
     def sleeping() -> list[int]:
-        return [p for p in marked_processes(run.id) if _cmdline(p).startswith("sleep 45")]
+        return [p for p in marked_processes(run.id) if cmdline(p).startswith("sleep 45")]
 
     (sleep_pid,) = wait_for(sleeping, timeout=30, what="pi's bash tool to run sleep")
     result = run.wait(timeout=60)

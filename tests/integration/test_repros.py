@@ -32,15 +32,14 @@ from pisub.protocol.control import ReceiptState
 from pisub.store.results import make_result
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import ROOT, AgentMaker, pid_alive, pisub_cli, processes_of, wait_for
-from tests.helpers import drop_request, run_events, run_receipts, sent_with, wait_runner_dead
-
-SLEEPER = """
-import os, subprocess, time
-g = subprocess.Popen(["sleep", "300"], start_new_session=True)
-open(os.environ["PISUB_RUN_DIR"] + "/pids.json", "w").write("[%d, %d]" % (os.getpid(), g.pid))
-print("working", flush=True)
-time.sleep(300)
-"""
+from tests.helpers import (
+    drop_request,
+    launch_sleeper,
+    run_events,
+    run_receipts,
+    sent_with,
+    wait_runner_dead,
+)
 
 GITHUB_TOKEN = "ghp_" + "Zq7x" * 9
 OPENAI_KEY = "sk-" + "Ab3d" * 8
@@ -48,14 +47,6 @@ ONE_LINE_ERROR = re.compile(r"pisub: .+ \[[A-Z_]+\]")
 
 
 # -- helpers -------------------------------------------------------------------------------
-
-
-def _sleeper(make_agent: AgentMaker, **limits: float) -> pisub.Run:
-    make_agent("sleeper", python=SLEEPER)
-    run = pisub.launch("sleeper", "x", **limits)  # type: ignore[arg-type]
-    pids = run.dir / "pids.json"
-    wait_for(lambda: pids.exists() and pids.read_text(), what="the child to start")
-    return run
 
 
 def _runner_pid(run: pisub.Run) -> int:
@@ -174,7 +165,7 @@ def test_directory_named_json_in_inbox_is_rejected_and_the_stop_still_works(
     home: Path, make_agent: AgentMaker
 ) -> None:
     """Repro 1: ``mkdir inbox/new/x.json; pisub stop RUN; pisub status RUN``."""
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     (run.dir / "inbox" / "new" / "x.json").mkdir()
     stop = _cli("stop", run.id, "--json", "--wait", "10")
     _assert_no_traceback(stop)
@@ -197,7 +188,7 @@ def test_kill9_mid_scan_leaves_no_rejected_request_without_a_receipt(
     """Repro 3: freeze the runner, drop 2,000 requests (every other one invalid), thaw, kill -9
     it in the middle of the scan; after the repair every request, rejected ones included, has its
     receipt and nothing sits in ``inbox/rejected`` without one."""
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     runner = _runner_pid(run)
     names = [f"r-{n:04d}" for n in range(2000)]
     with _frozen(runner):
@@ -232,7 +223,7 @@ def test_request_file_name_at_the_255_byte_limit_is_rejected_and_the_runner_live
 ) -> None:
     """Repro 4: a 255-byte request file name (ENAMETOOLONG for any name derived from it) is
     rejected as ``invalid-<hash>``; the request rejected in the same scan keeps its receipt."""
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     runner = _runner_pid(run)
     long_name = "b" * 250 + ".json"
     long_id = "invalid-" + hashlib.sha256(long_name.encode()).hexdigest()[:16]
@@ -397,7 +388,7 @@ def test_symlinked_receipt_does_not_block_crash_repair_or_list(
     make_agent("quick", python="print('done')")
     other = pisub.launch("quick", "x")
     other.wait(timeout=30)
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     planted = tmp_path / "planted.json"
     planted.write_text("{}")
     os.symlink(planted, run.dir / "outbox" / "x.json")
@@ -456,7 +447,7 @@ def test_status_error_message_is_redacted_everywhere_it_is_shown(home: Path, mak
 def test_receipt_reasons_are_redacted(home: Path, make_agent: AgentMaker) -> None:
     """Repro 11: an unknown field named ``OPENAI_API_KEY=sk-...`` and a file named
     ``GITHUB_TOKEN=ghp_....json`` are rejected without quoting the secrets in their receipts."""
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     field = f"OPENAI_API_KEY={OPENAI_KEY}"
     drop_request(run.dir, "unknown-field.json", json.dumps({"v": 1, "type": "stop", field: 1}).encode())
     bad_name = f"GITHUB_TOKEN={GITHUB_TOKEN}.json"
@@ -583,7 +574,7 @@ def test_gc_never_removes_a_run_whose_runner_is_alive_after_writing_its_result(
 ) -> None:
     """Repro 15: the runner has written ``result.json`` but not yet its terminal status (the window
     is held open by writing the result for it while it runs): ``gc --older-than 0s`` keeps the run."""
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     runner = _runner_pid(run)
     result = make_result(
         run_id=run.id, state="complete", agent="sleeper", task="x", exit_code=0, output="done"
@@ -606,7 +597,7 @@ def test_gc_never_removes_a_run_whose_runner_is_alive_after_writing_its_result(
 def test_rejected_request_files_are_named_after_their_receipt_id(home: Path, make_agent: AgentMaker) -> None:
     """Also found 1: a rejected request lies in ``inbox/rejected/<id>.json`` with its reason in
     ``<id>.reason`` (not ``<name>.json.reason``); a second one of that id gets ``<id>~<6 hex>``."""
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     rejected = run.dir / "inbox" / "rejected"
     drop_request(run.dir, "bad.json", b"{")
     wait_for(lambda: (rejected / "bad.reason").exists(), timeout=5, what="inbox/rejected/bad.reason")
@@ -725,7 +716,7 @@ def _with_extra_field(path: Path) -> None:
 def test_readers_ignore_unknown_fields_in_files_pisub_writes(home: Path, make_agent: AgentMaker) -> None:
     """Also found 7: a newer pisub may add fields: status, result, manifest, receipts and lease
     records with an extra field are still read (requests stay strict: tested in test_control)."""
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     steer = _cli("steer", run.id, "hi", "--json")
     rid = json.loads(steer.stdout)["requestId"]
     assert _cli("stop", run.id).returncode == 0
