@@ -21,7 +21,8 @@ from tests.conftest import wait_for
 WORKER = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
-    from pisub.store.leases import LeaseHeld, acquire
+    from pisub.errors import LeaseHeld
+    from pisub.store.leases import acquire
     leases, go_dir, name, rounds = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     print("ready", flush=True)
     for r in range(rounds):
