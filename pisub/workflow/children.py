@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import hashlib
-import os
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -48,6 +47,7 @@ from pisub.store.usage_budget import UsageBudget
 from pisub.workflow import outcomes
 from pisub.workflow.calls import fingerprint
 from pisub.workflow.watch import ChildWatch
+from pisub.worktrees.workspace import workspace
 
 if TYPE_CHECKING:
     from pisub.agents.catalog import Catalog
@@ -287,28 +287,28 @@ class ChildRuns:
             manifest, seeds = self._plan_start(call, cwd, where, run_id=record.run_id)
             return _Plan(cwd=cwd, manifest=manifest, seeds=seeds, journaled=True)
         manifest, seeds = self._plan_start(call, cwd, where)
-        if self._isolation(call) is Isolation.WORKTREE:
-            self._preflight(call, cwd, where)
+        self._preflight(call, cwd, where)
         return _Plan(cwd=cwd, manifest=manifest, seeds=seeds, needs_claim=True)
 
     def _isolation(self, call: ChildCall) -> Isolation:
         return call.isolation if call.isolation is not None else self.spec.isolation
 
     def _preflight(self, call: ChildCall, cwd: Path, where: str) -> None:
-        """A worktree child's source: a clean git repository, its base ref, its cwd in that
-        commit, a branch name for its key (checked per batch; again when its worktree is made).
-        Isolation is never dropped silently.
+        """A child's workspace can hold it (for a worktree: a clean git repository, its base
+        ref, its cwd in that commit, a branch name for its key; checked per batch, again when
+        its worktree is made). Isolation is never dropped silently.
 
         Raises:
             InvalidInput: naming what is wrong (the uncommitted paths, the ref, the key).
         """
-        from pisub.worktrees import check_source
-
-        base = call.base_ref if call.base_ref is not None else self.spec.base_ref
+        space = workspace(self._isolation(call))
         try:
-            check_source(cwd, base, call.key)
+            space.check(cwd, call.key or "", self._base_ref(call))
         except PisubError as exc:
-            raise type(exc)(f"{where}: isolation='worktree': {exc.message}") from None
+            raise type(exc)(f"{where}: isolation={space.isolation.value!r}: {exc.message}") from None
+
+    def _base_ref(self, call: ChildCall) -> str | None:
+        return call.base_ref if call.base_ref is not None else self.spec.base_ref
 
     def _child_cwd(self, call: ChildCall, where: str) -> Path:
         from pisub.runs.launch import working_dir
@@ -533,47 +533,14 @@ class ChildRuns:
 
         error: str | None = None
         try:
-            if self._isolation(entry.call) is Isolation.WORKTREE:
-                manifest = self._in_worktree(entry, manifest)
+            space = workspace(self._isolation(entry.call))
+            manifest = space.prepare(self.home, manifest, entry.key, self._base_ref(entry.call))
             start_run(self.home, manifest, seeds=seeds, claimed=True)  # claimed at admission
         except PisubError as exc:
             error = exc.message
         except Exception as exc:  # reported as the child's failure, never lost in this thread
             error = f"{type(exc).__name__}: {exc}"
         self.host.post(lambda: self._launched(entry, error))
-
-    def _in_worktree(self, entry: ChildEntry, manifest: Manifest) -> Manifest:
-        """``manifest`` moved into a new git worktree of its cwd's repository (its ownership
-        record written first; the repository checked clean again now). A worktree this run id
-        already has (a resumed workflow re-creating a journaled child) is taken as it is.
-
-        Raises:
-            InvalidInput, WorktreeError, StorageError: no worktree, so no child.
-        """
-        from pisub.protocol.worktree import WorktreeLink
-        from pisub.worktrees import allocate, load_record, record_path, repo_root
-        from pisub.worktrees.records import check_root
-
-        cwd = Path(manifest.cwd)
-        repo = repo_root(cwd)
-        root = check_root(self.home.worktrees, self.home.root, repo)
-        existing = record_path(root, manifest.run_id)
-        if existing.is_file():
-            record = load_record(existing)
-        else:
-            base = entry.call.base_ref if entry.call.base_ref is not None else self.spec.base_ref
-            record = allocate(repo, base_ref=base, run_id=manifest.run_id, key=entry.key, root=root)
-            existing = record_path(Path(record.path).parent, manifest.run_id)
-        inside = Path(os.path.realpath(cwd)).relative_to(os.path.realpath(repo))
-        moved = msgspec.structs.replace(manifest, cwd=str(Path(record.path) / inside))
-        moved.worktree = WorktreeLink(
-            record=str(existing),
-            path=record.path,
-            repo=record.repo,
-            base_commit=record.base_commit,
-            branch=record.branch,
-        )
-        return moved
 
     def _launched(self, entry: ChildEntry, error: str | None) -> None:
         assert entry.run_id is not None
