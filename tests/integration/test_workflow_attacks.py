@@ -17,7 +17,7 @@ import pytest
 import pisub
 from pisub.api.client import launch_parallel, launch_workflow, resume_workflow
 from pisub.errors import InvalidInput
-from pisub.workflow.children import forwarded_id
+from pisub.workflow.forwarding import forwarded_id
 from tests.conftest import AgentMaker, pisub_cli, wait_for
 
 ECHO = """
