@@ -40,6 +40,7 @@ class Admission:
         self.settling = settling
 
     def track(self, future: ChildFuture) -> None:
+        """Count ``future`` among the script's calls (the leftovers name those never awaited)."""
         with self.table.lock:
             self.table.tracked.append(future)
 

@@ -86,6 +86,8 @@ class Forwarding:
         entry.forwards.clear()
 
     def send_steer(self, key: str, message: str, mode: str) -> SteerResult:
+        """``runs.steer`` (from the script's thread): write a steer into child ``key``'s inbox;
+        ``queued``, or ``missed`` / ``failed`` naming why not."""
         from pisub.store.mailbox import InboxClosed, write_request
 
         with self.table.lock:
@@ -105,6 +107,7 @@ class Forwarding:
         return SteerResult(key=key, state="queued", request_id=request_id, delivery_status="queued")
 
     def steer_outcome(self, key: str, request_id: str) -> SteerResult:
+        """What became of steer ``request_id`` sent to child ``key``, as its receipt says."""
         from pisub.store.mailbox import read_receipt
 
         with self.table.lock:

@@ -36,6 +36,8 @@ class Launching:
         self.launcher = ThreadPoolExecutor(max_workers=LAUNCH_THREADS, thread_name_prefix="launch")
 
     def launch_waiting(self) -> None:
+        """Start queued children, first in line first, while the workflow's concurrency allows
+        and it is not ending."""
         with self.table.lock:
             active = sum(1 for e in self.table.entries if e.phase in (Phase.STARTING, Phase.RUNNING))
             while self.table.waiting and active < self.table.spec.concurrency and self.table.ending is None:
@@ -104,6 +106,7 @@ class Launching:
         self.table.host.touch()
 
     def attached(self, entry: ChildEntry) -> None:
+        """Watch ``entry`` again: a child re-attached to its run that exists (a resumed workflow)."""
         assert entry.run_id is not None
         self.table.host.event("workflow.reattached", entry.index, key=entry.key, runId=entry.run_id)
         self.table.watch.add(entry.run_id, self.table.home.run(entry.run_id).root)
@@ -112,4 +115,5 @@ class Launching:
         self.settling.check_one(entry)
 
     def close(self) -> None:
+        """Start no more children (a start under way goes on in its thread)."""
         self.launcher.shutdown(wait=False, cancel_futures=True)

@@ -27,6 +27,7 @@ class Placement:
         """The agents visible from each cwd, read once per batch of calls."""
 
     def isolation(self, call: ChildCall) -> Isolation:
+        """Where ``call``'s child works: its own isolation, else the workflow's."""
         return call.isolation if call.isolation is not None else self.table.spec.isolation
 
     def preflight(self, call: ChildCall, cwd: Path, where: str) -> None:
@@ -46,9 +47,15 @@ class Placement:
             raise type(exc)(f"{where}: isolation={space.isolation.value!r}: {exc.message}") from None
 
     def base_ref(self, call: ChildCall) -> str | None:
+        """The commit a worktree child starts from: its own base ref, else the workflow's."""
         return call.base_ref if call.base_ref is not None else self.table.spec.base_ref
 
     def child_cwd(self, call: ChildCall, where: str) -> Path:
+        """The directory ``call`` names, relative to the workflow's cwd.
+
+        Raises:
+            InvalidInput: it does not exist (naming ``where``).
+        """
         from pisub.runs.launch import working_dir
 
         try:
@@ -59,6 +66,13 @@ class Placement:
     def plan_start(
         self, call: ChildCall, cwd: Path, where: str, run_id: str | None = None
     ) -> tuple[Manifest, dict[str, Path]]:
+        """The manifest of ``call``'s run in ``cwd`` (``run_id`` when journaled before) and the
+        files to seed it with (a forked session); nothing is created.
+
+        Raises:
+            PisubError: what :func:`~pisub.runs.launch.plan_run` or ``plan_resume`` raise, naming
+                ``where``.
+        """
         from pisub.acceptance.infer import Setting
         from pisub.runs.launch import plan_resume, plan_run, with_report_section
 

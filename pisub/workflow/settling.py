@@ -40,6 +40,8 @@ class Settling:
         """When every running child is looked at again (its inotify watch may miss a change)."""
 
     def check(self, now: float) -> None:
+        """Look at the children whose runs changed, or at every running one when a poll is due
+        (only their new receipts for those whose outboxes alone changed)."""
         changed, receipts = self.table.watch.changed()
         due = now >= self.next_poll
         if due:
@@ -200,6 +202,7 @@ class Settling:
             self.table.host.usage(totals)
 
     def never_started(self, entry: ChildEntry, why: str, state: str = "stopped") -> None:
+        """``entry`` ends without its child ever starting (not journaled: a resume starts it)."""
         self.settle(
             entry, outcomes.not_started(entry.key, entry.call, state, why), settled=False, journal=False
         )
