@@ -28,16 +28,14 @@ if TYPE_CHECKING:
     from pisub.workflow.futures import ChildFuture
 
 
+@dataclass(eq=False)
 class Admission:
     """Admits a workflow script's calls."""
 
-    def __init__(
-        self, table: ChildTable, placement: Placement, launching: Launching, settling: Settling
-    ) -> None:
-        self.table = table
-        self.placement = placement
-        self.launching = launching
-        self.settling = settling
+    table: ChildTable
+    placement: Placement
+    launching: Launching
+    settling: Settling
 
     def track(self, future: ChildFuture) -> None:
         """Count ``future`` among the script's calls (the leftovers name those never awaited)."""

@@ -46,11 +46,8 @@ class ChildRuns:
         self.stopping = Stopping(self.table, self.settling)
         self.launching = Launching(self.table, self.placement, self.settling, self.stopping)
         self.admission = Admission(self.table, self.placement, self.launching, self.settling)
-
-    @property
-    def watch(self) -> ChildWatch:
+        self.watch: ChildWatch = self.table.watch
         """The inotify watch of the running children's run directories."""
-        return self.table.watch
 
     @property
     def next_poll(self) -> float:

@@ -139,10 +139,7 @@ class ChildTable:
         assert manifest.workflow is not None
         self.spec: WorkflowSpec = manifest.workflow
         self.lineage = Lineage(
-            parent_run_id=manifest.parent_run_id,
-            root_run_id=manifest.root_run_id,
-            depth=manifest.depth,
-            max_depth=manifest.max_depth,
+            manifest.parent_run_id, manifest.root_run_id, manifest.depth, manifest.max_depth
         )
         self.budget = SpawnBudget(self.home.budgets, self.spec.budget, self.spec.max_spawns)
         self.usage = UsageBudget(self.home.budgets, self.spec.budget)

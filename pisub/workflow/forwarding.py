@@ -6,6 +6,7 @@ and its receipts follow theirs; ``runs.steer`` from the script steers one child.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 import msgspec
 
@@ -16,11 +17,11 @@ from pisub.store.paths import RunPaths
 from pisub.workflow.entries import ChildEntry, ChildTable, Phase
 
 
+@dataclass(eq=False)
 class Forwarding:
     """Passes control requests and receipts between a workflow and its children."""
 
-    def __init__(self, table: ChildTable) -> None:
-        self.table = table
+    table: ChildTable
 
     def route(self, child: int | None) -> list[int] | str:
         """The children a request goes to: every running child, or child ``child`` (by index)."""

@@ -7,6 +7,7 @@ re-attached to a run that exists is watched again.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pisub.errors import PisubError
@@ -23,17 +24,19 @@ LAUNCH_THREADS = 4
 """Child runners started at once (each start waits for the runner's commit)."""
 
 
+def _launch_threads() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=LAUNCH_THREADS, thread_name_prefix="launch")
+
+
+@dataclass(eq=False)
 class Launching:
     """Starts a workflow's children."""
 
-    def __init__(
-        self, table: ChildTable, placement: Placement, settling: Settling, stopping: Stopping
-    ) -> None:
-        self.table = table
-        self.placement = placement
-        self.settling = settling
-        self.stopping = stopping
-        self.launcher = ThreadPoolExecutor(max_workers=LAUNCH_THREADS, thread_name_prefix="launch")
+    table: ChildTable
+    placement: Placement
+    settling: Settling
+    stopping: Stopping
+    launcher: ThreadPoolExecutor = field(default_factory=_launch_threads, init=False)
 
     def launch_waiting(self) -> None:
         """Start queued children, first in line first, while the workflow's concurrency allows

@@ -5,6 +5,7 @@ run (:func:`pisub.runs.launch.plan_run`, or ``plan_resume`` for a call that resu
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,13 +19,13 @@ if TYPE_CHECKING:
     from pisub.agents.catalog import Catalog
 
 
+@dataclass(eq=False)
 class Placement:
     """Places a workflow's children."""
 
-    def __init__(self, table: ChildTable) -> None:
-        self.table = table
-        self.catalogs: dict[Path, Catalog] = {}
-        """The agents visible from each cwd, read once per batch of calls."""
+    table: ChildTable
+    catalogs: dict[Path, Catalog] = field(default_factory=dict, init=False)
+    """The agents visible from each cwd, read once per batch of calls."""
 
     def isolation(self, call: ChildCall) -> Isolation:
         """Where ``call``'s child works: its own isolation, else the workflow's."""

@@ -7,6 +7,7 @@ started its child is started again as a new run (up to :data:`MAX_RELAUNCHES` ti
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,15 +30,15 @@ MAX_RELAUNCHES = 3
 """How many times one coordinator starts a key again whose run never started its child."""
 
 
+@dataclass(eq=False)
 class Settling:
     """Watches a workflow's children and settles their ends."""
 
-    def __init__(self, table: ChildTable, placement: Placement, forwarding: Forwarding) -> None:
-        self.table = table
-        self.placement = placement
-        self.forwarding = forwarding
-        self.next_poll = 0.0
-        """When every running child is looked at again (its inotify watch may miss a change)."""
+    table: ChildTable
+    placement: Placement
+    forwarding: Forwarding
+    next_poll: float = field(default=0.0, init=False)
+    """When every running child is looked at again (its inotify watch may miss a change)."""
 
     def check(self, now: float) -> None:
         """Look at the children whose runs changed, or at every running one when a poll is due

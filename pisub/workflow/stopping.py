@@ -4,6 +4,8 @@ asked to stop (or, for an interrupt, to pause), and those that do not end in tim
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pisub.errors import PisubError
 from pisub.protocol.control import Interrupt, Request, Stop
 from pisub.workflow import outcomes
@@ -11,12 +13,12 @@ from pisub.workflow.entries import ChildEntry, ChildTable, Phase
 from pisub.workflow.settling import Settling
 
 
+@dataclass(eq=False)
 class Stopping:
     """Ends a workflow's children with it."""
 
-    def __init__(self, table: ChildTable, settling: Settling) -> None:
-        self.table = table
-        self.settling = settling
+    table: ChildTable
+    settling: Settling
 
     def end_all(self, request: type[Stop] | type[Interrupt]) -> None:
         """The workflow ends: queued children never start, running ones are sent ``request``."""
