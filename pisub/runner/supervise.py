@@ -1,20 +1,19 @@
-"""The supervision loop: start the child, enforce limits, write the result.
+"""The single-run mode: one child process run to its end under the run's limits.
 
-One thread, one selector: the child's pipes, its pidfd and a signal wake-up pipe are
-all watched by ``select`` with a timeout that is the nearest deadline (runtime, idle,
-KILL escalation, coalesced status write). The outcome is narrated: a timeout, a
-flood, a stop and an ordinary exit each end with their own code and message.
-
-Nothing the runner fails to write stops it supervising: the limits are enforced from memory,
-failed writes are retried (:mod:`pisub.runner.recorder`), the final files get
-:data:`FINAL_WRITE_S` of retries, and an unexpected exception ends the child's whole tree
-before the runner exits, so no child ever runs on without a supervisor.
+The skeleton every mode shares — signals, the startup commit, the inbox, the loop, the lease,
+the final writes and their retry — is :class:`~pisub.runner.shell.RunShell`; this mode fills it
+in: it starts the child (a pi child after taking its session's lease), waits for the child's
+nearest deadline (:mod:`pisub.runner.deadlines`), answers control requests for it, narrates its
+end (:mod:`pisub.runner.ending`: a timeout, a flood, a stop and an ordinary exit each end with
+their own code and message) and has the evidence of a completed child judged
+(:mod:`pisub.acceptance.evidence`). The limits are enforced from memory whatever the runner fails
+to write, and an unexpected exception ends the child's whole tree before the runner exits, so no
+child ever runs on without a supervisor.
 """
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import os
 import subprocess
 import time
@@ -22,7 +21,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pisub import defaults
 from pisub.children.base import Child, ChildHooks, ChildOutcome
 from pisub.children.external_cli import child_env
 from pisub.core.procs import start_ticks, start_time
@@ -32,6 +30,7 @@ from pisub.protocol.control import ReceiptState
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import ErrorCode, ErrorInfo
 from pisub.protocol.status import RunState, StepState, StepStatus
+from pisub.runner.deadlines import DRAIN_AFTER_EXIT_S, Deadlines
 from pisub.runner.ending import Circumstances, EndCause, Verdict, judge
 from pisub.runner.recorder import Recorder, note
 from pisub.runner.shell import Report, RunShell
@@ -46,44 +45,6 @@ if TYPE_CHECKING:  # imported where used: a launch waits only for what its start
     from pisub.protocol.status import Status
     from pisub.runner.dispatch import Dispatcher
 
-ABORT_CONFIRM_S = 3.0
-"""How long pi has to end its work after an abort before it is TERMed."""
-
-DRAIN_AFTER_EXIT_S = 0.5
-"""How long output is still read after the child exits while descendants hold its pipes."""
-
-
-class Deadline(enum.Enum):
-    """What the supervision loop waits for; the causes share their names with :class:`EndCause`."""
-
-    RUNTIME = "runtime"
-    IDLE = "idle"
-    SIGNAL = "signal"
-    OUTPUT = "output"
-    TOOL = "tool"
-    """A tool call ran past the tool timeout."""
-    CHECKPOINT = "checkpoint"
-    """Time to ask a pi child to checkpoint before its runtime deadline."""
-    INTERRUPT = "interrupt"
-    """pi had :data:`ABORT_CONFIRM_S` to end its work after an abort."""
-    KILL = "kill"
-    """The grace period after TERM ran out."""
-    DRAIN = "drain"
-    """Output is still read for a moment after the child exited."""
-
-
-CHECKPOINT_MESSAGE = (
-    "Your runtime ends in about {seconds:.0f} seconds. Checkpoint now: finish the tool you are "
-    "running and start nothing new; then report the files you changed, the build and test "
-    "state, the work that remains, and what is committed or not."
-)
-"""The steer a pi child gets ``checkpointBeforeDeadline`` before its runtime deadline."""
-
-TOOL_BUDGET_MESSAGE = (
-    "You have made {calls} tool calls of the {hard} your tool budget allows; past it, reading "
-    "tools are blocked. Finish the task with what you have."
-)
-"""The steer a pi child gets at its tool budget's soft limit."""
 
 ChildFactory = Callable[[Manifest, RunPaths, ChildHooks], Child]
 
@@ -108,20 +69,8 @@ class Supervisor(RunShell["Dispatcher"]):
         self.make = make or make_child
         """Makes the child (tests give a scripted one)."""
         self.child: Child | None = None
-        self.last_activity = self.started
-        self.output_total = 0
-        self.causes: set[EndCause] = set()
-        """Why the child is being ended (the smallest wins the verdict)."""
-        self.terminating = False
-        self.kill_at: float | None = None
-        self.abort_deadline: float | None = None
-        self.exited_at: float | None = None
-        self.tool_timed_out: tuple[str, float] | None = None
-        self.budget_soft_sent = False
-        self.budget_hard_noted = False
-        self.checkpoint_armed = (
-            manifest.agent.runner == "pi" and manifest.limits.checkpoint_before_deadline is not None
-        )
+        self.deadlines: Deadlines | None = None
+        """The child's deadlines, and how it is ended (made with the child)."""
         self.judge: Judge | None = None
         """The completed child's acceptance checks, while they run (a stop request ends them)."""
         self.acceptance: AcceptanceRecord | None = None
@@ -130,8 +79,8 @@ class Supervisor(RunShell["Dispatcher"]):
 
     # -- hooks the child calls ---------------------------------------------------
     def activity(self, child: int) -> None:
-        self.last_activity = time.monotonic()
-        assert self.recorder is not None and self.child is not None
+        assert self.recorder is not None and self.child is not None and self.deadlines is not None
+        self.deadlines.last_activity = time.monotonic()
         step = self.recorder.step(child)
         step.last_activity_at = now_iso()
         progress = self.child.progress
@@ -140,11 +89,11 @@ class Supervisor(RunShell["Dispatcher"]):
         step.current_tool = progress.current_tool
         step.recent_output = list(progress.recent)
         self.recorder.touch()
-        self._watch_tool_budget(progress.tools)
+        self.deadlines.watch_tool_budget(progress.tools)
 
     def output(self, child: int, nbytes: int, truncated: bool) -> None:
-        assert self.recorder is not None
-        self.output_total += nbytes
+        assert self.recorder is not None and self.deadlines is not None
+        self.deadlines.output_total += nbytes
         step = self.recorder.step(child)
         step.output_bytes += nbytes
         step.output_truncated = step.output_truncated or truncated
@@ -166,7 +115,7 @@ class Supervisor(RunShell["Dispatcher"]):
             return None, f"no child {index} (this run has one child, 0)"
         if self.child is None or self.child.poll() is not None:
             return None, "the child has already exited"
-        if self.terminating:
+        if self.deadlines is None or self.deadlines.terminating:
             return None, "the child is being ended"
         return self.child, None
 
@@ -174,7 +123,8 @@ class Supervisor(RunShell["Dispatcher"]):
         found, why = self._usable_child(child)
         if found is None:
             return why
-        if EndCause.INTERRUPT in self.causes:
+        assert self.deadlines is not None
+        if EndCause.INTERRUPT in self.deadlines.causes:
             return "the child was interrupted"
         return found.steer(request_id, message, behavior)
 
@@ -182,13 +132,13 @@ class Supervisor(RunShell["Dispatcher"]):
         found, why = self._usable_child(child)
         if found is None:
             return why
-        self.causes.add(EndCause.INTERRUPT)
+        assert self.deadlines is not None
+        self.deadlines.causes.add(EndCause.INTERRUPT)
         self.event("child.interrupt", 0, reason=reason)
         if found.abort():
-            if self.abort_deadline is None:  # a second interrupt does not postpone the escalation
-                self.abort_deadline = time.monotonic() + ABORT_CONFIRM_S
+            self.deadlines.abort_sent()
         else:
-            self._end(EndCause.INTERRUPT)
+            self.deadlines.end(EndCause.INTERRUPT)
         return None
 
     def stop(self, child: int | None, reason: str | None) -> str | None:
@@ -199,13 +149,15 @@ class Supervisor(RunShell["Dispatcher"]):
         if self.child is None or self.child.poll() is not None:
             return "the child has already exited"
         self.event("child.stop", 0, reason=reason)
-        self._end(EndCause.STOP)
+        assert self.deadlines is not None
+        self.deadlines.end(EndCause.STOP)
         return None
 
     # -- the start (the shell's hooks) ---------------------------------------------
     def _prepare(self, status: Status) -> bool:
         status.steps = [StepStatus(index=0, status=StepState.PENDING)]
         self.child = self.make(self.manifest, self.paths, self)
+        self.deadlines = Deadlines(self.child, self.manifest, self.paths, self.started, self.event)
         return self.manifest.agent.runner != "pi" or self._take_session(self.child)
 
     def _start(self) -> bool:
@@ -284,161 +236,34 @@ class Supervisor(RunShell["Dispatcher"]):
 
     # -- the loop -------------------------------------------------------------------
     def _tend(self, now: float) -> bool:
-        child = self.child
-        assert child is not None
+        child, deadlines = self.child, self.deadlines
+        assert child is not None and deadlines is not None
         if child.poll() is not None:
-            if self.exited_at is None:
-                self.exited_at = now
-            if not child.streams_open or now - self.exited_at >= DRAIN_AFTER_EXIT_S:
+            if deadlines.exited_at is None:
+                deadlines.exited_at = now
+            if not child.streams_open or now - deadlines.exited_at >= DRAIN_AFTER_EXIT_S:
                 return True
         else:
-            self._check_limits(now)
+            deadlines.check(now, self.signalled)
         self._scan_inbox(now)
         return False
 
     def _due(self, now: float) -> list[float]:
-        return [when - now for when in self._deadlines().values()]
+        assert self.deadlines is not None
+        return [when - now for when in self.deadlines.due(self.signalled).values()]
 
     def _child_pid(self) -> int | None:
         return self.child.pid if self.child is not None else None
 
-    def _deadlines(self) -> dict[Deadline, float]:
-        """Every deadline that is set now, by what happens when it passes (monotonic seconds;
-        a cause that is due at once — a signal, a flood — is due now)."""
-        lim, due = self.limits, {}
-        if self.exited_at is not None:
-            return {Deadline.DRAIN: self.exited_at + DRAIN_AFTER_EXIT_S}
-        if not self.terminating:
-            if lim.timeout is not None:
-                due[Deadline.RUNTIME] = self.started + lim.timeout
-            if lim.idle_timeout is not None:
-                due[Deadline.IDLE] = self.last_activity + lim.idle_timeout
-            tool = self._tool_deadline()
-            if tool is not None:
-                due[Deadline.TOOL] = tool[0]
-            if (
-                self.checkpoint_armed
-                and lim.timeout is not None
-                and lim.checkpoint_before_deadline is not None
-            ):
-                due[Deadline.CHECKPOINT] = max(
-                    self.started, self.started + lim.timeout - lim.checkpoint_before_deadline
-                )
-        if self.signalled is not None:
-            due[Deadline.SIGNAL] = 0.0
-        if self.output_total > lim.output_hard_cap:
-            due[Deadline.OUTPUT] = 0.0
-        if self.abort_deadline is not None:
-            due[Deadline.INTERRUPT] = self.abort_deadline
-        if self.kill_at is not None:
-            due[Deadline.KILL] = self.kill_at
-        return due
-
-    def _check_limits(self, now: float) -> None:
-        """Act on every deadline that has passed."""
-        for deadline, when in sorted(self._deadlines().items(), key=lambda item: item[1]):
-            if when > now:
-                continue
-            if deadline is Deadline.KILL:
-                self.event("child.killed", 0, reasons=sorted(c.label for c in self.causes))
-                assert self.child is not None
-                self.child.kill()
-                self.kill_at = None
-            elif deadline is Deadline.INTERRUPT:
-                self.abort_deadline = None
-                self._end(EndCause.INTERRUPT)
-            elif deadline is Deadline.TOOL:
-                found = self._tool_deadline()
-                if found is not None and found[0] <= now:
-                    self.tool_timed_out = (found[1], found[2])
-                    self._end(EndCause.TOOL)
-            elif deadline is Deadline.CHECKPOINT:
-                self.checkpoint_armed = False
-                self._checkpoint(now)
-            elif deadline is not Deadline.DRAIN:
-                self._end(EndCause[deadline.name])
-
-    def _tool_deadline(self) -> tuple[float, str, float] | None:
-        """The earliest end a running tool call may have (monotonic), its tool and its timeout:
-        the run's tool timeout for every tool but the exempt ones, else the fast built-in
-        tools' default. Never later than the run's own deadline matters: both apply."""
-        if self.child is None:
-            return None
-        lim = self.limits
-        earliest: tuple[float, str, float] | None = None
-        for name, started in self.child.progress.tools_running.values():
-            if name in lim.tool_timeout_exempt:
-                continue
-            if lim.tool_timeout is not None:
-                limit = lim.tool_timeout
-            elif name in defaults.FAST_TOOLS:
-                limit = defaults.FAST_TOOL_TIMEOUT_S
-            else:
-                continue
-            if earliest is None or started + limit < earliest[0]:
-                earliest = (started + limit, name, limit)
-        return earliest
-
-    def _watch_tool_budget(self, calls: int) -> None:
-        """At the soft limit, nudge the child once with an ordinary steer request (so it has a
-        receipt); past the hard limit, note once that pi now blocks the budget's tools."""
-        budget = self.limits.tool_budget
-        if budget is None or self.manifest.agent.runner != "pi":
-            return
-        if budget.soft is not None and calls >= budget.soft and not self.budget_soft_sent:
-            self.budget_soft_sent = True
-            self._steer_self(TOOL_BUDGET_MESSAGE.format(calls=calls, hard=budget.hard), "tool-budget")
-            self.event("budget.soft_reached", 0, calls=calls, soft=budget.soft, hard=budget.hard)
-        if calls > budget.hard and not self.budget_hard_noted:
-            self.budget_hard_noted = True
-            self.event("budget.hard_blocked", 0, calls=calls, hard=budget.hard, blocked=budget.block)
-
-    def _steer_self(self, message: str, source: str) -> str | None:
-        """Drop a steer request into this run's own inbox; its id (None when it failed)."""
-        from pisub.protocol.control import Steer
-        from pisub.store.mailbox import write_request
-
-        try:
-            return write_request(self.paths, Steer(v=1, message=message, source=source))
-        except Exception as exc:  # any failure: noted; nothing else depends on it
-            note(f"could not send a {source} steer: {exc}")
-            return None
-
-    def _checkpoint(self, now: float) -> None:
-        """Ask the pi child, through an ordinary steer request in its own inbox (so it has a
-        receipt), to wrap up before the runtime deadline; not when less than
-        :data:`~pisub.defaults.CHECKPOINT_MIN_LEFT_S` would remain."""
-        lim = self.limits
-        assert lim.timeout is not None
-        left = self.started + lim.timeout - now
-        if left < defaults.CHECKPOINT_MIN_LEFT_S or self.terminating:
-            return
-        rid = self._steer_self(CHECKPOINT_MESSAGE.format(seconds=left), "deadline-checkpoint")
-        if rid is not None:
-            self.event("deadline.checkpoint", 0, requestId=rid, secondsLeft=round(left, 1))
-
-    def _end(self, cause: EndCause) -> None:
-        """End the child with TERM (to its group), then KILL after the grace period."""
-        assert self.child is not None
-        if cause in self.causes and self.terminating:
-            return
-        self.causes.add(cause)
-        if self.terminating:
-            return
-        self.terminating = True
-        self.event("child.ending", 0, reason=cause.label)
-        self.child.terminate()
-        self.kill_at = time.monotonic() + self.limits.grace
-
-    # -- the end --------------------------------------------------------------------
     def _conclude(self) -> RunState:
         """The child's leftovers ended, its verdict judged, its work captured and checked."""
-        child = self.child
-        assert child is not None
+        child, deadlines = self.child, self.deadlines
+        assert child is not None and deadlines is not None
         self._end_leftovers(child)
         outcome = child.outcome()
         child.close(self.sel)
-        verdict = judge(self.causes, outcome, Circumstances(self.limits, self.signalled, self.tool_timed_out))
+        circumstances = Circumstances(self.limits, self.signalled, deadlines.tool_timed_out)
+        verdict = judge(deadlines.causes, outcome, circumstances)
         self.event("child.exited", 0, exitCode=outcome.exit_code, signal=outcome.signal)
         self._capture_worktree()
         verdict = self._accept(verdict, outcome)
