@@ -8,7 +8,8 @@ control request with exactly one receipt; it writes ``result.json`` before the t
 status; it leaves no process of its own behind; and a reader can repair its run if it dies.
 
 Modes: :class:`~pisub.runner.supervise.Supervisor` (one child process) and
-:class:`~pisub.runner.coordinator.Coordinator` (a workflow's child runs).
+:class:`~pisub.runner.coordinator.Coordinator` (a workflow's child runs), both built on the
+skeleton :class:`~pisub.runner.shell.RunShell` that keeps these promises in one place.
 """
 
 from __future__ import annotations
