@@ -37,7 +37,7 @@ from pisub.protocol.result import Details, ErrorCode, ErrorInfo, Result, TextCon
 from pisub.protocol.status import RunState
 from pisub.protocol.workflow import Shape
 from pisub.runner.lifecycle import drain
-from pisub.runner.recorder import Recorder, note
+from pisub.runner.recorder import note
 from pisub.runner.shell import Report, RunShell
 from pisub.runner.tree import ProcessTree
 from pisub.store.journal import Journal, replay
@@ -188,18 +188,10 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
         self.ending = Ending.FAILED
         self._write_end()
 
-    def _make_dispatcher(self, recorder: Recorder) -> WorkflowDispatcher:
+    def _dispatcher_class(self) -> type[WorkflowDispatcher]:
         from pisub.runner.workflow_dispatch import WorkflowDispatcher
 
-        return WorkflowDispatcher(
-            self.paths,
-            self.manifest.run_id,
-            recorder.status.steering,
-            self,
-            recorder.touch,
-            self.event,
-            self.trouble,
-        )
+        return WorkflowDispatcher
 
     def _capture_script_output(self) -> None:
         """The script's prints go to ``script.log``, capped, from now on (never to runner.log)."""

@@ -25,7 +25,7 @@ import os
 import selectors
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar, cast
 
 from pisub.errors import storage_error
 from pisub.protocol.manifest import Manifest
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
     from pisub.protocol.lease import LeaseOwner
     from pisub.protocol.result import Result
-    from pisub.runner.dispatch import Dispatcher
+    from pisub.runner.dispatch import Controller, Dispatcher
     from pisub.runner.inbox import InboxWatcher
 
 Report = Callable[[dict[str, object]], None]
@@ -172,7 +172,18 @@ class RunShell(Generic[D]):
         self.sel.register(wake_r, selectors.EVENT_READ, lambda _mask: self._inbox_woke(wake_r))
         self.watcher = InboxWatcher(self.paths.inbox / "new", wake_w, shared=placed_by_engine(self.manifest))
         self.recorder.status.inbox = self.watcher.start()
-        self.dispatcher = self._make_dispatcher(self.recorder)
+        rec = self.recorder
+        # the mode is its dispatcher's controller (a Controller, or a WorkflowController)
+        controller = cast("Controller", self)
+        self.dispatcher = self._dispatcher_class()(
+            self.paths,
+            self.manifest.run_id,
+            rec.status.steering,
+            controller,
+            rec.touch,
+            self.event,
+            self.trouble,
+        )
         self.recorder.commit()
 
     def _inbox_woke(self, fd: int) -> None:
@@ -285,8 +296,8 @@ class RunShell(Generic[D]):
     def _begin(self) -> None:
         """Once the inbox is watched: start what runs beside the loop (nothing by default)."""
 
-    def _make_dispatcher(self, recorder: Recorder) -> D:
-        """The mode's answerer of control requests."""
+    def _dispatcher_class(self) -> type[D]:
+        """The mode's answerer of control requests (imported when the inbox is watched)."""
         raise NotImplementedError
 
     def _tend(self, now: float) -> bool:

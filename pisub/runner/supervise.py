@@ -32,7 +32,7 @@ from pisub.protocol.result import ErrorCode, ErrorInfo
 from pisub.protocol.status import RunState, StepState, StepStatus
 from pisub.runner.deadlines import DRAIN_AFTER_EXIT_S, Deadlines
 from pisub.runner.ending import Circumstances, EndCause, Verdict, judge
-from pisub.runner.recorder import Recorder, note
+from pisub.runner.recorder import note
 from pisub.runner.shell import Report, RunShell
 from pisub.runner.tree import ProcessTree
 from pisub.store.paths import RunPaths
@@ -108,7 +108,6 @@ class Supervisor(RunShell["Dispatcher"]):
         assert self.dispatcher is not None
         self.dispatcher.update(request_id, state, reason=reason)
 
-    # -- the controller the dispatcher calls ------------------------------------------
     # -- the controller the dispatcher calls ------------------------------------------
     def _usable_child(self, index: int | None) -> tuple[Child | None, str | None]:
         if index not in (None, 0):
@@ -207,18 +206,10 @@ class Supervisor(RunShell["Dispatcher"]):
                 self.event("resume.briefs", ids=[b.id for b in briefs])
         return True
 
-    def _make_dispatcher(self, recorder: Recorder) -> Dispatcher:
+    def _dispatcher_class(self) -> type[Dispatcher]:
         from pisub.runner.dispatch import Dispatcher
 
-        return Dispatcher(
-            self.paths,
-            self.manifest.run_id,
-            recorder.status.steering,
-            self,
-            recorder.touch,
-            self.event,
-            self.trouble,
-        )
+        return Dispatcher
 
     def _write_failed_start(self, message: str) -> None:
         assert self.recorder is not None
