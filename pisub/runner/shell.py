@@ -11,9 +11,10 @@ end, and ends the run in one order: every open request answered, the lease relea
 written left to a reader's repair.
 
 A mode fills in small hooks, each documented below: what to prepare before the startup commit
-and what to start after it (:meth:`_prepare`, :meth:`_start`, :meth:`_begin`), one turn of its
-work in the loop — its deadlines checked, the inbox scanned where it wants it, whether it is
-done (:meth:`_tend`) — and what else the loop waits for (:meth:`_due`), how its end is judged
+and what to start after it (:meth:`_prepare`, :meth:`_start`, :meth:`_begin`), which dispatcher
+answers its control requests (:meth:`_dispatcher_class`), one turn of its work in the loop —
+its deadlines checked, the inbox scanned where it wants it, whether it is done
+(:meth:`_tend`) — and what else the loop waits for (:meth:`_due`), how its end is judged
 (:meth:`_conclude`) and written (:meth:`_result`, :meth:`_settle`), and what a failed start or an
 unexpected failure ends (:meth:`_write_failed_start`, :meth:`_abandon`). The modes:
 :class:`~pisub.runner.supervise.Supervisor` and :class:`~pisub.runner.coordinator.Coordinator`.
