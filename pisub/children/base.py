@@ -6,7 +6,7 @@ and output through :class:`ChildHooks`, takes control (``steer``, ``abort``, ``t
 the limits and every file except the child's own logs. Implementations: the two kinds of
 process child (:mod:`pisub.children.external_cli`, :mod:`pisub.children.pi.rpc`, on
 :class:`~pisub.children.process.ProcessChild`) and, for tests, a scripted child
-(:mod:`pisub.testing.scripted_child`); ``tests/unit/test_child_contract.py`` holds them all to
+(:mod:`pisub.testing.scripted_child`); ``tests/contract/test_child_contract.py`` holds them all to
 this contract.
 """
 

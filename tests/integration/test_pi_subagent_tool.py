@@ -90,6 +90,7 @@ class ParentPi:
             self.proc.kill()
             self.proc.wait()
         self.reader.join(timeout=5)
+        assert not self.reader.is_alive(), "the parent pi's reader still read 5 s after pi ended"
         for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             if stream is not None:
                 with contextlib.suppress(OSError):

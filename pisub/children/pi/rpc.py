@@ -22,43 +22,43 @@ from __future__ import annotations
 import enum
 import json
 import os
-import re
 import selectors
 import shutil
-import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
-
-import msgspec
 
 from pisub.children.base import ChildHooks, ChildOutcome
+from pisub.children.pi.events import (
+    UsageTotals,
+    event_kind,
+    failure_of,
+    message_text,
+    queue_texts,
+    slim_event,
+    text_of,
+    tool_ended,
+    tool_started,
+)
+from pisub.children.pi.framing import (
+    MAX_LINE,
+    READ_CHUNK,
+    Json,
+    LineReader,
+    ResponseHandler,
+    RpcChannel,
+    decode_object,
+)
+from pisub.children.pi.steers import Steer, SteerBook, SteerState
 from pisub.children.pi.versions import INSTALL_HINT, caps_of
 from pisub.children.process import PipeWriter, ProcessChild
 from pisub.core.fsio import atomic_write, open_regular
 from pisub.defaults import TAIL_BYTES
 from pisub.errors import LaunchFailed
-from pisub.protocol.control import ReceiptState
 from pisub.protocol.manifest import AgentSpec, Manifest
-from pisub.protocol.result import Usage
 from pisub.store.output import StreamSink
 from pisub.store.paths import RunPaths
 
-MAX_LINE = 16 * 1024 * 1024
-"""Longest stdout line read from pi; a longer one is skipped and reported."""
-
-READ_CHUNK = 256 * 1024
-CLEARED_REASON = "the interrupt cleared it from pi's queue before it was delivered"
-MAX_TOKENS = 2**53
-"""Token counts above this are ignored (they would not survive JSON readers)."""
-MAX_COST = 1e12
-"""Costs above this (or not finite) are ignored."""
-PREVIEW_CHARS = 120
-
-Json = dict[str, Any]
-ResponseHandler = Callable[[Json], None]
-_decode = msgspec.json.Decoder().decode
+INTERRUPTED_REASON = "the child was interrupted"
 
 
 def find_pi(env: Mapping[str, str] | None = None) -> str:
@@ -115,144 +115,6 @@ def pi_argv(
     return [*argv, *spec.args]
 
 
-def tool_preview(name: str, args: object) -> str:
-    """``<name> <args preview>`` for a tool call, e.g. ``bash echo hi`` (bounded in size and
-    depth, whatever the model sent)."""
-    text = ""
-    if isinstance(args, dict):
-        text = next((v for k in _PREVIEW_KEYS if isinstance(v := args.get(k), str)), "")
-    if not text and args is not None:
-        text = compact(args, PREVIEW_CHARS + 1)
-    text = " ".join(text[: PREVIEW_CHARS * 4].split())
-    if len(text) > PREVIEW_CHARS:
-        text = text[: PREVIEW_CHARS - 1] + "…"
-    return f"{name[:PREVIEW_CHARS]} {text}".rstrip()
-
-
-_PREVIEW_KEYS = ("command", "path", "file_path", "pattern", "query", "url")
-_KIND_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-"""What a pi event's ``type`` must look like to name an ``events.jsonl`` type (``pi.<type>``)."""
-PREVIEW_DEPTH = 4
-
-
-def compact(value: object, limit: int, depth: int = PREVIEW_DEPTH) -> str:
-    """A short JSON-like rendering of ``value``: at most about ``limit`` characters, nesting
-    deeper than ``depth`` shown as ``…`` (never recursion-limited, whatever the input)."""
-    if isinstance(value, str):
-        return json.dumps(value[:limit], ensure_ascii=False)
-    if value is None or isinstance(value, bool | int | float):
-        return json.dumps(value)[:limit] if not isinstance(value, int) or abs(value) < 10**30 else "…"
-    if depth <= 0 or not isinstance(value, dict | list):
-        return "…"
-    items = list(value.items()) if isinstance(value, dict) else list(enumerate(value))
-    parts: list[str] = []
-    used = 2
-    for key, item in items:
-        if used >= limit:
-            parts.append("…")
-            break
-        head = f"{json.dumps(str(key)[:limit], ensure_ascii=False)}:" if isinstance(value, dict) else ""
-        part = head + compact(item, limit - used, depth - 1)
-        parts.append(part)
-        used += len(part) + 1
-    inner = ",".join(parts)
-    return ("{" + inner + "}") if isinstance(value, dict) else ("[" + inner + "]")
-
-
-def text_of(value: object) -> str | None:
-    """``value`` when it is a string, else None (pi's events are checked before use)."""
-    return value if isinstance(value, str) else None
-
-
-def message_text(message: Json) -> str:
-    """The text parts of an agent message, joined (parts that are not text are skipped)."""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    return "".join(
-        text
-        for p in content
-        if isinstance(p, dict) and p.get("type") == "text" and (text := text_of(p.get("text"))) is not None
-    )
-
-
-class LineReader:
-    """Splits a byte stream on ``\\n`` only, bounding each line to ``max_line`` bytes."""
-
-    def __init__(self, max_line: int = MAX_LINE) -> None:
-        self.max_line = max_line
-        self._buf = bytearray()
-        self._skipping = False
-        self.oversized = 0
-
-    def feed(self, data: bytes) -> Iterator[bytes]:
-        """The complete lines that ``data`` finishes."""
-        start = 0
-        while True:
-            nl = data.find(b"\n", start)
-            if nl < 0:
-                break
-            if self._skipping:
-                self._skipping = False
-            else:
-                self._buf += data[start:nl]
-                line = bytes(self._buf)
-                if line.strip():
-                    yield line
-            self._buf.clear()
-            start = nl + 1
-        if not self._skipping:
-            self._buf += data[start:]
-            if len(self._buf) > self.max_line:
-                self._buf.clear()
-                self._skipping = True
-                self.oversized += 1
-
-
-class UsageTotals:
-    """Running sums over assistant messages."""
-
-    def __init__(self) -> None:
-        self.usage = Usage()
-
-    def add(self, message: Json) -> None:
-        usage = message.get("usage")
-        self.usage.turns += 1
-        if not isinstance(usage, dict):
-            return
-        pairs = (
-            ("input", "input"),
-            ("output", "output"),
-            ("cacheRead", "cache_read"),
-            ("cacheWrite", "cache_write"),
-        )
-        for key, attr in pairs:
-            value = usage.get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS:
-                setattr(self.usage, attr, min(MAX_TOKENS, getattr(self.usage, attr) + value))
-        cost = usage.get("cost")
-        total = cost.get("total") if isinstance(cost, dict) else cost
-        if isinstance(total, int | float) and not isinstance(total, bool) and 0 <= total <= MAX_COST:
-            self.usage.cost = min(MAX_COST, self.usage.cost + float(total))
-
-
-class SteerState(enum.Enum):
-    """Where a steering message is on its way into pi (delivered ones are forgotten)."""
-
-    HELD = "held"
-    """Waiting until pi has answered the task's prompt (before that pi drops it)."""
-    SENT = "sent"
-    """Sent as a ``prompt`` with ``streamingBehavior``; pi has not listed it yet."""
-    QUEUED = "queued"
-    """pi listed it in a ``queue_update``."""
-
-    @property
-    def in_pi(self) -> bool:
-        return self is not SteerState.HELD
-
-
 class Phase(enum.Enum):
     """The pi child's lifecycle, as the runner drives it."""
 
@@ -260,20 +122,23 @@ class Phase(enum.Enum):
     """Before pi answered the task's prompt: steers and aborts are held."""
     WORKING = "working"
     """pi took the task: steers and aborts go to it."""
+    ABORT_HELD = "abort_held"
+    """Interrupted before pi answered the task's prompt: the abort is sent once it has, the
+    held steers fail then, and no new steer is taken."""
+    ABORTING = "aborting"
+    """The abort went to pi: no new steer is taken; pi's answer finishes the child."""
     FINISHED = "finished"
     """Idle, refused or aborted: its stdin is closed, pi exits."""
 
-
-@dataclass
-class _Steer:
-    request_id: str
-    text: str
-    behavior: str
-    state: SteerState = SteerState.HELD
+    @property
+    def aborted(self) -> bool:
+        return self in (Phase.ABORT_HELD, Phase.ABORTING)
 
 
 class PiChild(ProcessChild):
-    """A pi coding-agent child in RPC mode."""
+    """A pi coding-agent child in RPC mode: the runner's :class:`ProcessChild` on top of the
+    RPC channel (:mod:`~pisub.children.pi.framing`), pi's events read with
+    :mod:`~pisub.children.pi.events` and steers kept in a :class:`SteerBook`."""
 
     kind = "pi"
 
@@ -292,9 +157,7 @@ class PiChild(ProcessChild):
         self.stderr = StreamSink(paths.stderr_log(index), manifest.limits.output_cap, TAIL_BYTES)
         self.sinks = (self.log, self.stderr)
         self.reader = LineReader()
-        self.stdin: PipeWriter | None = None
-        self._next_id = 0
-        self._handlers: dict[str, ResponseHandler] = {}
+        self.rpc = RpcChannel()
         self._epoch = 0  # bumped by anything that starts work; invalidates idle checks
         self._streaming = False
         self.phase = Phase.STARTING
@@ -303,9 +166,8 @@ class PiChild(ProcessChild):
         self.last_assistant: Json | None = None
         self.final_text: str | None = None
         self.totals = UsageTotals()
-        self._steers: list[_Steer] = []
+        self.steers = SteerBook(hooks)
         self._task_seen = False
-        self._abort_wanted = False
         self._session_private = False
         self.caps = caps_of(manifest.agent.pi_version)
 
@@ -330,27 +192,19 @@ class PiChild(ProcessChild):
         sel.register(self.proc.stdout, selectors.EVENT_READ, self._on_stdout)
         sel.register(self.proc.stderr, selectors.EVENT_READ, self._on_stderr)
         self._open_streams = 2
-        self.stdin = PipeWriter(self.proc.stdin, sel)
+        self.rpc.stdin = PipeWriter(self.proc.stdin, sel)
         self.send({"type": "get_state"}, self._on_ready)
 
     def send(self, command: Json, on_response: ResponseHandler | None = None) -> str:
         """Send one RPC command; ``on_response`` gets its response (matched by id)."""
-        self._next_id += 1
-        cid = f"pisub-{self._next_id}"
-        if on_response is not None:
-            self._handlers[cid] = on_response
-        line = json.dumps({"id": cid, **command}, ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n"
-        if self.stdin is not None:
-            self.stdin.write(line)
-        return cid
+        return self.rpc.send(command, on_response)
 
     def finish(self) -> None:
         """The work is done: close stdin so that pi exits."""
         if self.phase is not Phase.FINISHED:
             self.phase = Phase.FINISHED
             self.hooks.event("child.finishing", self.index, reason="idle")
-            if self.stdin is not None:
-                self.stdin.close()
+            self.rpc.close()
 
     # -- the start-up sequence ------------------------------------------------------------
     def _on_ready(self, _resp: Json) -> None:
@@ -361,34 +215,31 @@ class PiChild(ProcessChild):
         self.send({"type": "prompt", "message": self.first_prompt}, self._on_prompt)
 
     def _on_prompt(self, resp: Json) -> None:
-        self.phase = Phase.WORKING if self.phase is Phase.STARTING else self.phase
+        held_abort = self.phase is Phase.ABORT_HELD
+        self.phase = _AFTER_PROMPT.get(self.phase, self.phase)
         if not resp.get("success", False):
             self.prompt_error = (text_of(resp.get("error")) or "pi refused the prompt")[:2000]
             self.finish()
             return
         # pi drops steers and aborts sent before it answered the first prompt: they waited.
-        if self._abort_wanted:
+        if held_abort:
             self._send_abort()
-        for item in list(self._steers):
-            if item.state is not SteerState.HELD:
-                continue
-            if self._abort_wanted:  # interrupted before pi was ready: never start its turn
-                self._steers.remove(item)
-                self.hooks.steer_update(item.request_id, ReceiptState.FAILED, "the child was interrupted")
+        for item in self.steers.held():
+            if held_abort:  # interrupted before pi was ready: never start its turn
+                self.steers.fail(item, INTERRUPTED_REASON)
             else:
                 self._send_steer(item)
 
     # -- control ------------------------------------------------------------------
     def steer(self, request_id: str, message: str, behavior: str) -> str | None:
-        if self.phase is Phase.FINISHED or self._abort_wanted:
+        if self.phase is Phase.FINISHED or self.phase.aborted:
             return "the child has finished its work"
-        item = _Steer(request_id, message, behavior)
-        self._steers.append(item)
+        item = self.steers.add(request_id, message, behavior)
         if self.phase is Phase.WORKING:
             self._send_steer(item)
         return None
 
-    def _send_steer(self, item: _Steer) -> None:
+    def _send_steer(self, item: Steer) -> None:
         # ``prompt`` with a streamingBehavior steers (or queues a follow-up) while pi works
         # and starts a new turn when it is idle, decided inside pi: no race with agent_end.
         item.state = SteerState.SENT
@@ -396,20 +247,18 @@ class PiChild(ProcessChild):
         command = {"type": "prompt", "message": item.text, "streamingBehavior": item.behavior}
         self.send(command, lambda resp: self._on_steer_response(item, resp))
 
-    def _on_steer_response(self, item: _Steer, resp: Json) -> None:
-        if not resp.get("success", False) and item in self._steers:
-            self._steers.remove(item)
-            self.hooks.steer_update(
-                item.request_id, ReceiptState.FAILED, (text_of(resp.get("error")) or "pi refused it")[:2000]
-            )
-            if not self._streaming:  # the refused steer invalidated the idle check: ask again
-                self._ask_idle()
+    def _on_steer_response(self, item: Steer, resp: Json) -> None:
+        if resp.get("success", False):
+            return
+        reason = (text_of(resp.get("error")) or "pi refused it")[:2000]
+        if self.steers.fail(item, reason) and not self._streaming:
+            self._ask_idle()  # the refused steer invalidated the idle check: ask again
 
     def abort(self) -> bool:
-        if self.phase is Phase.FINISHED:
-            return True
-        self._abort_wanted = True
-        if self.phase is Phase.WORKING:
+        if self.phase in (Phase.STARTING, Phase.ABORT_HELD):
+            self.phase = Phase.ABORT_HELD
+        elif self.phase is not Phase.FINISHED:
+            self.phase = Phase.ABORTING
             self._send_abort()
         return True
 
@@ -423,41 +272,8 @@ class PiChild(ProcessChild):
 
     def _on_queue_cleared(self, resp: Json) -> None:
         data = resp.get("data")
-        if not isinstance(data, dict):
-            return
-        queues = [q for key in ("steering", "followUp") if isinstance(q := data.get(key), list)]
-        for text in (t for q in queues for t in q if isinstance(t, str)):
-            for item in self._steers:
-                if item.state.in_pi and item.text == text:
-                    self._steers.remove(item)
-                    self.hooks.steer_update(item.request_id, ReceiptState.FAILED, CLEARED_REASON)
-                    break
-
-    def _queue_update(self, ev: Json) -> None:
-        listed = [
-            t
-            for key in ("steering", "followUp")
-            if isinstance(q := ev.get(key), list)
-            for t in q
-            if isinstance(t, str)
-        ]
-        for text in listed:
-            for item in self._steers:
-                if item.state is SteerState.SENT and item.text == text:
-                    item.state = SteerState.QUEUED
-                    self.hooks.steer_update(item.request_id, ReceiptState.QUEUED)
-                    break
-
-    def _user_message(self, message: Json) -> None:
-        text = message_text(message)
-        if not self._task_seen and text == self.first_prompt:
-            self._task_seen = True
-            return
-        for item in self._steers:
-            if item.state.in_pi and item.text == text:
-                self._steers.remove(item)
-                self.hooks.steer_update(item.request_id, ReceiptState.DELIVERED)
-                return
+        if isinstance(data, dict):
+            self.steers.cleared(queue_texts(data))
 
     # -- reading ------------------------------------------------------------------
     def _on_stdout(self, _mask: int) -> None:
@@ -492,29 +308,25 @@ class PiChild(ProcessChild):
         if line.startswith(b'{"type":"message_update"'):
             self.hooks.activity(self.index)  # the stream is alive; deltas are not kept
             return
-        try:
-            obj = _decode(line)
-        except (msgspec.DecodeError, RecursionError):
+        obj = decode_object(line)
+        if obj is None:
             self.hooks.event("child.bad_line", self.index, preview=line[:200].decode("utf-8", "replace"))
             return
-        if not isinstance(obj, dict):
-            self.hooks.event("child.bad_line", self.index, preview=line[:200].decode("utf-8", "replace"))
-            return
-        kind = text_of(obj.get("type")) or ""
-        kind = kind if _KIND_RE.fullmatch(kind) else "unknown"
+        kind = event_kind(obj)
         if kind == "response":
             self._on_response(obj)
         elif kind != "message_update":
             self.last_event = kind
-            raw = _slim(kind, obj, line)
+            raw = slim_event(kind, obj, line)
             if raw is not None:
                 self.hooks.raw_event(self.index, kind, raw)
-            self._on_event(kind, obj)
+            handler = _EVENT_HANDLERS.get(kind)
+            if handler is not None:
+                handler(self, obj)
         self.hooks.activity(self.index)
 
     def _on_response(self, resp: Json) -> None:
-        cid = resp.get("id")
-        handler = self._handlers.pop(cid, None) if isinstance(cid, str) else None
+        handler = self.rpc.handler_of(resp)
         if handler is not None:
             handler(resp)
         elif resp.get("success", True) is not True:
@@ -522,11 +334,6 @@ class PiChild(ProcessChild):
             self.hooks.event("child.rpc_error", self.index, command=command, error=error and error[:2000])
 
     # -- events ---------------------------------------------------------------------
-    def _on_event(self, kind: str, ev: Json) -> None:
-        handler = _EVENT_HANDLERS.get(kind)
-        if handler is not None:
-            handler(self, ev)
-
     def _agent_start(self, _ev: Json) -> None:
         self._streaming = True
         self._epoch += 1
@@ -536,6 +343,9 @@ class PiChild(ProcessChild):
 
     def _turn_start(self, _ev: Json) -> None:
         self.progress.turns += 1
+
+    def _queue_update(self, ev: Json) -> None:
+        self.steers.listed(queue_texts(ev))
 
     def _message_end(self, ev: Json) -> None:
         message = ev.get("message")
@@ -555,24 +365,18 @@ class PiChild(ProcessChild):
         if text.strip():
             self._log(text)
 
+    def _user_message(self, message: Json) -> None:
+        text = message_text(message)
+        if not self._task_seen and text == self.first_prompt:
+            self._task_seen = True
+            return
+        self.steers.delivered(text)
+
     def _tool_start(self, ev: Json) -> None:
-        name = text_of(ev.get("toolName")) or "?"
-        preview = tool_preview(name, ev.get("args"))
-        self.progress.tools += 1
-        self.progress.current_tool = preview
-        call = text_of(ev.get("toolCallId")) or f"#{self.progress.tools}"
-        if len(self.progress.tools_running) < 1000:  # (a hostile stream of starts stays bounded)
-            self.progress.tools_running[call[:200]] = (name[:200], time.monotonic())
-        self._log(f"tool: {preview}")
+        self._log(f"tool: {tool_started(self.progress, ev)}")
 
     def _tool_end(self, ev: Json) -> None:
-        self.progress.current_tool = None
-        running = self.progress.tools_running
-        call = (text_of(ev.get("toolCallId")) or "")[:200]
-        if call in running:
-            del running[call]
-        elif running:  # no id to match: the oldest ends
-            del running[min(running, key=lambda k: running[k][1])]
+        tool_ended(self.progress, ev)
 
     def _agent_end(self, _ev: Json) -> None:
         self._streaming = False
@@ -609,8 +413,7 @@ class PiChild(ProcessChild):
 
     # -- the end ------------------------------------------------------------------
     def close(self, sel: selectors.BaseSelector) -> None:
-        if self.stdin is not None:
-            self.stdin.abort()  # what was still queued for pi is dropped
+        self.rpc.abort()  # what was still queued for pi is dropped
         super().close(sel)
 
     def outcome(self) -> ChildOutcome:
@@ -650,11 +453,9 @@ class PiChild(ProcessChild):
         before it was finished), or None; ``rc``/``sig``: how the process ended."""
         if self.prompt_error is not None:
             return f"pi refused the task: {self.prompt_error}"
-        last = self.last_assistant or {}
-        reason = last.get("stopReason")
-        if reason in ("error", "aborted"):
-            detail = (text_of(last.get("errorMessage")) or reason)[:4000]
-            return f"pi {'failed' if reason == 'error' else 'was aborted'}: {detail}"
+        replied = failure_of(self.last_assistant)
+        if replied is not None:
+            return replied
         if self.phase is not Phase.FINISHED:
             how = f"was killed by signal {sig}" if sig else f"exited with code {rc}"
             tail = self.stderr.tail_text().strip()[-2000:]
@@ -667,6 +468,9 @@ class PiChild(ProcessChild):
         text = f"(pi produced no final text; last event: {self.last_event or 'none'}"
         return text + (f"; stderr: {tail})" if tail else ")")
 
+
+_AFTER_PROMPT = {Phase.STARTING: Phase.WORKING, Phase.ABORT_HELD: Phase.ABORTING}
+"""The phase once pi answered the task's prompt."""
 
 _EVENT_HANDLERS: dict[str, Callable[[PiChild, Json], None]] = {
     "agent_start": PiChild._agent_start,
@@ -682,25 +486,6 @@ _EVENT_HANDLERS: dict[str, Callable[[PiChild, Json], None]] = {
     "auto_retry_end": PiChild._may_be_idle,
     "agent_settled": PiChild._may_be_idle,
 }
-
-
-def _slim(kind: str, event: Json, line: bytes) -> bytes | None:
-    """What of a pi event goes to ``events.jsonl``: the line itself, except the bulk that says
-    nothing new — ``role: "system"`` messages (pi 1.x: ~8 KB, the whole system prompt) are left
-    out, and ``agent_end`` loses its copy of every message (they are in the session)."""
-    message = event.get("message")
-    if (
-        kind in ("message_start", "message_end")
-        and isinstance(message, dict)
-        and message.get("role") == "system"
-    ):
-        return None
-    messages = event.get("messages")
-    if kind == "agent_end" and isinstance(messages, list):
-        slim = {key: value for key, value in event.items() if key != "messages"}
-        slim["messageCount"] = len(messages)
-        return msgspec.json.encode(slim)
-    return line
 
 
 def pi_event_line(ts: str, child: int, kind: str, raw: bytes) -> bytes:

@@ -3,7 +3,6 @@ promises — one child process (``single``) and a workflow's coordinator (``work
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from collections.abc import Callable
@@ -15,6 +14,7 @@ import pisub
 from pisub.api.client import launch_parallel
 from pisub.store.mailbox import new_key
 from tests.conftest import AgentMaker, wait_for, wait_no_processes
+from tests.helpers import run_event_types
 
 Launch = Callable[[], pisub.Run]
 
@@ -34,10 +34,6 @@ MODES = {"single": (_single, "single"), "workflow": (_workflow, "parallel")}
 def mode(request: pytest.FixtureRequest, home: Path, make_agent: AgentMaker) -> tuple[Launch, str]:
     make_agent("sleeper", command="sleep", args=["300"])
     return MODES[request.param]
-
-
-def _events(run: pisub.Run) -> list[str]:
-    return [json.loads(line)["type"] for line in (run.dir / "events.jsonl").read_text().splitlines()]
 
 
 def test_a_launch_returns_once_the_runner_committed(mode: tuple[Launch, str]) -> None:
@@ -60,7 +56,7 @@ def test_a_stop_gets_one_receipt_and_ends_the_run_whole(home: Path, mode: tuple[
     assert result.state == "stopped" and result.details.mode == details_mode
     assert run.status().state == "stopped"
     # run.finished is the runner's last word, just after its terminal status
-    events = wait_for(lambda: (found := _events(run))[-1] == "run.finished" and found, 10)
+    events = wait_for(lambda: (found := run_event_types(run))[-1] == "run.finished" and found, 10)
     assert events[0] == "run.created"
     assert sorted(p.name for p in (run.dir / "outbox").iterdir()) == [f"{rid}.json"]
     wait_no_processes(home)
@@ -123,7 +119,7 @@ def test_a_signal_to_the_runner_stops_the_run_and_releases_its_lease_first(
     assert result.state == "stopped" and result.details.mode == details_mode
     status = run.status()
     assert status.state == "stopped" and status.error is not None and "signal 15" in status.error.message
-    events = wait_for(lambda: (found := _events(run))[-1] == "run.finished" and found, 10)
+    events = wait_for(lambda: (found := run_event_types(run))[-1] == "run.finished" and found, 10)
     if "lease.acquired" in events:
         assert events.index("lease.released") < events.index("run.finished")
     late = run.dir / "inbox" / "new" / "late.json"
