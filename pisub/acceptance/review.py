@@ -8,12 +8,13 @@ it and no finding is blocking."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pisub.acceptance.report import clean_texts, load_block
 from pisub.errors import InvalidInput, PisubError
-from pisub.protocol.acceptance import AcceptanceSpec, ReviewVerdict, Severity, VerdictWord
+from pisub.protocol.acceptance import AcceptanceSpec, Check, ReviewVerdict, Severity, VerdictWord
 from pisub.protocol.codec import convert
 
 FENCE = "review-verdict"
@@ -37,6 +38,15 @@ _SEVERITIES: dict[str, Severity] = {
     **dict.fromkeys(("note", "nit", "info"), Severity.NOTE),
 }
 _WRAPPERS = ("review", "reviewVerdict", "review_verdict", "verdict")
+
+
+@dataclass
+class ReviewOutcome:
+    """What a review gate found (:func:`pisub.runner.review.run_review` runs the reviewer)."""
+
+    check: Check
+    finished: bool
+    """Whether the reviewer gave a verdict (else the work still needs a review)."""
 
 
 def review_task(spec: AcceptanceSpec, task: str, diff: str | None) -> str:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pisub.core.redact import redact
-from pisub.errors import PisubError, storage_error
+from pisub.errors import PisubError
 from pisub.protocol.budget import UsageTotals
 from pisub.protocol.codec import encode, now_iso
 from pisub.protocol.control import Interrupt, ReceiptState, Request, Stop
@@ -36,33 +36,22 @@ from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import Details, ErrorCode, ErrorInfo, Result, TextContent
 from pisub.protocol.status import RunState
 from pisub.protocol.workflow import Shape
-from pisub.runner.lifecycle import (
-    FINAL_WRITE_S,
-    RETRY_S,
-    drain,
-    mark_running,
-    persist,
-    placed_by_engine,
-    take_signals,
-)
-from pisub.runner.recorder import Recorder, WriteTrouble, note
-from pisub.runner.tree import ProcessTree, Subreaper
+from pisub.runner.lifecycle import drain
+from pisub.runner.recorder import note
+from pisub.runner.shell import Report, RunShell
+from pisub.runner.tree import ProcessTree
 from pisub.store.journal import Journal, replay
 from pisub.store.lineage import markers
 from pisub.store.paths import RunPaths
 from pisub.store.results import truncate_output
-from pisub.store.runs import load_status, write_result
 from pisub.store.spawn_budget import SpawnBudget
 from pisub.workflow.children import ChildRuns
 
 if TYPE_CHECKING:
-    from pisub.protocol.lease import LeaseOwner
-    from pisub.runner.inbox import InboxWatcher
+    from pisub.protocol.status import Status
     from pisub.runner.script_output import ScriptOutput
     from pisub.runner.workflow_dispatch import WorkflowDispatcher
     from pisub.workflow.script import ScriptThread
-
-Report = Callable[[dict[str, object]], None]
 
 STOP_WAIT_S = 60.0
 """How long the coordinator waits for its children to end after it asked them to stop."""
@@ -89,89 +78,58 @@ class Ending(enum.Enum):
     INTERRUPT = "interrupt"
 
 
-class Coordinator:
+class Coordinator(RunShell["WorkflowDispatcher"]):
     """Runs one workflow run to its end."""
+
+    LEASED = "journal's lease"
+    OPEN_AT_END = "the workflow ended before the request was answered"
 
     def __init__(
         self, paths: RunPaths, manifest: Manifest, report: Report, *, tree: ProcessTree | None = None
     ) -> None:
+        super().__init__(paths, manifest, report, tree)
         assert manifest.workflow is not None
-        self.paths = paths
-        self.manifest = manifest
         self.spec = manifest.workflow
-        self.report = report
         self.home = paths.home
-        self.tree: ProcessTree = tree or Subreaper(manifest.run_id, paths.root.parent)
-        self.limits = manifest.limits
-        self.sel = selectors.DefaultSelector()
-        self.trouble = WriteTrouble()
-        self.recorder: Recorder | None = None
-        self.dispatcher: WorkflowDispatcher | None = None
-        self.inbox: InboxWatcher | None = None
         self.children: ChildRuns | None = None
         self.posted: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self.lease: LeaseOwner | None = None
+        self.sel.register(self.wake_r, selectors.EVENT_READ, lambda _mask: drain(self.wake_r))
         self.script: ScriptThread | None = None
         self.script_result: tuple[Any, BaseException | None] | None = None
         self.ending: Ending | None = None
         self.end_error: ErrorInfo | None = None
         self.return_text = ""
         self.ending_since: float | None = None
-        self.started = time.monotonic()
-        self.signalled: int | None = None
-        self.scan_due = True
-        self.next_scan = 0.0
         self.children_ended_at: float | None = None
+        self.replay_skipped = 0
+        """Journal lines the replay could not read (an event once the run started)."""
         self.script_output: ScriptOutput | None = None
 
-    # == the run ========================================================================
+    # == the run (the shell's hooks) ========================================================
     def run(self) -> int:
         """Coordinate the workflow to its end; the runner's exit code."""
-        self._install_signals()
         try:
-            if not self._startup():
-                return 1
-            self._start_inbox()
-            self._capture_script_output()
-            self._start_script()
-            self._loop()
-            finished = self._finish()
-            if finished and self.recorder is not None:
-                from pisub.store.on_done import after_end  # after the terminal status: it never delays it
-
-                after_end(self.paths, self.manifest, self.recorder.status.state.value)
-            return 0 if finished else 1
-        except BaseException:
-            note("the coordinator is failing: asking its children to stop")
-            if self.children is not None:
-                with contextlib.suppress(Exception):
-                    self.children.end_all(Stop)
-            raise
+            return super().run()
         finally:
             if self.script_output is not None:
                 self.script_output.close()
 
-    def _install_signals(self) -> None:
-        take_signals(self.sel, self._on_signal, self._on_doorbell)
-        self.sel.register(self.wake_r, selectors.EVENT_READ, lambda _mask: drain(self.wake_r))
+    def _abandon(self) -> None:
+        note("the coordinator is failing: asking its children to stop")
+        if self.children is not None:
+            with contextlib.suppress(Exception):
+                self.children.end_all(Stop)
 
-    def _on_doorbell(self, _signum: int, _frame: object) -> None:
-        self.scan_due = True
+    def _begin(self) -> None:
+        self._capture_script_output()
+        self._start_script()
 
-    def _on_signal(self, signum: int, _frame: object) -> None:
-        self.signalled = signum
-
-    def _startup(self) -> bool:
+    def _prepare(self, status: Status) -> bool:
         from pisub.errors import LeaseHeld
-        from pisub.store.leases import acquire
 
-        status = mark_running(load_status(self.paths))
-        self.recorder = Recorder(self.paths, status, self.trouble)
         try:
-            self.lease = acquire(
-                self.home.leases, self.spec.journal, self.manifest.run_id, self.manifest.resumed_from
-            )
+            self._take_lease(self.spec.journal)
             replayed = replay(Path(self.spec.journal))
             journal = Journal(Path(self.spec.journal))
             journal.owned_by(self.manifest.run_id)
@@ -191,11 +149,11 @@ class Coordinator:
         self.children = ChildRuns(self, self.home, self.manifest, status.steps, journal, replayed)
         if self.children.watch.fd is not None:
             self.sel.register(self.children.watch.fd, selectors.EVENT_READ, lambda _mask: None)
-        try:
-            self.recorder.commit(required=True)
-        except OSError as exc:
-            self.report({"ok": False, "error": storage_error(exc, "write", self.paths.status).message})
-            raise
+        self.replay_skipped = replayed.skipped
+        return True
+
+    def _start(self) -> bool:
+        assert self.lease is not None
         # The script runs in this process: what it starts (a process, pisub.launch) carries this
         # run's markers, like any run's child — a run it launches is this run's child run.
         os.environ.update(
@@ -206,9 +164,8 @@ class Coordinator:
         os.environ[ENV_RUN_DIR] = str(self.paths.root)
         self.event("run.started", pid=os.getpid())
         self.event("lease.acquired", generation=self.lease.generation, journal=self.spec.journal)
-        if replayed.skipped:
-            self.event("workflow.journal_skipped", lines=replayed.skipped)
-        self.report({"ok": True, "pid": os.getpid()})
+        if self.replay_skipped:
+            self.event("workflow.journal_skipped", lines=self.replay_skipped)
         return True
 
     def _create_usage_budget(self) -> None:
@@ -226,39 +183,15 @@ class Coordinator:
             configured.usage_estimate_cost_usd or defaults.USAGE_ESTIMATE_COST_USD,
         )
 
-    def _fail_startup(self, message: str) -> None:
-        from pisub.store.mailbox import close_inbox, settle_closed_inbox
-
-        close_inbox(self.paths, "failed")
-        settle_closed_inbox(self.paths, self.manifest.run_id, "the run failed to start")
+    def _write_failed_start(self, message: str) -> None:
         self.end_error = ErrorInfo(code=ErrorCode.SUBAGENT_FAILED, message=message)
         self.ending = Ending.FAILED
-        self._write_end(time.monotonic() + FINAL_WRITE_S)
-        self.report({"ok": False, "error": message})
+        self._write_end()
 
-    def _start_inbox(self) -> None:
-        from pisub.runner.inbox import InboxWatcher
+    def _dispatcher_class(self) -> type[WorkflowDispatcher]:
         from pisub.runner.workflow_dispatch import WorkflowDispatcher
 
-        assert self.recorder is not None
-        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self.sel.register(wake_r, selectors.EVENT_READ, lambda _mask: self._inbox_woke(wake_r))
-        self.inbox = InboxWatcher(self.paths.inbox / "new", wake_w, shared=placed_by_engine(self.manifest))
-        self.recorder.status.inbox = self.inbox.start()
-        self.dispatcher = WorkflowDispatcher(
-            self.paths,
-            self.manifest.run_id,
-            self.recorder.status.steering,
-            self,
-            self.recorder.touch,
-            self.event,
-            self.trouble,
-        )
-        self.recorder.commit()
-
-    def _inbox_woke(self, fd: int) -> None:
-        drain(fd)
-        self.scan_due = True
+        return WorkflowDispatcher
 
     def _capture_script_output(self) -> None:
         """The script's prints go to ``script.log``, capped, from now on (never to runner.log)."""
@@ -332,20 +265,12 @@ class Coordinator:
         with contextlib.suppress(BlockingIOError, OSError):
             os.write(self.wake_w, b"w")
 
-    def _loop(self) -> None:
-        assert self.recorder is not None
-        while True:
-            now = time.monotonic()
-            self._run_posted()
-            self._check_limits(now)
-            self._tend_children(now)
-            self._scan_inbox(now)
-            if self._done(now):
-                return
-            for key, mask in self.sel.select(self._next_timeout(now)):
-                key.data(mask)
-            self.recorder.flush_due()
-            self.tree.reap(None)
+    def _tend(self, now: float) -> bool:
+        self._run_posted()
+        self._check_limits(now)
+        self._tend_children(now)
+        self._scan_inbox(now)
+        return self._done(now)
 
     def _run_posted(self) -> None:
         while True:
@@ -355,21 +280,15 @@ class Coordinator:
                 return
             fn()
 
-    def _next_timeout(self, now: float) -> float:
-        assert self.recorder is not None
-        candidates = [1.0]
+    def _due(self, now: float) -> list[float]:
+        due = []
         if self.children is not None:
-            candidates.append(self.children.next_poll - now)
-        if self.inbox is not None:
-            candidates.append(0.0 if self.scan_due else self.next_scan - now)
+            due.append(self.children.next_poll - now)
         if self.limits.timeout is not None and self.ending is None:
-            candidates.append(self.started + self.limits.timeout - now)
+            due.append(self.started + self.limits.timeout - now)
         if self.ending_since is not None:
-            candidates.append(0.2)
-        flush = self.recorder.next_flush_in()
-        if flush is not None:
-            candidates.append(flush)
-        return max(0.0, min(candidates))
+            due.append(0.2)
+        return due
 
     def _check_limits(self, now: float) -> None:
         if self.signalled is not None and self.ending is None:
@@ -377,15 +296,6 @@ class Coordinator:
         timeout = self.limits.timeout
         if timeout is not None and self.ending is None and now >= self.started + timeout:
             self._end(Ending.TIMEOUT, f"Workflow exceeded maximum runtime after {timeout:g}s.")
-
-    def _scan_inbox(self, now: float) -> None:
-        if self.dispatcher is None or self.inbox is None:
-            return
-        if self.scan_due or now >= self.next_scan:
-            self.scan_due = False
-            self.dispatcher.scan()
-            retry = RETRY_S if self.dispatcher.unpublished else self.inbox.poll_interval
-            self.next_scan = now + min(retry, self.inbox.poll_interval)
 
     def _tend_children(self, now: float) -> None:
         if self.children is not None:
@@ -466,21 +376,13 @@ class Coordinator:
             return
         self._end(Ending.RETURNED)
 
-    def _finish(self) -> bool:
-        deadline = time.monotonic() + FINAL_WRITE_S
+    def _conclude(self) -> RunState:
         with contextlib.suppress(Exception):
             self.tree.end_leftovers(None, self.limits.grace)  # anything the script itself started
-        dispatcher = self.dispatcher
         state = self._final_state()
         note(f"the workflow ends {state.value}" + (f": {self.end_error.message}" if self.end_error else ""))
-        if dispatcher is not None:
-            dispatcher.fail_open("the workflow ended before the request was answered")
-            if not self._persist("answer the inbox", lambda: dispatcher.close(state.value), deadline):
-                return False
-        if self.inbox is not None:
-            self.inbox.stop()
         self._report_script_output()
-        return self._write_end(deadline)
+        return state
 
     def _final_state(self) -> RunState:
         return {
@@ -490,8 +392,13 @@ class Coordinator:
             Ending.INTERRUPT: RunState.PAUSED,
         }.get(Ending.FAILED if self.ending is None else self.ending, RunState.FAILED)
 
-    def _result(self, state: RunState) -> Result:
+    def _result(self) -> Result:
+        state = self._final_state()
+        if state is RunState.STOPPED and self.end_error is None:
+            self.end_error = ErrorInfo(code=ErrorCode.SUBAGENT_FAILED, message="Workflow stopped by request.")
         singles = self.children.results() if self.children is not None else []
+        if self.children is not None:
+            self.children.close()  # nothing of the workflow runs any more
         error = self.end_error
         if state is RunState.COMPLETE:
             text = self.return_text
@@ -515,36 +422,9 @@ class Coordinator:
             ),
         )
 
-    def _write_end(self, deadline: float) -> bool:
-        rec = self.recorder
-        assert rec is not None
-        state = self._final_state()
-        if state is RunState.STOPPED and self.end_error is None:
-            self.end_error = ErrorInfo(code=ErrorCode.SUBAGENT_FAILED, message="Workflow stopped by request.")
-        result = self._result(state)
-        if self.children is not None:
-            self.children.close()
-        # before result.json (readers take a result as the end): a resume that sees it finds
-        # the journal's lease free; nothing writes the journal any more
-        if self.lease is not None:
-            from pisub.store.leases import release
-
-            lease = self.lease
-            self._persist("release the journal's lease", lambda: release(self.home.leases, lease), deadline)
-            self.lease = None
-        if not self._persist("write result.json", lambda: write_result(self.paths, result), deadline):
-            return False
-        rec.status.state = state
-        rec.status.error = self.end_error
-        rec.status.ended_at = result.ended_at
-        if not self._persist("write the terminal status.json", lambda: rec.commit(required=True), deadline):
-            return False
-        rec.event("run.finished", state=state.value)
-        rec.close()
-        return True
-
-    def _persist(self, what: str, write: Callable[[], object], deadline: float) -> bool:
-        return persist(self.trouble, what, write, deadline)
+    def _settle(self, status: Status) -> dict[str, object]:
+        status.error = self.end_error
+        return {}
 
     # == control (called by the dispatcher, on the loop) ======================================
     def route(self, child: int | None) -> list[int] | str:
@@ -569,18 +449,6 @@ class Coordinator:
         return None
 
     # == bookkeeping ===================================================================
-    def event(self, type_: str, child: int | None = None, **data: object) -> None:
-        if self.recorder is not None:
-            self.recorder.event(type_, child, **data)
-
-    def touch(self) -> None:
-        if self.recorder is not None:
-            self.recorder.touch()
-
-    def commit(self) -> None:
-        if self.recorder is not None:
-            self.recorder.commit()
-
     def receipt_moved(self, request_id: str, index: int, state: ReceiptState, reason: str | None) -> None:
         if self.dispatcher is not None:
             self.dispatcher.update_target(request_id, index, state, reason)

@@ -2,13 +2,14 @@
 
 A run mode is built from the run's paths, its manifest and the launcher's ``report`` callback,
 and :meth:`RunMode.run` runs the run to its end and returns the runner's exit code. Every mode
-keeps the same promises, held by ``tests/integration/test_run_mode_contract.py``: it commits
+keeps the same promises, held by ``tests/contract/test_run_mode_contract.py``: it commits
 its startup (``running``, with its pid) before it answers the launcher; it answers every
 control request with exactly one receipt; it writes ``result.json`` before the terminal
 status; it leaves no process of its own behind; and a reader can repair its run if it dies.
 
 Modes: :class:`~pisub.runner.supervise.Supervisor` (one child process) and
-:class:`~pisub.runner.coordinator.Coordinator` (a workflow's child runs).
+:class:`~pisub.runner.coordinator.Coordinator` (a workflow's child runs), both built on the
+skeleton :class:`~pisub.runner.shell.RunShell` that keeps these promises in one place.
 """
 
 from __future__ import annotations

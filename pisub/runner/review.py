@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
+from pisub.acceptance.review import ReviewOutcome
 from pisub.errors import PisubError
 from pisub.protocol.acceptance import Acceptance, AcceptanceSpec, Check, Finding, Level, Outcome
 from pisub.protocol.manifest import LimitValues, Manifest
@@ -22,16 +22,33 @@ REVIEW_SLACK_S = 15.0
 """How much longer than the reviewer's own timeout and grace its run is waited for."""
 
 
-@dataclass
-class ReviewOutcome:
-    check: Check
-    finished: bool
-    """Whether the reviewer gave a verdict (else the work still needs a review)."""
-
-
 def reviewer_name(spec: AcceptanceSpec, configured: str | None) -> str:
     agent = spec.review.agent if spec.review is not None else None
     return agent or configured or DEFAULT_REVIEWER
+
+
+def review_gate(
+    paths: RunPaths,
+    manifest: Manifest,
+    spec: AcceptanceSpec,
+    event: Callable[..., None],
+    stop_requested: Callable[[], bool],
+) -> ReviewOutcome:
+    """The review gate of the run's completed child: the reviewer named at launch, on the diff of
+    the child's work (its worktree's patch, or its tree's), run by :func:`run_review`."""
+    from pisub.acceptance.review import diff_of
+
+    reviewer = reviewer_name(spec, None)  # named at launch
+    patch = paths.worktree_patch if manifest.worktree is not None else None
+    diff = diff_of(Path(manifest.cwd), patch)
+    return run_review(
+        paths,
+        manifest,
+        reviewer,
+        diff,
+        started=lambda rid: event("review.started", 0, runId=rid, agent=reviewer),
+        stop_requested=stop_requested,
+    )
 
 
 def run_review(

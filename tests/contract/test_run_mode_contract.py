@@ -101,3 +101,33 @@ def test_a_runner_killed_is_repaired_by_a_reader(home: Path, mode: tuple[Launch,
             pisub.Run(status.run_id).send_stop()
             pisub.Run(status.run_id).wait(timeout=30)
     wait_no_processes(home)
+
+
+def test_a_signal_to_the_runner_stops_the_run_and_releases_its_lease_first(
+    home: Path, mode: tuple[Launch, str]
+) -> None:
+    """The skeleton's end, the same in every mode: SIGTERM to the runner ends the run
+    ``stopped`` naming the signal; a request still open is answered; a lease the run held is
+    released before its end is written; ``run.finished`` is the last word."""
+    launch, details_mode = mode
+    run = launch()
+    pid = run.status().pid
+    assert pid is not None
+    wait_for(lambda: run.status().inbox is not None, 10)
+    os.kill(pid, signal.SIGTERM)
+    result = run.wait(timeout=60)
+    assert result.state == "stopped" and result.details.mode == details_mode
+    status = run.status()
+    assert status.state == "stopped" and status.error is not None and "signal 15" in status.error.message
+    events = wait_for(lambda: (found := run_event_types(run))[-1] == "run.finished" and found, 10)
+    if "lease.acquired" in events:
+        assert events.index("lease.released") < events.index("run.finished")
+    late = run.dir / "inbox" / "new" / "late.json"
+    late.write_bytes(b'{"v":1,"type":"stop"}')
+    run.status()
+    answered = run.receipt("late")
+    assert answered is not None and answered.state in ("failed", "rejected")
+    for child in pisub.list_runs(children=True):
+        if not child.state.is_terminal:
+            pisub.Run(child.run_id).wait(timeout=30)
+    wait_no_processes(home)
