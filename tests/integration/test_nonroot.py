@@ -20,6 +20,8 @@ import pytest
 from tests.conftest import ROOT, pid_alive, wait_for
 from tests.nonroot import Unprivileged
 
+pytestmark = pytest.mark.root  # each drives pisub as another user
+
 SLEEPER = """
 import os, subprocess, time
 g = subprocess.Popen(["sleep", "300"], start_new_session=True)

@@ -32,6 +32,7 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+@pytest.mark.pi_versions
 def test_plain_reply_with_usage_and_session(pi_home: Path) -> None:
     run = pisub.launch("pi", "hello there")
     result = run.wait(timeout=60)
@@ -55,6 +56,7 @@ def test_plain_reply_with_usage_and_session(pi_home: Path) -> None:
     assert (run.dir / "system-prompt.md").read_text() == "Be terse."
 
 
+@pytest.mark.pi_versions
 def test_tool_call_logged_and_final_answer(pi_home: Path, model_server: FakeModelServer) -> None:
     run = pisub.launch("pi", "please run TOOL: echo hi")
     result = run.wait(timeout=60)
@@ -70,6 +72,7 @@ def test_tool_call_logged_and_final_answer(pi_home: Path, model_server: FakeMode
     assert system["role"] == "system" and "Be terse." in json.dumps(system)
 
 
+@pytest.mark.pi_versions
 def test_http_500_fails_with_pis_error(pi_home: Path) -> None:
     run = pisub.launch("pi", "ERROR500 please")
     result = run.wait(timeout=60)

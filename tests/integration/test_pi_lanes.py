@@ -23,6 +23,7 @@ def _sent_with(server: FakeModelServer, marker: str) -> list[dict[str, Any]]:
     return [r for r in list(server.requests) if marker in json.dumps(r)]
 
 
+@pytest.mark.pi_versions
 def test_resume_previous_carries_the_conversation_and_a_failing_lane_is_blocked(
     pi_home: Path, model_server: FakeModelServer
 ) -> None:

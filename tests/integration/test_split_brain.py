@@ -22,6 +22,8 @@ import pisub
 from pisub.protocol.status import RunState
 from tests.conftest import AgentMaker, wait_for
 
+pytestmark = pytest.mark.root  # bindfs and a bind mount over boot_id
+
 SECOND_NODE = """
 set -e
 hostname node2

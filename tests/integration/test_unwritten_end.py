@@ -78,7 +78,7 @@ def _blocker(how: str, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     return control
 
 
-@pytest.mark.parametrize("how", ["tmpfs", "faultinject"])
+@pytest.mark.parametrize("how", [pytest.param("tmpfs", marks=pytest.mark.root), "faultinject"])
 def test_a_completed_run_whose_final_files_could_not_be_written_keeps_its_exit_and_output(
     how: str, home: Path, make_agent: AgentMaker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
