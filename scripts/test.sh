@@ -77,7 +77,11 @@ start() {
     shift
     step_started[$name]=$SECONDS
     set -m
-    "$@" >"$logs/$name.log" 2>&1 &
+    (
+        # (not `"$@" || ...`: that would turn set -e off inside it)
+        trap 'echo "$SECONDS" >"$logs/$name.ended"' EXIT
+        "$@"
+    ) >"$logs/$name.log" 2>&1 &
     step_pid[$name]=$!
     set +m
 }
@@ -85,7 +89,9 @@ finish() {
     local name=$1 rc=0
     wait "${step_pid[$name]}" || rc=$?
     unset "step_pid[$name]"
-    echo "== $name ($((SECONDS - step_started[$name])) s, exit $rc)"
+    local ended
+    ended=$(cat "$logs/$name.ended" 2>/dev/null || echo "$SECONDS")
+    echo "== $name ($((ended - step_started[$name])) s, exit $rc)"
     cat "$logs/$name.log"
     return "$rc"
 }
@@ -236,7 +242,7 @@ pytest_pass() {
     local name=$1 nonroot=$2 pi=$3 marks=$4 workers=$5
     shift 5
     local opts=(-q -p no:cacheprovider --durations=15 -m "$marks" --junitxml="$reports/junit-$name.xml")
-    [ "$workers" = 0 ] || opts+=(-n "$workers")
+    [ "$workers" = 0 ] || opts+=(-n "$workers" --dist worksteal)
     if [ -n "$nonroot" ]; then
         as_nonroot "${slurm_env[@]}" PISUB_PI_BIN="$(pi_for "$pi" 1)" \
             "$nonroot_dir/venv/bin/python" -m pytest "${opts[@]}" "$@"

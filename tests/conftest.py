@@ -31,9 +31,9 @@ def pinned_pi_bins() -> dict[str, Path]:
 PI_BIN_DEFAULT = next(iter(pinned_pi_bins().values()), ROOT / ".pi-cli" / "bin" / "pi")
 
 
-# Hypothesis: "ci" (the default; CI starts from a fresh clone, so no example database is kept)
-# and "stress" (--stress: ten times the examples). The property tests take their count from
-# the profile: they name none of their own.
+# Hypothesis: "ci" (the default: 100 examples, drawn afresh on every run, so successive CI runs
+# explore different ones; CI starts from a fresh clone, so no example database is kept) and
+# "stress" (--stress: 1,000). The property tests take their count from the profile.
 settings.register_profile(
     "ci",
     max_examples=100,

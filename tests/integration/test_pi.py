@@ -85,6 +85,7 @@ def test_http_500_fails_with_pis_error(pi_home: Path) -> None:
     assert "{" not in (single.output or ""), "never raw JSONL"
 
 
+@pytest.mark.serial  # 2.5 s of idleness allowed to a real pi: none to spare for a loaded machine
 def test_slow_stream_keeps_idle_alive_but_hits_runtime(pi_home: Path) -> None:
     run = pisub.launch("pi", "SLOW:400 tell me a story", timeout=4, idle_timeout=2.5)
     pi_pid = wait_for(lambda: run.status().steps[0].pid, what="pi pid")
@@ -95,6 +96,7 @@ def test_slow_stream_keeps_idle_alive_but_hits_runtime(pi_home: Path) -> None:
     assert not marked_processes(run.id)
 
 
+@pytest.mark.serial  # 2.5 s of idleness allowed to a real pi: none to spare for a loaded machine
 def test_silent_tool_hits_idle_timeout_and_sleep_is_gone(pi_home: Path) -> None:
     run = pisub.launch("pi", "please run TOOL: sleep 45", timeout=60, idle_timeout=2.5)
 

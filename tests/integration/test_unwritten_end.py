@@ -75,6 +75,8 @@ def _blocker(how: str, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("PISUB_FAULT_FILE", str(control))
     monkeypatch.setenv("PISUB_FAULT_DIR", str(home))
     monkeypatch.setenv("PISUB_FAULT_WHO", "runner")
+    # What follows the runner's giving up is tested here; the tmpfs case waits the real 30 s.
+    monkeypatch.setenv("PISUB_FAULT_FINAL_WRITE_S", "2")
     return control
 
 
