@@ -47,6 +47,7 @@ def test_an_exempt_tool_and_the_config_file(pi_home: Path) -> None:
 
 
 @pytest.mark.pi_versions
+@pytest.mark.serial  # a real pi's two turns and a 3 s tool within a 9 s runtime: no room for load
 def test_a_checkpoint_steer_is_delivered_before_the_deadline(
     pi_home: Path, model_server: FakeModelServer
 ) -> None:
