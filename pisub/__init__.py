@@ -32,18 +32,18 @@ __all__ = [
 ]
 
 _HOMES = {
-    "Run": "pisub.client",
-    "agent_catalog": "pisub.client",
-    "launch": "pisub.client",
-    "launch_chain": "pisub.client",
-    "launch_lanes": "pisub.client",
-    "retained_children": "pisub.client",
-    "launch_parallel": "pisub.client",
-    "launch_workflow": "pisub.client",
-    "list_runs": "pisub.client",
-    "resume": "pisub.client",
-    "resume_workflow": "pisub.client",
-    "WorkflowFailed": "pisub.workflow.api",
+    "Run": "pisub.api.client",
+    "agent_catalog": "pisub.api.client",
+    "launch": "pisub.api.client",
+    "launch_chain": "pisub.api.client",
+    "launch_lanes": "pisub.api.client",
+    "retained_children": "pisub.api.client",
+    "launch_parallel": "pisub.api.client",
+    "launch_workflow": "pisub.api.client",
+    "list_runs": "pisub.api.client",
+    "resume": "pisub.api.client",
+    "resume_workflow": "pisub.api.client",
+    "WorkflowFailed": "pisub.errors",
     "PisubError": "pisub.errors",
     "Result": "pisub.protocol.result",
     "RunState": "pisub.protocol.status",
@@ -51,7 +51,7 @@ _HOMES = {
 }
 
 if TYPE_CHECKING:
-    from pisub.client import (
+    from pisub.api.client import (
         Run,
         agent_catalog,
         launch,
@@ -64,10 +64,9 @@ if TYPE_CHECKING:
         resume_workflow,
         retained_children,
     )
-    from pisub.errors import PisubError
+    from pisub.errors import PisubError, WorkflowFailed
     from pisub.protocol.result import Result
     from pisub.protocol.status import RunState, Status
-    from pisub.workflow.api import WorkflowFailed
 
 
 def __getattr__(name: str) -> Any:

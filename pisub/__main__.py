@@ -1,5 +1,5 @@
 """``python -m pisub``."""
 
-from pisub.entry import main
+from pisub.cli.entry import main
 
 main()

@@ -55,6 +55,17 @@ class PisubError(Exception):
         return self.message
 
 
+class WorkflowFailed(PisubError):
+    """Raise it in a workflow's ``main`` to end the workflow ``failed`` with ``message`` (no
+    traceback line); ``text`` is shown after it (partial output)."""
+
+    code = "WORKFLOW_FAILED"
+
+    def __init__(self, message: str, text: str = "") -> None:
+        super().__init__(message)
+        self.text = text
+
+
 class InvalidInput(PisubError):
     """An argument, id, agent file or request is malformed."""
 

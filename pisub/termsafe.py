@@ -9,7 +9,7 @@ visible escape (``\\x1b``, ``\\x9b``, ``\\u202e``, ``\\udcff`` for an undecodabl
 leaves every other character — letters of any script, emoji — as it is. An escape sequence
 loses its introducer, so nothing after it is obeyed either.
 
-The pi extension (``pi_extension/subagent.ts``, ``termSafe``) escapes the same set.
+The pi extension (``api/pi_extension/subagent.ts``, ``termSafe``) escapes the same set.
 """
 
 from __future__ import annotations

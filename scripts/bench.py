@@ -226,7 +226,8 @@ def _env(name: str, value: str) -> Iterator[None]:
 
 FIRST_LAUNCH = """
 import sys, time
-import pisub, pisub.client, pisub.launcher, pisub.agents, pisub.config, pisub.reconcile
+import pisub, pisub.api.client, pisub.runs.launch, pisub.agents.catalog, pisub.store.config
+import pisub.runs.reconcile
 import pisub.backends.local, pisub.backends.warm, yaml
 start = time.perf_counter()
 pisub.launch("sleeper", "x")
@@ -244,7 +245,7 @@ def _first_launch_in_a_process() -> float:
 
 def stop_all(b: Bench) -> None:
     import pisub
-    from pisub.mailbox import InboxClosed
+    from pisub.store.mailbox import InboxClosed
 
     live = [pisub.Run(s.run_id) for s in pisub.list_runs(home=b.home) if not s.state.is_terminal]
     for run in live:
@@ -582,7 +583,7 @@ def _final(run: Any, rid: str) -> bool:
 def stop_all_but(b: Bench, keep: str) -> None:
     """Stop every live run except the workflow ``keep`` and its children."""
     import pisub
-    from pisub.mailbox import InboxClosed
+    from pisub.store.mailbox import InboxClosed
 
     for st in pisub.list_runs(home=b.home, children=True):
         if st.state.is_terminal or keep in (st.run_id, st.parent_run_id):
@@ -703,11 +704,11 @@ def _watch(run: Any) -> str | None:
 
 
 def bench_list(b: Bench, count: int) -> None:
-    from pisub.mailbox import mark_answered, new_mtime
-    from pisub.paths import open_home
     from pisub.protocol import AgentSpec, Limits, Manifest, RunState, now_iso
-    from pisub.results import make_result
-    from pisub.store import RunStore, write_result, write_status
+    from pisub.store.mailbox import mark_answered, new_mtime
+    from pisub.store.paths import open_home
+    from pisub.store.results import make_result
+    from pisub.store.runs import RunStore, write_result, write_status
 
     other = Path(tempfile.mkdtemp()) / "home"
     home = open_home(other)
@@ -727,7 +728,7 @@ def bench_list(b: Bench, count: int) -> None:
         )
         paths, fd = store.create(manifest)
         os.close(fd)
-        from pisub.store import load_status
+        from pisub.store.runs import load_status
 
         status = load_status(paths)
         status.state = RunState.COMPLETE

@@ -1,6 +1,6 @@
 # The pi versions pisub is tested with, in one place (sourced by install_pi.sh, read by the tests).
 # The first is the default: the demo, the tests and `scripts/install_pi.sh` without arguments.
-# pisub itself accepts pi 0.85.x and 1.x (pisub/children/pi_versions.py says why).
+# pisub itself accepts pi 0.85.x and 1.x (pisub/children/pi/versions.py says why).
 PI_PINS=(
     "@earendil-works/pi-coding-agent@1.6.0"
     "@earendil-works/pi-coding-agent@0.85.1"

@@ -111,9 +111,10 @@ def processes_of(root: Path) -> list[int]:
 def wait_no_processes(root: Path, timeout: float = 10.0) -> None:
     """Wait until no process of ``root`` is left; on timeout, name the survivors."""
     deadline = time.monotonic() + timeout
-    while (left := processes_of(root)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if left:
+    while left := processes_of(root):
+        if time.monotonic() < deadline:
+            time.sleep(0.05)
+            continue
         cmdlines = []
         for pid in left:
             try:

@@ -1,135 +1,104 @@
-"""Imports go one way: protocol → primitives → store → children/runner → client → CLI."""
+"""The floor plan: each layer imports only the layers below it, and no modules import each other
+in a circle. The layers are declared once, in pyproject.toml's ``[tool.importlinter]`` contract
+(checked here with import-linter's ``lint-imports``); README.md quotes them."""
 
 from __future__ import annotations
 
 import ast
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pisub
 
 PKG = Path(pisub.__file__).parent
-
-LAYERS: dict[str, int] = {
-    "errors": 0,
-    "defaults": 0,
-    "protocol": 0,
-    "termsafe": 0,
-    "paths": 1,
-    "fsio": 1,
-    "locks": 1,
-    "procs": 1,
-    "redact": 1,
-    "polling": 1,
-    "lineage": 1,
-    "fencing": 1,
-    "store": 2,
-    "live_index": 2,
-    "listing": 2,
-    "leases": 2,
-    "briefs": 2,
-    "mailbox": 2,
-    "agents": 2,
-    "agent_files": 2,
-    "output": 2,
-    "results": 2,
-    "reconcile": 2,
-    "pi_versions": 2,
-    "journal": 2,
-    "spawn_budget": 2,
-    "usage_budget": 2,
-    "on_done": 2,
-    "acceptance": 2,
-    "shared_state": 2,
-    "doctor": 2,
-    "config": 2,
-    "worktrees": 2,
-    "backends": 2,
-    "children": 3,
-    "runner": 3,
-    "launcher": 3,
-    "models": 3,
-    "workflow": 3,
-    "client": 4,
-    "revive": 4,
-    "views": 4,
-    "top": 4,
-    "retained": 4,
-    "worktree_ops": 4,
-    "lane_evidence": 4,
-    "pi_integration": 4,
-    "pi_extension": 4,
-    "guide": 4,
-    "cli": 5,
-    "__main__": 5,
-    "entry": 5,
-    "testing": 6,
-}
+ROOT = PKG.parent
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+NOT_LAYERED = {"__init__.py", "__main__.py", "py.typed", "__pycache__"}
 
 
-def _module_layer(path: Path) -> tuple[str, int]:
-    rel = path.relative_to(PKG)
-    top = rel.parts[0].removesuffix(".py")
-    return top, LAYERS[top]
+def _contract() -> dict[str, object]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    contracts: list[dict[str, object]] = config["tool"]["importlinter"]["contracts"]
+    return contracts[0]
 
 
-def test_every_module_has_a_layer() -> None:
-    for path in PKG.rglob("*.py"):
-        if path.name == "__init__.py" and path.parent == PKG:
-            continue
-        _module_layer(path)
+def _layers() -> list[str]:
+    layers = _contract()["layers"]
+    assert isinstance(layers, list)
+    return [str(layer) for layer in layers]
 
 
-def _imports(path: Path) -> list[tuple[str, bool]]:
-    """The pisub modules ``path`` imports, each with whether it is only for type checking
-    (``if TYPE_CHECKING:``). ``from pisub import X`` counts as importing X's home module."""
-    tree = ast.parse(path.read_text())
-    typing_only = {
-        id(node)
-        for block in ast.walk(tree)
-        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
-        for stmt in block.body
-        for node in ast.walk(stmt)
-    }
-    found = []
-    for node in ast.walk(tree):
-        names: list[str] = []
+def _lint(root: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_every_top_level_name_is_in_a_layer() -> None:
+    declared = {name.strip() for layer in _layers() for name in layer.split("|")}
+    present = {p.name.removesuffix(".py") for p in PKG.iterdir() if p.name not in NOT_LAYERED}
+    assert present == declared
+    assert len(list(p for p in PKG.iterdir() if p.name != "__pycache__")) <= 20
+
+
+def test_the_layers_contract_holds() -> None:
+    proc = _lint(ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_contract_fails_when_a_lower_layer_imports_a_higher_one(tmp_path: Path) -> None:
+    shutil.copytree(PKG, tmp_path / "pisub", ignore=shutil.ignore_patterns("__pycache__"))
+    fsio = tmp_path / "pisub" / "core" / "fsio.py"
+    fsio.write_text(fsio.read_text() + "\n\ndef _upward() -> None:\n    import pisub.api.client  # noqa\n")
+    proc = _lint(tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "pisub.core.fsio -> pisub.api.client" in proc.stdout, proc.stdout
+
+
+def test_the_readme_quotes_the_layers() -> None:
+    quoted = "\n".join(_layers())
+    assert f"```\n{quoted}\n```" in (ROOT / "README.md").read_text()
+
+
+def _imports(path: Path) -> list[str]:
+    """The pisub modules ``path`` imports, inside functions and under ``if TYPE_CHECKING:``
+    included; ``from pisub import X`` counts as importing X's home module."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module == "pisub":
-            names = [pisub._HOMES.get(alias.name, f"pisub.{alias.name}") for alias in node.names]
+            found += [pisub._HOMES.get(alias.name, f"pisub.{alias.name}") for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pisub."):
-            names = [node.module]
+            found += [node.module]
+            found += [f"{node.module}.{alias.name}" for alias in node.names]
         elif isinstance(node, ast.Import):
-            names = [a.name for a in node.names if a.name.startswith("pisub.")]
-        found += [(name, id(node) in typing_only) for name in names]
+            found += [a.name for a in node.names if a.name.startswith("pisub.")]
     return found
 
 
 def _module_name(path: Path) -> str:
-    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def test_no_upward_imports() -> None:
-    """Also inside functions, and through ``from pisub import X``."""
-    bad = []
-    for path in PKG.rglob("*.py"):
-        if path.name == "__init__.py" and path.parent == PKG:
-            continue
-        _top, layer = _module_layer(path)
-        for name, _typing in _imports(path):
-            target = name.split(".")[1]
-            if LAYERS[target] > layer:
-                bad.append(f"{path.relative_to(PKG)} (layer {layer}) imports {name} (layer {LAYERS[target]})")
-    assert not bad, "\n".join(bad)
-
-
 def test_no_import_cycles() -> None:
-    """Modules of one layer may import each other, but never in a circle — counting imports
-    inside functions (only ``if TYPE_CHECKING:`` imports are left out)."""
-    graph: dict[str, set[str]] = {}
-    for path in PKG.rglob("*.py"):
-        if path.name == "__init__.py" and path.parent == PKG:
-            continue
-        graph[_module_name(path)] = {name for name, typing in _imports(path) if not typing}
+    """No modules import each other in a circle, counting imports inside functions and
+    type-only ones (``if TYPE_CHECKING:``): a cycle of types is a cycle of knowledge."""
+    modules = {_module_name(path): path for path in PKG.rglob("*.py")}
+    graph = {
+        name: {target for target in _imports(path) if target in modules and target != name}
+        for name, path in modules.items()
+        if name != "pisub"
+    }
     cycles = []
 
     def visit(module: str, stack: list[str], done: set[str]) -> None:
@@ -139,8 +108,7 @@ def test_no_import_cycles() -> None:
         if module in done:
             return
         for target in sorted(graph.get(module, ())):
-            if target in graph and target != module:
-                visit(target, [*stack, module], done)
+            visit(target, [*stack, module], done)
         done.add(module)
 
     done: set[str] = set()

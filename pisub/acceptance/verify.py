@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pisub.core.fsio import atomic_write, load_json, private_mkdir
 from pisub.errors import PisubError
-from pisub.fsio import atomic_write, load_json, private_mkdir
 from pisub.protocol.acceptance import Check, Outcome, VerifyCommand
 from pisub.protocol.cache import VerifyCacheEntry as Cached
 from pisub.protocol.codec import encode_pretty

@@ -8,9 +8,9 @@ that can tell whether its runner lives.
 from __future__ import annotations
 
 from pisub.backends.base import Backend, EngineState, Liveness
-from pisub.paths import RunPaths
 from pisub.protocol.placement import BackendName, Placement
 from pisub.protocol.status import Status
+from pisub.store.paths import RunPaths
 
 __all__ = ["Backend", "EngineState", "Liveness", "backend_for", "liveness", "prime"]
 
@@ -30,7 +30,7 @@ def liveness(paths: RunPaths, status: Status, placement: Placement | None = None
     """Whether the runner of a run that is not terminal lives, by the backend that placed it
     (its ``placement.json``; an unreadable one is ``unknown``: no repair on a guess)."""
     from pisub.errors import ProtocolError
-    from pisub.store import load_placement
+    from pisub.store.runs import load_placement
 
     if placement is None:
         try:
@@ -46,7 +46,7 @@ def prime(runs: list[RunPaths]) -> None:
     from collections import defaultdict
 
     from pisub.errors import ProtocolError
-    from pisub.store import load_placement
+    from pisub.store.runs import load_placement
 
     placed: dict[BackendName, list[Placement]] = defaultdict(list)
     for paths in runs:

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Protocol
 
-from pisub.paths import RunPaths
 from pisub.protocol.placement import BackendName, Placement, PlacementRequest
 from pisub.protocol.status import Status
+from pisub.store.paths import RunPaths
 
 
 class Liveness(StrEnum):

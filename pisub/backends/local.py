@@ -25,14 +25,15 @@ import time
 from collections.abc import Sequence
 
 from pisub.backends.base import EngineState, Liveness
+from pisub.core.fsio import open_append, read_tail
+from pisub.core.locks import is_held
+from pisub.core.procs import boot_id, host_name, is_alive
 from pisub.defaults import STARTUP_TIMEOUT_S
 from pisub.errors import LaunchFailed, storage_error
-from pisub.fsio import open_append, read_tail
-from pisub.locks import is_held
-from pisub.paths import ENV_RUNNER, RunPaths, without_markers
-from pisub.procs import boot_id, host_name, is_alive
+from pisub.protocol.env import ENV_RUNNER
 from pisub.protocol.placement import BackendName, Placement, PlacementRequest
 from pisub.protocol.status import Status
+from pisub.store.paths import RunPaths, without_markers
 
 
 class LocalBackend:

@@ -24,15 +24,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pisub.backends.base import EngineState, Liveness
+from pisub.core.fsio import open_append, open_regular, private_mkdir
+from pisub.core.locks import is_held
+from pisub.core.procs import boot_id, host_name
 from pisub.errors import LaunchFailed, PisubError, storage_error
-from pisub.fsio import open_append, open_regular, private_mkdir
-from pisub.locks import is_held
-from pisub.paths import ENV_RUNNER, Home, RunPaths, without_markers
-from pisub.procs import boot_id, host_name
 from pisub.protocol.codec import now_iso
+from pisub.protocol.env import ENV_RUNNER
 from pisub.protocol.placement import BackendName, Placement, PlacementRequest, SlurmOptions
 from pisub.protocol.status import Status
-from pisub.store import load_placement, write_placement
+from pisub.store.paths import Home, RunPaths, without_markers
+from pisub.store.runs import load_placement, write_placement
 from pisub.termsafe import printable
 
 JOB_SCRIPT = Path(__file__).with_name("slurm_job.sh")
@@ -336,7 +337,7 @@ def lease_expired(paths: RunPaths) -> bool:
 
 def _manifest_ttl(paths: RunPaths) -> float:
     from pisub.defaults import HEARTBEAT_TTL_S
-    from pisub.store import load_manifest
+    from pisub.store.runs import load_manifest
 
     try:
         placement = load_manifest(paths).placement

@@ -161,7 +161,7 @@ def _forget_foreign() -> None:
 
 
 def _start() -> Warm | None:
-    from pisub.paths import without_markers
+    from pisub.store.paths import without_markers
 
     try:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -249,17 +249,17 @@ def _receive(sock: socket.socket, timeout: float) -> bytes:
 # -- the runner's side ---------------------------------------------------------------------------
 
 PRELOAD = (
-    "pisub.store",
-    "pisub.procs",
+    "pisub.store.runs",
+    "pisub.core.procs",
     "pisub.runner.modes",
     "pisub.runner.supervise",
     "pisub.runner.dispatch",
     "pisub.runner.inbox",
     "pisub.children.external_cli",
-    "pisub.children.pi_rpc",
-    "pisub.leases",
-    "pisub.briefs",
-    "pisub.mailbox",
+    "pisub.children.pi.rpc",
+    "pisub.store.leases",
+    "pisub.store.briefs",
+    "pisub.store.mailbox",
 )
 """What a supervising runner imports on its way to its startup commit (a workflow's coordinator
 imports the rest after the handoff)."""

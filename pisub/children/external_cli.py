@@ -13,13 +13,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
+from pisub.children.base import ChildHooks, ChildOutcome
 from pisub.children.process import PipeWriter, ProcessChild
-from pisub.children.protocol import ChildHooks, ChildOutcome
 from pisub.defaults import TAIL_BYTES
-from pisub.lineage import markers
-from pisub.output import StreamSink
-from pisub.paths import ENV_RUN_DIR, ENV_RUNNER, RunPaths
+from pisub.protocol.env import ENV_RUN_DIR, ENV_RUNNER
 from pisub.protocol.manifest import Manifest
+from pisub.store.lineage import markers
+from pisub.store.output import StreamSink
+from pisub.store.paths import RunPaths
 
 READ_CHUNK = 64 * 1024
 
@@ -93,7 +94,7 @@ class ExternalCliChild(ProcessChild):
 
 def child_env(base: Mapping[str, str], manifest: Manifest, run_dir: Path) -> dict[str, str]:
     """The caller's environment plus the run markers every child carries (its run, its run
-    directory, its tree and depth: :mod:`pisub.lineage`)."""
+    directory, its tree and depth: :mod:`pisub.store.lineage`)."""
     env = {k: v for k, v in base.items() if k != ENV_RUNNER}
     env.update(markers(manifest.run_id, manifest.root_run_id, manifest.depth, manifest.max_depth))
     env[ENV_RUN_DIR] = str(run_dir)

@@ -14,8 +14,8 @@ import subprocess
 from abc import ABC, abstractmethod
 from typing import IO
 
-from pisub.children.protocol import ChildHooks, ChildOutcome, Progress
-from pisub.output import StreamSink
+from pisub.children.base import ChildHooks, ChildOutcome, Progress
+from pisub.store.output import StreamSink
 
 
 class PipeWriter:
@@ -82,7 +82,7 @@ class PipeWriter:
 
 
 class ProcessChild(ABC):
-    """A supervised child process (implements :class:`~pisub.children.protocol.Child`)."""
+    """A supervised child process (implements :class:`~pisub.children.base.Child`)."""
 
     def __init__(self, index: int, hooks: ChildHooks) -> None:
         self.index = index

@@ -1,4 +1,4 @@
-"""The ``pisub`` command line: a thin skin over :mod:`pisub.client`.
+"""The ``pisub`` command line: a thin skin over :mod:`pisub.api.client`.
 
 Exit codes: 0 success; 1 a pisub error (one line on stderr, with its code); 2 a usage
 error; ``wait`` exits 1 for a run that ended other than ``complete`` and 3 when its
@@ -94,7 +94,7 @@ def _root() -> None:
 
 def _fail(error: PisubError, cause: BaseException | None = None) -> NoReturn:
     """Print one line for ``error`` (redacted) and exit 1."""
-    from pisub.redact import redact
+    from pisub.core.redact import redact
 
     if cause is not None and os.environ.get("PISUB_DEBUG"):
         traceback.print_exception(cause)

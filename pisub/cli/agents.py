@@ -15,7 +15,7 @@ EXPECT = typer.Option(None, "--expect", help="The file's sha256 as you read it (
 @app.command("list")
 def list_(as_json: bool = typer.Option(False, "--json", help="One JSON object per line.")) -> None:
     """List every agent visible from the current directory."""
-    from pisub.client import agent_catalog
+    from pisub.api.client import agent_catalog
 
     catalog = agent_catalog()
     if as_json:
@@ -42,7 +42,7 @@ def list_(as_json: bool = typer.Option(False, "--json", help="One JSON object pe
 @app.command()
 def show(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
     """Show one agent: its settings and system prompt."""
-    from pisub.client import agent_catalog, agent_file_sha
+    from pisub.api.client import agent_catalog, agent_file_sha
 
     agent = agent_catalog().get(name)
     if as_json:
@@ -92,7 +92,7 @@ def create(
     scope: str | None = typer.Option(None, "--scope", help="user (default) or project."),
 ) -> None:
     """Write a new agent file (refused when the scope has it already)."""
-    from pisub.client import edit_agent
+    from pisub.api.client import edit_agent
     from pisub.errors import InvalidInput
 
     fields = _config(config, prompt)
@@ -110,7 +110,7 @@ def update(
     expect: str | None = EXPECT,
 ) -> None:
     """Change an agent's keys or prompt (refused when the file changed since --expect)."""
-    from pisub.client import edit_agent
+    from pisub.api.client import edit_agent
 
     _done("updated", edit_agent("update", name, config=_config(config, prompt), scope=scope, expect=expect))
 
@@ -118,7 +118,7 @@ def update(
 @app.command()
 def delete(name: str, scope: str | None = SCOPE, expect: str | None = EXPECT) -> None:
     """Delete an agent file."""
-    from pisub.client import edit_agent
+    from pisub.api.client import edit_agent
 
     _done("deleted", edit_agent("delete", name, scope=scope, expect=expect))
 
@@ -126,7 +126,7 @@ def delete(name: str, scope: str | None = SCOPE, expect: str | None = EXPECT) ->
 @app.command()
 def disable(name: str, scope: str | None = SCOPE) -> None:
     """Disable an agent: its runs are refused (SUBAGENT_DISABLED)."""
-    from pisub.client import edit_agent
+    from pisub.api.client import edit_agent
 
     _done("disabled", edit_agent("disable", name, scope=scope))
 
@@ -134,7 +134,7 @@ def disable(name: str, scope: str | None = SCOPE) -> None:
 @app.command()
 def enable(name: str, scope: str | None = SCOPE) -> None:
     """Enable a disabled agent."""
-    from pisub.client import edit_agent
+    from pisub.api.client import edit_agent
 
     _done("enabled", edit_agent("enable", name, scope=scope))
 
@@ -144,7 +144,7 @@ def eject(
     name: str, scope: str | None = typer.Option("user", "--scope", help="user (default) or project.")
 ) -> None:
     """Copy an agent shipped with pisub (reviewer, scout, worker) into a scope for editing."""
-    from pisub.client import edit_agent
+    from pisub.api.client import edit_agent
 
     _done("ejected", edit_agent("eject", name, scope=scope))
 
@@ -152,6 +152,6 @@ def eject(
 @app.command()
 def reset(name: str, scope: str | None = SCOPE) -> None:
     """Put the shipped definition of an ejected agent back."""
-    from pisub.client import edit_agent
+    from pisub.api.client import edit_agent
 
     _done("reset", edit_agent("reset", name, scope=scope))

@@ -19,10 +19,10 @@ def doctor(
 ) -> None:
     """Check Slurm, the partition, KillWait, proctrack/cgroup, the home on shared storage (a probe
     job writes a file this host reads back), the lookup cache and clock skew."""
-    from pisub.backends.slurm_doctor import diagnose_cluster
-    from pisub.config import load_config
+    from pisub.api.slurm_doctor import diagnose_cluster
     from pisub.errors import InvalidInput
-    from pisub.paths import open_home
+    from pisub.store.config import load_config
+    from pisub.store.paths import open_home
 
     if not 0 < timeout <= 3600:
         raise InvalidInput("--timeout must be between 0 and 3600 seconds")

@@ -13,8 +13,8 @@ def run_ids(incomplete: str) -> list[str]:
     """Run ids starting with ``incomplete``: the live ones first (from the index of live runs
         when it is complete, else from each run's status), the most recently active first within each
     (the run directory's mtime: a display order, nothing depends on it)."""
-    from pisub import live_index
-    from pisub.paths import is_run_id, open_home
+    from pisub.store import live_index
+    from pisub.store.paths import is_run_id, open_home
 
     try:
         home = open_home(create=False)  # a Tab press never writes
@@ -30,7 +30,7 @@ def _ended(runs: Any, name: str, live: set[str] | None) -> bool:
     """Whether the run has ended (from the index when given, else from its status)."""
     if live is not None:
         return name not in live
-    from pisub.fsio import load_json
+    from pisub.core.fsio import load_json
     from pisub.protocol.status import Status
 
     try:
@@ -50,8 +50,8 @@ def agent_names(incomplete: str) -> list[str]:
     try:
         from pathlib import Path
 
-        from pisub.agents import discover
-        from pisub.paths import open_home
+        from pisub.agents.catalog import discover
+        from pisub.store.paths import open_home
 
         catalog = discover(open_home(create=False).agents, Path.cwd())  # a Tab press never writes
         return sorted(name for name in catalog.agents if name.startswith(incomplete))

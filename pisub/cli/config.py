@@ -17,8 +17,8 @@ def show(
 ) -> None:
     """Every setting config.toml may hold: its value when neither a call nor an agent sets it,
     and where that comes from (config.toml, an environment variable, or pisub's default)."""
-    from pisub.config import config_path, effective
-    from pisub.paths import open_home
+    from pisub.store.config import config_path, effective
+    from pisub.store.paths import open_home
 
     home = open_home()
     rows = effective(home.root)

@@ -17,7 +17,7 @@ from pisub.cli.complete import RUN
 from pisub.cli.render import err, json_line, out
 
 if TYPE_CHECKING:
-    from pisub.client import Run
+    from pisub.api.client import Run
     from pisub.protocol.control import Receipt
 
 JSON = typer.Option(False, "--json", help="Print the receipt object as in the outbox.")
@@ -54,8 +54,8 @@ def steer(
     ),
 ) -> None:
     """Correct a running child; pi applies it at its next turn boundary."""
-    from pisub.client import Run
-    from pisub.mailbox import InboxClosed
+    from pisub.api.client import Run
+    from pisub.store.mailbox import InboxClosed
 
     text = _message(message)
     _check_wait(wait)
@@ -82,8 +82,8 @@ def follow_up(
 ) -> None:
     """Queue more work: for a running run, after its current work; for a finished pi run, as a
     brief that its next resume delivers."""
-    from pisub.client import Run
-    from pisub.mailbox import InboxClosed
+    from pisub.api.client import Run
+    from pisub.store.mailbox import InboxClosed
 
     _check_wait(wait)
     run = Run(ref)
@@ -123,8 +123,8 @@ def stop(
 ) -> None:
     """End the child and everything it started; the run ends stopped. A workflow: every child
     is stopped, or with --child only that one (the others go on)."""
-    from pisub.client import Run
-    from pisub.mailbox import InboxClosed
+    from pisub.api.client import Run
+    from pisub.store.mailbox import InboxClosed
 
     _check_wait(wait)
     run = Run(ref)
@@ -146,8 +146,8 @@ def resume(
 ) -> None:
     """Continue a finished pi run's session in a new run (its briefs first, then MESSAGE), or a
     failed or paused workflow (its finished children are not run again)."""
-    from pisub.client import Run, resume_workflow
-    from pisub.client import resume as do_resume
+    from pisub.api.client import Run, resume_workflow
+    from pisub.api.client import resume as do_resume
     from pisub.errors import InvalidInput
 
     source = Run(ref)
@@ -182,8 +182,8 @@ def resume(
 
 
 def _send(ref: str, write: Callable[[Run], str], type_: str, wait: float, as_json: bool) -> None:
-    from pisub.client import Run
-    from pisub.mailbox import InboxClosed
+    from pisub.api.client import Run
+    from pisub.store.mailbox import InboxClosed
 
     _check_wait(wait)
     run = Run(ref)

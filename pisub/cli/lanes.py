@@ -34,7 +34,7 @@ def _show(status: Any, as_json: bool) -> None:
 def status(ref: str = RUN, as_json: bool = JSON) -> None:
     """The lane's state (active, terminal-eligible, terminal-blocked, superseded-eligible,
     evidence-mismatch, unknown) and the cleanup command its evidence allows (never run by pisub)."""
-    from pisub.lane_evidence import lane_status
+    from pisub.api.lane_evidence import lane_status
 
     _show(lane_status(ref), as_json)
 
@@ -53,7 +53,7 @@ def record_merge(
     as_json: bool = JSON,
 ) -> None:
     """Record that the lane's work was merged (with a digest of the lane's facts now)."""
-    from pisub.lane_evidence import record_merge as record
+    from pisub.api.lane_evidence import record_merge as record
 
     _show(
         record(
@@ -77,6 +77,6 @@ def record_supersession(
     as_json: bool = JSON,
 ) -> None:
     """Record that another lane's work replaces this one's."""
-    from pisub.lane_evidence import record_supersession as record
+    from pisub.api.lane_evidence import record_supersession as record
 
     _show(record(ref, by_lane=by_lane, by=by), as_json)

@@ -14,8 +14,8 @@ app = typer.Typer(
 @app.command("list")
 def list_(as_json: bool = typer.Option(False, "--json")) -> None:
     """List every lease and whether its owner is alive, dead or unknown."""
-    from pisub.leases import list_leases
-    from pisub.paths import open_home
+    from pisub.store.leases import list_leases
+    from pisub.store.paths import open_home
 
     infos = list_leases(open_home().leases)
     for info in infos:
@@ -43,9 +43,9 @@ def break_(
     ),
 ) -> None:
     """Remove a lease by force (when its owner cannot be proven dead, e.g. after a reboot)."""
-    from pisub.client import Run
+    from pisub.api.client import Run
     from pisub.errors import InvalidInput
-    from pisub.leases import break_lease, canonical, list_leases
+    from pisub.store.leases import break_lease, canonical, list_leases
 
     run = Run(ref)
     session = run.status().session_file

@@ -16,12 +16,12 @@ def register(app: typer.Typer) -> None:
 
 def doctor(as_json: bool = JSON) -> None:
     """Check the home, inotify limits, the pi binary, stuck runs and orphaned leases."""
-    from pisub.doctor import diagnose
+    from pisub.api.doctor import diagnose
     from pisub.errors import PisubError
-    from pisub.paths import open_home
+    from pisub.store.paths import open_home
 
     try:
-        from pisub.children.pi_rpc import find_pi
+        from pisub.children.pi.rpc import find_pi
 
         pi_bin: str | None = find_pi()
     except PisubError:
@@ -44,9 +44,9 @@ def gc(
     as_json: bool = JSON,
 ) -> None:
     """Remove finished runs (never a live one) and sweep stale inbox/tmp files."""
+    from pisub.api.doctor import collect, parse_age
     from pisub.cli.progress import progress
-    from pisub.doctor import collect, parse_age
-    from pisub.paths import open_home
+    from pisub.store.paths import open_home
 
     age = parse_age(older_than)
     with progress() as update:

@@ -16,7 +16,7 @@ app = typer.Typer(
 @app.command("path")
 def path() -> None:
     """Print the packaged extension's path (for pi -e PATH; it runs pisub from PATH or $PISUB_ARGV)."""
-    from pisub.pi_integration import extension_path
+    from pisub.api.pi_integration import extension_path
 
     out(str(extension_path()))
 
@@ -27,8 +27,8 @@ def install(
 ) -> None:
     """Install the extension into pi's extensions directory ($PI_CODING_AGENT_DIR/extensions or
     ~/.pi/agent/extensions), set to run this pisub; prints where it went."""
+    from pisub.api.pi_integration import install_extension
     from pisub.errors import InvalidInput
-    from pisub.pi_integration import install_extension
 
     if into is not None and not into.strip():
         raise InvalidInput("--into: give a directory")
@@ -37,14 +37,14 @@ def install(
 
 def guide(topic: str | None = typer.Argument(None, help="overview, workflows, agents, control, ...")) -> None:
     """Print a guide topic (an unknown topic lists the valid ones)."""
-    from pisub.pi_integration import guide as text
+    from pisub.api.pi_integration import guide as text
 
     out_block(text(topic).rstrip("\n"))
 
 
 def home() -> None:
     """Print the pisub home directory (created if missing)."""
-    from pisub.paths import open_home
+    from pisub.store.paths import open_home
 
     out(str(open_home().root))
 
@@ -57,8 +57,8 @@ def models(
     """The models pi knows (pi --list-models); with --agent, the agent's model and thinking level."""
     from dataclasses import asdict
 
+    from pisub.api.client import agent_catalog, pi_models
     from pisub.cli.render import json_line
-    from pisub.client import agent_catalog, pi_models
 
     found = pi_models(search)
     chosen = agent_catalog().get(agent).frontmatter if agent is not None else None

@@ -91,7 +91,7 @@ def run(
 ) -> None:
     """Start a detached run — one agent on TASK, or a workflow (--workflow, --parallel, --chain,
     --lanes, --task) — and print its id once its runner has started."""
-    from pisub.client import Run
+    from pisub.api.client import Run
     from pisub.errors import DepthExceeded, InvalidInput
 
     shapes = [x for x in (workflow, parallel, chain, lanes, tasks or None) if x is not None]
@@ -120,7 +120,7 @@ def run(
             }
             handle: Run = _start_workflow(workflow, parallel, chain, lanes, tasks, args, options)
         else:
-            from pisub.client import launch
+            from pisub.api.client import launch
 
             if agent is None or task is None:
                 raise InvalidInput("give --agent NAME and TASK (or a workflow: --workflow FILE)")
@@ -143,7 +143,7 @@ def run(
             )
     except DepthExceeded as exc:
         if as_json:  # the refusal as a result (mode "management") on stdout, the line on stderr
-            from pisub.results import management_result
+            from pisub.store.results import management_result
 
             json_line(management_result(exc.code, exc.message))
         raise
@@ -163,7 +163,7 @@ def _start_workflow(
     args: list[str] | None,
     options: dict[str, Any],
 ) -> Any:
-    from pisub.client import launch_chain, launch_lanes, launch_parallel, launch_workflow
+    from pisub.api.client import launch_chain, launch_lanes, launch_parallel, launch_workflow
     from pisub.errors import InvalidInput
     from pisub.workflow.calls import load_tasks
 
@@ -249,7 +249,7 @@ CHILD = typer.Option(None, "--child", metavar="KEY|INDEX", help="A workflow's ch
 
 def _run(ref: str, child: str | None) -> Any:
     """The run ``ref`` names, or its workflow child ``child``."""
-    from pisub.client import Run
+    from pisub.api.client import Run
 
     handle = Run(ref)
     if child is None:
@@ -295,12 +295,12 @@ def status(
         else:
             out_block(status_text(st, placement))
     elif view == "fleet":
-        from pisub.views import children_of, fleet_of
+        from pisub.runs.views import children_of, fleet_of
 
         st = handle.status()
         _print_fleet(fleet_of([st, *children_of(handle.home, st)]), as_json)
     elif view == "transcript":
-        from pisub.views import json_lines_of, transcript
+        from pisub.runs.views import json_lines_of, transcript
 
         if handle.manifest().workflow is not None:
             raise InvalidInput(f"run {handle.id} is a workflow: name a child with --child KEY|INDEX")
@@ -316,8 +316,8 @@ def status(
 
 def fleet(as_json: bool = JSON) -> None:
     """Every live run and workflow child, one line each."""
-    from pisub.client import list_runs
-    from pisub.views import fleet_of
+    from pisub.api.client import list_runs
+    from pisub.runs.views import fleet_of
 
     _print_fleet(fleet_of(list_runs(children=True)), as_json)
 
@@ -325,7 +325,7 @@ def fleet(as_json: bool = JSON) -> None:
 def top() -> None:
     """A full-screen live table of runs: arrows/j/k select, enter log, s steer, i interrupt,
     x stop, q quit."""
-    from pisub.top import run_top
+    from pisub.cli.top import run_top
 
     run_top()
 
@@ -347,7 +347,7 @@ def list_(
     as_json: bool = JSON,
 ) -> None:
     """List the top-level runs (with --all, every run), oldest first."""
-    from pisub.client import list_runs
+    from pisub.api.client import list_runs
     from pisub.errors import InvalidInput
     from pisub.protocol.status import RunState
 
@@ -360,7 +360,7 @@ def list_(
     problems: list[str] = []
     window = None
     if since is not None:
-        from pisub.doctor import parse_age
+        from pisub.api.doctor import parse_age
 
         window = parse_age(since)
     statuses = list(
@@ -421,7 +421,7 @@ class _LogSink:
 
 
 def _copy(log: Path, offset: int, sink: _LogSink) -> int:
-    from pisub.views import open_log
+    from pisub.runs.views import open_log
 
     fd = open_log(log)
     if fd is None:
@@ -440,8 +440,8 @@ def _copy(log: Path, offset: int, sink: _LogSink) -> int:
 def _workflow_logs(handle: Any, follow: bool, raw: bool) -> None:
     """Every child's log, each line as ``[key] line`` (with -f: until the workflow ends); the
     lines escaped like every human output, or (``--raw``) as the child wrote them."""
-    from pisub.polling import Every, poll
-    from pisub.views import InterleavedLogs
+    from pisub.core.polling import Every, poll
+    from pisub.runs.views import InterleavedLogs
 
     reader = InterleavedLogs(handle.home, handle.paths)
 
@@ -469,9 +469,9 @@ def _workflow_logs(handle: Any, follow: bool, raw: bool) -> None:
 
 
 def _follow(handle: object, log: Path, sink: _LogSink) -> None:
-    from pisub.client import Run
+    from pisub.api.client import Run
+    from pisub.core.polling import Every, poll
     from pisub.defaults import READ_POLL_S
-    from pisub.polling import Every, poll
 
     assert isinstance(handle, Run)
     offset = [0]
@@ -519,8 +519,8 @@ def wait(
 
 
 def _wait_many(refs: list[str], *, every: bool, timeout: float | None, as_json: bool) -> NoReturn:
+    from pisub.api.client import Run, wait_runs
     from pisub.cli.progress import progress
-    from pisub.client import Run, wait_runs
     from pisub.errors import WaitTimeout
 
     runs = [Run(ref) for ref in dict.fromkeys(refs)]
@@ -555,6 +555,6 @@ def result(
 
 def path(ref: str = RUN) -> None:
     """Print the run directory."""
-    from pisub.client import Run
+    from pisub.api.client import Run
 
     out(str(Run(ref).dir))

@@ -22,7 +22,7 @@ def validate(
     """Check a workflow script without starting anything (exit 0 valid, 1 not)."""
     import os
 
-    from pisub.client import agent_catalog
+    from pisub.api.client import agent_catalog
     from pisub.workflow.validate import validate_file
 
     agents = set(agent_catalog(cwd=Path(os.getcwd())).agents)
@@ -46,8 +46,8 @@ def children_list(
     with runs.run(key, resume=RUN_ID, ...) in a workflow, or pisub resume RUN."""
     import msgspec
 
+    from pisub.api.client import retained_children
     from pisub.cli.render import retained_text
-    from pisub.client import retained_children
 
     found = retained_children(parent=parent, limit=limit)
     if as_json:

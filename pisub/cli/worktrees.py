@@ -18,7 +18,7 @@ def list_(as_json: bool = JSON) -> None:
     """Every worktree: its run, key, state, branch, captured patch, and what cleanup would do."""
     import msgspec
 
-    from pisub.worktree_ops import list_worktrees
+    from pisub.api.worktree_ops import list_worktrees
 
     rows = list_worktrees()
     if as_json:
@@ -55,7 +55,7 @@ def apply(
     is named (exit 1)."""
     import msgspec
 
-    from pisub.worktree_ops import apply_worktree
+    from pisub.api.worktree_ops import apply_worktree
 
     report = apply_worktree(ref, into)
     if as_json:
@@ -75,7 +75,7 @@ def discard(
     force: bool = typer.Option(False, "--force", help="Yes: delete the worktree and its branch."),
 ) -> None:
     """Delete RUN's worktree, branch and refs/pisub ref (its patch file stays in the run)."""
-    from pisub.worktree_ops import discard_worktree
+    from pisub.api.worktree_ops import discard_worktree
 
     discard_worktree(ref, force=force)
     out(f"discarded the worktree of {ref}")
@@ -97,8 +97,8 @@ def cleanup(
     elsewhere is ever removed."""
     import msgspec
 
+    from pisub.api.worktree_ops import cleanup_worktrees
     from pisub.errors import InvalidInput
-    from pisub.worktree_ops import cleanup_worktrees
 
     if plan and apply_:
         raise InvalidInput("give --plan or --apply, not both")

@@ -163,7 +163,7 @@ class AgentSpec(Record, kw_only=True):
     trust_project: bool = False
     pi_version: str | None = None
     """The version of ``command`` for ``runner: pi``, detected at launch (it decides how the
-    runner talks to pi: :mod:`pisub.pi_versions`)."""
+    runner talks to pi: :mod:`pisub.children.pi.versions`)."""
     max_depth: int | None = None
     """Lowers the depth limit for the runs this agent starts (never raises it)."""
 
@@ -200,7 +200,7 @@ class Manifest(Record, kw_only=True):
     acceptance: Acceptance | None = None
     """What the runner checks of the child's work when it ends (acceptance gates)."""
     on_done: list[str] | None = None
-    """``--on-done``: an argv run once when the run has ended (:mod:`pisub.on_done`)."""
+    """``--on-done``: an argv run once when the run has ended (:mod:`pisub.store.on_done`)."""
     worktree: WorktreeLink | None = None
     """The git worktree this run works in (``cwd`` is inside it); its runner captures the work
     when the child ends."""

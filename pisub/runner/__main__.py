@@ -57,7 +57,7 @@ runner can still say why it could not write when the disk is full."""
 
 
 def _reserve_log_space() -> None:
-    from pisub.fsio import reserve_space
+    from pisub.core.fsio import reserve_space
 
     reserve_space(2, RESERVED_LOG_BYTES)  # best effort: the runner works without it
 
@@ -83,9 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         os.set_inheritable(fd, False)
     report = _Reporter(args.ready_fd)
     try:
-        from pisub.paths import RunPaths
-        from pisub.procs import set_child_subreaper
-        from pisub.store import load_manifest
+        from pisub.core.procs import set_child_subreaper
+        from pisub.store.paths import RunPaths
+        from pisub.store.runs import load_manifest
 
         set_child_subreaper()
         paths = RunPaths(args.run_dir.resolve())

@@ -7,7 +7,7 @@ it and hands it to one ``handle_<type>`` function. Every request gets one receip
 moved to ``inbox/rejected/`` with its reason — only once its receipt is durable, so a crash
 never leaves a rejected file without its answer.
 
-Receipts wait in memory until they are published (:class:`~pisub.fsio.BatchWriter`): when a
+Receipts wait in memory until they are published (:class:`~pisub.core.fsio.BatchWriter`): when a
 write fails (full disk), nothing is lost — they stay pending and every later scan retries, and
 the runner goes on supervising its child meanwhile.
 """
@@ -19,10 +19,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from pisub import fsio
+from pisub.core import fsio
+from pisub.core.fsio import BatchWriter
+from pisub.core.redact import preview
 from pisub.errors import PisubError
-from pisub.fsio import BatchWriter
-from pisub.mailbox import (
+from pisub.protocol.codec import now_iso
+from pisub.protocol.control import (
+    FollowUp,
+    Interrupt,
+    Ledger,
+    LedgerEntry,
+    Receipt,
+    ReceiptState,
+    Request,
+    Steer,
+    Stop,
+    Target,
+    advance,
+    request_type,
+)
+from pisub.store.mailbox import (
     FINISHED_REASON,
     UNCLAIMABLE_ERRNOS,
     claim,
@@ -42,23 +58,7 @@ from pisub.mailbox import (
     replace_symlinked_dirs,
     run_owner,
 )
-from pisub.paths import RunPaths
-from pisub.protocol.codec import now_iso
-from pisub.protocol.control import (
-    FollowUp,
-    Interrupt,
-    Ledger,
-    LedgerEntry,
-    Receipt,
-    ReceiptState,
-    Request,
-    Steer,
-    Stop,
-    Target,
-    advance,
-    request_type,
-)
-from pisub.redact import preview
+from pisub.store.paths import RunPaths
 
 LEDGER_SIZE = 20
 RECOVERY_REASON = "recovery in progress"

@@ -11,7 +11,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pisub.children.protocol import ChildOutcome
+from pisub.children.base import ChildOutcome
 from pisub.protocol.manifest import Limits
 from pisub.protocol.result import ErrorCode, ErrorInfo
 from pisub.protocol.status import RunState

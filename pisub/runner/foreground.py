@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pisub.polling import poll
+from pisub.core.polling import poll
 
 LOCK_WAIT_S = 30.0
 """How long the runner waits for the launcher to let go of ``runner.lock``."""
@@ -32,12 +32,12 @@ def run_foreground(run_dir: Path) -> int:
     from pisub.backends import warm
 
     warm.configure(spares=False)
+    from pisub.core.locks import try_lock
+    from pisub.core.procs import set_child_subreaper
     from pisub.errors import PisubError
-    from pisub.locks import try_lock
-    from pisub.paths import RunPaths
-    from pisub.procs import set_child_subreaper
     from pisub.protocol.status import RunState
-    from pisub.store import load_manifest, load_status
+    from pisub.store.paths import RunPaths
+    from pisub.store.runs import load_manifest, load_status
 
     paths = RunPaths(run_dir.resolve())
     try:

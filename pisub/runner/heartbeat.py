@@ -17,12 +17,12 @@ import signal
 import threading
 import time
 
-from pisub import fencing
+from pisub.core.procs import host_name, marked_processes
 from pisub.errors import ProtocolError
-from pisub.paths import RunPaths
-from pisub.procs import host_name, marked_processes
 from pisub.protocol.placement import Heartbeat
-from pisub.store import load_heartbeat, write_heartbeat
+from pisub.store import fencing
+from pisub.store.paths import RunPaths
+from pisub.store.runs import load_heartbeat, write_heartbeat
 
 FENCED_EXIT = 75
 """The runner's exit code after it fenced itself."""

@@ -10,8 +10,8 @@ import signal
 import time
 from collections.abc import Callable
 
+from pisub.core.procs import boot_id, host_name, start_ticks, start_time
 from pisub.errors import PisubError, StorageError
-from pisub.procs import boot_id, host_name, start_ticks, start_time
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.placement import BackendName
 from pisub.protocol.status import RunState, Status

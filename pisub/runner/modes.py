@@ -8,7 +8,7 @@ control request with exactly one receipt; it writes ``result.json`` before the t
 status; it leaves no process of its own behind; and a reader can repair its run if it dies.
 
 Modes: :class:`~pisub.runner.supervise.Supervisor` (one child process) and
-:class:`~pisub.workflow.coordinator.Coordinator` (a workflow's child runs).
+:class:`~pisub.runner.coordinator.Coordinator` (a workflow's child runs).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from pisub.paths import RunPaths
 from pisub.protocol.manifest import Manifest
+from pisub.store.paths import RunPaths
 
 Report = Callable[[dict[str, object]], None]
 
@@ -30,7 +30,7 @@ class RunMode(Protocol):
 def mode_for(paths: RunPaths, manifest: Manifest, report: Report) -> RunMode:
     """The mode the manifest asks for."""
     if manifest.workflow is not None:
-        from pisub.workflow.coordinator import Coordinator
+        from pisub.runner.coordinator import Coordinator
 
         return Coordinator(paths, manifest, report)
     from pisub.runner.supervise import Supervisor

@@ -16,14 +16,14 @@ import os
 import time
 from collections import Counter
 
-from pisub import fencing
+from pisub.core.fsio import JsonlAppender
 from pisub.defaults import STATUS_COALESCE_S
-from pisub.fsio import JsonlAppender
-from pisub.paths import RunPaths
 from pisub.protocol.codec import encode, now_iso
 from pisub.protocol.events import Event
 from pisub.protocol.status import Status, StepStatus
-from pisub.store import write_status
+from pisub.store import fencing
+from pisub.store.paths import RunPaths
+from pisub.store.runs import write_status
 
 RETRY_S = 1.0
 """How soon a failed status write is tried again."""
@@ -66,7 +66,7 @@ class WriteTrouble:
 
 _log_fd = 2
 """Where the runner's own lines go: ``runner.log`` (its stderr, unless a workflow script's
-output took descriptor 2 over: :mod:`pisub.workflow.script_output`)."""
+output took descriptor 2 over: :mod:`pisub.runner.script_output`)."""
 
 
 def use_log_fd(fd: int) -> None:

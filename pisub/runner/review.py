@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pisub.errors import PisubError
-from pisub.paths import RunPaths
 from pisub.protocol.acceptance import Acceptance, AcceptanceSpec, Check, Finding, Level, Outcome
 from pisub.protocol.manifest import LimitValues, Manifest
+from pisub.store.paths import RunPaths
 
 REVIEW_KEY = "review"
 DEFAULT_REVIEWER = "reviewer"
@@ -66,10 +66,10 @@ def run_review(
 def _start(paths: RunPaths, manifest: Manifest, reviewer: str, task: str) -> RunPaths:
     """The reviewer's run, of the agent definition taken at launch (never what the scopes hold
     now: the reviewed child could have written a project agent of that name)."""
-    from pisub.agents import Catalog, parse_agent
+    from pisub.agents.catalog import Catalog, parse_agent
     from pisub.errors import InvalidInput
-    from pisub.launcher import plan_run, start_run
-    from pisub.lineage import Lineage
+    from pisub.runs.launch import plan_run, start_run
+    from pisub.store.lineage import Lineage
 
     home = paths.home
     cwd = Path(manifest.cwd)
@@ -98,10 +98,10 @@ def _await(review: RunPaths, stop_requested: Callable[[], bool]) -> ReviewOutcom
     """Wait for the reviewer's run to end, at most its own timeout and grace plus
     :data:`REVIEW_SLACK_S` (a runner that is alive but never ends — stopped, wedged — is not
     waited for for ever): past that it is asked to stop and the review fails closed."""
-    from pisub.mailbox import write_request
-    from pisub.polling import poll
+    from pisub.core.polling import poll
     from pisub.protocol.control import Stop
-    from pisub.reconcile import observe
+    from pisub.runs.reconcile import observe
+    from pisub.store.mailbox import write_request
 
     stopping = False
 
@@ -134,7 +134,7 @@ def _await(review: RunPaths, stop_requested: Callable[[], bool]) -> ReviewOutcom
 def _bound(review: RunPaths) -> float:
     """Longest wait for the reviewer's run: its timeout and grace plus the slack."""
     from pisub.defaults import DEFAULT_GRACE_S, DEFAULT_TIMEOUT_S
-    from pisub.store import load_manifest
+    from pisub.store.runs import load_manifest
 
     try:
         limits = load_manifest(review).limits
@@ -146,7 +146,7 @@ def _bound(review: RunPaths) -> float:
 
 def _judge(review: RunPaths) -> ReviewOutcome:
     from pisub.acceptance.review import extract, parse, rejection
-    from pisub.store import load_result
+    from pisub.store.runs import load_result
 
     try:
         result = load_result(review)

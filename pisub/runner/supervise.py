@@ -24,11 +24,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pisub import defaults
+from pisub.children.base import Child, ChildHooks, ChildOutcome
 from pisub.children.external_cli import child_env
-from pisub.children.protocol import Child, ChildHooks, ChildOutcome
+from pisub.core.procs import start_ticks, start_time
 from pisub.errors import PisubError, storage_error
-from pisub.paths import RunPaths
-from pisub.procs import start_ticks, start_time
 from pisub.protocol.codec import now_iso
 from pisub.protocol.control import ReceiptState
 from pisub.protocol.manifest import Manifest
@@ -46,7 +45,8 @@ from pisub.runner.lifecycle import (
 )
 from pisub.runner.recorder import Recorder, WriteTrouble, note
 from pisub.runner.tree import ProcessTree, Subreaper
-from pisub.store import load_status, write_result
+from pisub.store.paths import RunPaths
+from pisub.store.runs import load_status, write_result
 
 if TYPE_CHECKING:  # imported where used: a launch waits only for what its start-up needs
     from pisub.protocol.acceptance import AcceptanceRecord, AcceptanceSpec, Check, EvidenceStatus, Level
@@ -178,7 +178,7 @@ class Supervisor:
         self.recorder.event(type_, child, **data)
 
     def raw_event(self, child: int, kind: str, raw: bytes) -> None:
-        from pisub.children.pi_rpc import pi_event_line
+        from pisub.children.pi.rpc import pi_event_line
 
         assert self.recorder is not None
         self.recorder.raw_line(pi_event_line(now_iso(), child, kind, raw))
@@ -242,7 +242,7 @@ class Supervisor:
             self._loop()
             finished = self._finish()
             if finished and self.recorder is not None:
-                from pisub.on_done import after_end  # after the terminal status: it never delays it
+                from pisub.store.on_done import after_end  # after the terminal status: it never delays it
 
                 after_end(self.paths, self.manifest, self.recorder.status.state.value)
             return 0 if finished else 1
@@ -309,9 +309,9 @@ class Supervisor:
 
     def _take_lease(self, child: Child) -> bool:
         """Hold the session's lease for the runner's whole life (before pi starts)."""
-        from pisub.briefs import compose, mark_delivered, pending_briefs
-        from pisub.children.pi_rpc import PiChild
-        from pisub.leases import LeaseHeld, acquire, fenced
+        from pisub.children.pi.rpc import PiChild
+        from pisub.store.briefs import compose, mark_delivered, pending_briefs
+        from pisub.store.leases import LeaseHeld, acquire, fenced
 
         assert child.session_file is not None
         try:
@@ -335,7 +335,7 @@ class Supervisor:
 
     def _release_lease(self) -> None:
         if self.lease is not None:
-            from pisub.leases import release
+            from pisub.store.leases import release
 
             released = release(self.leases_dir, self.lease)
             self.event("lease.released", generation=self.lease.generation, released=released)
@@ -367,7 +367,7 @@ class Supervisor:
         self.scan_due = True
 
     def _fail_startup(self, message: str) -> None:
-        from pisub.mailbox import close_inbox, settle_closed_inbox
+        from pisub.store.mailbox import close_inbox, settle_closed_inbox
 
         assert self.recorder is not None
         close_inbox(self.paths, "failed")  # requests written before the start are answered
@@ -497,8 +497,8 @@ class Supervisor:
 
     def _steer_self(self, message: str, source: str) -> str | None:
         """Drop a steer request into this run's own inbox; its id (None when it failed)."""
-        from pisub.mailbox import write_request
         from pisub.protocol.control import Steer
+        from pisub.store.mailbox import write_request
 
         try:
             return write_request(self.paths, Steer(v=1, message=message, source=source))
@@ -596,8 +596,8 @@ class Supervisor:
             self._take_report_out(wanted.spec, outcome)
             return verdict
         from pisub.acceptance.verify import place, run_checks
-        from pisub.config import load_config
         from pisub.protocol.acceptance import AcceptanceRecord, Outcome
+        from pisub.store.config import load_config
 
         checks = _guarded("report", lambda: self._report_checks(wanted.spec, outcome))
         try:
@@ -807,7 +807,7 @@ class Supervisor:
     def _write_end(self, verdict: Verdict, outcome: ChildOutcome, deadline: float | None = None) -> bool:
         rec = self.recorder
         assert rec is not None
-        from pisub.results import make_result
+        from pisub.store.results import make_result
 
         result = make_result(
             run_id=self.manifest.run_id,
@@ -850,7 +850,7 @@ def make_child(manifest: Manifest, paths: RunPaths, hooks: ChildHooks) -> Child:
     """The child adapter for the manifest's runner kind."""
     env = child_env(os.environ, manifest, paths.root)
     from pisub.children.external_cli import ExternalCliChild
-    from pisub.children.pi_rpc import PiChild
+    from pisub.children.pi.rpc import PiChild
 
     kinds: dict[str, type[ExternalCliChild] | type[PiChild]] = {
         "external-cli": ExternalCliChild,

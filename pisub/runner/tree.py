@@ -12,8 +12,9 @@ import os
 from pathlib import Path
 from typing import Protocol
 
-from pisub.paths import ENV_RUNNER, is_run_id
-from pisub.procs import children_of, cwd_of, environ_value, kill_all, reap_adopted
+from pisub.core.procs import children_of, cwd_of, environ_value, kill_all, reap_adopted
+from pisub.protocol.env import ENV_RUNNER
+from pisub.store.paths import is_run_id
 
 
 class ProcessTree(Protocol):
@@ -73,9 +74,9 @@ class Subreaper:
     def _runs_child(self, pid: int, other: str) -> bool:
         """``pid`` is the runner of run ``other``, a child run of this one."""
         from pisub.errors import PisubError
-        from pisub.paths import RunPaths
         from pisub.protocol.status import RunState
-        from pisub.store import load_manifest, load_status
+        from pisub.store.paths import RunPaths
+        from pisub.store.runs import load_manifest, load_status
 
         assert self.runs is not None
         paths = RunPaths(self.runs / other)

@@ -1,6 +1,6 @@
 """A child that plays a script instead of running a process, for fast tests of the supervisor.
 
-It implements :class:`~pisub.children.protocol.Child`: each :class:`Step` happens at its time
+It implements :class:`~pisub.children.base.Child`: each :class:`Step` happens at its time
 after :meth:`ScriptedChild.start` (a timer thread wakes the runner's selector through a pipe),
 ``terminate`` ends it with ``on_term`` (or is ignored, when None), ``kill`` ends it with 137.
 :class:`NoProcesses` is the process tree to give the supervisor with it, so that nothing
@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from pisub.children.protocol import ChildHooks, ChildOutcome, Progress
+from pisub.children.base import ChildHooks, ChildOutcome, Progress
 from pisub.protocol.control import ReceiptState
 
 

@@ -11,32 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 from pisub.errors import InvalidInput
 from pisub.protocol.workflow import ChildCall, SteerResult
 from pisub.workflow.calls import check_key, from_mapping, from_python, unique_keys
+from pisub.workflow.futures import ChildFuture
 
 if TYPE_CHECKING:
     from pisub.workflow.children import ChildRuns
-
-
-class ChildFuture(asyncio.Future[Any]):
-    """A call's future that knows whether anything waits for it."""
-
-    observed = False
-    label = ""
-
-    def add_done_callback(self, fn: Callable[..., object], *, context: Any = None) -> None:
-        self.observed = True
-        super().add_done_callback(fn, context=context)
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        self.observed = True  # awaiting a future that is already done adds no callback
-        return super().__await__()
-
-    __iter__ = __await__
 
 
 class Runs:
@@ -260,13 +243,3 @@ class State:
 
     async def set(self, key: str, value: Any) -> None:
         await asyncio.to_thread(self._namespace.set, key, value)
-
-
-class WorkflowFailed(Exception):
-    """Raise it in ``main`` to end the workflow ``failed`` with ``message`` (no traceback line);
-    ``text`` is shown after it (partial output)."""
-
-    def __init__(self, message: str, text: str = "") -> None:
-        super().__init__(message)
-        self.message = message
-        self.text = text

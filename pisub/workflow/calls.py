@@ -113,7 +113,7 @@ def load_tasks(path: Path) -> list[ChildCall]:
     Raises:
         InvalidInput: the file cannot be read or an entry is bad (naming ``[i].field``).
     """
-    from pisub.fsio import read_bytes
+    from pisub.core.fsio import read_bytes
 
     try:
         data = read_bytes(os.path.realpath(path), limit=MAX_TASKS_FILE)  # the user's own path

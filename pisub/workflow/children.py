@@ -4,7 +4,7 @@ runs, and passing control requests and receipts between the workflow and them.
 Calls are admitted from the script's thread (:meth:`ChildRuns.admit`) and run on the
 coordinator's control loop; :attr:`ChildRuns.lock` guards the entries between the two. Every
 start is journaled (durably) before the child's run is created, every end once its result is
-in (:mod:`pisub.journal`).
+in (:mod:`pisub.store.journal`).
 """
 
 from __future__ import annotations
@@ -24,9 +24,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 
 from pisub.errors import InvalidInput, PisubError, RunNotFound
-from pisub.journal import Journal, Replay
-from pisub.lineage import Lineage
-from pisub.paths import Home, RunPaths
 from pisub.protocol.budget import UsageTotals
 from pisub.protocol.codec import now_iso
 from pisub.protocol.control import Interrupt, Receipt, ReceiptState, Request, Steer, Stop
@@ -42,16 +39,19 @@ from pisub.protocol.workflow import (
     SteerResult,
     WorkflowSpec,
 )
-from pisub.spawn_budget import SpawnBudget, claim_name
-from pisub.store import load_result
-from pisub.usage_budget import UsageBudget
+from pisub.store.journal import Journal, Replay
+from pisub.store.lineage import Lineage
+from pisub.store.paths import Home, RunPaths
+from pisub.store.runs import load_result
+from pisub.store.spawn_budget import SpawnBudget, claim_name
+from pisub.store.usage_budget import UsageBudget
 from pisub.workflow import outcomes
 from pisub.workflow.calls import fingerprint
 from pisub.workflow.watch import ChildWatch
 
 if TYPE_CHECKING:
-    from pisub.agents import Catalog
-    from pisub.workflow.api import ChildFuture
+    from pisub.agents.catalog import Catalog
+    from pisub.workflow.futures import ChildFuture
 
 LAUNCH_THREADS = 4
 """Child runners started at once (each start waits for the runner's commit)."""
@@ -311,7 +311,7 @@ class ChildRuns:
             raise type(exc)(f"{where}: isolation='worktree': {exc.message}") from None
 
     def _child_cwd(self, call: ChildCall, where: str) -> Path:
-        from pisub.launcher import working_dir
+        from pisub.runs.launch import working_dir
 
         try:
             return working_dir(call.cwd, Path(self.manifest.cwd))
@@ -322,7 +322,7 @@ class ChildRuns:
         self, call: ChildCall, cwd: Path, where: str, run_id: str | None = None
     ) -> tuple[Manifest, dict[str, Path]]:
         from pisub.acceptance.infer import Setting
-        from pisub.launcher import plan_resume, plan_run, with_report_section
+        from pisub.runs.launch import plan_resume, plan_run, with_report_section
 
         assert call.key is not None
         lineage = self.lineage.child(self.manifest.run_id)
@@ -424,7 +424,7 @@ class ChildRuns:
 
     def _catalog(self, cwd: Path) -> Catalog:
         """The agents visible from ``cwd``, read once per batch of calls."""
-        from pisub.agents import discover
+        from pisub.agents.catalog import discover
 
         if cwd not in self._catalogs:
             self._catalogs[cwd] = discover(self.home.agents, cwd)
@@ -437,7 +437,7 @@ class ChildRuns:
             raise InvalidInput(
                 "context='fork' needs a session to fork: start the workflow with --fork-from RUN"
             )
-        from pisub.launcher import check_session
+        from pisub.runs.launch import check_session
 
         return check_session(self.spec.fork_from, "--fork-from")
 
@@ -529,7 +529,7 @@ class ChildRuns:
 
     def _start_child(self, entry: ChildEntry, manifest: Manifest, seeds: dict[str, Path]) -> None:
         """In a launch thread: create the child's run and wait for its runner's commit."""
-        from pisub.launcher import start_run
+        from pisub.runs.launch import start_run
 
         error: str | None = None
         try:
@@ -620,7 +620,7 @@ class ChildRuns:
 
     def _check(self, entry: ChildEntry) -> None:
         """Look at a running child: mirror its progress, pass on its receipts, settle its end."""
-        from pisub.reconcile import observe
+        from pisub.runs.reconcile import observe
 
         assert entry.run_id is not None
         paths = self.home.run(entry.run_id)
@@ -779,7 +779,7 @@ class ChildRuns:
 
     def _stop_child(self, entry: ChildEntry) -> None:
         """Ask a child to end as part of the workflow's own ending (stop, or interrupt: pause)."""
-        from pisub.mailbox import InboxClosed, write_request
+        from pisub.store.mailbox import InboxClosed, write_request
 
         assert entry.run_id is not None
         entry.ended_by_workflow = True
@@ -818,7 +818,7 @@ class ChildRuns:
     def forward(self, index: int, request_id: str, request: Request) -> str | None:
         """Write ``request`` into child ``index``'s inbox; None when written (its receipt follows
         the child's), else why not."""
-        from pisub.mailbox import InboxClosed, write_request
+        from pisub.store.mailbox import InboxClosed, write_request
 
         entry = self.entries[index]
         assert entry.run_id is not None
@@ -838,7 +838,7 @@ class ChildRuns:
 
     def _pass_receipts(self, entry: ChildEntry, paths: RunPaths) -> None:
         """Forwarded requests: their receipts in the workflow follow the child's."""
-        from pisub.mailbox import read_receipt
+        from pisub.store.mailbox import read_receipt
 
         if not entry.forwards:
             return
@@ -863,7 +863,7 @@ class ChildRuns:
 
     # == runs.steer (from the script's thread) =============================================
     def send_steer(self, key: str, message: str, mode: str) -> SteerResult:
-        from pisub.mailbox import InboxClosed, write_request
+        from pisub.store.mailbox import InboxClosed, write_request
 
         with self.lock:
             entry = self.by_key.get(key)
@@ -882,7 +882,7 @@ class ChildRuns:
         return SteerResult(key=key, state="queued", request_id=request_id, delivery_status="queued")
 
     def steer_outcome(self, key: str, request_id: str) -> SteerResult:
-        from pisub.mailbox import read_receipt
+        from pisub.store.mailbox import read_receipt
 
         with self.lock:
             entry = self.by_key[key]
@@ -929,7 +929,7 @@ def _target_state(receipt: Receipt) -> ReceiptState:
 
 
 def _resolve(future: ChildFuture, loop: asyncio.AbstractEventLoop, outcome: ChildResult) -> None:
-    from pisub.workflow.script import call_soon
+    from pisub.workflow.futures import call_soon
 
     def deliver() -> None:
         if not future.done():

@@ -15,8 +15,9 @@ import asyncio
 import json
 import os
 import re
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -39,8 +40,19 @@ from pisub.protocol.workflow import KEY_RE, ChildCall, ChildResult
 from pisub.termsafe import printable
 from pisub.workflow.calls import camel_name
 
-if TYPE_CHECKING:
-    from pisub.workflow.api import Runs
+
+class Runs(Protocol):
+    """What lanes need of the script's ``runs`` (:class:`pisub.workflow.api.Runs`)."""
+
+    def reserve(self, keys: list[str]) -> None: ...
+
+    def start_batch(self, calls: list[ChildCall], where: str) -> Sequence[Awaitable[ChildResult]]: ...
+
+    @property
+    def run(self) -> Callable[..., Awaitable[Any]]: ...
+
+    def skip(self, call: ChildCall, why: str) -> None: ...
+
 
 MAX_ERRORS = 20
 """Problems named in one error (the rest are counted)."""
@@ -59,7 +71,7 @@ def load_lanes(path: Path) -> Any:
     Raises:
         InvalidInput: it cannot be read, is too large, or is not JSON.
     """
-    from pisub.fsio import read_bytes
+    from pisub.core.fsio import read_bytes
 
     try:
         data = read_bytes(os.path.realpath(path), limit=MAX_LANES_FILE + 1)  # the user's own path
@@ -250,7 +262,7 @@ async def run_lanes(runs: Runs, lanes: list[Lane]) -> list[LaneBoard]:
     return list(boards)
 
 
-async def _lane(runs: Runs, lane: Lane, started: asyncio.Future[ChildResult]) -> LaneBoard:
+async def _lane(runs: Runs, lane: Lane, started: Awaitable[ChildResult]) -> LaneBoard:
     first = await started
     stages = [_stage_board(lane.stages[0].key, first)]
     previous = first
@@ -295,7 +307,7 @@ def _final_output(result: ChildResult) -> str:
     """The stage's final output: for ``file-only``, what the saved file holds (its tail)."""
     if result.output_reference is None or not result.output.startswith("Output saved to: "):
         return result.output
-    from pisub.fsio import read_tail
+    from pisub.core.fsio import read_tail
 
     try:
         return read_tail(Path(result.output_reference), 256 * 1024).decode("utf-8", "replace")

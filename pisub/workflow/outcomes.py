@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pisub.fsio import atomic_write
+from pisub.core.fsio import atomic_write
+from pisub.core.redact import redact
 from pisub.protocol.result import ErrorCode, ErrorInfo, Result, SingleResult, Usage
 from pisub.protocol.workflow import ChildCall, ChildResult, OutputMode
-from pisub.redact import redact
 from pisub.termsafe import printable
 
 

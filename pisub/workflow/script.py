@@ -17,7 +17,8 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from pisub.errors import InvalidInput
+from pisub.errors import InvalidInput, WorkflowFailed
+from pisub.workflow.futures import call_soon
 
 MainFn = Callable[[Any, Any, Any], Coroutine[Any, Any, Any]]
 Done = Callable[[Any, BaseException | None], None]
@@ -104,8 +105,6 @@ class ScriptThread:
         try:
             self.main = self.load()
         except InvalidInput as exc:  # does not load: its own message, no traceback line
-            from pisub.workflow.api import WorkflowFailed
-
             self.done(None, WorkflowFailed(exc.message))
             return
         except BaseException as exc:
@@ -135,12 +134,3 @@ class ScriptThread:
             loop, task = self.loop, self._task
         if loop is not None and task is not None:
             call_soon(loop, task.cancel)
-
-
-def call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> bool:
-    """Schedule ``fn(*args)`` on ``loop`` from another thread; False when the loop is closed."""
-    try:
-        loop.call_soon_threadsafe(fn, *args)
-    except RuntimeError:
-        return False
-    return True

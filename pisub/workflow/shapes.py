@@ -11,9 +11,10 @@ from typing import Any
 
 import msgspec
 
+from pisub.errors import WorkflowFailed
 from pisub.protocol.lanes import Lane, LaneState
 from pisub.protocol.workflow import ChildCall, ChildResult, Shape, WorkflowSpec
-from pisub.workflow.api import Runs, WorkflowFailed
+from pisub.workflow.api import Runs
 from pisub.workflow.lanes import board_json, run_lanes
 from pisub.workflow.script import MainFn
 

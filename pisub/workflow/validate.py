@@ -52,7 +52,7 @@ class Report:
 
 def validate_file(path: Path, agents: set[str] | None) -> Report:
     """Check the script at ``path``; ``agents``: the agent names that exist (None: not checked)."""
-    from pisub.fsio import read_bytes
+    from pisub.core.fsio import read_bytes
 
     report = Report()
     try:

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from msgspec.structs import replace
 
+from pisub.core.fsio import private_mkdir
 from pisub.errors import PisubError, storage_error
-from pisub.fsio import private_mkdir
-from pisub.paths import is_run_id
 from pisub.protocol.codec import now_iso
 from pisub.protocol.worktree import Decision, PlanEntry, Reason, Removal, WorktreeRecord, WorktreeState
+from pisub.store.paths import is_run_id
 from pisub.termsafe import printable
 from pisub.worktrees.git import WorktreeError, run_git
 from pisub.worktrees.isolation import capture_ref, delete_ref, patch_mismatch, remove_worktree, root_lock

@@ -19,10 +19,9 @@ from pathlib import Path
 
 from msgspec.structs import replace
 
+from pisub.core.fsio import atomic_write, open_regular, private_mkdir, read_bytes
+from pisub.core.locks import exclusive
 from pisub.errors import InvalidInput, storage_error
-from pisub.fsio import atomic_write, open_regular, private_mkdir, read_bytes
-from pisub.locks import exclusive
-from pisub.paths import is_run_id
 from pisub.protocol.codec import now_iso
 from pisub.protocol.workflow import KEY_RE
 from pisub.protocol.worktree import (
@@ -34,6 +33,7 @@ from pisub.protocol.worktree import (
     WorktreeRecord,
     WorktreeState,
 )
+from pisub.store.paths import is_run_id
 from pisub.termsafe import printable
 from pisub.worktrees.git import IDENTITY_ENV, WorktreeError, git_out, run_git
 from pisub.worktrees.patches import (

@@ -8,11 +8,11 @@ import os
 import stat
 from pathlib import Path
 
+from pisub.core.fsio import atomic_write, file_kind, load_json, publish_new
 from pisub.errors import InvalidInput, ProtocolError, storage_error
-from pisub.fsio import atomic_write, file_kind, load_json, publish_new
-from pisub.paths import is_run_id
 from pisub.protocol.codec import encode_pretty
 from pisub.protocol.worktree import WorktreeRecord
+from pisub.store.paths import is_run_id
 from pisub.termsafe import printable
 
 RECORD_LIMIT = 4 * 1024 * 1024

@@ -8,8 +8,8 @@ import re
 import tempfile
 from pathlib import Path
 
+from pisub.core.fsio import read_bytes
 from pisub.errors import InvalidInput
-from pisub.fsio import read_bytes
 from pisub.termsafe import printable
 from pisub.worktrees.git import WorktreeError, git_out, run_git
 

@@ -1,7 +1,9 @@
 """The backend contract: every backend (where a runner lives) keeps these promises.
 
 ``local`` always runs; ``slurm`` needs the one-node cluster of ``scripts/slurm-up.sh`` (CI starts
-it). Each test launches real runs through the real backend: detached processes, or batch jobs.
+it) and is marked ``slurm`` (``-m slurm`` selects it, ``-m "not slurm"`` leaves it out; the other
+contract suites of this folder need no cluster). Each test launches real runs through the real
+backend: detached processes, or batch jobs.
 """
 
 from __future__ import annotations
@@ -16,18 +18,23 @@ import pytest
 
 import pisub
 from pisub.backends import EngineState, Liveness, backend_for, liveness
-from pisub.paths import RunPaths
-from pisub.procs import host_name
+from pisub.core.procs import host_name
 from pisub.protocol.placement import BackendName
 from pisub.protocol.status import RunState
-from pisub.store import load_placement, load_status
+from pisub.store.paths import RunPaths
+from pisub.store.runs import load_placement, load_status
 from tests.conftest import AgentMaker, wait_for
 from tests.slurm import need_slurm
 
 TICKER = "import time\nfor i in range(600):\n    print('tick', i, flush=True)\n    time.sleep(0.1)\n"
 
 
-@pytest.fixture(params=[BackendName.LOCAL, BackendName.SLURM], ids=["local", "slurm"])
+@pytest.fixture(
+    params=[
+        pytest.param(BackendName.LOCAL, id="local"),
+        pytest.param(BackendName.SLURM, id="slurm", marks=pytest.mark.slurm),
+    ]
+)
 def backend(request: pytest.FixtureRequest, home: Path, make_agent: AgentMaker) -> Iterator[BackendName]:
     name: BackendName = request.param
     if name == BackendName.SLURM:
@@ -91,7 +98,7 @@ def test_observe_answers_for_every_placement_in_one_call(backend: BackendName) -
     assert set(states) == {p.job_id for p in placements if p.job_id is not None}
     assert all(s in (EngineState.QUEUED, EngineState.RUNNING) for s in states.values())
     for run in runs:
-        run.stop(wait=20)
+        run.send_stop()  # its end is awaited below
     for run in runs:
         assert run.wait(timeout=60).state == "stopped"
 
@@ -102,7 +109,7 @@ def test_cancel_is_a_backstop_that_ends_the_run_stopped(backend: BackendName) ->
     accepted = backend_for(backend).cancel(run.placement())
     if backend == BackendName.LOCAL:
         assert accepted is False  # a local runner is stopped through its inbox only
-        run.stop(wait=20)
+        run.send_stop()  # its end is awaited below
     else:
         assert accepted is True
     assert run.wait(timeout=60).state == "stopped"

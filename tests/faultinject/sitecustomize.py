@@ -168,7 +168,7 @@ def _patch(module: Any) -> None:
     import threading
 
     name = module.__name__
-    if name == "pisub.store":
+    if name == "pisub.store.runs":
         create = module.RunStore.create
 
         def create_(self, manifest, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -212,7 +212,7 @@ def _install_points() -> None:
     import importlib.machinery
     import sys
 
-    wanted = {"pisub.store", "pisub.backends.warm", "pisub.runner.supervise"}
+    wanted = {"pisub.store.runs", "pisub.backends.warm", "pisub.runner.supervise"}
 
     class Finder(importlib.abc.MetaPathFinder):
         def find_spec(self, fullname, path, target=None):  # type: ignore[no-untyped-def]

@@ -217,7 +217,7 @@ def test_a_usage_ledger_deleted_mid_run_fails_closed(
         "        return f'refused: {exc}'\n"
         "    return 'started'\n"
     )
-    from pisub.client import launch_workflow
+    from pisub.api.client import launch_workflow
 
     run = launch_workflow(script, usage_budget={"tokens": {"hard": 1000}})
     result = run.wait(timeout=60)

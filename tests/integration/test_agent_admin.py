@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import pisub
-from pisub.agents import SHIPPED_DIR
-from pisub.client import agent_catalog, edit_agent
+from pisub.agents.catalog import SHIPPED_DIR
+from pisub.api.client import agent_catalog, edit_agent
 from pisub.errors import AgentConflict, AgentDisabled, InvalidInput, UnknownAgent
 from tests.conftest import pisub_cli
 
@@ -161,7 +161,7 @@ def test_a_disabled_agent_cannot_be_resumed(pi_home: Path) -> None:
 
 
 def test_models_with_no_match_and_bad_model_names(pi_home: Path) -> None:
-    from pisub.models import parse_table
+    from pisub.children.pi.models import parse_table
 
     assert parse_table('No models matching "zzz"\n') == []
     assert pisub_cli("models", "zzz", "--json").stdout.strip() == ""

@@ -14,7 +14,7 @@ from tests.conftest import AgentMaker, pisub_cli, wait_for
 
 STEERER = textwrap.dedent("""
     import sys
-    from pisub.client import Run
+    from pisub.api.client import Run
     run = Run(sys.argv[1])
     print("\\n".join(run.send_steer(f"{sys.argv[2]}:{i}") for i in range(4)))
 """)

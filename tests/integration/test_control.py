@@ -12,37 +12,19 @@ from pathlib import Path
 import pytest
 
 import pisub
+from pisub.api.client import Run
 from pisub.backends.local import spawn_runner
-from pisub.client import Run
-from pisub.mailbox import InboxClosed, write_request
-from pisub.paths import open_home
 from pisub.protocol import Limits, Manifest, RunState, now_iso
 from pisub.protocol.control import Stop
-from pisub.store import RunStore
+from pisub.store.mailbox import InboxClosed, write_request
+from pisub.store.paths import open_home
+from pisub.store.runs import RunStore
 from tests.conftest import ROOT, AgentMaker, pid_alive, pisub_cli, processes_of, wait_for
-
-SLEEPER = """
-import os, subprocess, time
-g = subprocess.Popen(["sleep", "300"], start_new_session=True)
-open(os.environ["PISUB_RUN_DIR"] + "/pids.json", "w").write("[%d, %d]" % (os.getpid(), g.pid))
-print("working", flush=True)
-time.sleep(300)
-"""
-
-
-def _sleeper(make_agent: AgentMaker) -> Run:
-    make_agent("sleeper", python=SLEEPER)
-    run = pisub.launch("sleeper", "x")
-    wait_for(lambda: (run.dir / "pids.json").exists() and (run.dir / "pids.json").read_text())
-    return run
-
-
-def _receipts(run: Run) -> dict[str, dict[str, object]]:
-    return {p.stem: json.loads(p.read_text()) for p in (run.dir / "outbox").glob("*.json")}
+from tests.helpers import SLEEPER, drop_request, launch_sleeper, run_receipts
 
 
 def test_stop_ends_everything(home: Path, make_agent: AgentMaker) -> None:
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     pids = json.loads((run.dir / "pids.json").read_text())
     proc = pisub_cli("stop", run.id, "--json")
     assert proc.returncode == 0, proc.stderr
@@ -58,7 +40,7 @@ def test_stop_ends_everything(home: Path, make_agent: AgentMaker) -> None:
 
 
 def test_interrupt_external_cli_pauses(home: Path, make_agent: AgentMaker) -> None:
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     proc = pisub_cli("interrupt", run.id)
     assert proc.returncode == 0 and proc.stdout.startswith("delivered: interrupt")
     assert run.wait(timeout=30).state == "paused"
@@ -66,7 +48,7 @@ def test_interrupt_external_cli_pauses(home: Path, make_agent: AgentMaker) -> No
 
 
 def test_steer_external_cli_fails_with_reason(home: Path, make_agent: AgentMaker) -> None:
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     proc = pisub_cli("steer", run.id, "change course", "--json")
     assert proc.returncode == 2
     receipt = json.loads(proc.stdout)
@@ -82,7 +64,7 @@ def test_steer_external_cli_fails_with_reason(home: Path, make_agent: AgentMaker
 
 
 def test_wait_zero_returns_at_once(home: Path, make_agent: AgentMaker) -> None:
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     proc = pisub_cli("steer", run.id, "hi", "--wait", "0")
     assert proc.returncode == 0
     rid = proc.stdout.strip()
@@ -119,7 +101,7 @@ def test_request_written_before_the_runner_starts(home: Path, make_agent: AgentM
 
 WRITER = textwrap.dedent("""
     import sys
-    from pisub.client import Run
+    from pisub.api.client import Run
     run = Run(sys.argv[1])
     writer = sys.argv[2]
     ids = [run.send_steer(f"{writer}:{i}") for i in range(int(sys.argv[3]))]
@@ -131,7 +113,7 @@ WRITER = textwrap.dedent("""
 def test_concurrent_writers_every_request_one_receipt(
     home: Path, make_agent: AgentMaker, writers: int, each: int
 ) -> None:
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", WRITER, run.id, f"w{n}", str(each)], stdout=subprocess.PIPE, text=True
@@ -147,7 +129,7 @@ def test_concurrent_writers_every_request_one_receipt(
     wait_for(
         lambda: len(list((run.dir / "outbox").glob("*.json"))) >= total, timeout=120, what="all receipts"
     )
-    receipts = _receipts(run)
+    receipts = run_receipts(run)
     assert len(receipts) == total
     assert {r["state"] for r in receipts.values()} == {"failed"}  # external-cli cannot be steered
     assert sorted(receipts) == sorted(i for v in ids.values() for i in v)
@@ -161,13 +143,6 @@ def test_concurrent_writers_every_request_one_receipt(
     wait_for(lambda: run.status().steering.failed == total, what="the coalesced ledger")
     ledger = run.status().steering
     assert ledger.requested == total and ledger.failed == total and len(ledger.recent) == 20
-
-
-def _drop(run: Run, name: str, data: bytes) -> None:
-    """Publish a file the way a shell script would: write in tmp/, rename into new/."""
-    tmp = run.dir / "inbox" / "tmp" / name
-    tmp.write_bytes(data)
-    os.rename(tmp, run.dir / "inbox" / "new" / name)
 
 
 @pytest.mark.parametrize(
@@ -190,12 +165,12 @@ def _drop(run: Run, name: str, data: bytes) -> None:
 def test_malformed_requests_rejected_between_good_ones(
     home: Path, make_agent: AgentMaker, name: str, data: bytes, why: str
 ) -> None:
-    run = _sleeper(make_agent)
-    _drop(run, "a-before.json", b'{"v":1,"type":"steer","message":"first"}')
-    _drop(run, name, data)
-    _drop(run, "z-after.json", b'{"v":1,"type":"steer","message":"last"}')
+    run = launch_sleeper(make_agent)
+    drop_request(run, "a-before.json", b'{"v":1,"type":"steer","message":"first"}')
+    drop_request(run, name, data)
+    drop_request(run, "z-after.json", b'{"v":1,"type":"steer","message":"last"}')
     wait_for(lambda: len(list((run.dir / "outbox").glob("*.json"))) == 3, what="three receipts")
-    receipts = _receipts(run)
+    receipts = run_receipts(run)
     assert receipts["a-before"]["state"] == "failed" and receipts["z-after"]["state"] == "failed"
     (bad_id,) = [k for k in receipts if k not in ("a-before", "z-after")]
     bad = receipts[bad_id]
@@ -208,11 +183,11 @@ def test_malformed_requests_rejected_between_good_ones(
 
 
 def test_duplicate_id_rejected_first_receipt_kept(home: Path, make_agent: AgentMaker) -> None:
-    run = _sleeper(make_agent)
-    _drop(run, "dup.json", b'{"v":1,"type":"steer","message":"one"}')
+    run = launch_sleeper(make_agent)
+    drop_request(run, "dup.json", b'{"v":1,"type":"steer","message":"one"}')
     wait_for(lambda: (run.dir / "outbox" / "dup.json").exists())
     first = (run.dir / "outbox" / "dup.json").read_bytes()
-    _drop(run, "dup.json", b'{"v":1,"type":"stop"}')
+    drop_request(run, "dup.json", b'{"v":1,"type":"stop"}')
     reason = run.dir / "inbox" / "rejected" / "dup.reason"
     wait_for(reason.exists, what="the duplicate's reason beside it")
     assert "duplicate" in reason.read_text()
@@ -221,12 +196,12 @@ def test_duplicate_id_rejected_first_receipt_kept(home: Path, make_agent: AgentM
 
 
 def test_symlink_rejected(home: Path, make_agent: AgentMaker, tmp_path: Path) -> None:
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     secret = tmp_path / "secret.json"
     secret.write_text('{"v":1,"type":"stop"}')
     os.symlink(secret, run.dir / "inbox" / "new" / "link.json")
-    wait_for(lambda: len(_receipts(run)) == 1)
-    receipts = _receipts(run)
+    wait_for(lambda: len(run_receipts(run)) == 1)
+    receipts = run_receipts(run)
     assert receipts["link"]["state"] == "rejected" and "symlink" in str(receipts["link"]["reason"])
     assert run.status().state == RunState.RUNNING
 
@@ -235,13 +210,13 @@ def test_symlink_rejected(home: Path, make_agent: AgentMaker, tmp_path: Path) ->
 def test_foreign_owner_rejected(home: Path, make_agent: AgentMaker) -> None:
     if os.geteuid() != 0:
         pytest.skip("giving a file to another user needs root")
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     foreign = run.dir / "inbox" / "tmp" / "foreign.json"
     foreign.write_text('{"v":1,"type":"stop"}')
     os.chown(foreign, 12345, 12345)
     os.rename(foreign, run.dir / "inbox" / "new" / "foreign.json")
-    wait_for(lambda: len(_receipts(run)) == 1)
-    receipts = _receipts(run)
+    wait_for(lambda: len(run_receipts(run)) == 1)
+    receipts = run_receipts(run)
     assert receipts["foreign"]["state"] == "rejected" and "uid 12345" in str(receipts["foreign"]["reason"])
     assert run.status().state == RunState.RUNNING
 
@@ -254,7 +229,7 @@ def test_closed_inbox_requests_are_answered(home: Path, make_agent: AgentMaker) 
         run.send_stop()
     proc = pisub_cli("steer", run.id, "too late", "--json")
     assert proc.returncode == 2 and json.loads(proc.stdout)["state"] == "failed"
-    _drop(run, "by-hand.json", b'{"v":1,"type":"follow_up","message":"late"}')
+    drop_request(run, "by-hand.json", b'{"v":1,"type":"follow_up","message":"late"}')
     assert run.status().state == RunState.COMPLETE  # the reader answers it
     receipt = run.receipt("by-hand")
     assert receipt is not None and receipt.state == "failed"
@@ -264,21 +239,21 @@ def test_closed_inbox_requests_are_answered(home: Path, make_agent: AgentMaker) 
 def test_killed_runner_leaves_no_request_unanswered(home: Path, make_agent: AgentMaker) -> None:
     import signal
 
-    from pisub.locks import is_held
+    from pisub.core.locks import is_held
 
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     pid = run.status().pid
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)  # frozen: requests pile up unclaimed
     try:
         for n in range(5):
-            _drop(run, f"req-{n}.json", b'{"v":1,"type":"steer","message":"hello"}')
-        _drop(run, "broken.json", b"{")
+            drop_request(run, f"req-{n}.json", b'{"v":1,"type":"steer","message":"hello"}')
+        drop_request(run, "broken.json", b"{")
     finally:
         os.kill(pid, signal.SIGKILL)
     wait_for(lambda: not pid_alive(pid) and not is_held(run.dir / "runner.lock"))
     assert run.status().state == RunState.FAILED
-    receipts = _receipts(run)
+    receipts = run_receipts(run)
     assert sorted(receipts) == ["broken", *[f"req-{n}" for n in range(5)]]
     assert receipts["broken"]["state"] == "rejected"
     for n in range(5):
@@ -288,7 +263,7 @@ def test_killed_runner_leaves_no_request_unanswered(home: Path, make_agent: Agen
 
 
 def test_the_reference_shell_scripts_steer_and_stop_a_run(home: Path, make_agent: AgentMaker) -> None:
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     steer = subprocess.run(
         ["sh", str(ROOT / "scripts" / "steer.sh"), str(run.dir), 'say "hi"\\ and\tgo'],
         capture_output=True,
@@ -322,7 +297,7 @@ def test_the_reference_shell_scripts_steer_and_stop_a_run(home: Path, make_agent
 
 
 def test_steer_sh_escapes_every_control_character(home: Path, make_agent: AgentMaker) -> None:
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     message = "".join(chr(c) for c in range(1, 32)) + ' \\ " é ' + "y" * 20_000
     proc = subprocess.run(
         ["sh", str(ROOT / "scripts" / "steer.sh"), str(run.dir), message],
@@ -341,7 +316,7 @@ def test_a_request_id_cannot_be_published_twice(home: Path, make_agent: AgentMak
     from pisub.errors import InvalidInput
     from pisub.protocol.control import Steer
 
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     pid = run.status().pid
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)  # nothing is claimed while both writers publish
@@ -361,13 +336,13 @@ def test_a_request_id_cannot_be_published_twice(home: Path, make_agent: AgentMak
 def test_a_reader_dying_while_answering_leaves_work_for_the_next(
     home: Path, make_agent: AgentMaker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import pisub.mailbox as mailbox
+    import pisub.store.mailbox as mailbox
 
     make_agent("quick", python="print('done')")
     run = pisub.launch("quick", "x")
     run.wait(timeout=30)
-    _drop(run, "late.json", b'{"v":1,"type":"steer","message":"late"}')
-    _drop(run, "bad.json", b"{")
+    drop_request(run, "late.json", b'{"v":1,"type":"steer","message":"late"}')
+    drop_request(run, "bad.json", b"{")
 
     def crash(*_args: object, **_kwargs: object) -> None:
         raise KeyboardInterrupt

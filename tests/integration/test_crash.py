@@ -12,45 +12,21 @@ import time
 from pathlib import Path
 
 import pisub
-from pisub.locks import is_held
-from pisub.paths import RunPaths
 from pisub.protocol import RunState, Status, decode, encode_pretty
-from pisub.store import write_status
+from pisub.store.paths import RunPaths
+from pisub.store.runs import write_status
 from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for
-
-SLEEPER = """
-import os, subprocess, time
-g = subprocess.Popen(["sleep", "300"], start_new_session=True)
-open(os.environ["PISUB_RUN_DIR"] + "/pids.json", "w").write("[%d, %d]" % (os.getpid(), g.pid))
-print("working", flush=True)
-time.sleep(300)
-"""
-
-
-def _child_pids(run: pisub.Run) -> list[int]:
-    path = run.dir / "pids.json"
-    pids: list[int] = wait_for(lambda: path.exists() and json.loads(path.read_text() or "null"))
-    return pids
-
-
-def _wait_dead(run: pisub.Run, pid: int) -> None:
-    """SIGKILL is asynchronous: wait until the runner is gone and its lock released (a
-    multi-threaded process holds its files until its last thread has exited)."""
-    wait_for(lambda: not pid_alive(pid) and not is_held(run.dir / "runner.lock"), what="the runner to die")
-
-
-def _events(run: pisub.Run) -> list[str]:
-    return [json.loads(line)["type"] for line in (run.dir / "events.jsonl").read_text().splitlines()]
+from tests.helpers import SLEEPER, child_pids, run_event_types, wait_runner_dead
 
 
 def test_kill9_runner_detected_once_by_concurrent_readers(home: Path, make_agent: AgentMaker) -> None:
     make_agent("sleeper", python=SLEEPER)
     run = pisub.launch("sleeper", "x")
-    children = _child_pids(run)
+    children = child_pids(run)
     runner_pid = run.status().pid
     assert runner_pid is not None
     os.kill(runner_pid, signal.SIGKILL)
-    _wait_dead(run, runner_pid)
+    wait_runner_dead(run, runner_pid)
     readers = [
         subprocess.Popen(
             [sys.executable, "-m", "pisub", "status", run.id, "--json"],
@@ -66,7 +42,7 @@ def test_kill9_runner_detected_once_by_concurrent_readers(home: Path, make_agent
         assert reader.returncode == 0, errs
         states.append(json.loads(out)["state"])
     assert states == ["failed"] * 6
-    assert _events(run).count("run.repaired") == 1
+    assert run_event_types(run).count("run.repaired") == 1
     result = run.result()
     assert result is not None and result.state == "failed"
     assert result.details.error is not None
@@ -111,12 +87,12 @@ def test_pid_reuse_is_not_trusted(home: Path, make_agent: AgentMaker) -> None:
     """A recorded runner pid that now belongs to another process (other start time) is dead."""
     make_agent("sleeper", python=SLEEPER)
     run = pisub.launch("sleeper", "x")
-    _child_pids(run)
+    child_pids(run)
     status = run.status()
     assert status.pid is not None
     os.kill(status.pid, signal.SIGKILL)
     dead = status.pid
-    _wait_dead(run, dead)
+    wait_runner_dead(run, dead)
     impostor = subprocess.Popen(["sleep", "30"])
     try:
         status.pid = impostor.pid  # alive, but started at another time
@@ -130,7 +106,7 @@ def test_pid_reuse_is_not_trusted(home: Path, make_agent: AgentMaker) -> None:
 def test_live_runner_is_never_marked_dead(home: Path, make_agent: AgentMaker) -> None:
     make_agent("sleeper", python=SLEEPER)
     run = pisub.launch("sleeper", "x")
-    _child_pids(run)
+    child_pids(run)
     for _ in range(20):
         assert run.status().state == RunState.RUNNING
     # Wait until the runner has written the child's activity, so that no coalesced
@@ -143,13 +119,13 @@ def test_live_runner_is_never_marked_dead(home: Path, make_agent: AgentMaker) ->
     write_status(RunPaths(run.dir), status)
     assert run.status().state == RunState.RUNNING
     assert run.status().pid == 999_999_999, "the check went through the lock, not the pid"
-    assert "run.repaired" not in _events(run)
+    assert "run.repaired" not in run_event_types(run)
 
 
 def test_runner_sigterm_stops_the_run(home: Path, make_agent: AgentMaker) -> None:
     make_agent("sleeper", python=SLEEPER)
     run = pisub.launch("sleeper", "x")
-    children = _child_pids(run)
+    children = child_pids(run)
     pid = run.status().pid
     assert pid is not None
     os.kill(pid, signal.SIGTERM)

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 import pisub
-from pisub.client import Run
 from pisub.protocol import RunState
 from tests.conftest import ROOT, AgentMaker, pid_alive, pisub_cli, wait_for
+from tests.helpers import drop_request
 
 ERRNOS = ["ENOSPC", "EDQUOT", "EIO", "EACCES", "ENAMETOOLONG", "EROFS"]
 
@@ -45,12 +45,6 @@ def faults(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
     control.unlink(missing_ok=True)
 
 
-def _drop(run: Run, name: str, data: bytes) -> None:
-    tmp = run.dir / "inbox" / "tmp" / name
-    tmp.write_bytes(data)
-    os.rename(tmp, run.dir / "inbox" / "new" / name)
-
-
 @pytest.mark.parametrize("code", ERRNOS)
 def test_runner_supervises_through_failing_writes_and_loses_nothing(
     home: Path, make_agent: AgentMaker, faults: Path, tmp_path: Path, code: str
@@ -61,8 +55,8 @@ def test_runner_supervises_through_failing_writes_and_loses_nothing(
     wait_for(pidfile.exists, what="the child")
     child = int(pidfile.read_text())
     faults.write_text(code)
-    _drop(run, "during-stop-attempt.json", b'{"v":1,"type":"steer","message":"hi"}')
-    _drop(run, "during-garbage.json", b"not json")
+    drop_request(run, "during-stop-attempt.json", b'{"v":1,"type":"steer","message":"hi"}')
+    drop_request(run, "during-garbage.json", b"not json")
     # The runtime limit is enforced from memory although nothing can be written.
     wait_for(lambda: not pid_alive(child), timeout=15, what="the child ended at its timeout")
     assert run.status().state == RunState.RUNNING, "the runner lives, retrying its final writes"
@@ -104,7 +98,7 @@ def test_a_dead_runner_on_a_full_disk_is_repaired_once_space_returns(
 ) -> None:
     make_agent("sleeper", command="sleep", args=["300"])
     run = pisub.launch("sleeper", "x")
-    _drop(run, "orphan.json", b'{"v":1,"type":"steer","message":"hi"}')
+    drop_request(run, "orphan.json", b'{"v":1,"type":"steer","message":"hi"}')
     wait_for(lambda: (run.dir / "outbox" / "orphan.json").exists())
     status = run.status()
     assert status.pid is not None

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pisub
-from pisub.mailbox import parse_request_file
+from pisub.store.mailbox import parse_request_file
 from tests.conftest import AgentMaker, wait_for
 
 JSON_VALUES = st.recursive(

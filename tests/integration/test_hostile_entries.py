@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 
 import pisub
-from pisub.client import Run
-from pisub.mailbox import new_key
+from pisub.api.client import Run
 from pisub.protocol import RunState
+from pisub.store.mailbox import new_key
 from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for
 
 ROOT_ONLY = {"device", "foreign"}

@@ -198,7 +198,7 @@ def test_a_merge_names_commits_the_lane_s_repository_holds_never_the_null_id(rep
 RACER = """
 import sys
 from pisub.errors import PisubError
-from pisub.lane_evidence import record_merge
+from pisub.api.lane_evidence import record_merge
 try:
     record_merge(sys.argv[1], pr=7, reviewed_head=sys.argv[2], merge_commit=sys.argv[3],
                  tree_equivalent=True, post_merge_checks="recorded", by="racer")
@@ -241,7 +241,7 @@ def _at_once(tmp_path: Path, *commands: list[str]) -> list[subprocess.CompletedP
     procs = []
     for n, args in enumerate(commands):
         script = (
-            "import os, runpy, sys, time\nimport pisub.cli, pisub.lane_evidence, pisub.worktree_ops\n"
+            "import os, runpy, sys, time\nimport pisub.cli, pisub.api.lane_evidence, pisub.api.worktree_ops\n"
             f"open({str(base / f'ready-{n}')!r}, 'w').close()\n"
             f"while not os.path.exists({str(go)!r}): time.sleep(0.001)\n"
             "sys.argv = ['pisub', *sys.argv[1:]]\nrunpy.run_module('pisub', run_name='__main__')\n"

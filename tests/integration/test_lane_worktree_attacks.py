@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import pisub
-from pisub.client import launch_lanes, launch_parallel, launch_workflow
+from pisub.api.client import launch_lanes, launch_parallel, launch_workflow
 from pisub.errors import InvalidInput
 from tests.conftest import AgentMaker, pisub_cli
 from tests.integration.test_worktree_runs import git, repo

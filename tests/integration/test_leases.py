@@ -13,14 +13,23 @@ from pathlib import Path
 
 import pytest
 
-from pisub.leases import LeaseHeld, StaleLease, acquire, break_lease, fenced, lease_paths, read_owner, release
 from pisub.protocol import encode_pretty
+from pisub.store.leases import (
+    LeaseHeld,
+    StaleLease,
+    acquire,
+    break_lease,
+    fenced,
+    lease_paths,
+    read_owner,
+    release,
+)
 from tests.conftest import wait_for
 
 WORKER = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
-    from pisub.leases import LeaseHeld, acquire
+    from pisub.store.leases import LeaseHeld, acquire
     leases, go_dir, name, rounds = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     print("ready", flush=True)
     for r in range(rounds):
@@ -41,7 +50,7 @@ WORKER = textwrap.dedent("""
 HOLDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from pisub.leases import acquire
+    from pisub.store.leases import acquire
     owner = acquire(Path(sys.argv[1]), Path(sys.argv[2]), "holder", None)
     print(owner.generation, flush=True)
     time.sleep(300)

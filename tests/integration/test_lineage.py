@@ -10,7 +10,7 @@ import pytest
 
 import pisub
 from pisub.errors import DepthExceeded, InvalidInput
-from pisub.lineage import Lineage, caller_lineage
+from pisub.store.lineage import Lineage, caller_lineage
 from tests.conftest import AgentMaker, pisub_cli
 
 SHOW_ENV = """
@@ -159,9 +159,9 @@ def test_a_run_started_inside_a_run_outlives_it(home: Path, make_agent: AgentMak
 # startup commit.
 HALF_LAUNCH = """
 import os, subprocess, sys, uuid
-from pisub.paths import open_home
+from pisub.store.paths import open_home
 from pisub.protocol import AgentSpec, Limits, Manifest, now_iso
-from pisub.store import RunStore
+from pisub.store.runs import RunStore
 pids = []
 for parent in (os.environ["PISUB_RUN_ID"], None):
     manifest = Manifest(v=1, run_id=str(uuid.uuid4()), created_at=now_iso(),

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 import pisub
-from pisub.locks import is_held
-from pisub.paths import open_home
+from pisub.core.locks import is_held
 from pisub.protocol import RunState
+from pisub.store.paths import open_home
 from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for
+from tests.helpers import stop_and_end
 
 SLEEP = "import time; time.sleep(60)"
 
@@ -28,11 +29,6 @@ def _running_ids(home: Path) -> set[str]:
     return {st.run_id for st in pisub.list_runs(state=RunState.RUNNING)}
 
 
-def _stop(run: pisub.Run) -> None:
-    run.send_stop()
-    run.wait_until_terminal(20)
-
-
 def test_a_run_is_indexed_from_its_creation_to_its_end(home: Path, make_agent: AgentMaker) -> None:
     make_agent("sleeper", python=SLEEP)
     make_agent("quick", python="print('done')")
@@ -44,7 +40,7 @@ def test_a_run_is_indexed_from_its_creation_to_its_end(home: Path, make_agent: A
     quick = pisub.launch("quick", "x")
     quick.wait(30)  # (returns once the result exists: the terminal status follows it)
     wait_for(lambda: quick.id not in _live(home))  # removed after the terminal status
-    _stop(run)
+    stop_and_end(run)
     wait_for(lambda: _live(home) == set())
 
 
@@ -67,8 +63,8 @@ def test_a_lost_or_partial_index_never_hides_a_run(home: Path, make_agent: Agent
     other = pisub.launch("sleeper", "x")  # makes the folder anew, and says the index is lost
     assert _running_ids(home) == {run.id, other.id}
     assert _live(home) == {run.id, other.id}
-    _stop(run)
-    _stop(other)
+    stop_and_end(run)
+    stop_and_end(other)
 
 
 def test_stale_entries_are_dropped_and_creations_in_progress_kept(home: Path, make_agent: AgentMaker) -> None:
@@ -118,8 +114,8 @@ def test_something_planted_at_the_index_folder_is_set_aside(home: Path, make_age
     (home / "index" / "live").write_text("")  # a file this time (the index is lost: scanned)
     again = pisub.launch("sleeper", "x")
     assert _running_ids(home) == {run.id, again.id}
-    _stop(run)
-    _stop(again)
+    stop_and_end(run)
+    stop_and_end(again)
 
 
 def test_list_state_running_reads_only_the_indexed_runs(home: Path, make_agent: AgentMaker) -> None:
@@ -136,7 +132,7 @@ def test_list_state_running_reads_only_the_indexed_runs(home: Path, make_agent: 
     assert run.id in proc.stdout and "unreadable" not in proc.stderr
     proc = pisub_cli("list", "--json")
     assert finished.id in proc.stderr  # the full listing names it
-    _stop(run)
+    stop_and_end(run)
 
 
 def test_something_planted_at_index_itself_is_set_aside(home: Path, make_agent: AgentMaker) -> None:
@@ -150,8 +146,8 @@ def test_something_planted_at_index_itself_is_set_aside(home: Path, make_agent: 
     os.mkfifo(home / "index")
     again = pisub.launch("sleeper", "x")
     assert _running_ids(home) == {run.id, again.id}
-    _stop(run)
-    _stop(again)
+    stop_and_end(run)
+    stop_and_end(again)
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="permissions do not bind root (the unprivileged pass runs it)")
@@ -168,7 +164,7 @@ def test_an_index_that_cannot_be_written_fails_the_launch_naming_it(
         assert {p.name for p in (home / "runs").iterdir()} == {run.id}  # nothing half made
     finally:
         (home / "index" / "live").chmod(0o700)
-    _stop(run)
+    stop_and_end(run)
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="permissions do not bind root (the unprivileged pass runs it)")
@@ -185,4 +181,4 @@ def test_runs_that_cannot_be_listed_are_never_reported_as_none(home: Path, make_
         assert run.id in proc.stdout + proc.stderr, (proc.stdout, proc.stderr)
     finally:
         (home / "runs").chmod(0o700)
-    _stop(run)
+    stop_and_end(run)

@@ -13,22 +13,14 @@ import signal
 import stat
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conftest import ROOT, pid_alive, wait_for
+from tests.helpers import SLEEPER, child_pids, run_events
 from tests.nonroot import Unprivileged
 
 pytestmark = pytest.mark.root  # each drives pisub as another user
-
-SLEEPER = """
-import os, subprocess, time
-g = subprocess.Popen(["sleep", "300"], start_new_session=True)
-open(os.environ["PISUB_RUN_DIR"] + "/pids.json", "w").write("[%d, %d]" % (os.getpid(), g.pid))
-print("working", flush=True)
-time.sleep(300)
-"""
 
 FINAL_STATES = ("delivered", "scheduled", "partial", "recovered", "failed", "rejected")
 
@@ -42,13 +34,6 @@ def _launch(user: Unprivileged, agent: str) -> tuple[str, Path, int]:
     return str(info["runId"]), run_dir, int(info["pid"])
 
 
-def _child_pids(run_dir: Path) -> list[int]:
-    pids_file = run_dir / "pids.json"
-    text = wait_for(lambda: pids_file.exists() and pids_file.read_text(), what="the child to start")
-    pids: list[int] = json.loads(text)
-    return pids
-
-
 def _tail(path: Path, size: int = 3000) -> str:
     try:
         return path.read_text(errors="replace")[-size:]
@@ -56,20 +41,12 @@ def _tail(path: Path, size: int = 3000) -> str:
         return f"<{exc}>"
 
 
-def _events(run_dir: Path) -> list[dict[str, Any]]:
-    events = []
-    for line in (run_dir / "events.jsonl").read_text().splitlines():
-        with contextlib.suppress(ValueError):
-            events.append(json.loads(line))
-    return events
-
-
 def test_root_stop_sh_into_a_users_run_is_carried_out(unprivileged: Unprivileged) -> None:
     """Repro 2: root's request file cannot be hard-linked by the user (protected_hardlinks=1)."""
     user = unprivileged
     user.make_agent("sleeper", python=SLEEPER)
     run_id, run_dir, runner = _launch(user, "sleeper")
-    pids = _child_pids(run_dir)
+    pids = child_pids(run_dir)
     assert pid_alive(runner)
 
     stop = subprocess.Popen(
@@ -80,13 +57,12 @@ def test_root_stop_sh_into_a_users_run_is_carried_out(unprivileged: Unprivileged
         env={**os.environ, "PISUB_WAIT": "30"},
     )
     try:
-        # stop.sh answers, or the runner is gone: then give stop.sh a moment to see a receipt
-        # written just before the runner ended, and stop waiting for one that never comes.
+        # stop.sh answers, or the runner is gone: then stop.sh sees the receipt written just
+        # before the runner ended within a moment (it waits no longer for one that never comes).
         wait_for(
             lambda: stop.poll() is not None or not pid_alive(runner), timeout=40, what="stop.sh or the runner"
         )
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            stop.wait(timeout=2)
+        wait_for(lambda: stop.poll() is not None, timeout=2, what="stop.sh to answer once the runner ended")
     finally:
         if stop.poll() is None:
             stop.kill()
@@ -109,7 +85,7 @@ def test_root_stop_sh_into_a_users_run_is_carried_out(unprivileged: Unprivileged
     assert len(receipts) == 1, receipts
     assert receipts[0]["type"] == "stop" and receipts[0]["state"] == "delivered"
     assert receipts[0]["deliveryStatus"] == "delivered"
-    assert "run.repaired" not in {event.get("type") for event in _events(run_dir)}, "the runner died"
+    assert "run.repaired" not in {event.get("type") for event in run_events(run_dir)}, "the runner died"
 
 
 def _drop_root_only_request(run_dir: Path, name: str) -> Path:
@@ -152,7 +128,7 @@ def test_user_reads_a_run_holding_a_root_only_request(unprivileged: Unprivileged
     else:
         user.make_agent("sleeper", python=SLEEPER)
         run_id, run_dir, runner = _launch(user, "sleeper")
-        _child_pids(run_dir)
+        child_pids(run_dir)
         os.kill(runner, signal.SIGKILL)
         wait_for(lambda: not pid_alive(runner), what="the runner to die")
         expected = "failed"  # repaired by the first reader

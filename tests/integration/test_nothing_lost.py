@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 
 import pisub
-from pisub.fsio import iter_jsonl_lines
-from pisub.locks import is_held
-from pisub.mailbox import InboxClosed
+from pisub.core.fsio import iter_jsonl_lines
+from pisub.core.locks import is_held
 from pisub.protocol import Manifest, Result, Status, decode
 from pisub.protocol.control import Receipt
+from pisub.store.mailbox import InboxClosed
 from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for, wait_no_processes
 
 CHATTY = """

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import pisub
-from pisub.locks import is_held
-from pisub.pi_versions import SUPPORTED, detect_version
+from pisub.children.pi.versions import SUPPORTED, detect_version
+from pisub.core.locks import is_held
 from pisub.protocol import Status, decode, encode_pretty
 from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 import pisub
-from pisub.leases import acquire, release
-from pisub.mailbox import new_request_id
+from pisub.store.leases import acquire, release
+from pisub.store.mailbox import new_request_id
 from tests.conftest import AgentMaker, pisub_cli, wait_for
 
 TOKEN = "ghp_" + "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"

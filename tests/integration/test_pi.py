@@ -13,23 +13,13 @@ from pathlib import Path
 import pytest
 
 import pisub
-from pisub.procs import marked_processes
+from pisub.core.procs import marked_processes
 from pisub.protocol import RunState
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import pid_alive, pisub_cli, wait_for
+from tests.helpers import cmdline, run_events
 
 pytestmark = pytest.mark.pi
-
-
-def _events(run: pisub.Run) -> list[dict[str, object]]:
-    return [json.loads(line) for line in (run.dir / "events.jsonl").read_text().splitlines()]
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
 
 
 @pytest.mark.pi_versions
@@ -48,10 +38,10 @@ def test_plain_reply_with_usage_and_session(pi_home: Path) -> None:
     assert status.session_file == str(session)
     assert status.steps[0].turn_count == 1
     assert status.steps[0].recent_output == [single.output]
-    types = [e["type"] for e in _events(run)]
+    types = [e["type"] for e in run_events(run)]
     assert "pi.agent_start" in types and "pi.agent_end" in types
     assert "pi.message_update" not in types
-    assert all(e.get("child") == 0 for e in _events(run) if str(e["type"]).startswith("pi."))
+    assert all(e.get("child") == 0 for e in run_events(run) if str(e["type"]).startswith("pi."))
     # The agent body reached pi as an appended system prompt, through a file.
     assert (run.dir / "system-prompt.md").read_text() == "Be terse."
 
@@ -101,7 +91,7 @@ def test_silent_tool_hits_idle_timeout_and_sleep_is_gone(pi_home: Path) -> None:
     run = pisub.launch("pi", "please run TOOL: sleep 45", timeout=60, idle_timeout=2.5)
 
     def sleeping() -> list[int]:
-        return [p for p in marked_processes(run.id) if _cmdline(p).startswith("sleep 45")]
+        return [p for p in marked_processes(run.id) if cmdline(p).startswith("sleep 45")]
 
     (sleep_pid,) = wait_for(sleeping, timeout=30, what="pi's bash tool to run sleep")
     result = run.wait(timeout=60)

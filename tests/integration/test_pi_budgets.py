@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import pisub
-from pisub.client import launch_parallel, launch_workflow
+from pisub.api.client import launch_parallel, launch_workflow
 from pisub.errors import InvalidInput
-from pisub.usage_budget import tokens_of
+from pisub.store.usage_budget import tokens_of
 from tests.conftest import pisub_cli
 
 pytestmark = pytest.mark.pi

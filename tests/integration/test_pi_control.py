@@ -10,17 +10,14 @@ from typing import Any
 import pytest
 
 import pisub
-from pisub.children.pi_rpc import CLEARED_REASON
-from pisub.procs import marked_processes
+from pisub.children.pi.steers import CLEARED_REASON
+from pisub.core.procs import marked_processes
 from pisub.protocol import RunState
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import pid_alive, pisub_cli, wait_for
+from tests.helpers import sent_with
 
 pytestmark = pytest.mark.pi
-
-
-def _sent_with(server: FakeModelServer, marker: str) -> list[dict[str, Any]]:
-    return [r for r in list(server.requests) if marker in json.dumps(r)]
 
 
 def _user_texts(request: dict[str, Any]) -> list[str]:
@@ -38,7 +35,7 @@ def test_steer_mid_stream_queued_then_delivered_at_turn_boundary(
 ) -> None:
     tag = uuid.uuid4().hex[:8]
     run = pisub.launch("pi", f"SLOW:60 story {tag}")
-    wait_for(lambda: _sent_with(model_server, tag), timeout=30, what="pi to call the model")
+    wait_for(lambda: sent_with(model_server, tag), timeout=30, what="pi to call the model")
     steer_text = f"STEER {tag}: now say hi"
     proc = pisub_cli("steer", run.id, steer_text, "--json", "--wait", "10")
     assert proc.returncode == 0, proc.stderr
@@ -50,7 +47,7 @@ def test_steer_mid_stream_queued_then_delivered_at_turn_boundary(
     final = run.receipt(receipt["requestId"])
     assert final is not None and final.state == "delivered" and final.targets[0].delivered_at
     # The model saw the story's whole turn, then the steer as the next user message.
-    second = _sent_with(model_server, steer_text)[0]
+    second = sent_with(model_server, steer_text)[0]
     roles = [m["role"] for m in second["messages"]]
     assert roles[-3:] == ["user", "assistant", "user"]
     assert _user_texts(second)[-1] == steer_text
@@ -87,7 +84,7 @@ def test_steer_held_in_the_startup_window_is_not_sent_after_an_interrupt(pi_home
 def test_interrupt_pauses_and_fails_queued_steers(pi_home: Path, model_server: FakeModelServer) -> None:
     tag = uuid.uuid4().hex[:8]
     run = pisub.launch("pi", f"SLOW:200 story {tag}")
-    wait_for(lambda: _sent_with(model_server, tag), timeout=30)
+    wait_for(lambda: sent_with(model_server, tag), timeout=30)
     queued = run.send_steer(f"never {tag}")
     got = run.wait_for_receipt(queued, 10)
     assert got is not None and got.state == "queued"
@@ -100,7 +97,7 @@ def test_interrupt_pauses_and_fails_queued_steers(pi_home: Path, model_server: F
     assert lost is not None and lost.state == "failed"
     # The queue is cleared before the abort (0.85 would start a new run with it): failed as cleared.
     assert lost.reason == CLEARED_REASON
-    assert not _sent_with(model_server, f"never {tag}"), "the queued steer never reached the model"
+    assert not sent_with(model_server, f"never {tag}"), "the queued steer never reached the model"
 
 
 @pytest.mark.pi_versions

@@ -9,25 +9,19 @@ from pathlib import Path
 import pytest
 
 import pisub
-from pisub.procs import marked_processes
+from pisub.core.procs import marked_processes
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import pid_alive, pisub_cli, wait_for
+from tests.helpers import cmdline
 
 pytestmark = pytest.mark.pi
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
 
 
 @pytest.mark.pi_versions
 def test_a_hung_tool_ends_the_run_at_its_tool_timeout(pi_home: Path) -> None:
     run = pisub.launch("pi", "please run TOOL: sleep 45", timeout=120, tool_timeout=2)
     (sleep_pid,) = wait_for(
-        lambda: [p for p in marked_processes(run.id) if _cmdline(p).startswith("sleep 45")], timeout=30
+        lambda: [p for p in marked_processes(run.id) if cmdline(p).startswith("sleep 45")], timeout=30
     )
     result = run.wait(timeout=60)
     single = result.details.results[0]

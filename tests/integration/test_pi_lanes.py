@@ -5,22 +5,18 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import pisub
-from pisub.client import launch_lanes, retained_children
+from pisub.api.client import launch_lanes, retained_children
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import pisub_cli
+from tests.helpers import sent_with
 
 pytestmark = pytest.mark.pi
 
 SAID = "Hello from the fake LLM. You said: "
-
-
-def _sent_with(server: FakeModelServer, marker: str) -> list[dict[str, Any]]:
-    return [r for r in list(server.requests) if marker in json.dumps(r)]
 
 
 @pytest.mark.pi_versions
@@ -55,9 +51,9 @@ def test_resume_previous_carries_the_conversation_and_a_failing_lane_is_blocked(
     assert [s["state"] for s in broken["stages"]] == ["completed", "failed", "skipped"]
     assert broken["failedStage"] == "two" and result.state == "failed"
     # The second stage's request to the model carries the first stage's turn.
-    second = _sent_with(model_server, f"{tag}-two")
+    second = sent_with(model_server, f"{tag}-two")
     assert second and f"{tag}-one" in json.dumps(second[-1])
-    assert not _sent_with(model_server, f"{tag}-b3")
+    assert not sent_with(model_server, f"{tag}-b3")
     first_id = talk["stages"][0]["runId"]
     second_id = talk["stages"][1]["runId"]
     assert first_id != second_id
@@ -89,7 +85,7 @@ def test_children_list_says_which_are_resumable_and_a_follow_up_becomes_a_brief(
     child = pisub.Run(found["ok.s"].run_id)
     again = child.resume(f"continue {tag}-next")
     assert again.wait(timeout=120).state == "complete"
-    request = _sent_with(model_server, f"{tag}-next")[-1]
+    request = sent_with(model_server, f"{tag}-next")[-1]
     assert f"{tag}-brief" in json.dumps(request)
 
 
@@ -115,4 +111,4 @@ def test_a_pi_stage_ending_with_a_blocked_verdict_blocks_its_lane(
     (lane,) = board
     assert lane["state"] == "blocked" and lane["failedStage"] == "look"
     assert lane["stages"][0]["verdict"] == "blocked" and lane["stages"][1]["state"] == "skipped"
-    assert not _sent_with(model_server, f"fix {tag}")
+    assert not sent_with(model_server, f"fix {tag}")

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 import pisub
+from pisub.api.pi_integration import extension_path, install_extension
+from pisub.children.pi.versions import caps_of, detect_version
 from pisub.errors import InvalidInput, PisubError
-from pisub.pi_integration import extension_path, install_extension
-from pisub.pi_versions import caps_of, detect_version
 from pisub.testing.fake_model import PI_HERMETIC_ARGS, FakeModelServer
 from tests.conftest import pisub_cli, wait_for
 
@@ -90,6 +90,7 @@ class ParentPi:
             self.proc.kill()
             self.proc.wait()
         self.reader.join(timeout=5)
+        assert not self.reader.is_alive(), "the parent pi's reader still read 5 s after pi ended"
         for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             if stream is not None:
                 with contextlib.suppress(OSError):
@@ -411,8 +412,8 @@ def test_runs_started_by_tool_calls_inside_a_tree_count_against_its_spawn_budget
 ) -> None:
     """A parent pi inside a tree of runs (its markers set) whose budget has 2 starts left: its
     model calls the tool three times; two runs start, the third is refused and leaves no run."""
-    from pisub.paths import open_home
-    from pisub.spawn_budget import SpawnBudget
+    from pisub.store.paths import open_home
+    from pisub.store.spawn_budget import SpawnBudget
 
     root = str(uuid.uuid4())
     SpawnBudget(open_home(pi_home).budgets, root, 2).ensure()

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import pisub
-from pisub import pi_versions
-from pisub.pi_versions import SUPPORTED, UnsupportedPi, caps_for, detect_version
+from pisub.children.pi import versions as pi_versions
+from pisub.children.pi.versions import SUPPORTED, UnsupportedPi, caps_for, detect_version
 from pisub.protocol.cache import PiVersions
 from pisub.protocol.codec import decode
 from pisub.testing.fake_model import FakeModelServer

@@ -5,31 +5,20 @@ from __future__ import annotations
 import json
 import os
 import signal
-import textwrap
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import pisub
-from pisub.client import launch_chain, launch_parallel, launch_workflow, resume_workflow
+from pisub.api.client import launch_chain, launch_parallel, launch_workflow, resume_workflow
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import pisub_cli, wait_for, wait_no_processes
+from tests.helpers import sent_with, write_script
 
 pytestmark = pytest.mark.pi
 
 SAID = "Hello from the fake LLM. You said: "
-
-
-def _sent_with(server: FakeModelServer, marker: str) -> list[dict[str, Any]]:
-    return [r for r in list(server.requests) if marker in json.dumps(r)]
-
-
-def _script(tmp_path: Path, body: str) -> Path:
-    path = tmp_path / "wf.py"
-    path.write_text(textwrap.dedent(body))
-    return path
 
 
 def _states(run: pisub.Run) -> list[str]:
@@ -64,7 +53,7 @@ def test_a_rolling_fan_out_steers_the_slower_sibling_with_the_first_ones_output(
     pi_home: Path, model_server: FakeModelServer, tmp_path: Path
 ) -> None:
     tag = uuid.uuid4().hex[:8]
-    script = _script(
+    script = write_script(
         tmp_path,
         f"""
         import asyncio
@@ -91,12 +80,12 @@ def test_a_rolling_fan_out_steers_the_slower_sibling_with_the_first_ones_output(
     assert value["winner"] == "fast"
     assert (value["steer"], value["delivery"]) == ("delivered", "delivered")
     assert value["slow"] == f"{SAID}STEER {tag} {SAID}fast {tag}"
-    assert _sent_with(model_server, f"STEER {tag}")
+    assert sent_with(model_server, f"STEER {tag}")
 
 
 def test_stopping_one_child_lets_its_siblings_finish(pi_home: Path, tmp_path: Path) -> None:
     tag = uuid.uuid4().hex[:8]
-    script = _script(
+    script = write_script(
         tmp_path,
         f"""
         async def main(runs, state, args):
@@ -121,7 +110,7 @@ def test_stopping_or_interrupting_a_workflow_leaves_no_process(
     how: str, pi_home: Path, tmp_path: Path
 ) -> None:
     tag = uuid.uuid4().hex[:8]
-    script = _script(
+    script = write_script(
         tmp_path,
         f"""
         async def main(runs, state, args):
@@ -144,7 +133,7 @@ def test_a_killed_coordinator_is_resumed_without_running_a_finished_child_again(
     pi_home: Path, model_server: FakeModelServer, tmp_path: Path
 ) -> None:
     tag = uuid.uuid4().hex[:8]
-    script = _script(
+    script = write_script(
         tmp_path,
         f"""
         async def main(runs, state, args):
@@ -165,15 +154,15 @@ def test_a_killed_coordinator_is_resumed_without_running_a_finished_child_again(
     result = again.wait(timeout=180)
     assert result.state == "complete", result.content[0].text
     assert json.loads(result.content[0].text) == [f"{SAID}first {tag}", "complete", "complete", "complete"]
-    assert len(_sent_with(model_server, f"first {tag}")) == 1  # never run again
+    assert len(sent_with(model_server, f"first {tag}")) == 1  # never run again
     for i in range(3):
-        assert len(_sent_with(model_server, f"r{i} {tag}")) == 1  # re-attached, not restarted
+        assert len(sent_with(model_server, f"r{i} {tag}")) == 1  # re-attached, not restarted
 
 
 def test_limits_are_refused_with_their_codes(
     pi_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script = _script(
+    script = write_script(
         tmp_path,
         """
         async def main(runs, state, args):

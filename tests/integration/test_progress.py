@@ -22,7 +22,8 @@ def _on_a_terminal(*args: str, timeout: float = 60) -> tuple[int, str]:
     os.close(slave)
     seen = b""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
+        assert time.monotonic() < deadline, f"pisub {' '.join(args)} still ran after {timeout:g}s: {seen!r}"
         ready, _, _ = select.select([master], [], [], 0.2)
         if ready:
             try:

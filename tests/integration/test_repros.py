@@ -22,26 +22,24 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import pisub
-from pisub.locks import is_held
+from pisub.core.redact import redact
 from pisub.protocol import encode_pretty
 from pisub.protocol.control import ReceiptState
-from pisub.redact import redact
-from pisub.results import make_result
+from pisub.store.results import make_result
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import ROOT, AgentMaker, pid_alive, pisub_cli, processes_of, wait_for
-
-SLEEPER = """
-import os, subprocess, time
-g = subprocess.Popen(["sleep", "300"], start_new_session=True)
-open(os.environ["PISUB_RUN_DIR"] + "/pids.json", "w").write("[%d, %d]" % (os.getpid(), g.pid))
-print("working", flush=True)
-time.sleep(300)
-"""
+from tests.helpers import (
+    drop_request,
+    launch_sleeper,
+    run_events,
+    run_receipts,
+    sent_with,
+    wait_runner_dead,
+)
 
 GITHUB_TOKEN = "ghp_" + "Zq7x" * 9
 OPENAI_KEY = "sk-" + "Ab3d" * 8
@@ -51,38 +49,10 @@ ONE_LINE_ERROR = re.compile(r"pisub: .+ \[[A-Z_]+\]")
 # -- helpers -------------------------------------------------------------------------------
 
 
-def _sleeper(make_agent: AgentMaker, **limits: float) -> pisub.Run:
-    make_agent("sleeper", python=SLEEPER)
-    run = pisub.launch("sleeper", "x", **limits)  # type: ignore[arg-type]
-    pids = run.dir / "pids.json"
-    wait_for(lambda: pids.exists() and pids.read_text(), what="the child to start")
-    return run
-
-
 def _runner_pid(run: pisub.Run) -> int:
     pid = run.status().pid
     assert pid is not None
     return pid
-
-
-def _drop(run_dir: Path, name: str, data: bytes) -> None:
-    """Publish a request the way a shell script does: write in tmp/, rename into new/."""
-    tmp = run_dir / "inbox" / "tmp" / f"drop-{uuid.uuid4().hex}"
-    tmp.write_bytes(data)
-    os.rename(tmp, run_dir / "inbox" / "new" / name)
-
-
-def _receipts(run_dir: Path) -> dict[str, dict[str, Any]]:
-    return {p.name[: -len(".json")]: json.loads(p.read_bytes()) for p in (run_dir / "outbox").glob("*.json")}
-
-
-def _events(run_dir: Path) -> list[dict[str, Any]]:
-    lines = (run_dir / "events.jsonl").read_bytes().split(b"\n")[:-1]
-    return [json.loads(line) for line in lines if line.strip()]
-
-
-def _wait_dead(run: pisub.Run, pid: int) -> None:
-    wait_for(lambda: not pid_alive(pid) and not is_held(run.dir / "runner.lock"), what="the runner to die")
 
 
 def _assert_no_traceback(proc: subprocess.CompletedProcess[str]) -> None:
@@ -133,10 +103,6 @@ def _clock_stepped(offset: float) -> Iterator[None]:
         yield
     finally:
         time.clock_settime(time.CLOCK_REALTIME, real + (time.monotonic() - mono))
-
-
-def _sent_with(server: FakeModelServer, marker: str) -> list[dict[str, Any]]:
-    return [r for r in list(server.requests) if marker in json.dumps(r)]
 
 
 # A stand-in for ``pi --mode rpc``: answers every command, writes its session file, and on each
@@ -199,13 +165,13 @@ def test_directory_named_json_in_inbox_is_rejected_and_the_stop_still_works(
     home: Path, make_agent: AgentMaker
 ) -> None:
     """Repro 1: ``mkdir inbox/new/x.json; pisub stop RUN; pisub status RUN``."""
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     (run.dir / "inbox" / "new" / "x.json").mkdir()
     stop = _cli("stop", run.id, "--json", "--wait", "10")
     _assert_no_traceback(stop)
     assert stop.returncode == 0 and json.loads(stop.stdout)["state"] == "delivered", stop.stdout
     assert run.wait(timeout=30).state == "stopped"
-    rejected = _receipts(run.dir)["x"]
+    rejected = run_receipts(run.dir)["x"]
     assert rejected["state"] == "rejected" and rejected["reason"], rejected
     assert not (run.dir / "inbox" / "new" / "x.json").exists()
     status = _cli("status", run.id, "--json")
@@ -222,13 +188,13 @@ def test_kill9_mid_scan_leaves_no_rejected_request_without_a_receipt(
     """Repro 3: freeze the runner, drop 2,000 requests (every other one invalid), thaw, kill -9
     it in the middle of the scan; after the repair every request, rejected ones included, has its
     receipt and nothing sits in ``inbox/rejected`` without one."""
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     runner = _runner_pid(run)
     names = [f"r-{n:04d}" for n in range(2000)]
     with _frozen(runner):
         for n, name in enumerate(names):
             data = b'{"v":1,"type":"steer","message":"m"}' if n % 2 == 0 else b"{"
-            _drop(run.dir, f"{name}.json", data)
+            drop_request(run.dir, f"{name}.json", data)
     rejected, new = run.dir / "inbox" / "rejected", run.dir / "inbox" / "new"
     wait_for(
         lambda: len(os.listdir(rejected)) >= 40 or not os.listdir(new),
@@ -236,11 +202,11 @@ def test_kill9_mid_scan_leaves_no_rejected_request_without_a_receipt(
         what="the scan to be under way",
     )
     os.kill(runner, signal.SIGKILL)
-    _wait_dead(run, runner)
+    wait_runner_dead(run, runner)
     status = _cli("status", run.id, "--json")
     _assert_no_traceback(status)
     assert status.returncode == 0 and json.loads(status.stdout)["state"] == "failed"
-    receipts = _receipts(run.dir)
+    receipts = run_receipts(run.dir)
     missing = [name for name in names if name not in receipts]
     assert not missing, f"{len(missing)} requests have no receipt, e.g. {missing[:5]}"
     for n, name in enumerate(names):
@@ -257,20 +223,20 @@ def test_request_file_name_at_the_255_byte_limit_is_rejected_and_the_runner_live
 ) -> None:
     """Repro 4: a 255-byte request file name (ENAMETOOLONG for any name derived from it) is
     rejected as ``invalid-<hash>``; the request rejected in the same scan keeps its receipt."""
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     runner = _runner_pid(run)
     long_name = "b" * 250 + ".json"
     long_id = "invalid-" + hashlib.sha256(long_name.encode()).hexdigest()[:16]
     with _frozen(runner):
-        _drop(run.dir, "a-bad.json", b"{")
-        _drop(run.dir, long_name, b'{"v":1,"type":"stop"}')
+        drop_request(run.dir, "a-bad.json", b"{")
+        drop_request(run.dir, long_name, b'{"v":1,"type":"stop"}')
 
     def answered() -> bool:
         _alive_or_fail(run, runner)
-        return {"a-bad", long_id} <= set(_receipts(run.dir))
+        return {"a-bad", long_id} <= set(run_receipts(run.dir))
 
     wait_for(answered, what="both receipts")
-    receipts = _receipts(run.dir)
+    receipts = run_receipts(run.dir)
     assert receipts[long_id]["state"] == "rejected" and receipts["a-bad"]["state"] == "rejected"
     assert not (run.dir / "inbox" / "new" / long_name).exists()
     assert run.status().state == "running"
@@ -336,7 +302,7 @@ def test_full_disk_keeps_the_runner_supervising_and_the_cli_fails_in_one_line(
         child = wait_for(lambda: run.status().steps[0].pid)
         runner = _runner_pid(run)
         with _frozen(runner):
-            _drop(run.dir, "by-hand.json", b'{"v":1,"type":"steer","message":"hello"}')
+            drop_request(run.dir, "by-hand.json", b'{"v":1,"type":"steer","message":"hello"}')
             filler = _fill(home)
             steer = _cli("steer", run.id, "hello", "--wait", "1")
             _assert_no_traceback(steer)
@@ -425,17 +391,17 @@ def test_symlinked_receipt_does_not_block_crash_repair_or_list(
     make_agent("quick", python="print('done')")
     other = pisub.launch("quick", "x")
     other.wait(timeout=30)
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     planted = tmp_path / "planted.json"
     planted.write_text("{}")
     os.symlink(planted, run.dir / "outbox" / "x.json")
     runner = _runner_pid(run)
     os.kill(runner, signal.SIGKILL)
-    _wait_dead(run, runner)
+    wait_runner_dead(run, runner)
     status = _cli("status", run.id, "--json")
     _assert_no_traceback(status)
     assert status.returncode == 0 and json.loads(status.stdout)["state"] == "failed"
-    assert [e["type"] for e in _events(run.dir)].count("run.repaired") == 1
+    assert [e["type"] for e in run_events(run.dir)].count("run.repaired") == 1
     listed = _cli("list", "--json")
     _assert_no_traceback(listed)
     assert listed.returncode == 0
@@ -484,14 +450,14 @@ def test_status_error_message_is_redacted_everywhere_it_is_shown(home: Path, mak
 def test_receipt_reasons_are_redacted(home: Path, make_agent: AgentMaker) -> None:
     """Repro 11: an unknown field named ``OPENAI_API_KEY=sk-...`` and a file named
     ``GITHUB_TOKEN=ghp_....json`` are rejected without quoting the secrets in their receipts."""
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     field = f"OPENAI_API_KEY={OPENAI_KEY}"
-    _drop(run.dir, "unknown-field.json", json.dumps({"v": 1, "type": "stop", field: 1}).encode())
+    drop_request(run.dir, "unknown-field.json", json.dumps({"v": 1, "type": "stop", field: 1}).encode())
     bad_name = f"GITHUB_TOKEN={GITHUB_TOKEN}.json"
-    _drop(run.dir, bad_name, b'{"v":1,"type":"stop"}')
+    drop_request(run.dir, bad_name, b'{"v":1,"type":"stop"}')
     name_id = "invalid-" + hashlib.sha256(bad_name.encode()).hexdigest()[:16]
-    wait_for(lambda: {"unknown-field", name_id} <= set(_receipts(run.dir)), what="both receipts")
-    receipts = _receipts(run.dir)
+    wait_for(lambda: {"unknown-field", name_id} <= set(run_receipts(run.dir)), what="both receipts")
+    receipts = run_receipts(run.dir)
     assert receipts["unknown-field"]["state"] == "rejected" and receipts[name_id]["state"] == "rejected"
     assert "unknown field" in receipts["unknown-field"]["reason"]
     for path in (run.dir / "outbox").iterdir():
@@ -564,10 +530,13 @@ def test_abandoned_pause_and_revive_neither_pauses_the_run_later_nor_loses_the_s
     the recovery claim is released. (The recovery's 15 s pause wait is cut to 1.5 s for speed.)"""
     tag = uuid.uuid4().hex[:8]
     run = pisub.launch("pi", f"SLOW:50 story {tag}")
-    wait_for(lambda: _sent_with(model_server, tag), timeout=30, what="pi to call the model")
+    wait_for(lambda: sent_with(model_server, tag), timeout=30, what="pi to call the model")
     runner = _runner_pid(run)
     steer_text = f"STEER {tag}: now say hi"
-    fast = "import sys, pisub.revive; pisub.revive.PAUSE_TIMEOUT_S = 1.5; from pisub.cli import main; main()"
+    fast = (
+        "import sys, pisub.api.revive; pisub.api.revive.PAUSE_TIMEOUT_S = 1.5; "
+        "from pisub.cli import main; main()"
+    )
     with _frozen(runner):
         proc = subprocess.run(
             [sys.executable, "-c", fast, "steer", run.id, steer_text, "--wait", "0.5"],
@@ -580,7 +549,7 @@ def test_abandoned_pause_and_revive_neither_pauses_the_run_later_nor_loses_the_s
     result = run.wait(timeout=60)
     assert result.state == "complete", f"the run ended {result.state}: {result.content[0].text}"
     assert result.details.results[0].output == f"Hello from the fake LLM. You said: {steer_text}"
-    steers = [r for r in _receipts(run.dir).values() if r["type"] == "steer"]
+    steers = [r for r in run_receipts(run.dir).values() if r["type"] == "steer"]
     assert [r["state"] for r in steers] == ["delivered"], steers
     assert not (run.dir / "recovery" / "claim.json").exists(), "the recovery claim was not released"
 
@@ -597,7 +566,7 @@ def test_hand_written_request_in_a_finished_run_is_answered_after_a_backward_clo
     assert run.wait(timeout=30).state == "complete"
     assert (run.dir / "inbox" / "answered").exists()
     with _clock_stepped(-3600):
-        _drop(run.dir, "by-hand.json", b'{"v":1,"type":"follow_up","message":"late"}')
+        drop_request(run.dir, "by-hand.json", b'{"v":1,"type":"follow_up","message":"late"}')
     status = _cli("status", run.id)
     assert status.returncode == 0, status.stderr
     receipt = run.receipt("by-hand")
@@ -610,7 +579,7 @@ def test_gc_never_removes_a_run_whose_runner_is_alive_after_writing_its_result(
 ) -> None:
     """Repro 15: the runner has written ``result.json`` but not yet its terminal status (the window
     is held open by writing the result for it while it runs): ``gc --older-than 0s`` keeps the run."""
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     runner = _runner_pid(run)
     result = make_result(
         run_id=run.id, state="complete", agent="sleeper", task="x", exit_code=0, output="done"
@@ -633,17 +602,17 @@ def test_gc_never_removes_a_run_whose_runner_is_alive_after_writing_its_result(
 def test_rejected_request_files_are_named_after_their_receipt_id(home: Path, make_agent: AgentMaker) -> None:
     """Also found 1: a rejected request lies in ``inbox/rejected/<id>.json`` with its reason in
     ``<id>.reason`` (not ``<name>.json.reason``); a second one of that id gets ``<id>~<6 hex>``."""
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     rejected = run.dir / "inbox" / "rejected"
-    _drop(run.dir, "bad.json", b"{")
+    drop_request(run.dir, "bad.json", b"{")
     wait_for(lambda: (rejected / "bad.reason").exists(), timeout=5, what="inbox/rejected/bad.reason")
     assert (rejected / "bad.json").exists()
-    _drop(run.dir, "bad.json", b"{")
+    drop_request(run.dir, "bad.json", b"{")
     clash = re.compile(r"bad~[0-9a-f]{6}\.json")
     second = wait_for(lambda: [n for n in os.listdir(rejected) if clash.fullmatch(n)], what="the clash")
     assert (rejected / (second[0][: -len(".json")] + ".reason")).exists()
     assert not [n for n in os.listdir(rejected) if n.endswith(".json.reason")]
-    assert _receipts(run.dir)["bad"]["state"] == "rejected"
+    assert run_receipts(run.dir)["bad"]["state"] == "rejected"
 
 
 def test_external_cli_status_shows_the_last_50_output_lines_redacted(
@@ -717,7 +686,7 @@ def test_every_event_type_and_ending_reason_a_run_writes_is_documented(
     assert _cli("stop", stopped.id).returncode == 0 and _cli("interrupt", paused.id).returncode == 0
     stopped.wait(timeout=30)
     paused.wait(timeout=30)
-    events = [e for run in (source, resumed, stopped, paused) for e in _events(run.dir)]
+    events = [e for run in (source, resumed, stopped, paused) for e in run_events(run.dir)]
     types = {e["type"] for e in events if not e["type"].startswith("pi.")}
     reasons = {e["data"]["reason"] for e in events if e["type"] == "child.ending"}
     assert {"lease.acquired", "lease.released", "resume.briefs"} <= types
@@ -753,7 +722,7 @@ def _with_extra_field(path: Path) -> None:
 def test_readers_ignore_unknown_fields_in_files_pisub_writes(home: Path, make_agent: AgentMaker) -> None:
     """Also found 7: a newer pisub may add fields: status, result, manifest, receipts and lease
     records with an extra field are still read (requests stay strict: tested in test_control)."""
-    run = _sleeper(make_agent)
+    run = launch_sleeper(make_agent)
     steer = _cli("steer", run.id, "hi", "--json")
     rid = json.loads(steer.stdout)["requestId"]
     assert _cli("stop", run.id).returncode == 0

@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 
 import pisub
-from pisub.client import resume
+from pisub.api.client import resume
+from pisub.core.procs import marked_processes
 from pisub.errors import InvalidInput, NotResumable
-from pisub.leases import list_leases
-from pisub.procs import marked_processes
 from pisub.protocol import RunState
+from pisub.store.leases import list_leases
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import pisub_cli, wait_for
+from tests.helpers import sent_with
 
 pytestmark = pytest.mark.pi
 
@@ -30,10 +31,6 @@ def _done(pi_home: Path, task: str) -> pisub.Run:
     result = run.wait(timeout=60)
     assert result.state == "complete", result.content[0].text
     return run
-
-
-def _sent_with(server: FakeModelServer, marker: str) -> list[dict[str, Any]]:
-    return [r for r in list(server.requests) if marker in json.dumps(r)]
 
 
 @pytest.mark.pi_versions
@@ -49,7 +46,7 @@ def test_resume_continues_the_conversation(pi_home: Path, model_server: FakeMode
     assert result.state == "complete"
     assert result.details.results[0].output == f"History: first message {tag} | ECHO_HISTORY {tag}"
     # The model was sent the earlier conversation: the first turn and pi's reply to it.
-    sent = _sent_with(model_server, f"ECHO_HISTORY {tag}")[0]
+    sent = sent_with(model_server, f"ECHO_HISTORY {tag}")[0]
     assert [m["role"] for m in sent["messages"][1:]] == ["user", "assistant", "user"]
     assert new.status().session_file == source.status().session_file
     assert new.manifest().resumed_from == source.id
@@ -99,7 +96,7 @@ def test_briefs_reach_the_next_resume(pi_home: Path, model_server: FakeModelServ
         ids.append(receipt["requestId"])
     new = resume(source.id, f"go on {tag}")
     assert new.wait(timeout=60).state == "complete"
-    user_turn = _sent_with(model_server, f"go on {tag}")[0]["messages"][-1]
+    user_turn = sent_with(model_server, f"go on {tag}")[0]["messages"][-1]
     text = json.dumps(user_turn)
     assert text.index(f"brief one {tag}") < text.index(f"brief two {tag}") < text.index(f"go on {tag}")
     for rid in ids:

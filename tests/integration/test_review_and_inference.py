@@ -12,10 +12,11 @@ import pytest
 import pisub
 from pisub.acceptance.infer import TABLE, Role, Setting, infer, role_of
 from pisub.acceptance.review import parse, rejection
-from pisub.client import launch_parallel, launch_workflow
+from pisub.api.client import launch_parallel, launch_workflow
 from pisub.errors import InvalidInput
 from pisub.protocol.acceptance import AcceptanceRole, Level
 from tests.conftest import AgentMaker, pisub_cli, wait_for
+from tests.helpers import run_events
 
 REVIEWER = """
 import sys
@@ -151,11 +152,6 @@ def test_a_script_child_that_writes_is_reviewed_when_a_reviewer_exists(
 # == review gates =============================================================================
 
 
-def _events(run: pisub.Run, kind: str) -> list[dict[str, object]]:
-    lines = (run.dir / "events.jsonl").read_text().splitlines()
-    return [e for e in map(json.loads, lines) if e.get("type") == kind]
-
-
 def _reviewed(agent_task: str, **review: object) -> pisub.Result:
     run = pisub.launch(
         "worker",
@@ -199,7 +195,7 @@ def test_a_stop_during_the_review_stops_the_reviewer_and_the_run(
 ) -> None:
     make_agent("worker", command="true")
     run = pisub.launch("worker", "HANG please", acceptance={"level": "none", "review": {"required": True}})
-    started = wait_for(lambda: _events(run, "review.started"), timeout=30)
+    started = wait_for(lambda: run_events(run, "review.started"), timeout=30)
     review = pisub.Run(str(started[0]["data"]["runId"]))
     receipt = run.wait_for_receipt(run.send_stop(), timeout=10)
     assert receipt is not None and receipt.state == "delivered", receipt

@@ -4,7 +4,6 @@ never the favourable verdict of two. Real runs; the reviewer is an external CLI 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -16,6 +15,7 @@ import pytest
 import pisub
 from pisub.runner.review import REVIEW_SLACK_S
 from tests.conftest import AgentMaker, wait_for
+from tests.helpers import run_events
 
 # The task's line "SAY=<json>" (any number of them) becomes one verdict block each; HANG sleeps.
 REVIEWER = """
@@ -33,11 +33,6 @@ for line in task.splitlines():
 
 APPROVE = '{"verdict": "approve", "findings": []}'
 REJECT = '{"verdict": "reject", "findings": [{"severity": "blocking", "message": "broken"}]}'
-
-
-def _events(run: pisub.Run, kind: str) -> list[dict[str, Any]]:
-    lines = (run.dir / "events.jsonl").read_text().splitlines()
-    return [e for e in map(json.loads, lines) if e.get("type") == kind]
 
 
 def _gate(make_agent: AgentMaker, task: str, **reviewer: Any) -> Any:
@@ -94,7 +89,7 @@ def test_a_reviewer_whose_runner_never_ends_is_not_waited_for_for_ever(
     make_agent("reviewer", python=REVIEWER, args=None, acceptanceRole="read-only", timeout=2)
     make_agent("worker", command="true")
     run = pisub.launch("worker", "HANG", acceptance={"level": "none", "review": {"required": True}})
-    started = wait_for(lambda: _events(run, "review.started"), timeout=60, what="the review to start")
+    started = wait_for(lambda: run_events(run, "review.started"), timeout=60, what="the review to start")
     review = pisub.Run(str(started[0]["data"]["runId"]))
     runner = wait_for(lambda: review.status().pid, timeout=30, what="the reviewer's runner")
     os.kill(runner, signal.SIGSTOP)  # alive, never ending: its own deadline cannot fire

@@ -5,15 +5,13 @@ first ``outputCap`` bytes are kept, the rest counted and dropped with an event, 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import textwrap
 from pathlib import Path
 
-import pisub
-from pisub.client import launch_workflow
+from pisub.api.client import launch_workflow
 from pisub.defaults import DEFAULT_OUTPUT_CAP
+from tests.helpers import run_events, write_script
 
 LINE = 1001  # "x" * 1000 and its newline
 
@@ -45,29 +43,18 @@ async def main(runs, state, args):
 """
 
 
-def _events(run: pisub.Run) -> list[dict[str, object]]:
-    lines = run.paths.events.read_text().splitlines()
-    return [json.loads(line) for line in lines]
-
-
-def _script(tmp_path: Path, body: str) -> Path:
-    path = tmp_path / "wf.py"
-    path.write_text(textwrap.dedent(body))
-    return path
-
-
 def test_a_flood_of_prints_is_kept_to_the_cap_counted_and_the_workflow_completes(
     home: Path, tmp_path: Path
 ) -> None:
-    run = launch_workflow(_script(tmp_path, FLOOD))
+    run = launch_workflow(write_script(tmp_path, FLOOD))
     result = run.wait(timeout=120)
     assert result.state == "complete", result.content[0].text
     assert result.content[0].text == "done"
     assert os.path.getsize(run.paths.script_log) == DEFAULT_OUTPUT_CAP
     assert os.path.getsize(run.paths.runner_log) < 4096  # the runner's own lines only
-    events = _events(run)
+    events = run_events(run)
     capped = [e for e in events if e["type"] == "workflow.script_output_capped"]
-    assert len(capped) == 1 and capped[0]["data"]["cap"] == DEFAULT_OUTPUT_CAP  # type: ignore[index]
+    assert len(capped) == 1 and capped[0]["data"]["cap"] == DEFAULT_OUTPUT_CAP
     dropped = [e["data"] for e in events if e["type"] == "workflow.script_output_dropped"]
     assert dropped == [
         {
@@ -82,7 +69,7 @@ def test_a_flood_of_prints_is_kept_to_the_cap_counted_and_the_workflow_completes
 def test_a_flooding_script_never_crowds_the_runners_last_lines_out_of_crash_repair(
     home: Path, tmp_path: Path
 ) -> None:
-    run = launch_workflow(_script(tmp_path, CRASH))
+    run = launch_workflow(write_script(tmp_path, CRASH))
     result = run.wait(timeout=120)
     assert result.state == "failed"
     message = result.content[0].text

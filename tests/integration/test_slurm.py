@@ -18,9 +18,10 @@ import pytest
 import pisub
 from pisub.backends import Liveness, liveness
 from pisub.protocol.status import RunState
-from pisub.store import load_status
+from pisub.store.runs import load_status
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for
+from tests.helpers import run_event_types
 from tests.slurm import need_slurm
 
 pytestmark = pytest.mark.slurm
@@ -31,10 +32,6 @@ def _slurm(home: Path) -> None:
     need_slurm()
     home.mkdir(mode=0o700, exist_ok=True)
     (home / "config.toml").write_text("[placement]\nheartbeat_ttl = 6\n")
-
-
-def _events(run: pisub.Run) -> list[str]:
-    return [event.type for event in run.events()]
 
 
 @pytest.mark.pi
@@ -73,7 +70,7 @@ def test_scancel_is_a_stop(make_agent: AgentMaker) -> None:
     assert job is not None
     subprocess.run(["scancel", job], check=True)
     assert run.wait(timeout=60).state == "stopped"
-    assert "run.finished" in _events(run) and "run.repaired" not in _events(run)
+    assert "run.finished" in run_event_types(run) and "run.repaired" not in run_event_types(run)
 
 
 def test_a_child_that_escapes_with_setsid_and_a_double_fork_dies_with_the_job(
@@ -139,7 +136,7 @@ def test_a_job_that_ended_while_its_lease_is_fresh_is_unknown_until_it_expires(
     old = os.stat(beat).st_mtime - 60
     os.utime(beat, (old, old))
     assert run.status().state == RunState.FAILED
-    assert "run.repaired" in _events(run)
+    assert "run.repaired" in run_event_types(run)
     # The repairer wrote into a file of its own, never into the runner's events.jsonl.
     assert "run.repaired" not in (run.dir / "events.jsonl").read_text()
     assert "run.repaired" in (run.dir / "events.repair.jsonl").read_text()
@@ -166,8 +163,8 @@ def test_a_local_run_is_not_repaired_from_another_host(make_agent: AgentMaker) -
         "import pisub.backends.local as local\n"
         "local.is_held = lambda path: False\n"
         "from pisub.backends import liveness\n"
-        "from pisub.paths import open_home\n"
-        "from pisub.store import load_status\n"
+        "from pisub.store.paths import open_home\n"
+        "from pisub.store.runs import load_status\n"
         "p = open_home().run(sys.argv[1])\n"
         "print(socket.gethostname(), liveness(p, load_status(p)))\n"
     )
@@ -207,7 +204,7 @@ def test_a_runner_whose_lease_was_taken_over_fences_itself(make_agent: AgentMake
     wait_for(lambda: not pid_alive(status.pid or 0), timeout=10, what="the runner to fence itself")
     wait_for(lambda: not pid_alive(child), timeout=10, what="its child to be ended")
     assert "fenced: the run's heartbeat lease was taken over" in (run.dir / "runner.log").read_text()
-    assert "run.finished" not in _events(run)  # it wrote nothing more
+    assert "run.finished" not in run_event_types(run)  # it wrote nothing more
     wait_for(lambda: run.status().state.is_terminal, timeout=30, what="the repair")
     assert run.status().state == RunState.FAILED
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import pisub
-from pisub.client import Run
+from pisub.api.client import Run
 from pisub.protocol import RunState
 from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for
 

@@ -228,7 +228,7 @@ def _node_of_pi() -> str:
 
 def _extension(tmp_path: Path, calls: list[list[object]]) -> list[object]:
     """Call the extension's exported functions (``[name, *args]`` each) in pi's Node; their answers."""
-    from pisub.pi_integration import extension_path
+    from pisub.api.pi_integration import extension_path
 
     module = tmp_path / "subagent.mts"
     module.write_text(extension_path().read_text())

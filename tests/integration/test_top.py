@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import pisub
-from pisub.top import keys_of
+from pisub.cli.top import keys_of
 from tests.conftest import processes_of, wait_for
 
 pytestmark = pytest.mark.pi

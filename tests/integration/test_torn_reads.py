@@ -9,16 +9,16 @@ import time
 from pathlib import Path
 
 import pisub
-from pisub.paths import RunPaths
 from pisub.protocol import Status, decode
-from pisub.store import load_status
+from pisub.store.paths import RunPaths
+from pisub.store.runs import load_status
 from tests.conftest import AgentMaker
 
 WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from pisub.paths import RunPaths
-    from pisub.store import load_status, write_status
+    from pisub.store.paths import RunPaths
+    from pisub.store.runs import load_status, write_status
     paths = RunPaths(Path(sys.argv[1]))
     status = load_status(paths)
     print("ready", flush=True)

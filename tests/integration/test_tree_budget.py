@@ -8,16 +8,16 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import uuid
 from pathlib import Path
 
 import pisub
-from pisub.client import launch_workflow
-from pisub.paths import open_home
+from pisub.api.client import launch_workflow
 from pisub.protocol.manifest import Manifest
-from pisub.spawn_budget import SpawnBudget
+from pisub.store.paths import open_home
+from pisub.store.spawn_budget import SpawnBudget
 from tests.conftest import AgentMaker
+from tests.helpers import write_script
 
 # Runs `pisub run --agent leaf` five times from inside its own run (the real CLI, with the
 # markers its runner gave it) and prints each launch's exit code and error code as JSON.
@@ -31,12 +31,6 @@ for i in range(5):
     seen.append([proc.returncode, code.group(1) if code else None])
 print(json.dumps(seen))
 """
-
-
-def _script(tmp_path: Path, body: str) -> Path:
-    path = tmp_path / "wf.py"
-    path.write_text(textwrap.dedent(body))
-    return path
 
 
 def _runs(home: Path) -> dict[str, Manifest]:
@@ -56,7 +50,7 @@ def test_runs_a_child_starts_with_the_cli_count_against_the_trees_budget(
 ) -> None:
     make_agent("leaf", python="print('leaf')")
     make_agent("spawner", python=SPAWNER)
-    script = _script(
+    script = write_script(
         tmp_path,
         """
         async def main(runs, state, args):
@@ -81,7 +75,7 @@ def test_runs_a_script_starts_with_the_api_share_the_budget_with_its_children(
     home: Path, make_agent: AgentMaker, tmp_path: Path
 ) -> None:
     make_agent("leaf", python="print('leaf')")
-    script = _script(
+    script = write_script(
         tmp_path,
         """
         import pisub

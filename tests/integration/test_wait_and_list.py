@@ -12,6 +12,7 @@ import pytest
 
 import pisub
 from tests.conftest import AgentMaker, pisub_cli, wait_for
+from tests.helpers import run_events
 
 
 def test_wait_any_returns_the_first_to_end_and_all_waits_for_every_one(
@@ -75,11 +76,6 @@ def test_a_bad_since_is_one_line(home: Path, since: str) -> None:
     assert proc.returncode == 1 and "not an age" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def _events(run: pisub.Run, kind: str) -> list[dict[str, object]]:
-    lines = (run.dir / "events.jsonl").read_text().splitlines()
-    return [e for e in map(json.loads, lines) if e.get("type") == kind]
-
-
 def test_on_done_runs_once_after_the_terminal_status(
     home: Path, make_agent: AgentMaker, tmp_path: Path
 ) -> None:
@@ -97,7 +93,7 @@ def test_on_done_runs_once_after_the_terminal_status(
     assert proc.returncode == 0, proc.stderr
     run = pisub.Run(proc.stdout.strip())
     assert run.wait(timeout=30).state == "complete"
-    finished = wait_for(lambda: _events(run, "on_done.finished"), timeout=30)
+    finished = wait_for(lambda: run_events(run, "on_done.finished"), timeout=30)
     assert finished[0]["data"]["exitCode"] == 3 and "hooked" in str(finished[0]["data"]["output"])
     assert out.read_text() == f"{run.id} complete\n"
     assert oct((run.dir / "on-done.log").stat().st_mode & 0o777) == "0o600"
@@ -135,11 +131,11 @@ def test_on_done_of_a_workflow_runs_once_when_the_workflow_ends(
     run = pisub.Run(proc.stdout.strip())
     assert run.wait(timeout=60).state == "complete"
     wait_for(lambda: out.exists() and out.read_text() == "complete\n", timeout=30, what="the hook")
-    assert len(wait_for(lambda: _events(run, "on_done.finished"), timeout=30)) == 1
+    assert len(wait_for(lambda: run_events(run, "on_done.finished"), timeout=30)) == 1
     # A workflow whose coordinator is killed: the repairing reader runs it, once.
     out.unlink()
     tasks.write_text(json.dumps([{"agent": "long", "task": "a"}]))
-    from pisub.client import launch_parallel
+    from pisub.api.client import launch_parallel
 
     run = launch_parallel([{"agent": "long", "task": "a"}], on_done=hook)
     pid = wait_for(lambda: run.status().pid, timeout=30)
@@ -172,7 +168,7 @@ def test_a_bad_on_done_is_refused(home: Path, make_agent: AgentMaker, hook: str,
 def test_logs_of_a_workflow_interleave_its_children_with_their_keys(
     home: Path, make_agent: AgentMaker, tmp_path: Path
 ) -> None:
-    from pisub.client import launch_parallel
+    from pisub.api.client import launch_parallel
 
     make_agent(
         "talker",

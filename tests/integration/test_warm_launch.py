@@ -19,6 +19,7 @@ import pisub
 from pisub.backends import warm
 from pisub.protocol import RunState
 from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for
+from tests.helpers import stop_and_end
 
 ECHO_ENV = """
 import os, sys, time
@@ -56,11 +57,6 @@ def _impatient(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
     monkeypatch.setattr(warm, "_receive", lambda sock, timeout: real(sock, seconds))
 
 
-def _stop(run: pisub.Run) -> None:
-    run.send_stop()
-    run.wait_until_terminal(20)
-
-
 def _warm_started(pid: int | None) -> bool:
     assert pid is not None
     return "--warm-fd" in psutil.Process(pid).cmdline()
@@ -95,7 +91,7 @@ def test_the_command_line_hands_its_run_to_a_warm_runner(home: Path, make_agent:
     output = wait_for(lambda: _with(log, "run:"), 30, what="the child's output")
     assert "odd: b'\\xff\\xfe ok'" in output  # the launcher's environment, bytes and all
     assert f"run: {run_id}" in output
-    _stop(run)
+    stop_and_end(run)
 
 
 def test_the_api_keeps_one_spare_and_uses_it(
@@ -111,7 +107,7 @@ def test_the_api_keeps_one_spare_and_uses_it(
     assert spare not in warm._pool
     assert _warm_started(second.status().pid)
     for run in (first, second):
-        _stop(run)
+        stop_and_end(run)
 
 
 def test_warm_off_and_no_spares(home: Path, make_agent: AgentMaker, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -119,12 +115,12 @@ def test_warm_off_and_no_spares(home: Path, make_agent: AgentMaker, monkeypatch:
     off = {**os.environ, "PISUB_WARM": "0"}
     run_id = pisub_cli("run", "--agent", "sleeper", "x", env=off, check=True).stdout.strip()
     assert not _warm_started(pisub.Run(run_id).status().pid)
-    _stop(pisub.Run(run_id))
+    stop_and_end(pisub.Run(run_id))
     monkeypatch.setenv("PISUB_WARM", "1")
     run = pisub.launch("sleeper", "x")
     assert _warm_started(run.status().pid)
     assert warm._pool == [], "PISUB_WARM=1 keeps no spare"
-    _stop(run)
+    stop_and_end(run)
 
 
 def test_a_dead_warm_runner_means_a_cold_start(home: Path, make_agent: AgentMaker) -> None:
@@ -137,7 +133,7 @@ def test_a_dead_warm_runner_means_a_cold_start(home: Path, make_agent: AgentMake
     run = pisub.launch("sleeper", "x")
     assert run.status().state == RunState.RUNNING
     assert not _warm_started(run.status().pid)
-    _stop(run)
+    stop_and_end(run)
 
 
 FAKE = """
@@ -179,7 +175,7 @@ def test_a_warm_runner_gone_before_its_acknowledgement_leaves_the_run_to_a_cold_
     run = pisub.launch("sleeper", "x")
     assert run.status().state == RunState.RUNNING
     assert not _warm_started(run.status().pid)
-    _stop(run)
+    stop_and_end(run)
 
 
 def test_a_warm_runner_gone_after_go_fails_the_launch_cleanly(home: Path, make_agent: AgentMaker) -> None:
@@ -205,7 +201,7 @@ def test_a_late_acknowledgement_never_makes_a_second_runner(
     proc = _FAKES[-1]
     assert proc.stdout is not None
     assert proc.stdout.read().strip() == b"dropped"  # acknowledged late, told nothing: it drops the run
-    _stop(run)
+    stop_and_end(run)
 
 
 def test_an_idle_warm_runner_ends_with_its_launcher(home: Path) -> None:
@@ -259,7 +255,7 @@ def test_a_stopped_warm_runner_is_ended_when_the_launch_falls_back(
     run = pisub.launch("sleeper", "x")
     assert not _warm_started(run.status().pid)
     wait_for(lambda: not _alive(waiting.pid), 10, what="the stopped warm runner to be ended")
-    _stop(run)
+    stop_and_end(run)
 
 
 def test_completion_never_creates_the_home(tmp_path: Path) -> None:

@@ -9,16 +9,16 @@ import os
 import shutil
 import signal
 import stat
-import textwrap
 from pathlib import Path
 
 import pytest
 
 import pisub
-from pisub.client import launch_parallel, launch_workflow, resume_workflow
+from pisub.api.client import launch_parallel, launch_workflow, resume_workflow
 from pisub.errors import InvalidInput
 from pisub.workflow.children import forwarded_id
 from tests.conftest import AgentMaker, pisub_cli, wait_for
+from tests.helpers import write_script
 
 ECHO = """
 import sys
@@ -40,12 +40,6 @@ def worker(home: Path, make_agent: AgentMaker) -> None:
     make_agent("worker", python=ECHO)
 
 
-def _script(tmp_path: Path, body: str, name: str = "wf.py") -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(body))
-    return path
-
-
 def test_results_stay_bounded_whatever_the_children_print(home: Path, worker: None) -> None:
     calls = [{"key": f"k{i}", "agent": "worker", "task": "flood 3000000"} for i in range(3)]
     run = launch_parallel(calls)
@@ -59,11 +53,15 @@ def test_results_stay_bounded_whatever_the_children_print(home: Path, worker: No
 
 
 def test_a_huge_error_and_a_huge_return_value_are_cut(home: Path, worker: None, tmp_path: Path) -> None:
-    raising = _script(tmp_path, 'async def main(runs, state, args):\n    raise ValueError("e" * 5_000_000)\n')
+    raising = write_script(
+        tmp_path, 'async def main(runs, state, args):\n    raise ValueError("e" * 5_000_000)\n'
+    )
     result = launch_workflow(raising).wait(timeout=60)
     assert result.state == "failed" and result.details.error is not None
     assert len(result.details.error.message) <= 8000
-    returning = _script(tmp_path, 'async def main(runs, state, args):\n    return "r" * 3_000_000\n', "r.py")
+    returning = write_script(
+        tmp_path, 'async def main(runs, state, args):\n    return "r" * 3_000_000\n', "r.py"
+    )
     run = launch_workflow(returning)
     result = run.wait(timeout=60)
     assert result.state == "complete"
@@ -82,7 +80,7 @@ def test_secrets_in_tasks_and_outputs_are_redacted_in_the_workflows_result(home:
 
 
 def test_a_non_json_return_value_fails_with_what_it_is(home: Path, worker: None, tmp_path: Path) -> None:
-    script = _script(tmp_path, "async def main(runs, state, args):\n    return {1, 2}\n")
+    script = write_script(tmp_path, "async def main(runs, state, args):\n    return {1, 2}\n")
     result = launch_workflow(script).wait(timeout=60)
     assert result.state == "failed" and result.details.error is not None
     assert "not JSON" in result.details.error.message and "set" in result.details.error.message
@@ -91,7 +89,7 @@ def test_a_non_json_return_value_fails_with_what_it_is(home: Path, worker: None,
 def test_an_exception_whose_str_raises_still_fails_the_workflow_cleanly(
     home: Path, worker: None, tmp_path: Path
 ) -> None:
-    script = _script(
+    script = write_script(
         tmp_path,
         """
         import asyncio
@@ -117,7 +115,7 @@ def test_an_exception_whose_str_raises_still_fails_the_workflow_cleanly(
 
 
 def test_a_script_blocking_at_its_top_level_can_be_stopped(home: Path, worker: None, tmp_path: Path) -> None:
-    script = _script(
+    script = write_script(
         tmp_path, "import time\ntime.sleep(600)\n\nasync def main(runs, state, args):\n    pass\n"
     )
     run = launch_workflow(script)
@@ -130,7 +128,7 @@ def test_a_script_blocking_at_its_top_level_can_be_stopped(home: Path, worker: N
 def test_a_run_the_script_launches_itself_is_the_workflows_child_run(
     home: Path, worker: None, tmp_path: Path
 ) -> None:
-    script = _script(
+    script = write_script(
         tmp_path,
         """
         import pisub
@@ -153,7 +151,7 @@ def test_a_run_the_script_launches_itself_is_the_workflows_child_run(
 def test_a_planted_symlink_for_the_script_is_refused_on_resume(
     home: Path, worker: None, tmp_path: Path
 ) -> None:
-    script = _script(
+    script = write_script(
         tmp_path,
         "async def main(runs, state, args):\n    await runs.run('a', agent='worker', task='sleep 30')\n",
     )
@@ -177,7 +175,7 @@ def test_a_planted_symlink_for_the_script_is_refused_on_resume(
 def test_a_child_run_removed_before_its_end_was_journaled_is_not_started_again(
     home: Path, worker: None, tmp_path: Path
 ) -> None:
-    script = _script(
+    script = write_script(
         tmp_path,
         """
         async def main(runs, state, args):
@@ -253,7 +251,7 @@ async def main(runs, state, args):
 def test_gc_keeps_a_killed_workflow_whose_children_still_run(
     home: Path, worker: None, tmp_path: Path
 ) -> None:
-    run = launch_workflow(_script(tmp_path, TWO_SLEEPERS))
+    run = launch_workflow(write_script(tmp_path, TWO_SLEEPERS))
     wait_for(lambda: [str(s.status) for s in run.status().steps].count("running") == 2, 30)
     _kill_coordinator(run)
     children = [str(s.run_id) for s in run.status().steps]
@@ -277,11 +275,11 @@ def test_gc_keeps_a_killed_workflow_whose_children_still_run(
 
 def test_gc_keeps_a_nested_workflow_whose_grandchildren_run(home: Path, worker: None, tmp_path: Path) -> None:
     outer = launch_workflow(
-        _script(
+        write_script(
             tmp_path,
             """
             import asyncio
-            from pisub.client import launch_parallel
+            from pisub.api.client import launch_parallel
 
             async def main(runs, state, args):
                 calls = [{"key": f"g{i}", "agent": "worker", "task": f"g{i} sleep 6"} for i in range(2)]
@@ -315,7 +313,7 @@ def test_gc_keeps_a_nested_workflow_whose_grandchildren_run(home: Path, worker: 
 def test_gc_keeps_a_resume_chain_together(home: Path, worker: None, tmp_path: Path) -> None:
     """A resumed workflow killed in turn: its journal is in the first run's directory, the
     children it re-attached are the first run's; none of the chain goes while one child runs."""
-    run = launch_workflow(_script(tmp_path, TWO_SLEEPERS))
+    run = launch_workflow(write_script(tmp_path, TWO_SLEEPERS))
     wait_for(lambda: [str(s.status) for s in run.status().steps].count("running") == 2, 30)
     _kill_coordinator(run)
     again = resume_workflow(run.id)
@@ -379,7 +377,7 @@ def test_a_launch_validates_the_script_as_workflow_validate_does_agents_included
     """Outside attack (issue 23): ``workflow validate`` rejected a script calling an unknown
     agent, but ``run --workflow`` started it. Every launch now runs the same checks, in the API,
     before a run directory exists."""
-    script = _script(
+    script = write_script(
         tmp_path,
         """
         async def main(runs, state, args):
@@ -396,7 +394,7 @@ def test_a_launch_validates_the_script_as_workflow_validate_does_agents_included
         launch_workflow(script)
     runs = home / "runs"
     assert not runs.exists() or not list(runs.iterdir())  # nothing was created
-    good = _script(
+    good = write_script(
         tmp_path,
         """
         async def main(runs, state, args):

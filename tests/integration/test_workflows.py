@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import textwrap
 from pathlib import Path
 
 import pytest
 
 import pisub
-from pisub.client import launch_chain, launch_parallel, launch_workflow, resume_workflow
+from pisub.api.client import launch_chain, launch_parallel, launch_workflow, resume_workflow
 from tests.conftest import AgentMaker, pisub_cli, processes_of, wait_for, wait_no_processes
+from tests.helpers import write_script
 
 # Each child appends its task to $PISUB_TEST_COUNT (one line per start), sleeps the seconds
 # its task ends with ("... sleep 2"), fails when the task says "fail", and echoes its task.
@@ -41,12 +41,6 @@ def counted(home: Path, make_agent: AgentMaker, tmp_path: Path, monkeypatch: pyt
     return count
 
 
-def _script(tmp_path: Path, body: str, name: str = "wf.py") -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(body))
-    return path
-
-
 def _starts(count: Path) -> list[str]:
     return count.read_text().splitlines()
 
@@ -56,7 +50,7 @@ def _child_runs(home: Path, parent: str) -> list[pisub.Status]:
 
 
 def test_a_workflow_gathers_then_fans_out(home: Path, counted: Path, tmp_path: Path) -> None:
-    script = _script(
+    script = write_script(
         tmp_path,
         """
         import asyncio
@@ -159,7 +153,7 @@ def test_a_chain_passes_output_forward_and_skips_after_a_failure(
 
 
 def test_stopping_one_child_lets_its_siblings_finish(home: Path, counted: Path, tmp_path: Path) -> None:
-    script = _script(
+    script = write_script(
         tmp_path,
         """
         async def main(runs, state, args):
@@ -184,7 +178,7 @@ def test_stopping_one_child_lets_its_siblings_finish(home: Path, counted: Path, 
 def test_stopping_a_workflow_stops_every_child_and_leaves_no_process(
     home: Path, counted: Path, tmp_path: Path
 ) -> None:
-    script = _script(
+    script = write_script(
         tmp_path,
         """
         async def main(runs, state, args):
@@ -208,7 +202,7 @@ def test_stopping_a_workflow_stops_every_child_and_leaves_no_process(
 def test_interrupting_a_workflow_pauses_it_and_resume_runs_only_the_unfinished(
     home: Path, counted: Path, tmp_path: Path
 ) -> None:
-    script = _script(
+    script = write_script(
         tmp_path,
         """
         async def main(runs, state, args):
@@ -241,7 +235,7 @@ def test_interrupting_a_workflow_pauses_it_and_resume_runs_only_the_unfinished(
 def test_a_coordinator_killed_is_resumed_with_no_child_run_twice(
     home: Path, counted: Path, tmp_path: Path
 ) -> None:
-    script = _script(
+    script = write_script(
         tmp_path,
         """
         async def main(runs, state, args):
@@ -275,7 +269,7 @@ def test_a_coordinator_killed_is_resumed_with_no_child_run_twice(
 def test_a_child_runner_killed_is_a_failed_result_not_a_hang(
     home: Path, counted: Path, tmp_path: Path
 ) -> None:
-    script = _script(
+    script = write_script(
         tmp_path,
         """
         async def main(runs, state, args):
@@ -298,7 +292,7 @@ def test_a_child_runner_killed_is_a_failed_result_not_a_hang(
 def test_a_script_that_raises_fails_the_workflow_and_stops_its_children(
     home: Path, counted: Path, tmp_path: Path
 ) -> None:
-    script = _script(
+    script = write_script(
         tmp_path,
         """
         import asyncio
@@ -326,7 +320,7 @@ def test_a_script_that_raises_fails_the_workflow_and_stops_its_children(
 def test_a_call_never_awaited_is_an_error_and_its_child_is_stopped(
     home: Path, counted: Path, tmp_path: Path
 ) -> None:
-    script = _script(
+    script = write_script(
         tmp_path,
         """
         def start(runs):  # passes the static check; the run-time check is what is tested
@@ -345,7 +339,7 @@ def test_a_call_never_awaited_is_an_error_and_its_child_is_stopped(
 
 
 def test_bad_calls_raise_in_the_script_and_start_nothing(home: Path, counted: Path, tmp_path: Path) -> None:
-    script = _script(
+    script = write_script(
         tmp_path,
         """
         from pisub.errors import PisubError
@@ -393,7 +387,7 @@ def test_bad_calls_raise_in_the_script_and_start_nothing(home: Path, counted: Pa
 def test_the_spawn_budget_refuses_a_batch_that_does_not_fit(
     home: Path, counted: Path, tmp_path: Path
 ) -> None:
-    script = _script(
+    script = write_script(
         tmp_path,
         """
         from pisub.errors import PisubError
@@ -416,7 +410,7 @@ def test_the_depth_limit_holds_for_a_workflows_children(
     home: Path, counted: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PISUB_MAX_DEPTH", "0")
-    script = _script(
+    script = write_script(
         tmp_path,
         """
         async def main(runs, state, args):
@@ -430,7 +424,7 @@ def test_the_depth_limit_holds_for_a_workflows_children(
 
 
 def test_state_is_shared_by_a_namespace_and_never_stale(home: Path, counted: Path, tmp_path: Path) -> None:
-    script = _script(
+    script = write_script(
         tmp_path,
         """
         async def main(runs, state, args):
@@ -447,13 +441,13 @@ def test_state_is_shared_by_a_namespace_and_never_stale(home: Path, counted: Pat
     saved = json.loads((home / "state" / "team.json").read_text())
     assert saved["values"] == {"count": 2, "first": True, "second": True}
     assert oct((home / "state" / "team.json").stat().st_mode & 0o777) == "0o600"
-    lonely = _script(tmp_path, "async def main(runs, state, args):\n    return state is None\n", "n.py")
+    lonely = write_script(tmp_path, "async def main(runs, state, args):\n    return state is None\n", "n.py")
     alone = launch_workflow(lonely)
     assert alone.wait(timeout=60).content[0].text == "true"
 
 
 def test_output_is_saved_and_file_only_returns_a_pointer(home: Path, counted: Path, tmp_path: Path) -> None:
-    script = _script(
+    script = write_script(
         tmp_path,
         """
         async def main(runs, state, args):
@@ -476,7 +470,7 @@ def test_validate_reports_every_problem_with_its_line(
     home: Path, make_agent: AgentMaker, tmp_path: Path
 ) -> None:
     make_agent("worker", python=WORKER)
-    good = _script(
+    good = write_script(
         tmp_path,
         """
         import asyncio
@@ -492,7 +486,7 @@ def test_validate_reports_every_problem_with_its_line(
     )
     proc = pisub_cli("workflow", "validate", str(good), "--json")
     assert proc.returncode == 0 and json.loads(proc.stdout) == {"ok": True, "errors": []}, proc.stdout
-    bad = _script(
+    bad = write_script(
         tmp_path,
         """
         async def main(runs, state, args):
@@ -519,7 +513,7 @@ def test_validate_reports_every_problem_with_its_line(
         ("x = 1\n", "defines no main"),
         ("async def main(:\n", "SyntaxError"),
     ):
-        path = _script(tmp_path, source, "x.py")
+        path = write_script(tmp_path, source, "x.py")
         proc = pisub_cli("workflow", "validate", str(path))
         assert proc.returncode == 1 and fragment in proc.stdout, proc.stdout
     refused = pisub_cli("run", "--workflow", str(bad))

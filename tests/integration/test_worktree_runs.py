@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import pisub
-from pisub.client import launch_lanes, launch_parallel
+from pisub.api.client import launch_lanes, launch_parallel
 from pisub.errors import InvalidInput
 from tests.conftest import AgentMaker, pisub_cli, wait_for
 

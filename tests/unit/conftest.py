@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pisub.fsio import private_mkdir
-from pisub.paths import RunPaths
+from pisub.core.fsio import private_mkdir
+from pisub.store.paths import RunPaths
 
 RUN_ID = "0" * 8 + "-0000-4000-8000-" + "0" * 12
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from pisub.agents import discover, parse_agent
+from pisub.agents.catalog import discover, parse_agent
 from pisub.errors import InvalidInput, UnknownAgent
 
 

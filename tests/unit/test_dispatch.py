@@ -3,18 +3,18 @@ rejected file moves only once its receipt is published."""
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 import pytest
 
-from pisub.fsio import create_exclusive, private_mkdir
-from pisub.mailbox import FINISHED_REASON, read_receipt
-from pisub.paths import RunPaths
+from pisub.core.fsio import create_exclusive, private_mkdir
 from pisub.protocol.codec import encode
 from pisub.protocol.control import Ledger, ReceiptState, RecoveryClaim
 from pisub.runner.dispatch import RECOVERY_REASON, Dispatcher
+from pisub.store.mailbox import FINISHED_REASON, read_receipt
+from pisub.store.paths import RunPaths
+from tests.helpers import drop_request
 
 RUN_ID = "1" * 8 + "-0000-4000-8000-" + "1" * 12
 
@@ -57,14 +57,9 @@ def _dispatcher(paths: RunPaths, controller: Controller) -> tuple[Dispatcher, li
     return dispatcher, errors
 
 
-def _drop(paths: RunPaths, name: str, body: dict[str, Any] | bytes) -> None:
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    (paths.box("new") / name).write_bytes(data)
-
-
 def test_a_steer_goes_pending_then_queued_then_delivered_and_never_back(run: RunPaths) -> None:
     dispatcher, _ = _dispatcher(run, Controller())
-    _drop(run, "s.json", {"v": 1, "type": "steer", "message": "hi"})
+    drop_request(run, "s.json", {"v": 1, "type": "steer", "message": "hi"})
     assert dispatcher.scan() == 1
     receipt = read_receipt(run, "s")
     assert receipt is not None and receipt.state == ReceiptState.PENDING
@@ -83,7 +78,7 @@ def test_a_refused_steer_gets_one_final_receipt_with_every_field_set(run: RunPat
     controller = Controller()
     controller.refusal = "the child has already exited"
     dispatcher, _ = _dispatcher(run, controller)
-    _drop(run, "s.json", {"v": 1, "type": "steer", "message": "hi"})
+    drop_request(run, "s.json", {"v": 1, "type": "steer", "message": "hi"})
     dispatcher.scan()
     receipt = read_receipt(run, "s")
     assert receipt is not None and receipt.state == ReceiptState.FAILED
@@ -94,8 +89,8 @@ def test_a_refused_steer_gets_one_final_receipt_with_every_field_set(run: RunPat
 def test_stop_and_interrupt_are_delivered_once_acted_on(run: RunPaths) -> None:
     controller = Controller()
     dispatcher, _ = _dispatcher(run, controller)
-    _drop(run, "a.json", {"v": 1, "type": "interrupt", "reason": "enough"})
-    _drop(run, "b.json", {"v": 1, "type": "stop"})
+    drop_request(run, "a.json", {"v": 1, "type": "interrupt", "reason": "enough"})
+    drop_request(run, "b.json", {"v": 1, "type": "stop"})
     dispatcher.scan()
     assert [call[0] for call in controller.calls] == ["interrupt", "stop"], "in name order"
     assert {rid: read_receipt(run, rid).state for rid in "ab"} == {  # type: ignore[union-attr]
@@ -106,11 +101,11 @@ def test_stop_and_interrupt_are_delivered_once_acted_on(run: RunPaths) -> None:
 
 def test_a_bad_file_and_a_duplicate_are_rejected_after_their_receipt(run: RunPaths) -> None:
     dispatcher, _ = _dispatcher(run, Controller())
-    _drop(run, "x.json", {"v": 1, "type": "stop"})
+    drop_request(run, "x.json", {"v": 1, "type": "stop"})
     dispatcher.scan()
     first = (run.outbox / "x.json").read_bytes()
-    _drop(run, "x.json", {"v": 1, "type": "interrupt"})
-    _drop(run, "bad.json", b"{")
+    drop_request(run, "x.json", {"v": 1, "type": "interrupt"})
+    drop_request(run, "bad.json", b"{")
     dispatcher.scan()
     assert (run.outbox / "x.json").read_bytes() == first, "the first request's receipt is left alone"
     bad = read_receipt(run, "bad")
@@ -122,8 +117,8 @@ def test_a_bad_file_and_a_duplicate_are_rejected_after_their_receipt(run: RunPat
 
 def test_receipts_wait_in_memory_while_the_outbox_cannot_be_written(run: RunPaths) -> None:
     dispatcher, errors = _dispatcher(run, Controller())
-    _drop(run, "s.json", {"v": 1, "type": "stop"})
-    _drop(run, "bad.json", b"{")
+    drop_request(run, "s.json", {"v": 1, "type": "stop"})
+    drop_request(run, "bad.json", b"{")
     hidden = run.root / "outbox-away"
     os.rename(run.outbox, hidden)  # every write into the outbox fails now
     dispatcher.scan()
@@ -138,12 +133,12 @@ def test_receipts_wait_in_memory_while_the_outbox_cannot_be_written(run: RunPath
 
 def test_closing_answers_what_is_left_and_keeps_a_recovered_steer_pending(run: RunPaths) -> None:
     dispatcher, _ = _dispatcher(run, Controller())
-    _drop(run, "held.json", {"v": 1, "type": "steer", "message": "held"})
-    _drop(run, "claimed.json", {"v": 1, "type": "steer", "message": "claimed"})
+    drop_request(run, "held.json", {"v": 1, "type": "steer", "message": "held"})
+    drop_request(run, "claimed.json", {"v": 1, "type": "steer", "message": "claimed"})
     dispatcher.scan()
     private_mkdir(run.recovery_claim.parent)
     create_exclusive(run.recovery_claim, encode(RecoveryClaim(request_id="claimed", pid=1, at="t")))
-    _drop(run, "late.json", {"v": 1, "type": "stop"})
+    drop_request(run, "late.json", {"v": 1, "type": "stop"})
     dispatcher.fail_open("the child ended before the message was delivered")
     dispatcher.close("complete")
     assert run.inbox_closed.exists() and run.inbox_answered.exists()

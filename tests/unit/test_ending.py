@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from pisub.children.protocol import ChildOutcome
+from pisub.children.base import ChildOutcome
 from pisub.protocol import Limits, RunState
 from pisub.runner.ending import Circumstances, EndCause, judge
 

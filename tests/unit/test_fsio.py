@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from pisub.fsio import JsonlAppender, atomic_write, iter_jsonl_lines, read_bytes, temp_name
+from pisub.core.fsio import JsonlAppender, atomic_write, iter_jsonl_lines, read_bytes, temp_name
 
 RECORDS = [b'{"a":1}', b'{"b":"two"}', b'{"c":[3,3,3]}']
 
@@ -58,8 +58,8 @@ def test_torn_only_line(tmp_path: Path) -> None:
 
 def test_a_decode_error_names_an_undecodable_file_in_printable_form(tmp_path: Path) -> None:
     """An error about a file whose name is not UTF-8 can still be printed and written out."""
+    from pisub.core.fsio import load_json
     from pisub.errors import ProtocolError
-    from pisub.fsio import load_json
     from pisub.protocol.control import Receipt
 
     bad = Path(os.fsdecode(bytes(tmp_path) + b"/hostile-\xff\xfe.json"))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from pisub.api.pi_integration import TOPICS, extension_path, guide
 from pisub.errors import InvalidInput
-from pisub.pi_integration import TOPICS, extension_path, guide
 from tests.conftest import pisub_cli
 
 

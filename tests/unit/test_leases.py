@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from pisub.fsio import private_mkdir
-from pisub.leases import (
+from pisub.core.fsio import private_mkdir
+from pisub.core.locks import try_lock
+from pisub.core.procs import start_ticks
+from pisub.protocol import encode_pretty
+from pisub.store.leases import (
     LeaseHeld,
     StaleLease,
     acquire,
@@ -23,9 +26,6 @@ from pisub.leases import (
     release,
     unleased,
 )
-from pisub.locks import try_lock
-from pisub.procs import start_ticks
-from pisub.protocol import encode_pretty
 
 RUN_A = "a" * 8 + "-0000-4000-8000-" + "a" * 12
 RUN_B = "b" * 8 + "-0000-4000-8000-" + "b" * 12

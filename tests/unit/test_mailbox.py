@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from pisub.errors import InvalidInput
-from pisub.mailbox import (
+from pisub.protocol.control import ReceiptState, Steer, Stop
+from pisub.store.mailbox import (
     FINISHED_REASON,
     InboxClosed,
     answer_leftovers,
@@ -28,8 +29,10 @@ from pisub.mailbox import (
     write_receipt,
     write_request,
 )
-from pisub.paths import RunPaths
-from pisub.protocol.control import ReceiptState, Steer, Stop
+from pisub.store.paths import RunPaths
+from tests.helpers import drop_request
+
+STOP = b'{"v":1,"type":"stop"}'
 
 RUN_ID = "0" * 8 + "-0000-4000-8000-" + "0" * 12
 
@@ -37,12 +40,6 @@ RUN_ID = "0" * 8 + "-0000-4000-8000-" + "0" * 12
 @pytest.fixture
 def paths(bare_run: RunPaths) -> RunPaths:
     return bare_run
-
-
-def _drop(paths: RunPaths, name: str, data: bytes = b'{"v":1,"type":"stop"}') -> Path:
-    target = paths.box("new") / name
-    target.write_bytes(data)
-    return target
 
 
 @pytest.mark.parametrize(
@@ -66,10 +63,10 @@ def test_a_files_key_is_its_name_or_a_hash_of_it(name: str, valid: bool) -> None
 
 
 def test_a_claim_moves_the_file_and_a_second_publish_of_the_name_gets_its_own(paths: RunPaths) -> None:
-    _drop(paths, "a.json")
+    drop_request(paths, "a.json", STOP)
     first = claim(paths, "a.json")
     assert first == paths.box("cur") / "a.json" and not (paths.box("new") / "a.json").exists()
-    _drop(paths, "a.json", b'{"v":1,"type":"interrupt"}')
+    drop_request(paths, "a.json", b'{"v":1,"type":"interrupt"}')
     second = claim(paths, "a.json")
     assert second is not None and second.name.startswith("a~") and second.read_bytes().endswith(b"}")
     assert claim(paths, "gone.json") is None
@@ -124,8 +121,8 @@ def test_writing_a_request_refuses_a_closed_inbox_and_a_waiting_id(paths: RunPat
 
 
 def test_the_repair_answers_everything_once(paths: RunPaths) -> None:
-    _drop(paths, "fresh.json", b'{"v":1,"type":"steer","message":"hi"}')
-    _drop(paths, "garbage.json", b"\x00")
+    drop_request(paths, "fresh.json", b'{"v":1,"type":"steer","message":"hi"}')
+    drop_request(paths, "garbage.json", b"\x00")
     (paths.box("cur") / "open.json").write_bytes(b'{"v":1,"type":"steer","message":"x"}')
     write_receipt(paths, make_receipt(RUN_ID, "open", "steer", ReceiptState.QUEUED))
     (paths.box("rejected") / "lost.json").write_bytes(b"?")
@@ -154,5 +151,5 @@ def test_the_answered_marker_is_compared_for_equality_never_order(paths: RunPath
     later = new_mtime(paths) or 0
     os.utime(marker, ns=(later + 10**12, later + 10**12))  # as after a backward clock step
     assert inbox_needs_answers(str(paths.inbox)) is False, "a differing mtime only costs a listing"
-    _drop(paths, "late.json")
+    drop_request(paths, "late.json", STOP)
     assert needs_answers(paths) and inbox_needs_answers(str(paths.inbox))

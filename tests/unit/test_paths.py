@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from pisub.errors import InvalidInput
-from pisub.paths import RunPaths, default_home, is_run_id, validate_run_ref
+from pisub.store.paths import RunPaths, default_home, is_run_id, validate_run_ref
 
 
 @pytest.mark.parametrize(

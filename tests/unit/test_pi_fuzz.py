@@ -10,12 +10,12 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pisub.children.pi_rpc import PiChild
-from pisub.paths import RunPaths
+from pisub.children.pi.rpc import PiChild
+from pisub.core.redact import scrub
 from pisub.protocol import AgentSpec, Event, Limits, Manifest, RunState, Status, StepState, StepStatus, encode
 from pisub.protocol.control import ReceiptState
-from pisub.redact import scrub
-from pisub.results import make_result
+from pisub.store.paths import RunPaths
+from pisub.store.results import make_result
 
 EVENT_TYPES = [
     "response",

@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 
-from pisub.children.pi_rpc import LineReader, Phase, PiChild, message_text, pi_argv, tool_preview
-from pisub.paths import RunPaths
+from pisub.children.pi.events import message_text, tool_preview
+from pisub.children.pi.framing import LineReader
+from pisub.children.pi.rpc import Phase, PiChild, pi_argv
 from pisub.protocol import AgentSpec, Limits, Manifest
 from pisub.protocol.control import ReceiptState
+from pisub.store.paths import RunPaths
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "pi"
 VERSIONS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
@@ -69,7 +71,7 @@ def _child(tmp_path: Path) -> tuple[PiChild, Hooks, Stdin]:
     hooks = Hooks()
     child = PiChild(0, hooks, manifest, RunPaths(tmp_path), {})
     stdin = Stdin()
-    child.stdin = stdin  # type: ignore[assignment]
+    child.rpc.stdin = stdin  # type: ignore[assignment]
     return child, hooks, stdin
 
 
@@ -229,3 +231,19 @@ def test_steer_matching_queued_then_delivered(tmp_path: Path) -> None:
     assert stdin.sent[-1]["type"] == "prompt" and stdin.sent[-1]["streamingBehavior"] == "steer"
     child.feed((FIXTURES / VERSIONS[0] / "rpc-steer.jsonl").read_bytes())
     assert hooks.steers == [("r1", "queued"), ("r1", "delivered")]
+
+
+def test_an_abort_before_pi_took_the_task_waits_then_fails_the_held_steers(tmp_path: Path) -> None:
+    """pi drops an abort sent before it answered the task's prompt: the abort is a phase that
+    waits (ABORT_HELD), refuses new steers, and fails the steers held before it."""
+    child, hooks, stdin = _child(tmp_path)
+    assert child.steer("r1", "early", "steer") is None
+    assert child.abort() and child.phase is Phase.ABORT_HELD
+    assert child.steer("r2", "late", "steer") == "the child has finished its work"
+    assert not any(m["type"] == "abort" for m in stdin.sent)
+    child._on_prompt({"success": True})
+    assert child.phase in (Phase.ABORTING,)  # (mypy keeps the narrowing of the line above)
+    assert [m["type"] for m in stdin.sent][-1] == "abort"
+    assert hooks.steers == [("r1", "failed")]
+    child._on_response({"id": stdin.sent[-1]["id"], "type": "response", "success": True})
+    assert child.phase is Phase.FINISHED and stdin.closed

@@ -7,11 +7,11 @@ import shutil
 import pytest
 
 from pisub.errors import InvalidInput, LaunchFailed, PisubError
-from pisub.launcher import placement_request
 from pisub.protocol.agent import AgentFrontmatter
 from pisub.protocol.codec import convert
 from pisub.protocol.config import Config
 from pisub.protocol.placement import BackendName, SlurmOptions
+from pisub.runs.launch import placement_request
 
 
 def _fm(**extra: object) -> AgentFrontmatter:

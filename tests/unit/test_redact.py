@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from pisub.redact import MASK, preview, redact
+from pisub.core.redact import MASK, preview, redact
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pisub.protocol import ErrorCode, ErrorInfo
-from pisub.results import make_result, truncate_output
+from pisub.store.results import make_result, truncate_output
 
 
 def test_short_output_untouched() -> None:

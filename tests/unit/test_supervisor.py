@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from pisub.children.protocol import Child, ChildHooks
-from pisub.paths import Home, RunPaths
+from pisub.children.base import Child, ChildHooks
 from pisub.protocol import AgentSpec, Limits, Manifest, RunState, now_iso
 from pisub.runner.supervise import Supervisor
-from pisub.store import RunStore, load_result, load_status
+from pisub.store.paths import Home, RunPaths
+from pisub.store.runs import RunStore, load_result, load_status
 from pisub.testing.scripted_child import NoProcesses, ScriptedChild, Step
 
 RUN_ID = "5" * 8 + "-0000-4000-8000-" + "5" * 12

@@ -9,11 +9,11 @@ from typing import Literal
 import pytest
 
 from pisub.errors import InvalidInput
-from pisub.journal import Journal, replay
 from pisub.protocol.control import Receipt, ReceiptState, Target, advance_target, aggregate
 from pisub.protocol.workflow import ChildResult
-from pisub.shared_state import MAX_STATE_BYTES, StateNamespace
-from pisub.spawn_budget import FanoutLimit, SpawnBudget
+from pisub.store.journal import Journal, replay
+from pisub.store.shared_state import MAX_STATE_BYTES, StateNamespace
+from pisub.store.spawn_budget import FanoutLimit, SpawnBudget
 from pisub.workflow.calls import fingerprint, from_mapping, from_python, tasks_from
 
 RUN_A = "00000000-0000-4000-8000-00000000000a"
@@ -119,7 +119,7 @@ def test_a_fingerprint_names_the_parameters() -> None:
 
 
 def test_a_receipt_with_many_targets_follows_them() -> None:
-    from pisub.mailbox import make_receipt
+    from pisub.store.mailbox import make_receipt
 
     def receipt() -> Receipt:
         targets = [Target(child=i, state=ReceiptState.PENDING) for i in range(3)]

@@ -1,0 +1,1 @@
+"""Agent definitions: the catalogue, agent files and the built-in agents."""

@@ -1,0 +1,304 @@
+"""Writing agent files: create, update, delete, disable/enable, and ejecting (or resetting) an
+agent shipped with pisub (scope ``builtin``) into a scope for editing.
+
+Every write is checked first (the new file must parse as an agent, strictly), made atomically
+under the scope directory's lock, and refuses to replace a file it did not expect: an update or
+delete names the file's SHA-256 it read (or reads it itself and checks it again under the lock),
+and a file that changed since is an :class:`~pisub.errors.AgentConflict`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pisub.agents.catalog import NAME_RE, SHIPPED_DIR, Agent, parse_agent
+from pisub.errors import AgentConflict, InvalidInput, UnknownAgent, storage_error
+
+Scope = Literal["user", "project"]
+"""The scopes pisub writes (the shipped agents are read-only: eject one to edit it)."""
+SCOPES: tuple[Scope, ...] = ("user", "project")
+LOCK_NAME = ".agents.lock"
+MAX_AGENT_BYTES = 256 * 1024
+PROMPT_KEY = "systemPrompt"
+UNCHANGEABLE = ("name", "package", "scope")
+
+
+@dataclass(frozen=True)
+class AgentFile:
+    """An agent file as read: where, its bytes' SHA-256, and the agent."""
+
+    scope: Scope
+    path: Path
+    sha256: str
+    agent: Agent
+
+
+def as_scope(scope: str) -> Scope:
+    """Raises: InvalidInput: not user or project."""
+    if scope == "user":
+        return "user"
+    if scope == "project":
+        return "project"
+    raise InvalidInput(f"scope: {scope[:32]!r} is not user or project")
+
+
+def scope_dir(agents_home: Path, scope: str, cwd: Path) -> Path:
+    """Where a scope's agent files are: ``<home>/agents`` (user) or ``.pisub/agents`` of the git
+    root of ``cwd``, else of ``cwd`` (project).
+
+    Raises:
+        InvalidInput: an unknown scope.
+    """
+    if as_scope(scope) == "user":
+        return agents_home
+    root = next((p for p in [cwd, *cwd.parents] if (p / ".git").exists()), cwd)
+    return root / ".pisub" / "agents"
+
+
+def shipped_names() -> list[str]:
+    return sorted(p.stem for p in SHIPPED_DIR.glob("*.md"))
+
+
+def find(agents_home: Path, cwd: Path, ref: str, scope: str | None = None) -> AgentFile:
+    """The file of the agent called ``ref`` (runtime name or alias) — in ``scope``, or in the
+    one scope that has it.
+
+    Raises:
+        UnknownAgent: no such agent there. InvalidInput: it is in both scopes and none was named.
+    """
+    named: list[AgentFile] = []
+    aliased: list[AgentFile] = []
+    broken: list[Path] = []
+    for each in SCOPES if scope is None else (as_scope(scope),):
+        directory = scope_dir(agents_home, each, cwd)
+        for path in sorted(directory.glob("*.md")) if directory.is_dir() else []:
+            try:
+                entry = read(path, each)
+            except (OSError, InvalidInput):
+                broken += [path] if path.stem == ref else []
+                continue
+            if ref == entry.agent.name:
+                named.append(entry)
+            elif ref in (entry.agent.frontmatter.aliases or []):
+                aliased.append(entry)
+    found = named or aliased  # a real name wins over an alias
+    if not found:
+        where = f" in the {scope} scope" if scope else ""
+        if broken:
+            raise InvalidInput(
+                f"{broken[0]} cannot be read as an agent (pisub agents list says why): fix or remove it"
+            )
+        raise UnknownAgent(f"no agent file for {ref[:128]!r}{where}")
+    if len({f.scope for f in found}) > 1:
+        raise InvalidInput(f"agent {ref!r} is in both scopes: give the scope (user or project)")
+    if len(found) > 1:
+        paths = ", ".join(str(f.path) for f in found[:4])
+        kind = "are named" if named else "have the alias"
+        raise InvalidInput(f"several agent files {kind} {ref!r} in the {found[0].scope} scope: {paths}")
+    return found[0]
+
+
+def read(path: Path, scope: Scope) -> AgentFile:
+    """Raises: OSError, InvalidInput (not an agent file)."""
+    from pisub.core.fsio import read_bytes
+
+    data = read_bytes(path, limit=MAX_AGENT_BYTES)
+    if len(data) > MAX_AGENT_BYTES:
+        raise InvalidInput(f"{path}: larger than {MAX_AGENT_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{path}: not UTF-8 ({exc})") from None
+    return AgentFile(scope, path, hashlib.sha256(data).hexdigest(), parse_agent(text, path, scope))
+
+
+def create(agents_home: Path, cwd: Path, config: dict[str, Any]) -> AgentFile:
+    """A new agent file from ``config`` (frontmatter keys in camelCase, ``scope``,
+    ``systemPrompt``); false or "" leaves an optional key out.
+
+    Raises:
+        InvalidInput: a bad key or value (named). AgentConflict: the agent exists in that scope.
+    """
+    config = dict(config)
+    scope = as_scope(str(config.pop("scope", "user")))
+    prompt = _prompt(config.pop(PROMPT_KEY, ""))
+    fields = {k: v for k, v in config.items() if v is not False and v != ""}
+    name, package = fields.get("name"), fields.get("package")
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise InvalidInput(f"config.name: give the agent's name ({NAME_RE.pattern})")
+    if package is not None and (not isinstance(package, str) or not NAME_RE.fullmatch(package)):
+        raise InvalidInput(f"config.package: must match {NAME_RE.pattern}")
+    directory = scope_dir(agents_home, scope, cwd)
+    path = directory / f"{package + '.' if package else ''}{name}.md"
+    text = _render(fields, prompt)
+    parse_agent(text, path, scope)
+    with _locked(directory):
+        if os.path.lexists(path):
+            raise AgentConflict(f"{path} exists already: update it, or delete it first")
+        _write(path, text)
+    return read(path, scope)
+
+
+def update(
+    agents_home: Path,
+    cwd: Path,
+    ref: str,
+    config: dict[str, Any],
+    *,
+    scope: str | None = None,
+    expect: str | None = None,
+) -> AgentFile:
+    """Change the agent's keys (``false`` or ``""`` clears one) and/or its ``systemPrompt``.
+
+    Raises:
+        InvalidInput: a bad key or value, or a change of name, package or scope.
+        AgentConflict: the file is not the one ``expect`` names, or changed meanwhile.
+    """
+    import yaml
+
+    current = find(agents_home, cwd, ref, scope)
+    _expect(current, expect)
+    for key in UNCHANGEABLE:
+        if key in config:
+            raise InvalidInput(f"config.{key}: cannot change; create a new agent and delete this one")
+    head, body = _split(current.path.read_text(encoding="utf-8"))
+    fields = dict(yaml.safe_load(head) or {})
+    for key, value in config.items():
+        if key == PROMPT_KEY:
+            body = _prompt(value)
+        elif value is False or value == "":
+            fields.pop(key, None)
+        else:
+            fields[key] = value
+    return _replace(current, _render(fields, body))
+
+
+def delete(
+    agents_home: Path, cwd: Path, ref: str, *, scope: str | None = None, expect: str | None = None
+) -> Path:
+    """Raises: UnknownAgent, AgentConflict (as :func:`update`)."""
+    current = find(agents_home, cwd, ref, scope)
+    _expect(current, expect)
+    with _locked(current.path.parent):
+        _check_unchanged(current)
+        try:
+            os.unlink(current.path)
+        except OSError as exc:
+            raise storage_error(exc, "delete the agent file", current.path) from exc
+    return current.path
+
+
+def set_disabled(
+    agents_home: Path, cwd: Path, ref: str, disabled: bool, *, scope: str | None = None
+) -> AgentFile:
+    return update(agents_home, cwd, ref, {"disabled": bool(disabled)}, scope=scope)
+
+
+def eject(agents_home: Path, cwd: Path, name: str, scope_name: str = "user") -> AgentFile:
+    """Copy the shipped agent ``name`` into ``scope`` for editing.
+
+    Raises:
+        UnknownAgent: pisub ships no such agent. AgentConflict: the scope has it already.
+    """
+    text = _shipped(name)
+    scope = as_scope(scope_name)
+    directory = scope_dir(agents_home, scope, cwd)
+    path = directory / f"{name}.md"
+    with _locked(directory):
+        if os.path.lexists(path):
+            raise AgentConflict(
+                f"{path} exists already: `pisub agents reset {name}` restores the shipped one"
+            )
+        _write(path, text)
+    return read(path, scope)
+
+
+def reset(agents_home: Path, cwd: Path, name: str, *, scope: str | None = None) -> AgentFile:
+    """Put the shipped definition of ``name`` back over its copy in a scope.
+
+    Raises:
+        UnknownAgent: pisub ships no such agent, or no scope has a copy. AgentConflict.
+    """
+    text = _shipped(name)
+    return _replace(find(agents_home, cwd, name, scope), text)
+
+
+def _shipped(name: str) -> str:
+    if name not in shipped_names():
+        raise UnknownAgent(f"pisub ships no agent {name[:128]!r} (shipped: {', '.join(shipped_names())})")
+    return (SHIPPED_DIR / f"{name}.md").read_text(encoding="utf-8")
+
+
+def _replace(current: AgentFile, text: str) -> AgentFile:
+    parse_agent(text, current.path, current.scope)
+    with _locked(current.path.parent):
+        _check_unchanged(current)
+        _write(current.path, text)
+    return read(current.path, current.scope)
+
+
+def _expect(current: AgentFile, expect: str | None) -> None:
+    if expect is not None and expect != current.sha256:
+        raise AgentConflict(
+            f"{current.path} is not the version you read (sha256 {current.sha256[:12]}…); read it again"
+        )
+
+
+def _check_unchanged(current: AgentFile) -> None:
+    try:
+        now = read(current.path, current.scope).sha256
+    except (OSError, InvalidInput):
+        now = None
+    if now != current.sha256:
+        raise AgentConflict(f"{current.path} changed while it was being updated; read it again and retry")
+
+
+def _prompt(value: object) -> str:
+    if value is False or value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InvalidInput(f"config.{PROMPT_KEY}: give a string")
+    return value
+
+
+def _split(text: str) -> tuple[str, str]:
+    parts = re.split(r"^---[ \t]*$", text, maxsplit=2, flags=re.MULTILINE)
+    if len(parts) < 3:
+        raise InvalidInput("the agent file has no frontmatter")
+    return parts[1], parts[2].strip("\n")
+
+
+def _render(fields: dict[str, Any], prompt: str) -> str:
+    import yaml
+
+    head = yaml.safe_dump(fields, sort_keys=False, allow_unicode=True, default_flow_style=None)
+    return f"---\n{head}---\n{prompt.strip()}\n"
+
+
+@contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """The scope directory (created 0700) and its lock, held for a write."""
+    from pisub.core.locks import exclusive
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise storage_error(exc, "create the agents directory", directory) from exc
+    with exclusive(directory / LOCK_NAME, timeout=10):
+        yield
+
+
+def _write(path: Path, text: str) -> None:
+    from pisub.core.fsio import atomic_write
+
+    try:
+        atomic_write(path, text.encode("utf-8"))
+    except OSError as exc:
+        raise storage_error(exc, "write the agent file", path) from exc

@@ -1,0 +1,1 @@
+"""The typed client API every face (CLI, pi tool, Python) goes through."""

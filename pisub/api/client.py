@@ -1,0 +1,1044 @@
+"""The typed Python API; the CLI is a thin skin over it.
+
+>>> run = pisub.launch("reviewer", "review the diff")      # doctest: +SKIP
+>>> run.wait(timeout=600).details.results[0].output          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from pisub.core.polling import Every, poll
+from pisub.errors import InvalidInput, PisubError, RunNotFound, WaitTimeout
+from pisub.protocol.codec import now_iso
+from pisub.protocol.control import FollowUp, Interrupt, Receipt, ReceiptState, Request, Steer, Stop
+from pisub.protocol.manifest import AgentSpec, Limits, LimitValues, Manifest
+from pisub.protocol.result import Result
+from pisub.protocol.status import RunState, Status
+from pisub.store.paths import Home, RunPaths, open_home, validate_run_ref
+from pisub.store.runs import RunStore, load_manifest, load_result, load_status
+
+if TYPE_CHECKING:
+    from pisub.agents.catalog import Catalog
+    from pisub.children.pi.models import Model
+    from pisub.protocol.events import Event
+    from pisub.protocol.placement import Placement
+    from pisub.protocol.workflow import Isolation
+    from pisub.store.retained import Retained
+
+
+def _warm_up() -> None:
+    """Start a warm runner now, so that it starts and imports while the launch is checked."""
+    from pisub.backends.warm import prestart
+
+    prestart()
+
+
+def _text(value: str, what: str) -> str:
+    from pisub.runs.launch import check_text
+
+    return check_text(value, what)
+
+
+def _seconds(value: float | None, what: str) -> float | None:
+    """``value`` when it is None or a finite number of seconds >= 0 (never NaN: a NaN deadline
+    never comes)."""
+    if value is not None and not (math.isfinite(value) and value >= 0):
+        raise InvalidInput(f"the {what} must be a finite number of seconds >= 0")
+    return value
+
+
+def agent_catalog(*, home: Path | None = None, cwd: Path | None = None) -> Catalog:
+    """Every agent visible from ``cwd`` (user scope, then project scope)."""
+    from pisub.agents.catalog import discover
+
+    h = open_home(home)
+    return discover(h.agents, Path(cwd or os.getcwd()).resolve())
+
+
+def launch(
+    agent: str,
+    task: str,
+    *,
+    cwd: str | Path | None = None,
+    timeout: float | None = None,
+    idle_timeout: float | None = None,
+    tool_timeout: float | None = None,
+    checkpoint_before_deadline: float | None = None,
+    tool_budget: dict[str, Any] | None = None,
+    acceptance: Any = None,
+    gate: str | None = None,
+    model: str | None = None,
+    on_done: str | None = None,
+    backend: str | None = None,
+    home: Path | None = None,
+) -> Run:
+    """Start a detached run of ``agent`` on ``task`` and return once its runner committed
+    (``backend="slurm"``: once Slurm accepted the job; the run is ``starting`` until it runs).
+    ``model`` (pi agents: ``provider/id``) replaces the agent's. ``on_done``: a command (split
+    like a shell line, run without a shell) run once when the run has ended.
+    ``tool_timeout`` (seconds one pi tool call may take), ``checkpoint_before_deadline`` (ask a
+    pi child to checkpoint this long before its runtime deadline) and ``tool_budget``
+    (``{hard, soft?, block?}`` tool calls) apply to pi runs. ``gate`` (a command that must
+    pass on the child's tree) or ``acceptance`` (``{level, verify?, ...}``) is checked by the
+    runner when the child has ended.
+
+    Raises:
+        InvalidInput: empty task, bad cwd or limits.
+        UnknownAgent: no such agent.
+        LaunchFailed: the command is missing or the runner could not start.
+        HomeUnusable: the pisub home is not usable.
+    """
+    _warm_up()  # first: it starts while the launch is checked
+    from pisub.runs.launch import check_task, plan_run, start_run, working_dir
+    from pisub.store.lineage import caller_lineage
+
+    check_task(task)
+    caller = LimitValues(
+        timeout=timeout,
+        idle_timeout=idle_timeout,
+        tool_timeout=tool_timeout,
+        checkpoint_before_deadline=checkpoint_before_deadline,
+        tool_budget=_tool_budget(tool_budget),
+    ).check("the call")
+    lineage = caller_lineage(os.environ)  # refused here, before anything else, when too deep
+    workdir = working_dir(cwd)
+    h = open_home(home)
+    from pisub.acceptance.spec import parse
+
+    accept = parse(acceptance, gate, "the call")
+    manifest = plan_run(
+        h,
+        agent,
+        task,
+        cwd=workdir,
+        caller=caller,
+        lineage=lineage,
+        acceptance=accept,
+        model=model,
+        backend=backend,
+    )
+    if on_done is not None:
+        manifest.on_done = _command(on_done, "on_done")
+    return Run(start_run(h, manifest).run_id, home=h.root)
+
+
+def _command(text: str, what: str) -> list[str]:
+    """A command line split like a shell's (never run through one).
+
+    Raises:
+        InvalidInput: empty, over 16 KiB, NUL or a lone surrogate, unbalanced quotes.
+    """
+    import shlex
+
+    from pisub.acceptance.report import clean_text
+
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInput(f"{what}: the command line is empty")
+    if len(text) > 16 * 1024:
+        raise InvalidInput(f"{what}: give a command line of at most 16 KiB")
+    clean_text(text, what)
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise InvalidInput(f"{what}: the command does not split like a shell line ({exc})") from None
+
+
+def resume(
+    ref: str,
+    message: str,
+    *,
+    child: int | None = None,
+    timeout: float | None = None,
+    home: Path | None = None,
+) -> Run:
+    """Continue a finished pi run's session in a new run with ``message`` as the next turn.
+
+    The new run's runner takes the session's lease before pi starts; briefs stored by
+    ``follow-up`` are prepended to ``message``.
+
+    Raises:
+        NotResumable: the run is stopped, running, not a pi run, or has no session file.
+        LaunchFailed: e.g. another run holds the session's lease (named in the message).
+    """
+    source = Run(ref, home=home)
+    if source.manifest().agent.runner == "workflow":
+        return resume_workflow(source.id, home=home)
+    if child not in (None, 0):
+        raise InvalidInput(f"run {source.id} has one child, 0")
+    _warm_up()  # first: it starts while the launch is checked
+    from pisub.runs.launch import plan_resume, start_run
+    from pisub.store.lineage import caller_lineage
+
+    lineage = caller_lineage(os.environ)
+    new = plan_resume(source.home, source.id, _text(message, "message"), lineage=lineage, timeout=timeout)
+    return Run(start_run(source.home, new).run_id, home=source.home.root)
+
+
+def launch_workflow(
+    script: str | Path,
+    *,
+    args: dict[str, Any] | None = None,
+    cwd: str | Path | None = None,
+    concurrency: int | None = None,
+    max_spawns: int | None = None,
+    state_ns: str | None = None,
+    fork_from: str | None = None,
+    timeout: float | None = None,
+    isolation: str | None = None,
+    base_ref: str | None = None,
+    usage_budget: dict[str, Any] | None = None,
+    on_done: str | None = None,
+    home: Path | None = None,
+) -> Run:
+    """Start a detached workflow run of the Python file ``script`` (``async def main(runs,
+    state, args)``); returns once its coordinator committed. The script is checked first
+    (``pisub workflow validate``, every agent it names looked up from the run's working
+    directory) before anything is created, and copied into the run, so later edits do not
+    matter.
+
+    Raises:
+        InvalidInput: the script does not validate (the message lists the problems), or a bad
+            argument.
+    """
+    from pisub.protocol.workflow import Shape
+
+    path = Path(script).absolute()
+    return _launch_workflow(
+        Shape.WORKFLOW,
+        name=path.stem,
+        script=path,
+        args=args,
+        cwd=cwd,
+        concurrency=concurrency,
+        max_spawns=max_spawns,
+        state_ns=state_ns,
+        fork_from=fork_from,
+        timeout=timeout,
+        isolation=isolation,
+        base_ref=base_ref,
+        usage_budget=usage_budget,
+        on_done=on_done,
+        home=home,
+    )
+
+
+def launch_parallel(tasks: list[dict[str, Any]], **options: Any) -> Run:
+    """Start every task at once (up to the concurrency) as one workflow run; its result lists
+    the children's results in task order. ``tasks``: ``{key?, agent, task, ...}`` (camelCase
+    names, as in a tasks file). Options as for :func:`launch_workflow`."""
+    from pisub.protocol.workflow import Shape
+    from pisub.workflow.calls import tasks_from
+
+    return _launch_workflow(Shape.PARALLEL, name="parallel", tasks=tasks_from(tasks, "tasks"), **options)
+
+
+def launch_chain(tasks: list[dict[str, Any]], **options: Any) -> Run:
+    """Run the tasks one after the other as one workflow run; ``{previous}`` in a task is the
+    previous step's output, and a failed step ends the chain (the rest are ``skipped``)."""
+    from pisub.protocol.workflow import Shape
+    from pisub.workflow.calls import tasks_from
+
+    return _launch_workflow(Shape.CHAIN, name="chain", tasks=tasks_from(tasks, "tasks"), **options)
+
+
+def launch_lanes(lanes: list[dict[str, Any]], **options: Any) -> Run:
+    """Start a lanes workflow: lanes of ordered stages side by side (``[{key, defaults?,
+    stages: [{key, agent?, task, resume?: "previous", ...}]}]``); its result is the board. The
+    whole manifest is checked, and every agent looked up, before anything is created.
+    Options as :func:`launch_workflow`.
+
+    Raises:
+        InvalidInput: every problem, naming the lane, stage and field.
+    """
+    from pisub.protocol.workflow import DEFAULT_MAX_SPAWNS, Shape
+    from pisub.store.spawn_budget import FanoutLimit
+    from pisub.workflow.lanes import check_lanes, stage_call
+
+    checked = check_lanes(lanes, "lanes")
+    every = [stage_call(lane, n) for lane in checked for n in range(len(lane.stages))]
+    labels = [
+        f"lanes[{i}] ({lane.key}).stages[{n}] ({stage.key})"
+        for i, lane in enumerate(checked)
+        for n, stage in enumerate(lane.stages)
+    ]
+    from pisub.store.config import load_config
+
+    limit = options.get("max_spawns") or load_config(open_home(options.get("home")).root).workflow.max_spawns
+    limit = limit or DEFAULT_MAX_SPAWNS
+    if len(every) > limit:
+        raise FanoutLimit(f"lanes: {len(every)} stages would start more than {limit} children (--max-spawns)")
+    return _launch_workflow(Shape.LANES, name="lanes", tasks=every, lanes=checked, labels=labels, **options)
+
+
+def _launch_workflow(
+    shape: Any,
+    *,
+    name: str,
+    script: Path | None = None,
+    tasks: list[Any] | None = None,
+    lanes: list[Any] | None = None,
+    labels: list[str] | None = None,
+    args: dict[str, Any] | None = None,
+    cwd: str | Path | None = None,
+    concurrency: int | None = None,
+    max_spawns: int | None = None,
+    state_ns: str | None = None,
+    fork_from: str | None = None,
+    timeout: float | None = None,
+    isolation: str | None = None,
+    base_ref: str | None = None,
+    usage_budget: dict[str, Any] | None = None,
+    on_done: str | None = None,
+    home: Path | None = None,
+) -> Run:
+    import uuid
+
+    _warm_up()  # first: it starts while the launch is checked
+    from pisub.protocol.workflow import DEFAULT_CONCURRENCY, DEFAULT_MAX_SPAWNS, Isolation, WorkflowSpec
+    from pisub.runs.launch import new_manifest, start_run, working_dir
+    from pisub.store.lineage import caller_lineage
+    from pisub.store.shared_state import check_json, check_namespace
+
+    lineage = caller_lineage(os.environ)
+    workdir = working_dir(cwd)
+    h = open_home(home)
+    spec_args = dict(args or {})
+    check_json(spec_args, "the workflow's args")
+    from pisub.store.config import load_config
+
+    configured = load_config(h.root).workflow
+    concurrency = _count(concurrency, configured.concurrency or DEFAULT_CONCURRENCY, 1, 20, "concurrency")
+    max_spawns = _count(max_spawns, configured.max_spawns or DEFAULT_MAX_SPAWNS, 1, 10_000, "max-spawns")
+    if state_ns is not None:
+        check_namespace(state_ns)
+    default_isolation = _isolation(isolation, base_ref)
+    if script is not None:
+        _check_script(script, agent_catalog(home=h.root, cwd=workdir))
+    if tasks:
+        catalog = agent_catalog(home=h.root, cwd=workdir)
+        _check_tasks(tasks, catalog, workdir, fork_from, default_isolation, base_ref, labels, h)
+    elif default_isolation is not None:
+        _check_worktree_source(workdir, "the workflow", base_ref, home=h)
+    budget = _usage_budget(usage_budget, lineage.root_run_id)
+    caller = LimitValues(timeout=timeout).check("the call")
+    run_id = str(uuid.uuid4())
+    spec = WorkflowSpec(
+        shape=shape,
+        script=str(script) if script is not None else None,
+        args=spec_args,
+        tasks=list(tasks or []) if lanes is None else [],
+        lanes=list(lanes or []),
+        isolation=default_isolation or Isolation.NONE,
+        usage_budget=budget,
+        base_ref=base_ref,
+        concurrency=concurrency,
+        max_spawns=max_spawns,
+        state_ns=state_ns,
+        fork_from=_fork_source(fork_from, h) if fork_from is not None else None,
+        journal=str(h.run(run_id).journal),
+        budget=lineage.root_run_id or run_id,
+    )
+    agent = AgentSpec(name=name, runner="workflow", description=f"{shape.value} workflow")
+    limits = Limits.resolve((caller, "the call"))
+    limits.timeout = caller.timeout  # a workflow has no runtime limit unless it is given one
+    count = len(tasks or [])
+    what = f"{shape.value} {script.name}" if script is not None else f"{shape.value}: {count} tasks"
+    if lanes is not None:
+        what = f"lanes: {len(lanes)} lanes, {count} stages"
+    manifest = new_manifest(agent, what, str(workdir), limits, lineage=lineage, run_id=run_id)
+    manifest.workflow = spec
+    if on_done is not None:
+        manifest.on_done = _command(on_done, "on_done")
+    seeds = {"workflow.py": script} if script is not None else {}
+    return Run(start_run(h, manifest, seeds=seeds).run_id, home=h.root)
+
+
+def _check_script(path: Path, catalog: Catalog) -> None:
+    """The checks of ``pisub workflow validate``, agents included, before a run directory exists.
+
+    Raises:
+        InvalidInput: the script does not validate (the first problems, with their lines).
+    """
+    from pisub.workflow.validate import validate_file
+
+    report = validate_file(path, set(catalog.agents))
+    if not report.ok:
+        first = "; ".join(f"line {e.line}: {e.message}" for e in report.errors[:5])
+        raise InvalidInput(f"{path} does not validate: {first}")
+
+
+def _tool_budget(given: dict[str, Any] | None) -> Any:
+    """A call's tool budget, checked (``{hard, soft?, block?}``).
+
+    Raises:
+        InvalidInput: naming the field.
+    """
+    if given is None:
+        return None
+    from pisub.errors import PisubError
+    from pisub.protocol.budget import ToolBudgetInput
+    from pisub.protocol.codec import convert
+
+    try:
+        return convert(given, ToolBudgetInput, "toolBudget").budget()
+    except PisubError as exc:
+        raise InvalidInput(exc.message) from None
+
+
+def _usage_budget(given: dict[str, Any] | None, root_run_id: str | None) -> Any:
+    """The workflow's usage budget (``{tokens?: {soft?, hard}, costUsd?: {soft?, hard}}``).
+
+    Raises:
+        InvalidInput: a bad field (named), or a workflow started inside a tree sets one.
+    """
+    if given is None:
+        return None
+    from pisub.errors import PisubError
+    from pisub.protocol.budget import UsageBudgetSpec
+    from pisub.protocol.codec import convert
+
+    if root_run_id is not None:
+        raise InvalidInput("a usage budget is set by the top-level workflow of a tree (this one is nested)")
+    try:
+        spec = convert(given, UsageBudgetSpec, "usageBudget")
+    except PisubError as exc:
+        raise InvalidInput(exc.message) from None
+    if spec.tokens is None and spec.cost_usd is None:
+        raise InvalidInput("usageBudget: give tokens and/or costUsd, each {hard, soft?}")
+    for name, limit in (("tokens", spec.tokens), ("costUsd", spec.cost_usd)):
+        if limit is not None and limit.soft is not None and limit.soft > limit.hard:
+            raise InvalidInput(f"usageBudget.{name}: soft must not be above hard")
+    return spec
+
+
+def _isolation(isolation: str | None, base_ref: str | None) -> Isolation | None:
+    """The workflow's default isolation (None: none).
+
+    Raises:
+        InvalidInput: an unknown isolation, or a base ref without worktree isolation.
+    """
+    from pisub.protocol.workflow import Isolation
+
+    if isolation is None or isolation == Isolation.NONE:
+        if base_ref is not None:
+            raise InvalidInput("--base-ref needs --isolation worktree")
+        return None
+    if isolation != Isolation.WORKTREE:
+        raise InvalidInput(f"isolation must be none or worktree, not {isolation!r:.40}")
+    if base_ref is not None:
+        from pisub.worktrees.repo import check_ref_text
+
+        check_ref_text(base_ref)
+    return Isolation.WORKTREE
+
+
+def _check_worktree_source(
+    cwd: Path, where: str, base_ref: str | None, key: str | None = None, home: Home | None = None
+) -> None:
+    """A worktree child's source (a clean repository, its base ref, its cwd in that commit, a
+    branch name for its key): checked before anything is created.
+
+    Raises:
+        InvalidInput: naming ``where`` and what is wrong.
+    """
+    from pisub.errors import PisubError
+    from pisub.worktrees import check_source
+
+    try:
+        repo = check_source(cwd, base_ref, key)
+        if home is not None:
+            from pisub.worktrees.records import check_root
+
+            check_root(home.worktrees, home.root, repo)
+    except PisubError as exc:
+        prefix = f"{where}: " if where else ""
+        raise type(exc)(f"{prefix}isolation='worktree': {exc.message}") from None
+
+
+def _check_tasks(
+    tasks: list[Any],
+    catalog: Catalog,
+    workdir: Path,
+    fork_from: str | None,
+    isolation: Isolation | None = None,
+    base_ref: str | None = None,
+    labels: list[str] | None = None,
+    home: Home | None = None,
+) -> None:
+    """Every check a task's child will meet, before the workflow is created: an unknown agent
+    or a bad field starts nothing (the error names ``tasks[i]``)."""
+    from pisub.errors import PisubError
+    from pisub.protocol.workflow import Context, Isolation
+    from pisub.runs.launch import check_task, working_dir
+
+    for index, call in enumerate(tasks):
+        where = labels[index] if labels is not None else f"tasks[{index}] ({call.key})"
+        try:
+            agent = catalog.get(call.agent).spec()
+            check_task(call.task, "task")
+            from pisub.acceptance.spec import parse
+
+            parse(call.acceptance, call.gate, "acceptance", resume=call.resume is not None)
+            working_dir(call.cwd, workdir)
+            if call.resume is not None:
+                validate_run_ref(call.resume)
+            pi_only = [
+                n for n, on in (("model", call.model), ("context='fork'", call.context == Context.FORK)) if on
+            ]
+            if pi_only and agent.runner != "pi":
+                raise InvalidInput(f"{', '.join(pi_only)} needs a pi agent; {call.agent!r} is {agent.runner}")
+            if call.context == Context.FORK and fork_from is None:
+                raise InvalidInput("context='fork' needs a session to fork: give --fork-from RUN")
+            if (call.isolation or isolation) == Isolation.WORKTREE:
+                base = call.base_ref if call.base_ref is not None else base_ref
+                _check_worktree_source(working_dir(call.cwd, workdir), "", base, call.key, home)
+        except PisubError as exc:
+            raise type(exc)(f"{where}: {exc.message}") from None
+
+
+def _count(value: int | None, default: int, low: int, high: int, what: str) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInput(f"{what} must be a whole number from {low} to {high}, not {value!r}")
+    return value
+
+
+def _fork_source(ref: str, home: Home) -> str:
+    """The session to fork: a session file, or the session of a run (id or prefix)."""
+    from pisub.runs.launch import check_session
+
+    if os.path.sep in ref or ref.endswith(".jsonl"):
+        return str(check_session(ref, "--fork-from"))
+    status = Run(ref, home=home.root).status()
+    if status.session_file is None:
+        raise InvalidInput(f"--fork-from: run {status.run_id} has no pi session")
+    return str(check_session(status.session_file, "--fork-from"))
+
+
+def resume_workflow(ref: str, *, home: Path | None = None) -> Run:
+    """Continue a failed or paused workflow run in a new run: its script runs again from the top,
+    children whose results the journal holds are not run again, children still running are
+    re-attached, and only the rest start.
+
+    Raises:
+        NotResumable: the run is not a workflow, or is running, complete or stopped.
+        LeaseHeld: another run drives the workflow's journal.
+    """
+    import uuid
+
+    from pisub.errors import NotResumable
+    from pisub.store.journal import replay
+
+    _warm_up()  # first: it starts while the launch is checked
+    from pisub.runs.launch import current_umask, start_run
+    from pisub.store.leases import unleased
+
+    source = Run(ref, home=home)
+    status, manifest = source.status(), source.manifest()
+    if manifest.workflow is None:
+        raise NotResumable(f"run {source.id} is not a workflow run")
+    if not status.state.is_terminal:
+        raise NotResumable(f"run {source.id} is {status.state}; stop it or steer it")
+    if status.state in (RunState.COMPLETE, RunState.STOPPED):
+        raise NotResumable(f"run {source.id} is {status.state}; start a new workflow")
+    with unleased(source.home.leases, manifest.workflow.journal):
+        owner = replay(Path(manifest.workflow.journal)).owner
+    if owner not in (None, source.id):
+        raise NotResumable(f"run {source.id} was resumed by run {owner}: resume that one, if it needs it")
+    new = msgspec.structs.replace(
+        manifest,
+        run_id=str(uuid.uuid4()),
+        created_at=now_iso(),
+        umask=current_umask(),
+        resumed_from=source.id,
+    )
+    seeds = {"workflow.py": source.paths.workflow_script} if manifest.workflow.script is not None else {}
+    return Run(start_run(source.home, new, seeds=seeds).run_id, home=source.home.root)
+
+
+class Run:
+    """A handle on one run, found by id or unique prefix."""
+
+    def __init__(self, ref: str, *, home: Path | None = None) -> None:
+        validate_run_ref(ref)  # refused before the disk is touched
+        self.home = open_home(home)
+        self.paths: RunPaths = RunStore(self.home).resolve(ref)
+
+    def __repr__(self) -> str:
+        return f"Run({self.id!r})"
+
+    @property
+    def id(self) -> str:
+        return self.paths.run_id
+
+    @property
+    def dir(self) -> Path:
+        return self.paths.root
+
+    def manifest(self) -> Manifest:
+        return load_manifest(self.paths)
+
+    def child_index(self, which: str | int) -> int:
+        """The index (in ``steps[]``) of this run's child ``which``: an index, or a workflow
+        child's key.
+
+        Raises:
+            InvalidInput: no such child.
+        """
+        steps = self.status().steps
+        if isinstance(which, int) or (isinstance(which, str) and which.isascii() and which.isdigit()):
+            index = int(which)
+            if not 0 <= index < max(len(steps), 1):
+                raise InvalidInput(f"run {self.id} has no child {index} (it has {len(steps)})")
+            return index
+        for step in steps:
+            if step.key == which:
+                return step.index
+        keys = ", ".join(s.key for s in steps if s.key) or "none"
+        raise InvalidInput(f"run {self.id} has no child with key {which!r} (keys: {keys})")
+
+    def child(self, which: str | int) -> Run:
+        """The run of this workflow's child ``which`` (index or key).
+
+        Raises:
+            InvalidInput: no such child, or it has no run yet (queued).
+        """
+        index = self.child_index(which)
+        steps = self.status().steps
+        run_id = steps[index].run_id if index < len(steps) else None
+        if run_id is None:
+            raise InvalidInput(f"child {which} of run {self.id} has no run (it is {steps[index].status})")
+        return Run(run_id, home=self.home.root)
+
+    def status(self) -> Status:
+        """The current status, after crash detection and repair."""
+        from pisub.runs.reconcile import observe
+
+        return observe(self.paths)
+
+    def liveness(self, status: Status | None = None) -> str:
+        """``alive``, ``dead`` or ``unknown``: whether this host can prove the run's runner lives
+        (a run ended is ``dead``), for ``status`` (default: the current one); see spec/protocol.md
+        "Crash detection"."""
+        from pisub.backends import liveness
+
+        status = status if status is not None else self.status()
+        return "dead" if status.state.is_terminal else liveness(self.paths, status).value
+
+    def events(self) -> list[Event]:
+        """The run's events (``events.jsonl`` and a repairer's ``events.repair.jsonl``, by time)."""
+        from pisub.store.runs import read_events
+
+        return read_events(self.paths)
+
+    def placement(self) -> Placement:
+        """Where the run's runner lives (``placement.json``).
+
+        Raises:
+            ProtocolError: the file is malformed.
+        """
+        from pisub.store.runs import load_placement
+
+        return load_placement(self.paths)
+
+    def result(self) -> Result | None:
+        """The result, or None while the run has none."""
+        return load_result(self.paths)
+
+    def wait(self, timeout: float | None = None) -> Result:
+        """Block until the terminal status is written; the result.
+
+        Raises:
+            WaitTimeout: the run was still going after ``timeout`` seconds.
+        """
+        self.wait_until_terminal(_seconds(timeout, "timeout"))
+        result = self.result()
+        assert result is not None, "a terminal run always has a result"
+        return result
+
+    # -- control ------------------------------------------------------------------------
+    def send(self, request: Request) -> str:
+        """Publish a control request into the run's inbox; its id.
+
+        Raises:
+            InboxClosed: the run has finished (the request was not written, or withdrawn).
+        """
+        from pisub.store.mailbox import write_request
+
+        for what in ("message", "reason", "source"):
+            value = getattr(request, what, None)
+            if isinstance(value, str):
+                _text(value, what)
+        request_id = write_request(self.paths, request)
+        self._ring()
+        return request_id
+
+    def _ring(self) -> None:
+        """Ring the doorbell of a runner an engine placed (it may not see the inbox change)."""
+        from pisub.backends import backend_for
+        from pisub.protocol.placement import BackendName
+        from pisub.store.runs import load_placement
+
+        try:
+            placement = load_placement(self.paths)
+        except PisubError:
+            return  # the runner's safety scan finds the request
+        if placement.backend != BackendName.LOCAL:
+            backend_for(placement.backend).ring(placement)
+
+    def stop(
+        self, *, child: int | None = None, reason: str | None = None, wait: float = 3.0
+    ) -> tuple[str, Receipt | None]:
+        """Ask the run to stop (an inbox request) and wait up to ``wait`` seconds for its receipt;
+        the request id and the latest receipt. A whole run an engine placed whose runner gave no
+        receipt in time is cancelled through the engine as well (``scancel``: the runner takes
+        it as a stop).
+
+        Raises:
+            InboxClosed: the run has finished.
+        """
+        request_id = self.send_stop(child=child, reason=reason)
+        if wait <= 0:
+            return request_id, None
+        receipt = self.wait_for_receipt(request_id, wait)
+        if child is None and (receipt is None or receipt.state == ReceiptState.PENDING):
+            self._cancel()
+        return request_id, receipt
+
+    def _cancel(self) -> None:
+        from pisub.backends import backend_for
+        from pisub.store.runs import load_placement
+
+        try:
+            placement = load_placement(self.paths)
+        except PisubError:
+            return
+        if not self.status().state.is_terminal:
+            backend_for(placement.backend).cancel(placement)
+
+    def send_steer(
+        self, message: str, *, mode: str = "steer", child: int | None = None, source: str | None = "pisub"
+    ) -> str:
+        """Steer the child (``mode``: ``steer``, ``follow_up`` or ``auto``); the request id."""
+        if mode not in ("steer", "follow_up", "auto"):
+            raise InvalidInput(f"unknown mode {mode!r}; one of steer, follow_up, auto")
+        return self.send(Steer(v=1, message=message, mode=mode, child=child, source=source))  # type: ignore[arg-type]
+
+    def steer(
+        self,
+        message: str,
+        *,
+        mode: str = "steer",
+        child: int | None = None,
+        wait: float = 3.0,
+        recover: bool = True,
+        on_recovery: Callable[[str], None] | None = None,
+    ) -> tuple[str, Receipt | None]:
+        """Steer the child and wait up to ``wait`` seconds for the receipt; the request id and
+        the latest receipt (None when none came, or with ``wait`` 0).
+
+        With ``recover``, a plain steer (mode ``steer``, the run's one child) that a running pi
+        run has not taken in time triggers pause-and-revive (:mod:`pisub.api.revive`): the run is
+        paused and resumed with the message, and the receipt becomes ``recovered`` — or, when the
+        run does not pause in time, the recovery is abandoned without side effects.
+        ``on_recovery`` is told (with the request id) before a recovery starts.
+
+        Raises:
+            InboxClosed: the run has finished.
+        """
+        request_id = self.send_steer(message, mode=mode, child=child)
+        if wait <= 0:
+            return request_id, None
+        receipt = self.wait_for_receipt(request_id, wait)
+        unanswered = receipt is None or receipt.state == ReceiptState.PENDING
+        if recover and mode == "steer" and child in (None, 0) and unanswered and self._revivable():
+            from pisub.api.revive import revive
+
+            if on_recovery is not None:
+                on_recovery(request_id)
+            receipt = revive(self, request_id, message) or self.receipt(request_id)
+        return request_id, receipt
+
+    def _revivable(self) -> bool:
+        return self.manifest().agent.runner == "pi" and not self.status().state.is_terminal
+
+    def resume(self, message: str, *, timeout: float | None = None) -> Run:
+        """Continue this finished pi run's session in a new run (see :func:`resume`)."""
+        return resume(self.id, message, timeout=timeout, home=self.home.root)
+
+    def send_follow_up(self, message: str, *, child: int | None = None, source: str | None = "pisub") -> str:
+        return self.send(FollowUp(v=1, message=message, child=child, source=source))
+
+    def send_interrupt(
+        self, *, child: int | None = None, reason: str | None = None, source: str | None = "pisub"
+    ) -> str:
+        return self.send(Interrupt(v=1, child=child, reason=reason, source=source))
+
+    def send_stop(
+        self, *, child: int | None = None, reason: str | None = None, source: str | None = "pisub"
+    ) -> str:
+        return self.send(Stop(v=1, child=child, reason=reason, source=source))
+
+    def follow_up(self, message: str, *, child: int | None = None) -> tuple[str, Receipt | None]:
+        """A follow-up: a request to a running run, or a brief for a finished pi run.
+
+        Returns the request id and, for a brief, its ``scheduled`` receipt.
+
+        Raises:
+            NotResumable: the run is finished and cannot take briefs (stopped, not pi, no session).
+        """
+        if child is not None and (target := self._ended_child(child)) is not None:
+            return target.follow_up(message)  # a finished (retained) child: a brief for its resume
+        status = self.status()
+        if not status.state.is_terminal:
+            return self.send_follow_up(message, child=child), None
+        if child is not None:
+            steps = status.steps
+            if not 0 <= child < len(steps):
+                raise InvalidInput(f"run {self.id} has no child {child} (it has {len(steps)})")
+            raise InvalidInput(
+                f"child {steps[child].key or child} of run {self.id} never started ({steps[child].status}): "
+                "there is no session to follow up"
+            )
+        from pisub.runs.launch import resumable_session
+        from pisub.store.briefs import add_brief
+
+        session = resumable_session(self.id, status, self.manifest().agent.runner)
+        receipt = add_brief(self.paths, self.home.leases, session, self.id, _text(message, "message"))
+        return receipt.request_id, receipt
+
+    def _ended_child(self, index: int) -> Run | None:
+        """Child ``index``'s run when it has ended (its own follow-ups become briefs)."""
+        steps = self.status().steps
+        if not 0 <= index < len(steps) or steps[index].run_id is None:
+            return None
+        child = Run(steps[index].run_id or "", home=self.home.root)
+        try:
+            ended = child.status().state.is_terminal
+        except RunNotFound:
+            return None
+        return child if ended else None
+
+    def receipt(self, request_id: str) -> Receipt | None:
+        """The receipt of a request, or None while there is none."""
+        from pisub.store.mailbox import read_receipt
+
+        return read_receipt(self.paths, request_id)
+
+    def wait_for_receipt(self, request_id: str, timeout: float) -> Receipt | None:
+        """Wait until the request's receipt is past ``pending``; the latest receipt (None if none).
+
+        A run that ends meanwhile answers every request, so this never waits on a dead run
+        longer than the crash check takes.
+        """
+        crash_check = Every(0.5, now=False)  # a crashed runner's requests are answered by the repair
+
+        def answered() -> Receipt | None:
+            receipt = self.receipt(request_id)
+            if receipt is not None and receipt.state != ReceiptState.PENDING:
+                return receipt
+            if crash_check.due():
+                self.status()
+            return None
+
+        got = poll(answered, _seconds(timeout, "wait"), interval=0.02, first=0.005)
+        return got if got is not None else self.receipt(request_id)
+
+    def wait_until_terminal(self, timeout: float | None = None) -> Status:
+        """Block until the run's terminal status is written (with a crash check twice a second).
+
+        Raises:
+            WaitTimeout: the run was still going after ``timeout`` seconds.
+        """
+        liveness = Every(0.5)
+        last: list[Status] = []
+
+        def ended() -> Status | None:
+            status = self.status() if liveness.due() else load_status(self.paths)
+            last[:] = [status]
+            return self.status() if status.state.is_terminal else None
+
+        done = poll(ended, _seconds(timeout, "timeout"))
+        if done is None:
+            raise WaitTimeout(f"run {self.id} is still {last[0].state} after {timeout:g}s")
+        return done
+
+
+def retained_children(
+    *, parent: str | None = None, limit: int = 10, home: Path | None = None
+) -> list[Retained]:
+    """The ``limit`` most recently ended child runs (of workflow ``parent``, or of every run),
+    newest first, each ``resumable`` or not with the reason; continue one with
+    ``runs.run(key, resume=RUN_ID, ...)`` or ``pisub resume RUN``.
+
+    Raises:
+        InvalidInput: a bad limit. RunNotFound: no such parent.
+    """
+    from pisub.store.retained import retained
+
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise InvalidInput("limit must be 1 to 1000")
+    parent_id = Run(parent, home=home).id if parent is not None else None
+    statuses = list_runs(home=home, children=True)
+    return retained(open_home(home), statuses, parent_id, limit)
+
+
+def list_runs(
+    *,
+    home: Path | None = None,
+    state: RunState | None = None,
+    problems: list[str] | None = None,
+    children: bool = False,
+    agent: str | None = None,
+    since: float | None = None,
+    limit: int | None = None,
+) -> Iterator[Status]:
+    """Statuses of the top-level runs — with ``children``, of every run — after crash repair,
+    oldest first; only ``agent``'s, only those started in the last ``since`` seconds (by the
+    wall clock: a display filter), only the newest ``limit``.
+
+    A run whose files cannot be read is left out and described in ``problems``; a run removed
+    meanwhile (``pisub gc``) is left out silently.
+    """
+    from pisub.runs.listing import list_statuses
+
+    live_only = state is not None and not state.is_terminal
+    listing = list_statuses(open_home(home), live_only=live_only)
+    if problems is not None:
+        problems += listing.problems
+    statuses = [
+        st
+        for st in listing.statuses
+        if (state is None or st.state == state) and (children or st.parent_run_id is None)
+    ]
+    statuses.sort(key=lambda s: s.started_at)
+    if agent is not None:
+        statuses = [st for st in statuses if st.agent == agent]
+    if since is not None:
+        import datetime as dt
+
+        cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=since)
+        statuses = [st for st in statuses if _started(st) >= cutoff]
+    if limit is not None:
+        statuses = statuses[-limit:] if limit > 0 else []
+    return iter(statuses)
+
+
+def _started(st: Status) -> Any:
+    import datetime as dt
+
+    try:
+        when = dt.datetime.fromisoformat(st.started_at.replace("Z", "+00:00"))
+    except (ValueError, AttributeError):
+        return dt.datetime.max.replace(tzinfo=dt.UTC)  # unknown: never filtered out
+    return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
+
+
+def edit_agent(
+    op: str,
+    name: str | None = None,
+    *,
+    config: dict[str, Any] | None = None,
+    scope: str | None = None,
+    expect: str | None = None,
+    home: Path | None = None,
+    cwd: Path | None = None,
+) -> Path:
+    """Create, update, delete, disable, enable, eject or reset an agent file (``op``); the
+    file's path. ``config``: frontmatter keys in camelCase plus ``systemPrompt`` (and
+    ``scope`` for create); ``false`` or ``""`` clears a key. ``expect``: the SHA-256 of the
+    file as the caller read it (``pisub agents show --json``).
+
+    Raises:
+        InvalidInput, UnknownAgent, AgentConflict (the file changed, or exists already).
+    """
+    from pisub.agents import files as af
+    from pisub.errors import InvalidInput
+
+    h = open_home(home)
+    where = Path(cwd or os.getcwd()).resolve()
+    if op == "create":
+        fields = dict(config or {})
+        if scope is not None and fields.get("scope", scope) != scope:
+            raise InvalidInput(f"two scopes given: {scope!r} and config.scope {str(fields['scope'])[:16]!r}")
+        return af.create(h.agents, where, dict(fields, **({"scope": scope} if scope else {}))).path
+    if name is None:
+        raise InvalidInput(f"{op} needs the agent's name")
+    if op == "update":
+        return af.update(h.agents, where, name, dict(config or {}), scope=scope, expect=expect).path
+    if op == "delete":
+        return af.delete(h.agents, where, name, scope=scope, expect=expect)
+    if op in ("disable", "enable"):
+        return af.set_disabled(h.agents, where, name, op == "disable", scope=scope).path
+    if op == "eject":
+        return af.eject(h.agents, where, name, scope or "user").path
+    if op == "reset":
+        return af.reset(h.agents, where, name, scope=scope).path
+    raise InvalidInput(f"unknown agent operation {op[:32]!r}")
+
+
+def agent_file_sha(path: Path) -> str:
+    """The SHA-256 of an agent file's bytes (what ``expect`` names)."""
+    import hashlib
+
+    from pisub.core.fsio import read_bytes
+
+    return hashlib.sha256(read_bytes(path, limit=256 * 1024)).hexdigest()
+
+
+def pi_models(search: str | None = None) -> list[Model]:
+    """The models the pi pisub runs knows (``pi --list-models [search]``).
+
+    Raises:
+        LaunchFailed: pi is missing, or cannot list its models.
+    """
+    from pisub.children.pi.models import list_models
+    from pisub.children.pi.rpc import find_pi
+
+    return list_models(find_pi(), search)
+
+
+def wait_runs(
+    runs: list[Run],
+    *,
+    every: bool,
+    timeout: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[Run]:
+    """Block until one of ``runs`` (``every``: all of them) has its terminal status; the runs
+    that have ended, in the order given (with a crash check twice a second, so a run whose
+    runner died ends too). ``progress(ended, total)`` is called whenever the count changes.
+
+    Raises:
+        WaitTimeout: naming the runs still going after ``timeout`` seconds.
+        InvalidInput: no runs.
+    """
+    if not runs:
+        raise InvalidInput("give at least one run to wait for")
+    liveness = Every(0.5)
+    told = -1
+
+    def ended() -> list[Run] | None:
+        nonlocal told
+        check = liveness.due()
+        done = [r for r in runs if (r.status() if check else load_status(r.paths)).state.is_terminal]
+        if progress is not None and len(done) != told:
+            told = len(done)
+            progress(told, len(runs))
+        if every:
+            return done if len(done) == len(runs) else None
+        return done or None
+
+    found = poll(ended, _seconds(timeout, "timeout"))
+    if found is None:
+        going = [r.id[:8] for r in runs if not load_status(r.paths).state.is_terminal]
+        raise WaitTimeout(f"still going after {timeout:g}s: {', '.join(going)}")
+    return found

@@ -1,0 +1,1 @@
+"""Primitives that know nothing of runs: files, locks, polling, redaction, processes."""

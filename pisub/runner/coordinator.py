@@ -1,0 +1,614 @@
+"""The workflow run mode: a detached coordinator that starts many child runs.
+
+One thread runs the control loop (like a single run's supervisor: one selector over the signal
+pipe, the inbox watch, the children's inotify descriptor and a wake-up pipe); the workflow's
+``main`` runs in a thread of its own (:mod:`pisub.workflow.script`), child runners are started
+by a few launch threads. Every child is a real run (:mod:`pisub.runs.launch`) with its own
+runner; the coordinator journals each start before it creates the run and each end once it has
+the result (:mod:`pisub.store.journal`), mirrors the children's progress into its ``steps[]``,
+forwards control requests to them, and writes the workflow's result when ``main`` has returned
+and every child has ended.
+
+If the coordinator dies, its children go on under their own runners; ``pisub resume`` replays
+the script against the journal and re-attaches them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import os
+import queue
+import selectors
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pisub.core.redact import redact
+from pisub.errors import PisubError, storage_error
+from pisub.protocol.budget import UsageTotals
+from pisub.protocol.codec import encode, now_iso
+from pisub.protocol.control import Interrupt, ReceiptState, Request, Stop
+from pisub.protocol.env import ENV_RUN_DIR
+from pisub.protocol.manifest import Manifest
+from pisub.protocol.result import Details, ErrorCode, ErrorInfo, Result, TextContent
+from pisub.protocol.status import RunState
+from pisub.protocol.workflow import Shape
+from pisub.runner.lifecycle import (
+    FINAL_WRITE_S,
+    RETRY_S,
+    drain,
+    mark_running,
+    persist,
+    placed_by_engine,
+    take_signals,
+)
+from pisub.runner.recorder import Recorder, WriteTrouble, note
+from pisub.runner.tree import ProcessTree, Subreaper
+from pisub.store.journal import Journal, replay
+from pisub.store.lineage import markers
+from pisub.store.paths import RunPaths
+from pisub.store.results import truncate_output
+from pisub.store.runs import load_status, write_result
+from pisub.store.spawn_budget import SpawnBudget
+from pisub.workflow.children import ChildRuns
+
+if TYPE_CHECKING:
+    from pisub.protocol.lease import LeaseOwner
+    from pisub.runner.inbox import InboxWatcher
+    from pisub.runner.script_output import ScriptOutput
+    from pisub.runner.workflow_dispatch import WorkflowDispatcher
+    from pisub.workflow.script import ScriptThread
+
+Report = Callable[[dict[str, object]], None]
+
+STOP_WAIT_S = 60.0
+"""How long the coordinator waits for its children to end after it asked them to stop."""
+
+MAX_ERROR_CHARS = 8000
+"""The longest error message a workflow records (a script may raise a huge one)."""
+
+MAX_RETURN_BYTES = 16 * 1024 * 1024
+"""The largest return value of ``main`` that is encoded at all (the result keeps 200 KB of it)."""
+
+SCRIPT_GRACE_S = 5.0
+"""How long a cancelled script may take to return once its children have ended."""
+
+
+class Ending(enum.Enum):
+    """Why the workflow ends (the first one decides)."""
+
+    RETURNED = "returned"
+    STOP = "stop"
+    SIGNAL = "signal"
+    TIMEOUT = "timeout"
+    FAILED = "failed"
+    """The script raised, did not load, or left calls un-awaited."""
+    INTERRUPT = "interrupt"
+
+
+class Coordinator:
+    """Runs one workflow run to its end."""
+
+    def __init__(
+        self, paths: RunPaths, manifest: Manifest, report: Report, *, tree: ProcessTree | None = None
+    ) -> None:
+        assert manifest.workflow is not None
+        self.paths = paths
+        self.manifest = manifest
+        self.spec = manifest.workflow
+        self.report = report
+        self.home = paths.home
+        self.tree: ProcessTree = tree or Subreaper(manifest.run_id, paths.root.parent)
+        self.limits = manifest.limits
+        self.sel = selectors.DefaultSelector()
+        self.trouble = WriteTrouble()
+        self.recorder: Recorder | None = None
+        self.dispatcher: WorkflowDispatcher | None = None
+        self.inbox: InboxWatcher | None = None
+        self.children: ChildRuns | None = None
+        self.posted: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.lease: LeaseOwner | None = None
+        self.script: ScriptThread | None = None
+        self.script_result: tuple[Any, BaseException | None] | None = None
+        self.ending: Ending | None = None
+        self.end_error: ErrorInfo | None = None
+        self.return_text = ""
+        self.ending_since: float | None = None
+        self.started = time.monotonic()
+        self.signalled: int | None = None
+        self.scan_due = True
+        self.next_scan = 0.0
+        self.children_ended_at: float | None = None
+        self.script_output: ScriptOutput | None = None
+
+    # == the run ========================================================================
+    def run(self) -> int:
+        """Coordinate the workflow to its end; the runner's exit code."""
+        self._install_signals()
+        try:
+            if not self._startup():
+                return 1
+            self._start_inbox()
+            self._capture_script_output()
+            self._start_script()
+            self._loop()
+            finished = self._finish()
+            if finished and self.recorder is not None:
+                from pisub.store.on_done import after_end  # after the terminal status: it never delays it
+
+                after_end(self.paths, self.manifest, self.recorder.status.state.value)
+            return 0 if finished else 1
+        except BaseException:
+            note("the coordinator is failing: asking its children to stop")
+            if self.children is not None:
+                with contextlib.suppress(Exception):
+                    self.children.end_all(Stop)
+            raise
+        finally:
+            if self.script_output is not None:
+                self.script_output.close()
+
+    def _install_signals(self) -> None:
+        take_signals(self.sel, self._on_signal, self._on_doorbell)
+        self.sel.register(self.wake_r, selectors.EVENT_READ, lambda _mask: drain(self.wake_r))
+
+    def _on_doorbell(self, _signum: int, _frame: object) -> None:
+        self.scan_due = True
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.signalled = signum
+
+    def _startup(self) -> bool:
+        from pisub.store.leases import LeaseHeld, acquire
+
+        status = mark_running(load_status(self.paths))
+        self.recorder = Recorder(self.paths, status, self.trouble)
+        try:
+            self.lease = acquire(
+                self.home.leases, self.spec.journal, self.manifest.run_id, self.manifest.resumed_from
+            )
+            replayed = replay(Path(self.spec.journal))
+            journal = Journal(Path(self.spec.journal))
+            journal.owned_by(self.manifest.run_id)
+        except (LeaseHeld, PisubError, OSError) as exc:
+            self._fail_startup(f"cannot take over the workflow's journal: {exc}")
+            return False
+        try:
+            self._create_usage_budget()
+        except (PisubError, OSError) as exc:
+            self._fail_startup(f"cannot set the usage budget: {exc}")
+            return False
+        try:  # before anything runs: every run started inside the tree from now on is charged
+            SpawnBudget(self.home.budgets, self.spec.budget, self.spec.max_spawns).ensure()
+        except PisubError as exc:
+            self._fail_startup(f"cannot set the spawn budget: {exc.message}")
+            return False
+        self.children = ChildRuns(self, self.home, self.manifest, status.steps, journal, replayed)
+        if self.children.watch.fd is not None:
+            self.sel.register(self.children.watch.fd, selectors.EVENT_READ, lambda _mask: None)
+        try:
+            self.recorder.commit(required=True)
+        except OSError as exc:
+            self.report({"ok": False, "error": storage_error(exc, "write", self.paths.status).message})
+            raise
+        # The script runs in this process: what it starts (a process, pisub.launch) carries this
+        # run's markers, like any run's child — a run it launches is this run's child run.
+        os.environ.update(
+            markers(
+                self.manifest.run_id, self.manifest.root_run_id, self.manifest.depth, self.manifest.max_depth
+            )
+        )
+        os.environ[ENV_RUN_DIR] = str(self.paths.root)
+        self.event("run.started", pid=os.getpid())
+        self.event("lease.acquired", generation=self.lease.generation, journal=self.spec.journal)
+        if replayed.skipped:
+            self.event("workflow.journal_skipped", lines=replayed.skipped)
+        self.report({"ok": True, "pid": os.getpid()})
+        return True
+
+    def _create_usage_budget(self) -> None:
+        """A top-level workflow's usage budget, with the per-child estimate of the config."""
+        if self.spec.usage_budget is None:
+            return
+        from pisub import defaults
+        from pisub.store.config import load_config
+        from pisub.store.usage_budget import UsageBudget
+
+        configured = load_config(self.home.root).budgets
+        UsageBudget(self.home.budgets, self.spec.budget).create(
+            self.spec.usage_budget,
+            configured.usage_estimate_tokens or defaults.USAGE_ESTIMATE_TOKENS,
+            configured.usage_estimate_cost_usd or defaults.USAGE_ESTIMATE_COST_USD,
+        )
+
+    def _fail_startup(self, message: str) -> None:
+        from pisub.store.mailbox import close_inbox, settle_closed_inbox
+
+        close_inbox(self.paths, "failed")
+        settle_closed_inbox(self.paths, self.manifest.run_id, "the run failed to start")
+        self.end_error = ErrorInfo(code=ErrorCode.SUBAGENT_FAILED, message=message)
+        self.ending = Ending.FAILED
+        self._write_end(time.monotonic() + FINAL_WRITE_S)
+        self.report({"ok": False, "error": message})
+
+    def _start_inbox(self) -> None:
+        from pisub.runner.inbox import InboxWatcher
+        from pisub.runner.workflow_dispatch import WorkflowDispatcher
+
+        assert self.recorder is not None
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.sel.register(wake_r, selectors.EVENT_READ, lambda _mask: self._inbox_woke(wake_r))
+        self.inbox = InboxWatcher(self.paths.inbox / "new", wake_w, shared=placed_by_engine(self.manifest))
+        self.recorder.status.inbox = self.inbox.start()
+        self.dispatcher = WorkflowDispatcher(
+            self.paths,
+            self.manifest.run_id,
+            self.recorder.status.steering,
+            self,
+            self.recorder.touch,
+            self.event,
+            self.trouble,
+        )
+        self.recorder.commit()
+
+    def _inbox_woke(self, fd: int) -> None:
+        drain(fd)
+        self.scan_due = True
+
+    def _capture_script_output(self) -> None:
+        """The script's prints go to ``script.log``, capped, from now on (never to runner.log)."""
+        from pisub.runner.script_output import ScriptOutput
+
+        output = ScriptOutput(self.paths.script_log, self.limits.output_cap, self._script_output_capped)
+        try:
+            output.start()
+        except OSError as exc:
+            self.trouble("capture the script's output", exc)
+            return
+        self.script_output = output
+
+    def _script_output_capped(self, cap: int) -> None:
+        """From the output's reader thread: the cap was reached (said once, on the loop)."""
+        path = str(self.paths.script_log)
+        self.post(lambda: self.event("workflow.script_output_capped", cap=cap, path=path))
+
+    def _report_script_output(self) -> None:
+        """What the script printed past the cap: counted in one event before the result."""
+        output = self.script_output
+        if output is None:
+            return
+        output.flush()
+        if output.dropped:
+            self.event(
+                "workflow.script_output_dropped",
+                cap=output.sink.cap,
+                kept=output.sink.written,
+                dropped=output.dropped,
+                path=str(self.paths.script_log),
+            )
+
+    def _start_script(self) -> None:
+        from pisub.workflow.api import Runs, State
+        from pisub.workflow.script import MainFn, ScriptThread, load_main
+
+        state: Any = None
+        if self.spec.state_ns is not None:
+            from pisub.store.shared_state import StateNamespace
+
+            state = State(StateNamespace(self.home.state, self.spec.state_ns))
+        assert self.children is not None
+        runs = Runs(self.children)
+        spec, script, name = self.spec, self.paths.workflow_script, self._script_name
+
+        def load() -> MainFn:
+            if spec.shape == Shape.WORKFLOW:
+                return load_main(script, name)
+            from pisub.workflow.shapes import shape_main
+
+            return shape_main(spec)
+
+        self.script = ScriptThread(load, (runs, state, dict(self.spec.args)), self._script_done)
+        self.event("workflow.started", shape=self.spec.shape.value)
+        self.script.start()
+
+    def _script_done(self, value: Any, error: BaseException | None) -> None:
+        """Called from the script's thread."""
+        self.post(lambda: self._script_finished(value, error))
+
+    @property
+    def _script_name(self) -> str:
+        """The script's own file name (the run holds a copy named ``workflow.py``)."""
+        return Path(self.spec.script).name if self.spec.script else "workflow.py"
+
+    # == the loop ======================================================================
+    def post(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the control loop (from any thread)."""
+        self.posted.put(fn)
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self.wake_w, b"w")
+
+    def _loop(self) -> None:
+        assert self.recorder is not None
+        while True:
+            now = time.monotonic()
+            self._run_posted()
+            self._check_limits(now)
+            self._tend_children(now)
+            self._scan_inbox(now)
+            if self._done(now):
+                return
+            for key, mask in self.sel.select(self._next_timeout(now)):
+                key.data(mask)
+            self.recorder.flush_due()
+            self.tree.reap(None)
+
+    def _run_posted(self) -> None:
+        while True:
+            try:
+                fn = self.posted.get_nowait()
+            except queue.Empty:
+                return
+            fn()
+
+    def _next_timeout(self, now: float) -> float:
+        assert self.recorder is not None
+        candidates = [1.0]
+        if self.children is not None:
+            candidates.append(self.children.next_poll - now)
+        if self.inbox is not None:
+            candidates.append(0.0 if self.scan_due else self.next_scan - now)
+        if self.limits.timeout is not None and self.ending is None:
+            candidates.append(self.started + self.limits.timeout - now)
+        if self.ending_since is not None:
+            candidates.append(0.2)
+        flush = self.recorder.next_flush_in()
+        if flush is not None:
+            candidates.append(flush)
+        return max(0.0, min(candidates))
+
+    def _check_limits(self, now: float) -> None:
+        if self.signalled is not None and self.ending is None:
+            self._end(Ending.SIGNAL, f"Workflow stopped: the runner received signal {self.signalled}.")
+        timeout = self.limits.timeout
+        if timeout is not None and self.ending is None and now >= self.started + timeout:
+            self._end(Ending.TIMEOUT, f"Workflow exceeded maximum runtime after {timeout:g}s.")
+
+    def _scan_inbox(self, now: float) -> None:
+        if self.dispatcher is None or self.inbox is None:
+            return
+        if self.scan_due or now >= self.next_scan:
+            self.scan_due = False
+            self.dispatcher.scan()
+            retry = RETRY_S if self.dispatcher.unpublished else self.inbox.poll_interval
+            self.next_scan = now + min(retry, self.inbox.poll_interval)
+
+    def _tend_children(self, now: float) -> None:
+        if self.children is not None:
+            if self.ending is None:
+                self.children.launch_waiting()
+            self.children.check(now)
+
+    def _done(self, now: float) -> bool:
+        """Whether the workflow may finish: it is ending, its children have ended (or did not
+        end in time after it asked them to), and ``main`` has returned (or ignored its cancel
+        for :data:`SCRIPT_GRACE_S`)."""
+        if self.ending is None or self.ending_since is None:
+            return False
+        if self.children is not None and self.children.active():
+            if now - self.ending_since <= STOP_WAIT_S:
+                return False
+            self.children.give_up("the child did not end in time after the workflow asked it to")
+        if self.script_result is not None:
+            return True
+        if self.children_ended_at is None:
+            self.children_ended_at = now
+        return now - self.children_ended_at > SCRIPT_GRACE_S
+
+    # == the end =======================================================================
+    def _end(self, why: Ending, message: str | None = None, code: str | None = None) -> None:
+        """Begin the workflow's end: cancel ``main``, stop (or pause) every child, drop the queued."""
+        if self.ending is not None:
+            return
+        self.ending = why
+        self.ending_since = time.monotonic()
+        if message is not None:
+            if code is None:
+                code = ErrorCode.SUBAGENT_TIMEOUT if why is Ending.TIMEOUT else ErrorCode.SUBAGENT_FAILED
+            self.end_error = ErrorInfo(
+                code=code, message=redact(message[: MAX_ERROR_CHARS * 4])[:MAX_ERROR_CHARS]
+            )
+        self.event("workflow.ending", reason=why.name.lower(), message=message)
+        if why is not Ending.RETURNED and self.script is not None:
+            self.script.cancel()
+        if self.children is not None:
+            self.children.end_all(Interrupt if why is Ending.INTERRUPT else Stop)
+
+    def _script_finished(self, value: Any, error: BaseException | None) -> None:
+        self.script_result = (value, error)
+        if self.ending is not None:
+            return
+        if error is not None:
+            from pisub.errors import WorkflowFailed
+            from pisub.workflow.script import describe
+
+            if isinstance(error, WorkflowFailed):
+                self.return_text = error.text[:MAX_RETURN_BYTES] if isinstance(error.text, str) else ""
+                self._end(Ending.FAILED, error.message)
+            elif isinstance(error, asyncio.CancelledError):
+                self._end(Ending.FAILED, "the workflow's main was cancelled")
+            else:
+                where = describe(error, self.paths.workflow_script, self._script_name)
+                # A pisub error the script let through keeps its code (RUN_FANOUT_LIMIT, ...).
+                code = error.code if isinstance(error, PisubError) else None
+                self._end(Ending.FAILED, f"the workflow failed: {where}", code)
+            return
+        leftovers = self.children.leftovers() if self.children is not None else []
+        if leftovers:
+            self._end(Ending.FAILED, "main returned before these calls were awaited: " + ", ".join(leftovers))
+            return
+        try:
+            self.return_text = _returned_text(value)
+        except PisubError as exc:
+            self._end(Ending.FAILED, f"main returned a value that is not JSON: {exc.message}")
+            return
+        never_ran = self.children.never_ran() if self.children is not None else []
+        if never_ran:  # its result would hold a child that did not run: never complete
+            self._end(
+                Ending.FAILED,
+                f"these children never started (their launch did not get to their start): "
+                f"{', '.join(never_ran)}; `pisub resume {self.manifest.run_id}` starts them",
+            )
+            return
+        self._end(Ending.RETURNED)
+
+    def _finish(self) -> bool:
+        deadline = time.monotonic() + FINAL_WRITE_S
+        with contextlib.suppress(Exception):
+            self.tree.end_leftovers(None, self.limits.grace)  # anything the script itself started
+        dispatcher = self.dispatcher
+        state = self._final_state()
+        note(f"the workflow ends {state.value}" + (f": {self.end_error.message}" if self.end_error else ""))
+        if dispatcher is not None:
+            dispatcher.fail_open("the workflow ended before the request was answered")
+            if not self._persist("answer the inbox", lambda: dispatcher.close(state.value), deadline):
+                return False
+        if self.inbox is not None:
+            self.inbox.stop()
+        self._report_script_output()
+        return self._write_end(deadline)
+
+    def _final_state(self) -> RunState:
+        return {
+            Ending.RETURNED: RunState.COMPLETE,
+            Ending.STOP: RunState.STOPPED,
+            Ending.SIGNAL: RunState.STOPPED,
+            Ending.INTERRUPT: RunState.PAUSED,
+        }.get(Ending.FAILED if self.ending is None else self.ending, RunState.FAILED)
+
+    def _result(self, state: RunState) -> Result:
+        singles = self.children.results() if self.children is not None else []
+        error = self.end_error
+        if state is RunState.COMPLETE:
+            text = self.return_text
+        elif error is not None:
+            text = f"{error.code}: {error.message}"
+            if self.return_text:
+                text += "\n\n" + self.return_text
+        else:
+            text = f"Workflow {state.value}."
+        text, _cut = truncate_output(redact(text), None)
+        return Result(
+            v=1,
+            state=state.value,  # type: ignore[arg-type]
+            ended_at=now_iso(),
+            content=[TextContent(type="text", text=text)],
+            details=Details(
+                mode=self.spec.shape.value,
+                run_id=self.manifest.run_id,
+                results=singles,
+                error=error,
+            ),
+        )
+
+    def _write_end(self, deadline: float) -> bool:
+        rec = self.recorder
+        assert rec is not None
+        state = self._final_state()
+        if state is RunState.STOPPED and self.end_error is None:
+            self.end_error = ErrorInfo(code=ErrorCode.SUBAGENT_FAILED, message="Workflow stopped by request.")
+        result = self._result(state)
+        if self.children is not None:
+            self.children.close()
+        # before result.json (readers take a result as the end): a resume that sees it finds
+        # the journal's lease free; nothing writes the journal any more
+        if self.lease is not None:
+            from pisub.store.leases import release
+
+            lease = self.lease
+            self._persist("release the journal's lease", lambda: release(self.home.leases, lease), deadline)
+            self.lease = None
+        if not self._persist("write result.json", lambda: write_result(self.paths, result), deadline):
+            return False
+        rec.status.state = state
+        rec.status.error = self.end_error
+        rec.status.ended_at = result.ended_at
+        if not self._persist("write the terminal status.json", lambda: rec.commit(required=True), deadline):
+            return False
+        rec.event("run.finished", state=state.value)
+        rec.close()
+        return True
+
+    def _persist(self, what: str, write: Callable[[], object], deadline: float) -> bool:
+        return persist(self.trouble, what, write, deadline)
+
+    # == control (called by the dispatcher, on the loop) ======================================
+    def route(self, child: int | None) -> list[int] | str:
+        if self.children is None:
+            return "the workflow has no children"
+        return self.children.route(child)
+
+    def forward(self, index: int, request_id: str, request: Request) -> str | None:
+        assert self.children is not None
+        return self.children.forward(index, request_id, request)
+
+    def stop_workflow(self, reason: str | None) -> str | None:
+        if self.ending is not None:
+            return "the workflow is already ending"
+        self._end(Ending.STOP, "Workflow stopped by request." + (f" ({reason})" if reason else ""))
+        return None
+
+    def interrupt_workflow(self, reason: str | None) -> str | None:
+        if self.ending is not None:
+            return "the workflow is already ending"
+        self._end(Ending.INTERRUPT)
+        return None
+
+    # == bookkeeping ===================================================================
+    def event(self, type_: str, child: int | None = None, **data: object) -> None:
+        if self.recorder is not None:
+            self.recorder.event(type_, child, **data)
+
+    def touch(self) -> None:
+        if self.recorder is not None:
+            self.recorder.touch()
+
+    def commit(self) -> None:
+        if self.recorder is not None:
+            self.recorder.commit()
+
+    def receipt_moved(self, request_id: str, index: int, state: ReceiptState, reason: str | None) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.update_target(request_id, index, state, reason)
+
+    def usage(self, totals: UsageTotals) -> None:
+        if self.recorder is None:
+            return
+        before = self.recorder.status.usage
+        self.recorder.status.usage = totals
+        for flag, event in (
+            ("soft_reached", "budget.usage_soft_reached"),
+            ("hard_reached", "budget.usage_spent"),
+        ):
+            if getattr(totals, flag) and not (before is not None and getattr(before, flag)):
+                self.event(event, tokens=totals.tokens, costUsd=totals.cost_usd)
+
+
+def _returned_text(value: Any) -> str:
+    """What ``main`` returned, as the result's text: a string as it is, anything else as JSON.
+
+    Raises:
+        InvalidInput: it is not JSON, or too large.
+    """
+    from pisub.errors import InvalidInput
+    from pisub.store.shared_state import plain_json
+
+    if isinstance(value, str):
+        return value[:MAX_RETURN_BYTES]
+    data = encode(plain_json(value, "the value"))
+    if len(data) > MAX_RETURN_BYTES:
+        raise InvalidInput(f"the value is larger than {MAX_RETURN_BYTES} bytes as JSON")
+    return data.decode("utf-8")

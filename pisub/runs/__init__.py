@@ -1,0 +1,1 @@
+"""A run seen from outside: launch it, read, list and repair it."""

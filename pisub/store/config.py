@@ -1,0 +1,182 @@
+"""The user's configuration: ``<home>/config.toml``, defaults for settings a call and an agent
+file may also give. Precedence everywhere: the call (CLI flag, API argument, workflow child
+field) → the agent's frontmatter → this file → an environment variable (where one exists) →
+pisub's built-in default. Input from outside, so strict: an unknown key or a wrong type is an
+error naming ``config.toml`` and the field."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from pisub import defaults
+from pisub.errors import InvalidInput, PisubError
+from pisub.protocol.codec import convert
+from pisub.protocol.config import Config
+from pisub.protocol.manifest import LimitValues, seconds_of_ms
+from pisub.protocol.workflow import DEFAULT_CONCURRENCY, DEFAULT_MAX_SPAWNS
+from pisub.termsafe import printable
+
+MAX_CONFIG_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One effective setting and where it came from."""
+
+    name: str
+    value: Any
+    source: str
+    """``config.toml``, ``env PISUB_…`` or ``default``."""
+
+
+def config_path(home_root: Path) -> Path:
+    return home_root / "config.toml"
+
+
+def load_config(home_root: Path) -> Config:
+    """The configuration (an empty one when there is no file).
+
+    Raises:
+        InvalidInput: it cannot be read (a symlink, a FIFO, too large), is not TOML, or has an
+            unknown key or a bad value — naming the file and the field.
+    """
+    from pisub.core.fsio import read_bytes
+
+    path = config_path(home_root)
+    shown = printable(os.fspath(path))
+    try:
+        data = read_bytes(path, limit=MAX_CONFIG_BYTES)
+    except FileNotFoundError:
+        return Config()
+    except OSError as exc:
+        raise InvalidInput(f"{shown} cannot be read: {exc.strerror or exc}; fix or remove it") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise InvalidInput(f"{shown} is larger than {MAX_CONFIG_BYTES} bytes; shorten it")
+    try:
+        table = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
+        raise InvalidInput(f"{shown} is not valid TOML: {exc}") from None
+    try:
+        return convert(table, Config, shown)
+    except PisubError as exc:
+        raise InvalidInput(exc.message.replace("`$.", "`")) from None
+
+
+def config_limits(config: Config) -> LimitValues:
+    """The ``[limits]`` section as a source of :meth:`Limits.resolve`."""
+    section = config.limits
+    return LimitValues(
+        timeout=section.timeout,
+        idle_timeout=section.idle_timeout,
+        output_cap=section.output_cap,
+        output_hard_cap=section.output_hard_cap,
+        tool_timeout=seconds_of_ms(section.tool_timeout_ms),
+        tool_timeout_exempt=section.tool_timeout_exempt,
+        checkpoint_before_deadline=seconds_of_ms(section.checkpoint_before_deadline_ms),
+        tool_budget=section.tool_budget.budget() if section.tool_budget is not None else None,
+    )
+
+
+ENV_TOOL_TIMEOUT_MS = "PISUB_TOOL_TIMEOUT_MS"
+
+
+def env_limits(env: dict[str, str] | None = None) -> LimitValues:
+    """The limits the environment gives (below the config file): ``PISUB_TOOL_TIMEOUT_MS``.
+
+    Raises:
+        InvalidInput: it is not a whole number of milliseconds from 1 to 2**31-1.
+    """
+    env = dict(os.environ) if env is None else env
+    text = env.get(ENV_TOOL_TIMEOUT_MS, "").strip()
+    if not text:
+        return LimitValues()
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 2**31 - 1):
+        raise InvalidInput(
+            f"{ENV_TOOL_TIMEOUT_MS}={text[:40]!r}: give a whole number of milliseconds (1 to 2147483647)"
+        )
+    return LimitValues(tool_timeout=int(text) / 1000)
+
+
+def effective(home_root: Path, env: dict[str, str] | None = None) -> list[Setting]:
+    """Every setting this file may hold, with its value when neither a call nor an agent sets
+    it, and where that value comes from.
+
+    Raises:
+        InvalidInput: the file is bad (see :func:`load_config`).
+    """
+    from pisub.store.lineage import caller_lineage
+
+    config = load_config(home_root)
+    config_limits(config).check(os.fspath(config_path(home_root)))  # as a run checks them
+    env = dict(os.environ) if env is None else env
+    rows = []
+    limit_defaults: dict[str, Any] = {
+        "timeout": defaults.DEFAULT_TIMEOUT_S,
+        "idle_timeout": defaults.DEFAULT_IDLE_TIMEOUT_S,
+        "output_cap": defaults.DEFAULT_OUTPUT_CAP,
+        "output_hard_cap": defaults.DEFAULT_OUTPUT_HARD_CAP,
+    }
+    for name, default in limit_defaults.items():
+        rows.append(_pick(f"limits.{name}", getattr(config.limits, name), default))
+    tool_ms = config.limits.tool_timeout_ms
+    if tool_ms is not None:
+        rows.append(Setting("limits.tool_timeout_ms", tool_ms, "config.toml"))
+    elif env.get(ENV_TOOL_TIMEOUT_MS, "").strip():
+        env_ms = env_limits(env).tool_timeout
+        rows.append(
+            Setting("limits.tool_timeout_ms", round((env_ms or 0) * 1000), f"env {ENV_TOOL_TIMEOUT_MS}")
+        )
+    else:
+        fast = ", ".join(defaults.FAST_TOOLS)
+        rows.append(
+            Setting(
+                "limits.tool_timeout_ms", f"{defaults.FAST_TOOL_TIMEOUT_S * 1000:g} for {fast}", "default"
+            )
+        )
+    rows.append(_pick("limits.tool_timeout_exempt", config.limits.tool_timeout_exempt, []))
+    rows.append(
+        _pick("limits.checkpoint_before_deadline_ms", config.limits.checkpoint_before_deadline_ms, None)
+    )
+    budget = config.limits.tool_budget
+    shown = msgspec.to_builtins(budget) if budget is not None else None
+    rows.append(_pick("limits.tool_budget", shown, None))
+    rows.append(_pick("workflow.concurrency", config.workflow.concurrency, DEFAULT_CONCURRENCY))
+    rows.append(_pick("workflow.max_spawns", config.workflow.max_spawns, DEFAULT_MAX_SPAWNS))
+    rows.append(_pick("acceptance.infer", config.acceptance.infer, True))
+    rows.append(_pick("acceptance.reviewer", config.acceptance.reviewer, "reviewer"))
+    rows.append(_pick("acceptance.verify_env", config.acceptance.verify_env, []))
+    rows.append(
+        _pick(
+            "budgets.usage_estimate_tokens",
+            config.budgets.usage_estimate_tokens,
+            defaults.USAGE_ESTIMATE_TOKENS,
+        )
+    )
+    rows.append(
+        _pick(
+            "budgets.usage_estimate_cost_usd",
+            config.budgets.usage_estimate_cost_usd,
+            defaults.USAGE_ESTIMATE_COST_USD,
+        )
+    )
+    backend = config.placement.backend.value if config.placement.backend is not None else None
+    rows.append(_pick("placement.backend", backend, "local"))
+    rows.append(_pick("placement.heartbeat_ttl", config.placement.heartbeat_ttl, defaults.HEARTBEAT_TTL_S))
+    slurm = config.slurm
+    for key in ("partition", "time", "cpus", "mem", "sbatch"):
+        rows.append(_pick(f"slurm.{key}", getattr(slurm, key) if slurm is not None else None, None))
+    depth_source = "env PISUB_MAX_DEPTH" if env.get("PISUB_MAX_DEPTH") else "default"
+    rows.append(Setting("depth.max_depth", caller_lineage(env).max_depth, depth_source))
+    return rows
+
+
+def _pick(name: str, configured: Any, default: Any) -> Setting:
+    if configured is not None:
+        return Setting(name, configured, "config.toml")
+    return Setting(name, default, "default")

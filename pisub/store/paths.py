@@ -1,0 +1,363 @@
+"""Where things live: the home, run-id validation, and every name inside a run directory."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from pisub.core.fsio import trust_home
+from pisub.defaults import MIN_PREFIX
+from pisub.errors import HomeUnusable, InvalidInput
+from pisub.protocol.env import RUN_MARKERS
+
+RUN_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_PREFIX_RE = re.compile(r"[0-9a-f][0-9a-f-]{0,35}")
+
+STATUS_FILE = "status.json"
+ANSWERED_MARKER = "answered"
+INBOX_BOXES = ("tmp", "new", "cur", "rejected")
+
+
+def without_markers(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without :data:`RUN_MARKERS`: a runner started from inside another run's
+    child must not carry that run's markers (a repair of that run ends the processes that do)."""
+    return {k: v for k, v in environ.items() if k not in RUN_MARKERS}
+
+
+MAX_HOME_BYTES = 2048
+"""Longest home path: the deepest path pisub makes inside a run adds about 500 bytes to it
+(a 200-character request id, its collision suffix and temp name), and PATH_MAX is 4096."""
+
+
+def validate_run_ref(ref: str) -> str:
+    """Check that ``ref`` is a run id or a prefix of one, before any disk access.
+
+    Returns the reference lower-cased.
+
+    Raises:
+        InvalidInput: for anything that is not hex digits and dashes of at least
+            :data:`~pisub.defaults.MIN_PREFIX` characters (``../x``, ``/abs``, empty).
+    """
+    norm = ref.lower()
+    if not norm.strip():
+        raise InvalidInput("run id is empty")
+    if not _PREFIX_RE.fullmatch(norm):
+        raise InvalidInput(f"not a run id or prefix: {ref!r} (expected hex digits and dashes)")
+    if len(norm) < MIN_PREFIX:
+        raise InvalidInput(f"run id prefix {ref!r} is too short: give at least {MIN_PREFIX} characters")
+    return norm
+
+
+def is_run_id(name: str) -> bool:
+    """Whether ``name`` is a complete run id (a lower-case UUID)."""
+    return RUN_ID_RE.fullmatch(name) is not None
+
+
+def default_home(env: Mapping[str, str] | None = None) -> Path:
+    """``$PISUB_HOME``, else ``$XDG_STATE_HOME/pisub``, else ``~/.local/state/pisub``."""
+    env = os.environ if env is None else env
+    if env.get("PISUB_HOME"):
+        return Path(env["PISUB_HOME"]).expanduser().absolute()
+    xdg = env.get("XDG_STATE_HOME")
+    base = Path(xdg).expanduser() if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "state"
+    return (base / "pisub").absolute()
+
+
+@dataclass(frozen=True)
+class Home:
+    """The pisub home directory and its fixed subfolders."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        trust_home(self.root)  # below it, no folder is reached through a symlink
+
+    @property
+    def runs(self) -> Path:
+        return self.root / "runs"
+
+    @property
+    def agents(self) -> Path:
+        return self.root / "agents"
+
+    @property
+    def leases(self) -> Path:
+        return self.root / "leases"
+
+    @property
+    def cache(self) -> Path:
+        """Things pisub can always recompute (detected pi versions)."""
+        return self.root / "cache"
+
+    @property
+    def state(self) -> Path:
+        """Workflow state namespaces: ``state/<ns>.json`` and its lock ``state/<ns>.lock``."""
+        return self.root / "state"
+
+    @property
+    def clock_probe(self) -> Path:
+        """A file whose mtime a reader sets to "now" to read the file server's clock."""
+        return self.cache / "clock-probe"
+
+    @property
+    def budgets(self) -> Path:
+        """Spawn budgets of root runs: ``budgets/<root run id>/``."""
+        return self.root / "budgets"
+
+    @property
+    def worktrees(self) -> Path:
+        """Where isolated children's git worktrees live: ``$PISUB_WORKTREES``, else
+        ``worktrees/`` here; one root per repository, ``<that>/<repository name>/``."""
+        given = os.environ.get("PISUB_WORKTREES")
+        return Path(given).expanduser() if given else self.root / "worktrees"
+
+    @property
+    def live_index(self) -> Path:
+        """The index of runs not known to have ended: ``index/live/<run id>``, empty files
+        (:mod:`pisub.store.live_index`)."""
+        return self.root / "index" / "live"
+
+    @property
+    def live_index_ok(self) -> Path:
+        """Written after a rebuild: ``index/live/`` names every run that had not ended."""
+        return self.root / "index" / "live.ok"
+
+    @property
+    def gc_lock(self) -> Path:
+        """What ``pisub gc`` locks (one at a time): the ``runs`` directory itself."""
+        return self.runs
+
+    def run(self, run_id: str) -> RunPaths:
+        """The paths of run ``run_id`` (which must be a complete, valid id)."""
+        if not is_run_id(run_id):
+            raise InvalidInput(f"not a run id: {run_id!r}")
+        return RunPaths(self.runs / run_id)
+
+
+def open_home(root: Path | None = None, *, create: bool = True) -> Home:
+    """Resolve the home and make sure it is a private directory.
+
+    A home with group or other permission bits is tightened to 0700 (with a note on
+    stderr); one owned by another user is refused.
+
+    Raises:
+        HomeUnusable: the home cannot be created, is not a directory, or is not ours.
+    """
+    home = Home(root if root is not None else default_home())
+    size = len(os.fsencode(home.root))
+    if size > MAX_HOME_BYTES:
+        raise HomeUnusable(
+            f"the pisub home path is {size} bytes long; it may be at most {MAX_HOME_BYTES} bytes, so that "
+            "every path inside a run stays within the system's limit: set PISUB_HOME to a shorter path"
+        )
+    try:
+        if create:
+            _ensure_private_dir(home.root)
+            _ensure_private_dir(home.runs)
+    except OSError as exc:
+        raise HomeUnusable(f"cannot use pisub home {home.root}: {exc.strerror or exc}") from exc
+    return home
+
+
+def _ensure_private_dir(path: Path) -> None:
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = path.lstat()
+    if stat.S_ISLNK(st.st_mode):
+        st = path.stat()
+    if not stat.S_ISDIR(st.st_mode):
+        raise HomeUnusable(f"pisub home {path} exists and is not a directory")
+    if st.st_uid != os.getuid():
+        raise HomeUnusable(
+            f"pisub home {path} belongs to uid {st.st_uid}, not to you (uid {os.getuid()}); "
+            "set PISUB_HOME to a directory of your own"
+        )
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o700)
+        print(f"pisub: tightened permissions of {path} to 0700", file=sys.stderr)
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """The one place that names every file and folder of a run directory (``spec/protocol.md``
+    says who writes each)."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        trust_home(self.root.parent.parent)  # its home: no folder below is reached through a symlink
+
+    @property
+    def run_id(self) -> str:
+        return self.root.name
+
+    @property
+    def home(self) -> Home:
+        """The home this run lives in (``<home>/runs/<id>``)."""
+        return Home(self.root.parent.parent)
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "manifest.json"
+
+    @property
+    def placement(self) -> Path:
+        """Where the runner lives (:class:`~pisub.protocol.placement.Placement`), by the launcher."""
+        return self.root / "placement.json"
+
+    @property
+    def heartbeat(self) -> Path:
+        """The runner's lease on the run directory (Slurm runs), by the runner."""
+        return self.root / "heartbeat.json"
+
+    @property
+    def status(self) -> Path:
+        return self.root / STATUS_FILE
+
+    @property
+    def events(self) -> Path:
+        return self.root / "events.jsonl"
+
+    @property
+    def repair_events(self) -> Path:
+        """Events a repairing reader writes (``run.repaired``) for a run an engine placed."""
+        return self.root / "events.repair.jsonl"
+
+    @property
+    def result(self) -> Path:
+        return self.root / "result.json"
+
+    @property
+    def runner_log(self) -> Path:
+        return self.root / "runner.log"
+
+    @property
+    def runner_lock(self) -> Path:
+        return self.root / "runner.lock"
+
+    @property
+    def repair_lock(self) -> Path:
+        """What crash repair and ``gc`` lock: the run directory itself (``flock`` on it needs
+        no file, so it works on a full disk)."""
+        return self.root
+
+    @property
+    def inbox(self) -> Path:
+        return self.root / "inbox"
+
+    def box(self, name: str) -> Path:
+        """``inbox/<name>``: ``tmp``, ``new``, ``cur`` or ``rejected``."""
+        assert name in INBOX_BOXES, name
+        return self.inbox / name
+
+    @property
+    def inbox_closed(self) -> Path:
+        """The tombstone: the runner no longer consumes requests."""
+        return self.inbox / "closed"
+
+    @property
+    def inbox_answered(self) -> Path:
+        """The marker: every request of the finished run has its final answer."""
+        return self.inbox / ANSWERED_MARKER
+
+    @property
+    def outbox(self) -> Path:
+        return self.root / "outbox"
+
+    def receipt(self, request_id: str) -> Path:
+        """``outbox/<id>.json``: the one receipt of a request."""
+        return self.outbox / f"{request_id}.json"
+
+    @property
+    def session(self) -> Path:
+        """pi's session of a first run (a resume continues its source's)."""
+        return self.root / "session.jsonl"
+
+    @property
+    def system_prompt(self) -> Path:
+        """The agent's body, appended to pi's system prompt."""
+        return self.root / "system-prompt.md"
+
+    @property
+    def briefs(self) -> Path:
+        """Follow-ups stored for the next resume (``briefs/<id>.json``)."""
+        return self.root / "briefs"
+
+    @property
+    def briefs_delivered(self) -> Path:
+        return self.briefs / "delivered"
+
+    @property
+    def recovery_claim(self) -> Path:
+        """Pause-and-revive's one-time claim on a steer's answer."""
+        return self.root / "recovery" / "claim.json"
+
+    @property
+    def quarantine(self) -> Path:
+        """Where unreadable files are moved, each with a ``.reason``."""
+        return self.root / "quarantine"
+
+    @property
+    def journal(self) -> Path:
+        """A workflow's journal of child starts and ends (``journal.jsonl``)."""
+        return self.root / "journal.jsonl"
+
+    @property
+    def acceptance_dir(self) -> Path:
+        """The outputs of the run's acceptance ``verify`` commands: ``acceptance/<id>.log``."""
+        return self.root / "acceptance"
+
+    @property
+    def handoff(self) -> Path:
+        """A lane's recorded evidence (``pisub lane record-merge`` / ``record-supersession``)."""
+        return self.root / "handoff.json"
+
+    @property
+    def handoff_lock(self) -> Path:
+        """Held while evidence is checked and recorded, and while ``cleanup --lane`` removes
+        the lane's worktrees (the evidence cannot change under either)."""
+        return self.root / "handoff.lock"
+
+    @property
+    def on_done_claim(self) -> Path:
+        """Created (``O_EXCL``) by whoever runs the run's ``--on-done`` command: exactly once."""
+        return self.root / "on-done.claimed"
+
+    @property
+    def on_done_log(self) -> Path:
+        """The ``--on-done`` command's output."""
+        return self.root / "on-done.log"
+
+    @property
+    def worktree_patch(self) -> Path:
+        """The patch of the work done in this run's git worktree (isolation ``worktree``)."""
+        return self.root / "worktree.patch"
+
+    @property
+    def workflow_script(self) -> Path:
+        """A workflow's copy of its Python script, as it was at launch."""
+        return self.root / "workflow.py"
+
+    @property
+    def script_log(self) -> Path:
+        """What a workflow's script printed (its stdout and stderr), up to the output cap."""
+        return self.root / "script.log"
+
+    def output_log(self, child: int) -> Path:
+        """``output-<N>.log``: the live, human-readable output of child N."""
+        return self.root / f"output-{int(child)}.log"
+
+    def stderr_log(self, child: int) -> Path:
+        """``stderr-<N>.log``: the standard error of child N."""
+        return self.root / f"stderr-{int(child)}.log"
+
+    def control_dirs(self) -> list[Path]:
+        """The inbox and outbox folders created with the run."""
+        return [self.inbox, *(self.box(name) for name in INBOX_BOXES), self.outbox]

@@ -1,0 +1,117 @@
+"""Helpers the tests share: a run's files read as a test sees them, requests published the way a
+shell script publishes them, the fake model's requests, a workflow script on disk.
+
+Fixtures and waiting (``wait_for``, ``wait_no_processes``) live in :mod:`tests.conftest`; a
+helper that two test files need belongs here, not in each of them."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pisub
+from pisub.core.locks import is_held
+from pisub.store.paths import RunPaths
+from pisub.testing.fake_model import FakeModelServer
+from tests.conftest import AgentMaker, pid_alive, wait_for
+
+SLEEPER = """
+import os, subprocess, time
+g = subprocess.Popen(["sleep", "300"], start_new_session=True)
+open(os.environ["PISUB_RUN_DIR"] + "/pids.json", "w").write("[%d, %d]" % (os.getpid(), g.pid))
+print("working", flush=True)
+time.sleep(300)
+"""
+"""A child (``python=`` of an agent) that starts a grandchild in a session of its own, records
+both pids in the run's ``pids.json`` and sleeps."""
+
+Where = pisub.Run | RunPaths | Path
+"""A run: the run, its paths, or its directory."""
+
+
+def _dir(where: Where) -> Path:
+    if isinstance(where, pisub.Run):
+        return where.dir
+    return where.root if isinstance(where, RunPaths) else where
+
+
+def run_events(where: Where, kind: str | None = None) -> list[dict[str, Any]]:
+    """The events of a run in ``events.jsonl``, of type ``kind`` when given. Complete lines
+    only: a line the runner is still writing is not read."""
+    lines = (_dir(where) / "events.jsonl").read_bytes().split(b"\n")[:-1]
+    found = [json.loads(line) for line in lines if line.strip()]
+    return found if kind is None else [e for e in found if e.get("type") == kind]
+
+
+def run_event_types(where: Where) -> list[str]:
+    """The types of a run's events, in order."""
+    return [str(e["type"]) for e in run_events(where)]
+
+
+def run_receipts(where: Where) -> dict[str, dict[str, Any]]:
+    """The run's receipts (``outbox/*.json``) by request id."""
+    return {p.stem: json.loads(p.read_bytes()) for p in (_dir(where) / "outbox").glob("*.json")}
+
+
+def drop_request(where: Where, name: str, data: bytes | dict[str, Any]) -> Path:
+    """Publish a request file the way a shell script does: written in ``inbox/tmp/``, renamed
+    into ``inbox/new/<name>``; the published file."""
+    inbox = _dir(where) / "inbox"
+    tmp = inbox / "tmp" / f"drop-{uuid.uuid4().hex}"
+    tmp.write_bytes(data if isinstance(data, bytes) else json.dumps(data).encode())
+    target = inbox / "new" / name
+    os.rename(tmp, target)
+    return target
+
+
+def wait_runner_dead(run: pisub.Run, pid: int) -> None:
+    """SIGKILL is asynchronous: wait until the runner is gone and its lock released (a
+    multi-threaded process holds its files until its last thread has exited)."""
+    wait_for(lambda: not pid_alive(pid) and not is_held(run.dir / "runner.lock"), what="the runner to die")
+
+
+def sent_with(server: FakeModelServer, marker: str) -> list[dict[str, Any]]:
+    """The requests the fake model was sent that mention ``marker``."""
+    return [r for r in list(server.requests) if marker in json.dumps(r)]
+
+
+def write_script(tmp_path: Path, body: str, name: str = "wf.py") -> Path:
+    """A workflow script ``name`` in ``tmp_path`` (``body`` dedented)."""
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def child_pids(where: Where) -> list[int]:
+    """The pids of the run's child processes, once the runner has recorded them (``pids.json``)."""
+    path = _dir(where) / "pids.json"
+    pids: list[int] = wait_for(
+        lambda: path.exists() and json.loads(path.read_text() or "null"), what="the child to start"
+    )
+    return pids
+
+
+def stop_and_end(run: pisub.Run) -> None:
+    """Ask the run to stop and wait until it ended."""
+    run.send_stop()
+    run.wait_until_terminal(20)
+
+
+def cmdline(pid: int) -> str:
+    """The command line of process ``pid`` (words joined by spaces), or "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def launch_sleeper(make_agent: AgentMaker, **limits: float) -> pisub.Run:
+    """A run of the :data:`SLEEPER` agent ``sleeper``, once its child has started."""
+    make_agent("sleeper", python=SLEEPER)
+    run = pisub.launch("sleeper", "x", **limits)  # type: ignore[arg-type]
+    child_pids(run)
+    return run
