@@ -295,11 +295,11 @@ done
 started=$SECONDS
 echo "== serial pass${use_nonroot:+ as $NONROOT_USER}"
 code=0
-pytest_pass serial "$use_nonroot" "$PISUB_PI_BIN" "serial${use_nonroot:+ and not root}" 0 "$@" || code=$?
+pytest_pass serial "$use_nonroot" "$PISUB_PI_BIN" "serial${is_root:+ and not root}" 0 "$@" || code=$?
 echo "   serial pass: $((SECONDS - started)) s"
 check serial "$code" 1 "$@"
 slurm_cleanup
-if [ -n "$use_nonroot" ]; then
+if [ -n "$is_root" ]; then
     started=$SECONDS
     echo "== serial pass as root"
     code=0
