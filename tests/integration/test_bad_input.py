@@ -80,6 +80,7 @@ def test_child_that_cannot_start_leaves_a_failed_run(
     assert not processes_of(home)
 
 
+@pytest.mark.root  # chattr +i needs CAP_LINUX_IMMUTABLE
 def test_unwritable_runs_dir_is_one_line(home: Path, make_agent: AgentMaker) -> None:
     make_agent("echo", command="cat")
     (home / "runs").mkdir(mode=0o700)
