@@ -54,6 +54,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     settings.load_profile("stress" if config.getoption("--stress") else "ci")
+    # A suite started in the background of a non-interactive shell (`cmd &`) inherits SIGINT
+    # ignored, and so would every child: the tests of what Ctrl-C does need it as a terminal
+    # gives it (each xdist worker runs this too).
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
