@@ -758,26 +758,29 @@ class Supervisor:
         return Check(id="claims", kind="report", outcome=Outcome.PASSED)
 
     def _capture_worktree(self) -> None:
-        """Save the work of an isolated child (nothing of it runs any more) as a patch and a
-        ``refs/pisub/`` commit. A capture that fails leaves the worktree as it is: cleanup keeps
-        it (``uncaptured``) and the failure is an event and a line in ``runner.log``."""
-        link = self.manifest.worktree
-        if link is None:
-            return
-        from pisub.worktrees import capture
+        """Save what the child left (nothing of it runs any more), as its workspace does
+        (:mod:`pisub.worktrees.workspace`): an isolated child's work as a patch and a
+        ``refs/pisub/`` commit; in place, nothing. A capture that fails leaves the worktree as it
+        is: cleanup keeps it (``uncaptured``) and the failure is an event and a line in
+        ``runner.log``."""
+        from pisub.worktrees.workspace import workspace_of
 
+        link = self.manifest.worktree
         try:
-            record = capture(Path(link.record), self.paths.worktree_patch)
+            record = workspace_of(self.manifest).capture(self.manifest, self.paths.worktree_patch)
         except Exception as exc:  # any failure: the work stays in the worktree, never lost
             message = exc.message if isinstance(exc, PisubError) else f"{type(exc).__name__}: {exc}"
-            note(f"could not capture the worktree {link.path}: {message}")
-            self.event("worktree.capture_failed", 0, path=link.path, error=message)
+            where = link.path if link is not None else self.manifest.cwd
+            note(f"could not capture the worktree {where}: {message}")
+            self.event("worktree.capture_failed", 0, path=where, error=message)
+            return
+        if record is None:  # the work is where the child left it
             return
         patch = record.patch
         self.event(
             "worktree.captured",
             0,
-            path=link.path,
+            path=record.path,
             ref=record.ref,
             sha256=patch.sha256 if patch else None,
             bytes=patch.size if patch else 0,

@@ -25,8 +25,9 @@ if TYPE_CHECKING:
 class Runs:
     """``runs``: the children of this workflow."""
 
-    def __init__(self, coordinator: ChildRuns) -> None:
-        self._coordinator = coordinator
+    def __init__(self, children: ChildRuns) -> None:
+        self._admission = children.admission
+        self._forwarding = children.forwarding
         self._waiters: set[asyncio.Task[None]] = set()
         self._waiters_of_lanes: set[asyncio.Task[Any]] = set()
 
@@ -108,7 +109,7 @@ class Runs:
                 batch.set_result(list(done.result()))
 
         gathered.add_done_callback(finish)
-        self._coordinator.track(batch)
+        self._admission.track(batch)
         return batch
 
     def reserve(self, keys: list[str]) -> None:
@@ -117,7 +118,7 @@ class Runs:
         Raises:
             FanoutLimit: they do not fit; nothing was claimed.
         """
-        self._coordinator.reserve(keys)
+        self._admission.reserve(keys)
 
     def start_batch(self, calls: list[ChildCall], where: str) -> list[ChildFuture]:
         """Start a checked batch (all or none) and return one future per call, in order (the
@@ -138,13 +139,13 @@ class Runs:
 
         checked = check_lanes(lanes, "runs.lanes")
         every = [stage_call(lane, number) for lane in checked for number in range(len(lane.stages))]
-        self._coordinator.check_agents(every, "runs.lanes")
+        self._admission.check_agents(every, "runs.lanes")
         resumed = {f"{lane.key}.{stage.key}" for lane in checked for stage in lane.stages if stage.resume}
-        self._coordinator.check_same_calls(every, "runs.lanes", resumed)
+        self._admission.check_same_calls(every, "runs.lanes", resumed)
         loop = asyncio.get_running_loop()
         future = ChildFuture(loop=loop)
         future.label = "runs.lanes([" + ", ".join(repr(lane.key) for lane in checked) + "])"
-        self._coordinator.track(future)
+        self._admission.track(future)
         task = loop.create_task(run_lanes(self, checked))
         self._waiters_of_lanes.add(task)
 
@@ -192,8 +193,8 @@ class Runs:
         loop = asyncio.get_running_loop()
         future = ChildFuture(loop=loop)
         future.label = f"runs.steer({key!r})"
-        self._coordinator.track(future)
-        sent = self._coordinator.send_steer(key, message, mode)
+        self._admission.track(future)
+        sent = self._forwarding.send_steer(key, message, mode)
         waiter = loop.create_task(self._await_receipt(future, key, sent, float(ack_timeout)))
         self._waiters.add(waiter)
         waiter.add_done_callback(self._waiters.discard)
@@ -206,7 +207,7 @@ class Runs:
         if sent.request_id is not None and sent.state == "queued":
             deadline = time.monotonic() + ack_timeout
             while True:
-                result = self._coordinator.steer_outcome(key, sent.request_id)
+                result = self._forwarding.steer_outcome(key, sent.request_id)
                 if result.state != "queued" or time.monotonic() >= deadline:
                     break
                 await asyncio.sleep(0.01)  # a receipt poll with a deadline
@@ -215,7 +216,7 @@ class Runs:
 
     def skip(self, call: ChildCall, why: str) -> None:
         """Record ``call`` as ``skipped`` without starting it (a chain's steps after a failure)."""
-        self._coordinator.skip(call, why)
+        self._admission.skip(call, why)
 
     def _start(
         self, calls: list[ChildCall], where: str, *, label: str, observed: bool = False
@@ -227,7 +228,7 @@ class Runs:
             future.label = label or f"runs.all entry {call.key!r}"
             future.observed = observed
             futures.append(future)
-        self._coordinator.admit(calls, futures, loop, where)
+        self._admission.admit(calls, futures, loop, where)
         return futures
 
 

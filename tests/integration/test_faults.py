@@ -52,8 +52,7 @@ def test_runner_supervises_through_failing_writes_and_loses_nothing(
     pidfile = tmp_path / "child.pid"
     make_agent("worker", command=sys.executable, args=["-c", WORKER, str(pidfile)], timeout=3)
     run = pisub.launch("worker", "x")
-    wait_for(pidfile.exists, what="the child")
-    child = int(pidfile.read_text())
+    child = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="the child's pid"))
     faults.write_text(code)
     drop_request(run, "during-stop-attempt.json", b'{"v":1,"type":"steer","message":"hi"}')
     drop_request(run, "during-garbage.json", b"not json")

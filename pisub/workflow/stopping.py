@@ -1,0 +1,60 @@
+"""Ending a workflow's children with the workflow: queued ones never start, running ones are
+asked to stop (or, for an interrupt, to pause), and those that do not end in time are given up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pisub.errors import PisubError
+from pisub.protocol.control import Interrupt, Request, Stop
+from pisub.workflow import outcomes
+from pisub.workflow.entries import ChildEntry, ChildTable, Phase
+from pisub.workflow.settling import Settling
+
+
+@dataclass(eq=False)
+class Stopping:
+    """Ends a workflow's children with it."""
+
+    table: ChildTable
+    settling: Settling
+
+    def end_all(self, request: type[Stop] | type[Interrupt]) -> None:
+        """The workflow ends: queued children never start, running ones are sent ``request``."""
+        self.table.ending = request
+        with self.table.lock:
+            entries = list(self.table.entries)
+            self.table.waiting.clear()
+        for entry in entries:
+            if entry.phase is Phase.QUEUED:
+                self.settling.never_started(entry, "the workflow ended before this child started")
+            elif entry.phase is Phase.RUNNING:
+                self.stop_child(entry)
+
+    def give_up(self, why: str) -> None:
+        """Stop waiting for the children still going (they are recorded as failed)."""
+        for entry in self.table.active():
+            self.settling.settle(
+                entry, outcomes.failure(entry.key, entry.call, why, run_id=entry.run_id), settled=False
+            )
+
+    def stop_child(self, entry: ChildEntry) -> None:
+        """Ask a child to end as part of the workflow's own ending (stop, or interrupt: pause)."""
+        from pisub.store.mailbox import InboxClosed, write_request
+
+        assert entry.run_id is not None
+        entry.ended_by_workflow = True
+        request: Request
+        reason = f"workflow {self.table.manifest.run_id} is ending"
+        source = self.table.source
+        if self.table.ending is Interrupt:
+            request = Interrupt(v=1, reason=reason, source=source)
+        else:
+            request = Stop(v=1, reason=reason, source=source)
+        try:
+            write_request(self.table.home.run(entry.run_id), request)
+        except InboxClosed:
+            pass  # it has ended: the next check settles it
+        except PisubError as exc:
+            self.table.host.trouble("ask a child to stop", OSError(0, exc.message))
