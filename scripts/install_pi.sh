@@ -7,8 +7,9 @@
 # installs every pin. Each version goes to .pi-cli/<version>/, with a launcher
 # .pi-cli/<version>/bin/pi that runs it with a Node new enough for it: the system's when it is
 # >= NODE_MIN, else a Node from the npm registry installed once into .pi-cli/node.
-# Idempotent. The last line(s) on stdout are the absolute paths of the launchers, one per
-# version, so callers can do: PISUB_PI_BIN="$(scripts/install_pi.sh | tail -n 1)".
+# Idempotent; several versions install side by side. The last line(s) on stdout are the
+# absolute paths of the launchers, one per version in the order asked, so callers can do:
+# PISUB_PI_BIN="$(scripts/install_pi.sh | tail -n 1)".
 # All diagnostics go to stderr.
 set -euo pipefail
 
@@ -97,6 +98,19 @@ for want in "${wanted[@]}"; do
     pins+=("$pin")
 done
 node="$(node_for_pi)"
+# The versions side by side (npm mostly waits on the network); the launchers printed in order.
+outs=() pids=()
 for pin in "${pins[@]}"; do
-    install_one "$pin" "$node"
+    outs+=("$(mktemp)")
+    install_one "$pin" "$node" >"${outs[-1]}" &
+    pids+=($!)
 done
+failed=0
+for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || failed=1
+done
+for out in "${outs[@]}"; do
+    cat "$out"
+    rm -f "$out"
+done
+[ "$failed" -eq 0 ] || die "installing ${wanted[*]} failed (see above)"

@@ -1,52 +1,47 @@
 #!/usr/bin/env bash
 # Install pisub with its development tools into .venv, then lint, type-check and test.
-# Extra arguments go to pytest (e.g. scripts/test.sh --stress, scripts/test.sh -k crash).
+# Extra arguments go to every pytest pass (e.g. scripts/test.sh --stress, scripts/test.sh -k crash;
+# -m is the script's own: it selects the passes).
+#
+# The installs (pip, apt, both pis, the unprivileged copy) run side by side. Then the tests, in
+# passes selected by marker (pyproject.toml says what each marker means):
+#
+#   main       everything but `serial` (and, as root, but `root`), on PISUB_TEST_WORKERS xdist
+#              workers (default 3: the tests mostly wait on child processes) — as root, as the
+#              unprivileged user pisub-ci (created if missing) from a copy of the project in a
+#              world-traversable temp dir, since root's CAP_FOWNER, CAP_DAC_OVERRIDE and
+#              protected_hardlinks exemption hide real failures;
+#   root       (as root) the `root` tests: mounts, chown to other users, driving pisub as pisub-ci
+#              through tests/nonroot.py (PISUB_NONROOT_PYTHON / _USER / _TMPDIR are set for it);
+#   pi X       the `pi_versions` tests against every other selected pi version;
+#   serial     the `serial` tests, alone, without xdist (then, as root, the `root` ones among
+#              them, e.g. those stepping the wall clock, once the Slurm cluster is stopped).
+#
+# The first three run at the same time, with ruff and mypy --strict; their output is printed
+# as each ends. Every pass prints its 15 slowest tests; the end prints the slowest overall, and
+# PISUB_DURATIONS=FILE writes every test's duration to FILE (tests/durations.txt is one such
+# record). The exit code is non-zero when any step fails.
 #
 # pi: every pinned version (scripts/pi-pins.sh) is installed; the suite runs against the default
-# pin, then the pi tests (-m pi) run again against each other version. PISUB_PI_VERSIONS=default
-# (the fast path) runs the default only; PISUB_PI_VERSIONS="1.6.0 0.85.1" picks versions.
-#
-# As root, the security and control tests also run as the ordinary user pisub-ci (created if
-# missing) from a copy of the project in a world-traversable temp dir, since root's
-# CAP_FOWNER, CAP_DAC_OVERRIDE and protected_hardlinks exemption hide real failures; the main
-# run gets PISUB_NONROOT_PYTHON / PISUB_NONROOT_USER / PISUB_NONROOT_TMPDIR for the tests that
-# drive pisub as that user (tests/nonroot.py). PISUB_NONROOT=0 skips all of it.
+# pin. PISUB_PI_VERSIONS=default (the fast path) runs the default only; PISUB_PI_VERSIONS="1.6.0
+# 0.85.1" picks versions. PISUB_NONROOT=0 (as root) runs everything as root. PISUB_SLURM=0 skips
+# the one-node Slurm cluster (the Slurm tests then skip). PISUB_TEST_WORKERS=0 runs without xdist.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-    "$PY" -m venv .venv
-fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' --config-settings editable_mode=compat
-# tmux drives `pisub top` in its test: installed from the distribution when missing (as root).
-if ! command -v tmux >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "== tmux (apt-get)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null 2>&1 \
-        || { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null 2>&1; } \
-        || echo "   tmux could not be installed: the pisub top test is skipped"
-fi
-# bindfs gives tests/integration/test_split_brain.py its second mount of the home (as root).
-if ! command -v bindfs >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "== bindfs (apt-get)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bindfs >/dev/null 2>&1 \
-        || { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bindfs >/dev/null 2>&1; } \
-        || echo "   bindfs could not be installed: the split-brain test is skipped"
-fi
-echo "== pi CLI (pinned, into .pi-cli/)"
-# shellcheck source=scripts/pi-pins.sh
-. scripts/pi-pins.sh
-default_pi=${PI_PINS[0]##*@}
-case "${PISUB_PI_VERSIONS:-all}" in
-    all) pi_versions=("${PI_PINS[@]##*@}") ;;
-    default) pi_versions=("$default_pi") ;;
-    *) read -r -a pi_versions <<<"$PISUB_PI_VERSIONS" ;;
-esac
-mapfile -t pi_bins < <(bash scripts/install_pi.sh "${pi_versions[@]}")
-PISUB_PI_BIN=${pi_bins[0]}
-export PISUB_PI_BIN
-
+WORKERS=${PISUB_TEST_WORKERS:-3}
 NONROOT_USER=pisub-ci
+is_root=
+[ "$(id -u)" -ne 0 ] || is_root=1
+use_nonroot=
+[ -z "$is_root" ] || [ "${PISUB_NONROOT:-1}" = 0 ] || use_nonroot=1
+use_slurm=
+[ -z "$is_root" ] || [ "${PISUB_SLURM:-1}" = 0 ] || use_slurm=1
+
+logs=$(mktemp -d /tmp/pisub-test.XXXXXX)
+declare -A step_pid=() step_started=()
 nonroot_dir=
+slurm_started=
 nonroot_cleanup() {
     [ -n "$nonroot_dir" ] || return 0
     # Processes left by an aborted run (detached runners and their children) name the dir.
@@ -59,8 +54,93 @@ nonroot_cleanup() {
     done
     rm -rf -- "$nonroot_dir"
 }
+slurm_cleanup() {
+    [ -z "$slurm_started" ] || bash scripts/slurm-down.sh >/dev/null 2>&1 || true
+    slurm_started=
+}
+cleanup() {
+    # Background steps of an aborted run first (each leads its own process group).
+    local pid
+    for pid in "${!step_pid[@]}"; do kill -TERM -- "-${step_pid[$pid]}" 2>/dev/null || true; done
+    nonroot_cleanup
+    slurm_cleanup
+    rm -rf -- "$logs"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Steps in the background: `start NAME CMD...` runs CMD (its own process group) with its output
+# in $logs/NAME.log; `finish NAME` waits for it, prints its output and time, returns its code.
+start() {
+    local name=$1
+    shift
+    step_started[$name]=$SECONDS
+    set -m
+    (
+        # (not `"$@" || ...`: that would turn set -e off inside it)
+        trap 'echo "$SECONDS" >"$logs/$name.ended"' EXIT
+        "$@"
+    ) >"$logs/$name.log" 2>&1 &
+    step_pid[$name]=$!
+    set +m
+}
+finish() {
+    local name=$1 rc=0
+    wait "${step_pid[$name]}" || rc=$?
+    unset "step_pid[$name]"
+    local ended
+    ended=$(cat "$logs/$name.ended" 2>/dev/null || echo "$SECONDS")
+    echo "== $name ($((ended - step_started[$name])) s, exit $rc)"
+    cat "$logs/$name.log"
+    return "$rc"
+}
+
+# --- installs, side by side -----------------------------------------------------------------
+install_venv() {
+    [ -x .venv/bin/python ] || "$PY" -m venv .venv
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' \
+        --config-settings editable_mode=compat
+}
+# tmux drives `pisub top` in its tests, bindfs gives test_split_brain.py its second mount of
+# the home, slurm-wlm and munge the one-node cluster: one apt-get (dpkg takes one at a time).
+install_packages() {
+    local want=()
+    command -v tmux >/dev/null 2>&1 || want+=(tmux)
+    command -v bindfs >/dev/null 2>&1 || want+=(bindfs)
+    if [ -n "$use_slurm" ] && ! { command -v slurmctld && command -v slurmd && command -v munged; } >/dev/null 2>&1; then
+        want+=(slurm-wlm slurmctld slurmd slurm-client munge)
+    fi
+    [ "${#want[@]}" -gt 0 ] || return 0
+    command -v apt-get >/dev/null 2>&1 || { echo "   no apt-get to install ${want[*]}"; return 0; }
+    echo "apt-get install ${want[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq --no-install-recommends "${want[@]}" >/dev/null 2>&1 \
+        || { apt-get update -qq >/dev/null 2>&1 \
+            && apt-get install -y -qq --no-install-recommends "${want[@]}" >/dev/null 2>&1; } \
+        || echo "   could not install ${want[*]}: the tests that need them skip (or fail under CI)"
+}
+packages_and_slurm() {
+    install_packages
+    if [ -n "$use_slurm" ]; then
+        # The Slurm tests place runs on a one-node cluster started here and stopped before the
+        # serial pass (left as it was when one was already up).
+        bash scripts/slurm-up.sh
+    fi
+}
+# shellcheck source=scripts/pi-pins.sh
+. scripts/pi-pins.sh
+default_pi=${PI_PINS[0]##*@}
+case "${PISUB_PI_VERSIONS:-all}" in
+    all) pi_versions=("${PI_PINS[@]##*@}") ;;
+    default) pi_versions=("$default_pi") ;;
+    *) read -r -a pi_versions <<<"$PISUB_PI_VERSIONS" ;;
+esac
+install_pis() {
+    bash scripts/install_pi.sh "${pi_versions[@]}" >"$logs/pi-bins"
+}
 # Run "$@" as the unprivileged user, in the copy, with a clean environment (pip and proxy
-# settings kept, for pip).
+# settings kept, for pip; CI, for the tests).
 as_nonroot() {
     local keep=() var
     for var in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY \
@@ -77,19 +157,7 @@ as_nonroot() {
             PIP_CACHE_DIR="$nonroot_dir/pip-cache" PIP_DISABLE_PIP_VERSION_CHECK=1 "${keep[@]}" "$@"
     )
 }
-if [ "$(id -u)" -eq 0 ] && [ "${PISUB_NONROOT:-1}" != 0 ]; then
-    echo "== unprivileged copy (user $NONROOT_USER)"
-    started=$SECONDS
-    trap nonroot_cleanup EXIT
-    trap 'exit 130' INT
-    trap 'exit 143' TERM
-    if ! getent passwd "$NONROOT_USER" >/dev/null; then
-        useradd --system --no-create-home --shell /usr/sbin/nologin "$NONROOT_USER"
-    fi
-    nonroot_dir=$(mktemp -d /tmp/pisub-nonroot.XXXXXX)
-    chmod 755 "$nonroot_dir"
-    mkdir -m 700 "$nonroot_dir/home" "$nonroot_dir/tmp" "$nonroot_dir/pip-cache"
-    mkdir -m 755 "$nonroot_dir/src" "$nonroot_dir/shared"  # shared: root's tests put users' dirs here
+install_nonroot() {
     # The working tree as git sees it: uncommitted and new files in, ignored ones (.venv, .pi-cli)
     # out; a tracked file deleted in the tree is only warned about.
     { git ls-files -z --cached --others --exclude-standard 2>/dev/null \
@@ -101,124 +169,154 @@ if [ "$(id -u)" -eq 0 ] && [ "${PISUB_NONROOT:-1}" != 0 ]; then
     as_nonroot /usr/bin/python3 -m venv "$nonroot_dir/venv"
     as_nonroot "$nonroot_dir/venv/bin/python" -m pip install --quiet -e '.[dev]' \
         --config-settings editable_mode=compat
-    echo "   ready in $((SECONDS - started)) s: $nonroot_dir"
-fi
-
-# Slurm: the backend's tests place runs on a one-node cluster started here and stopped at the
-# end (left as it was when one was already up). PISUB_SLURM=0 skips it (the tests then skip).
-slurm_started=
-slurm_cleanup() {
-    [ -z "$slurm_started" ] || bash scripts/slurm-down.sh >/dev/null 2>&1 || true
 }
-if [ "$(id -u)" -eq 0 ] && [ "${PISUB_SLURM:-1}" != 0 ]; then
-    echo "== Slurm (one-node cluster: scripts/slurm-up.sh)"
+
+started=$SECONDS
+echo "== installing: pip, pi ${pi_versions[*]}${is_root:+, distribution packages}${use_nonroot:+, the copy for $NONROOT_USER}"
+start pip install_venv
+start pi install_pis
+if [ -n "$is_root" ]; then
     slurm_dir=${PISUB_SLURM_DIR:-/tmp/pisub-slurm}
-    if ! { [ -s "$slurm_dir/run/slurmctld.pid" ] && kill -0 "$(cat "$slurm_dir/run/slurmctld.pid")" 2>/dev/null; }; then
+    if [ -n "$use_slurm" ] \
+        && ! { [ -s "$slurm_dir/run/slurmctld.pid" ] && kill -0 "$(cat "$slurm_dir/run/slurmctld.pid")" 2>/dev/null; }; then
         slurm_started=1
     fi
-    trap 'nonroot_cleanup; slurm_cleanup' EXIT
-    trap 'exit 130' INT
-    trap 'exit 143' TERM
-    bash scripts/slurm-up.sh >/dev/null
+    start packages packages_and_slurm
 fi
-
-echo "== ruff"
-.venv/bin/ruff check .
-.venv/bin/ruff format --check pisub tests scripts
-echo "== mypy --strict"
-.venv/bin/mypy
-rc_slurm=0
-if [ -n "${slurm_dir:-}" ]; then
-    # On a cluster of its own, before the main run: once, a long main run left this one-node
-    # slurmctld no longer scheduling (jobs PENDING, reason None/Priority) — see CHANGELOG.
-    echo "== pytest: the Slurm backend (contract suite and tests/integration/test_slurm.py)"
-    SLURM_CONF=$slurm_dir/slurm.conf PISUB_REQUIRE_SLURM=1 .venv/bin/python -m pytest -q -p no:randomly \
-        tests/contract tests/integration/test_slurm.py || rc_slurm=$?
-    if [ -n "$nonroot_dir" ]; then
-        # The same as the unprivileged user: its own jobs, its own home (pi-marked tests aside:
-        # the pi CLI is copied where that user can reach it only for the later pass).
-        echo "== pytest: the Slurm backend as $NONROOT_USER"
-        rc_slurm_nonroot=0
-        as_nonroot SLURM_CONF="$slurm_dir/slurm.conf" PISUB_REQUIRE_SLURM=1 \
-            "$nonroot_dir/venv/bin/python" -m pytest -q -p no:cacheprovider -p no:randomly -m "not pi" \
-            tests/contract tests/integration/test_slurm.py || rc_slurm_nonroot=$?
-        [ "$rc_slurm" -ne 0 ] || rc_slurm=$rc_slurm_nonroot
+if [ -n "$use_nonroot" ]; then
+    if ! getent passwd "$NONROOT_USER" >/dev/null; then
+        useradd --system --no-create-home --shell /usr/sbin/nologin "$NONROOT_USER"
     fi
-    slurm_cleanup
-    slurm_started=
+    nonroot_dir=$(mktemp -d /tmp/pisub-nonroot.XXXXXX)
+    chmod 755 "$nonroot_dir"
+    mkdir -m 700 "$nonroot_dir/home" "$nonroot_dir/tmp" "$nonroot_dir/pip-cache"
+    mkdir -m 755 "$nonroot_dir/src" "$nonroot_dir/shared"  # shared: root's tests put users' dirs here
+    start "copy for $NONROOT_USER" install_nonroot
 fi
-echo "== pytest"
-rc_main=0
-if [ -n "$nonroot_dir" ]; then
-    PISUB_NONROOT_PYTHON=$nonroot_dir/venv/bin/python PISUB_NONROOT_USER=$NONROOT_USER \
-        PISUB_NONROOT_TMPDIR=$nonroot_dir/shared .venv/bin/python -m pytest -q --durations=10 "$@" || rc_main=$?
-else
-    .venv/bin/python -m pytest -q "$@" || rc_main=$?
+for name in pip pi packages "copy for $NONROOT_USER"; do
+    [ -n "${step_pid[$name]:-}" ] || continue
+    finish "$name" || { echo "   $name failed" >&2; exit 1; }
+done
+echo "   installed in $((SECONDS - started)) s"
+mapfile -t pi_bins <"$logs/pi-bins"
+PISUB_PI_BIN=${pi_bins[0]}
+export PISUB_PI_BIN
+slurm_env=()
+if [ -n "$use_slurm" ]; then
+    slurm_env=(SLURM_CONF="$slurm_dir/slurm.conf" PISUB_REQUIRE_SLURM=1)
 fi
-
-# The pi tests against every other selected pi version, in the background while the
-# unprivileged pass runs (both mostly wait on child processes; CI has 2 cores); their output
-# is printed once they are done.
-other_pis() {
-    local rc=0 rc_pi
-    for ((i = 1; i < ${#pi_bins[@]}; i++)); do
-        echo "== pytest -m pi with pi ${pi_versions[$i]}"
-        rc_pi=0
-        # (the benchmark once is enough: it runs in the main pass)
-        PISUB_PI_BIN=${pi_bins[$i]} .venv/bin/python -m pytest -q -m pi -p no:cacheprovider \
-            --deselect tests/test_bench.py::test_bench_quick_runs "$@" || rc_pi=$?
-        [ "$rc" -ne 0 ] || [ "$rc_pi" -eq 5 ] || rc=$rc_pi  # 5: extra arguments selected none
+if [ -n "$use_nonroot" ]; then
+    # The pi CLI where the user can reach it: hard links (else a copy); the launchers name
+    # absolute paths of this tree, so they are new files naming the copy.
+    pi_cli=$(readlink -f .pi-cli)  # (a symlink in a worktree: copied, never changed)
+    cp -al "$pi_cli" "$nonroot_dir/src/.pi-cli" 2>/dev/null \
+        || { rm -rf "$nonroot_dir/src/.pi-cli" && cp -a "$pi_cli" "$nonroot_dir/src/.pi-cli"; }
+    for launcher in "$nonroot_dir"/src/.pi-cli/*/bin/pi; do
+        sed "s#$pi_cli/#$nonroot_dir/src/.pi-cli/#g" "$launcher" >"$launcher.new"
+        rm -f "$launcher" && mv "$launcher.new" "$launcher" && chmod 755 "$launcher"
     done
-    return "$rc"
-}
-pi_log=$(mktemp /tmp/pisub-pi-pass.XXXXXX)
-other_pis "$@" >"$pi_log" 2>&1 &
-pi_pid=$!
-
-# After a failed main run too: its failures and the unprivileged ones are often different.
-if [ -n "$nonroot_dir" ]; then
-    echo "== pytest as $NONROOT_USER (security and control tests, unprivileged)"
-    started=$SECONDS
-    shopt -s nullglob
-    nonroot_tests=(tests/integration/test_security.py tests/integration/test_control.py
-        tests/integration/test_bad_input.py tests/integration/test_crash.py
-        tests/integration/test_hardening*.py tests/integration/test_repros.py
-        tests/integration/test_hostile_entries.py tests/integration/test_symlinked_dirs.py tests/integration/test_no_traceback.py
-        tests/integration/test_faults.py tests/integration/test_outside_attack.py
-        tests/integration/test_nonroot.py tests/integration/test_workflows.py tests/integration/test_workflow_attacks.py
-        tests/integration/test_lanes.py tests/integration/test_worktree_git.py tests/integration/test_worktree_runs.py
-        tests/integration/test_lane_worktree_attacks.py tests/integration/test_lane_evidence.py tests/integration/test_worktree_repo_attacks.py
-        tests/integration/test_review_gate_attacks.py tests/integration/test_one_line_fields.py
-        tests/integration/test_run_mode_contract.py tests/integration/test_lineage.py
-        tests/integration/test_acceptance.py tests/integration/test_review_and_inference.py
-        tests/integration/test_acceptance_attacks.py tests/integration/test_agent_admin.py
-        tests/integration/test_live_index.py tests/integration/test_warm_launch.py
-        tests/integration/test_wait_and_list.py tests/integration/test_tree_budget.py
-        tests/integration/test_script_output.py tests/integration/test_unwritten_end.py
-        tests/integration/test_launch_kill_points.py tests/integration/test_terminal_output.py
-        tests/integration/test_slurm_client.py)
-    shopt -u nullglob
-    pi_env=()
-    if grep -qE '\bpi_(home|bin)\b|mark\.pi\b' "${nonroot_tests[@]}"; then
-        # Some of them need the pi CLI: hard links (else a copy) where the user can reach them.
-        cp -al .pi-cli "$nonroot_dir/src/" 2>/dev/null \
-            || { rm -rf "$nonroot_dir/src/.pi-cli" && cp -a .pi-cli "$nonroot_dir/src/"; }
-        # The launchers name absolute paths of this tree: new files (not the hard links) naming the copy.
-        for launcher in "$nonroot_dir"/src/.pi-cli/*/bin/pi; do
-            sed "s#$PWD/#$nonroot_dir/src/#g" "$launcher" >"$launcher.new"
-            rm -f "$launcher" && mv "$launcher.new" "$launcher" && chmod 755 "$launcher"
-        done
-        pi_env=(PISUB_PI_BIN="$nonroot_dir/src/.pi-cli/${PISUB_PI_BIN#"$PWD/.pi-cli/"}")
-    fi
-    rc_nonroot=0
-    as_nonroot "${pi_env[@]}" "$nonroot_dir/venv/bin/python" -m pytest -q -p no:cacheprovider \
-        "${nonroot_tests[@]}" "$@" || rc_nonroot=$?
-    echo "   as $NONROOT_USER: $((SECONDS - started)) s"
-    [ "$rc_main" -ne 0 ] || [ "$rc_nonroot" -eq 5 ] || rc_main=$rc_nonroot  # 5: extra arguments selected none
+    chown -R "$NONROOT_USER:" "$nonroot_dir/src/.pi-cli"
 fi
-rc_pis=0
-wait "$pi_pid" || rc_pis=$?
-cat "$pi_log" && rm -f "$pi_log"
-[ "$rc_main" -ne 0 ] || rc_main=$rc_pis
-[ "$rc_main" -ne 0 ] || rc_main=$rc_slurm
-exit "$rc_main"
+# The launcher of pi version $1 for whoever runs the pass.
+pi_for() {
+    local bin=$1
+    if [ -n "${2:-}" ]; then bin=$nonroot_dir/src/.pi-cli/${bin#"$(pwd -P)/.pi-cli/"}; fi
+    printf '%s\n' "$bin"
+}
+
+# --- lint and tests --------------------------------------------------------------------------
+lint() {
+    .venv/bin/ruff check .
+    .venv/bin/ruff format --check pisub tests scripts
+    .venv/bin/mypy
+}
+# pytest_pass NAME AS_NONROOT PI_BIN MARKEXPR [xdist] -- ARGS: one pass; its report in $reports.
+reports=$logs
+nonroot_env=()  # for the root passes' tests that drive pisub as the user (tests/nonroot.py)
+if [ -n "$use_nonroot" ]; then
+    reports=$nonroot_dir/tmp
+    nonroot_env=(PISUB_NONROOT_PYTHON="$nonroot_dir/venv/bin/python" PISUB_NONROOT_USER="$NONROOT_USER"
+        PISUB_NONROOT_TMPDIR="$nonroot_dir/shared")
+fi
+pytest_pass() {
+    local name=$1 nonroot=$2 pi=$3 marks=$4 workers=$5
+    shift 5
+    local opts=(-q -p no:cacheprovider --durations=15 -m "$marks" --junitxml="$reports/junit-$name.xml")
+    [ "$workers" = 0 ] || opts+=(-n "$workers" --dist worksteal)
+    if [ -n "$nonroot" ]; then
+        as_nonroot "${slurm_env[@]}" PISUB_PI_BIN="$(pi_for "$pi" 1)" \
+            "$nonroot_dir/venv/bin/python" -m pytest "${opts[@]}" "$@"
+    else
+        env "${slurm_env[@]}" "${nonroot_env[@]}" PISUB_PI_BIN="$pi" .venv/bin/python -m pytest "${opts[@]}" "$@"
+    fi
+}
+rc=0
+# Whether a pass's exit code fails the run: 5 (no tests selected) is fine when extra arguments
+# narrowed the selection, or for a pass that may well be empty.
+check() {
+    local name=$1 code=$2 may_be_empty=$3
+    if [ "$code" -eq 5 ] && { [ "$may_be_empty" = 1 ] || [ "$#" -gt 3 ]; }; then return 0; fi
+    if [ "$code" -ne 0 ]; then
+        echo "   $name failed (exit $code)"
+        [ "$rc" -ne 0 ] || rc=$code
+    fi
+}
+
+start lint lint
+others=()
+for ((i = 1; i < ${#pi_bins[@]}; i++)); do
+    name="pi ${pi_versions[$i]}"
+    others+=("$name")
+    start "$name" pytest_pass "pi-${pi_versions[$i]}" "$use_nonroot" "${pi_bins[$i]}" \
+        "pi_versions and not serial${use_nonroot:+ and not root}" 0 "$@"
+done
+if [ -n "$use_nonroot" ]; then
+    start root pytest_pass root "" "$PISUB_PI_BIN" "root and not serial" 0 "$@"
+    main_marks="not serial and not root"
+    echo "== main pass as $NONROOT_USER ($WORKERS workers)"
+else
+    main_marks="not serial"
+    echo "== main pass ($WORKERS workers)"
+fi
+started=$SECONDS
+code=0
+pytest_pass main "$use_nonroot" "$PISUB_PI_BIN" "$main_marks" "$WORKERS" "$@" || code=$?
+echo "   main pass: $((SECONDS - started)) s"
+check main "$code" 0 "$@"
+for name in ${use_nonroot:+root} "${others[@]}" lint; do
+    code=0
+    finish "$name" || code=$?
+    check "$name" "$code" 0 "$@"
+done
+
+# Alone: the serial tests, as the unprivileged user where they can (the Slurm cluster still up
+# for theirs), then the root ones among them once it is stopped — they step the wall clock,
+# which left slurmctld not scheduling for as long as the step when it ran beside a cluster.
+started=$SECONDS
+echo "== serial pass${use_nonroot:+ as $NONROOT_USER}"
+code=0
+pytest_pass serial "$use_nonroot" "$PISUB_PI_BIN" "serial${is_root:+ and not root}" 0 "$@" || code=$?
+echo "   serial pass: $((SECONDS - started)) s"
+check serial "$code" 1 "$@"
+slurm_cleanup
+if [ -n "$is_root" ]; then
+    started=$SECONDS
+    echo "== serial pass as root"
+    code=0
+    pytest_pass serial-root "" "$PISUB_PI_BIN" "serial and root" 0 "$@" || code=$?
+    echo "   serial pass as root: $((SECONDS - started)) s"
+    check "serial as root" "$code" 1 "$@"
+fi
+for ((i = 1; i < ${#pi_bins[@]}; i++)); do
+    echo "== serial pass with pi ${pi_versions[$i]}"
+    code=0
+    pytest_pass "serial-pi-${pi_versions[$i]}" "$use_nonroot" "${pi_bins[$i]}" \
+        "pi_versions and serial${use_nonroot:+ and not root}" 0 "$@" || code=$?
+    check "serial with pi ${pi_versions[$i]}" "$code" 1 "$@"
+done
+
+echo "== the slowest tests of every pass"
+.venv/bin/python scripts/durations.py "$reports"/junit-*.xml >"$logs/durations.txt" || true
+head -n 25 "$logs/durations.txt"
+if [ -n "${PISUB_DURATIONS:-}" ]; then cp "$logs/durations.txt" "$PISUB_DURATIONS"; fi
+exit "$rc"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from pisub.testing.fake_model import FakeModelServer, pi_env, write_pi_agent_dir
 from tests.agentfile import agent_text
@@ -30,6 +31,20 @@ def pinned_pi_bins() -> dict[str, Path]:
 PI_BIN_DEFAULT = next(iter(pinned_pi_bins().values()), ROOT / ".pi-cli" / "bin" / "pi")
 
 
+# Hypothesis: "ci" (the default: 100 examples, drawn afresh on every run, so successive CI runs
+# explore different ones; CI starts from a fresh clone, so no example database is kept) and
+# "stress" (--stress: 1,000). The property tests take their count from the profile.
+settings.register_profile(
+    "ci",
+    max_examples=100,
+    deadline=None,  # a loaded 2-core machine: a slow example is not a failure
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+settings.register_profile("stress", parent=settings.get_profile("ci"), max_examples=1000)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--stress", action="store_true", default=False, help="run the long stress modes")
     parser.addoption(
@@ -37,7 +52,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    settings.load_profile("stress" if config.getoption("--stress") else "ci")
+    # A suite started in the background of a non-interactive shell (`cmd &`) inherits SIGINT
+    # ignored, and so would every child: the tests of what Ctrl-C does need it as a terminal
+    # gives it (each xdist worker runs this too).
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unmarked = [
+        item.nodeid
+        for item in items
+        if "unprivileged" in getattr(item, "fixturenames", ()) and "root" not in item.keywords
+    ]
+    if unmarked:  # scripts/test.sh selects the root pass by the marker
+        raise pytest.UsageError(f"tests using the unprivileged fixture must be marked root: {unmarked}")
     skip_slow = pytest.mark.skip(reason="long mode: run with --stress")
     skip_nfs = pytest.mark.skip(reason="real NFS in a QEMU guest: run with --nfs")
     for item in items:

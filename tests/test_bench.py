@@ -13,6 +13,8 @@ import pytest
 
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.serial  # a benchmark, and a scan of every sleep on the machine
+
 
 @pytest.mark.pi
 def test_bench_quick_runs(tmp_path: Path, pi_bin: str) -> None:

@@ -14,6 +14,10 @@ load this file) that reaches that point of launching that key claims
 writes its pid there and then kills itself (``SIGKILL``) — or, for ``launch.before-commit``
 (reached in the child's runner, not in its launcher), stops itself (``SIGSTOP``) for the test to
 kill the coordinator and continue it. ``PISUB_FAULT_ACTION=kill`` or ``stop`` chooses.
+
+``PISUB_FAULT_FINAL_WRITE_S=N``: in a process of ``PISUB_FAULT_WHO``, the retry of the final
+writes under a full disk (``FINAL_WRITE_S``, 30 s) lasts N seconds — for the tests about what
+happens once it gives up, not about how long it tries (one test keeps the real 30 s).
 """
 
 from __future__ import annotations
@@ -232,3 +236,36 @@ def _install_points() -> None:
 
 if _AT in POINTS and _LATCH:
     _install_points()
+
+
+def _install_final_write(seconds: float) -> None:
+    """Every pisub module defining ``FINAL_WRITE_S`` gets ``seconds`` as it is imported (before
+    any module importing the name from it can copy it)."""
+    import importlib.abc
+    import importlib.machinery
+    import sys
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path, target=None):  # type: ignore[no-untyped-def]
+            if not fullname.startswith("pisub."):
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+            if spec is None or spec.loader is None:
+                return spec
+            loader = spec.loader
+            execute = loader.exec_module
+
+            def exec_module(module):  # type: ignore[no-untyped-def]
+                execute(module)
+                if hasattr(module, "FINAL_WRITE_S"):
+                    module.FINAL_WRITE_S = seconds
+
+            loader.exec_module = exec_module  # type: ignore[method-assign]
+            return spec
+
+    sys.meta_path.insert(0, Finder())
+
+
+_FINAL_WRITE_S = os.environ.get("PISUB_FAULT_FINAL_WRITE_S", "")
+if _FINAL_WRITE_S and _is_target():
+    _install_final_write(float(_FINAL_WRITE_S))

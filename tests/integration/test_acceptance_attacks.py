@@ -184,11 +184,11 @@ def _alive_with(marker: str) -> list[int]:
 
 def test_what_a_gate_left_running_ends_with_it(home: Path, make_agent: AgentMaker, tmp_path: Path) -> None:
     make_agent("worker", command="true")
-    result = pisub.launch("worker", "x", cwd=tmp_path, gate="sh -c 'setsid sleep 307.5 & exit 0'").wait(
-        timeout=60
-    )
+    seconds = f"307.{os.getpid()}"  # this test's sleep: not one of another worker's or pass's
+    gate = f"sh -c 'setsid sleep {seconds} & exit 0'"
+    result = pisub.launch("worker", "x", cwd=tmp_path, gate=gate).wait(timeout=60)
     assert result.state == "complete"
-    wait_for(lambda: not _alive_with("307.5"), timeout=15, what="the setsid sleep to end")
+    wait_for(lambda: not _alive_with(f"\0{seconds}\0"), timeout=15, what="the setsid sleep to end")
 
 
 @pytest.mark.parametrize(

@@ -170,7 +170,11 @@ def _receipts(run: Run) -> dict[str, dict[str, object]]:
     return out
 
 
-@pytest.fixture(params=sorted(PLANTERS))
+@pytest.fixture(
+    params=[
+        pytest.param(name, marks=pytest.mark.root) if name in ROOT_ONLY else name for name in sorted(PLANTERS)
+    ]
+)
 def kind(request: pytest.FixtureRequest) -> str:
     name = str(request.param)
     if name in ROOT_ONLY and os.geteuid() != 0:

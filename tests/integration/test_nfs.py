@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.nfs
+pytestmark = [pytest.mark.nfs, pytest.mark.root]
 
 
 def test_a_run_on_one_nfs_client_is_never_repaired_from_another(tmp_path: Path) -> None:

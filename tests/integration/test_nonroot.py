@@ -20,6 +20,8 @@ from tests.conftest import ROOT, pid_alive, wait_for
 from tests.helpers import SLEEPER, child_pids, run_events
 from tests.nonroot import Unprivileged
 
+pytestmark = pytest.mark.root  # each drives pisub as another user
+
 FINAL_STATES = ("delivered", "scheduled", "partial", "recovered", "failed", "rejected")
 
 

@@ -16,6 +16,7 @@ from pisub.protocol import Status, decode, encode_pretty
 from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for
 
 
+@pytest.mark.pi_versions
 def test_doctor_healthy_then_finds_a_stuck_run(
     home: Path, make_agent: AgentMaker, pi_bin: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

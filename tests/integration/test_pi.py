@@ -22,6 +22,7 @@ from tests.helpers import cmdline, run_events
 pytestmark = pytest.mark.pi
 
 
+@pytest.mark.pi_versions
 def test_plain_reply_with_usage_and_session(pi_home: Path) -> None:
     run = pisub.launch("pi", "hello there")
     result = run.wait(timeout=60)
@@ -45,6 +46,7 @@ def test_plain_reply_with_usage_and_session(pi_home: Path) -> None:
     assert (run.dir / "system-prompt.md").read_text() == "Be terse."
 
 
+@pytest.mark.pi_versions
 def test_tool_call_logged_and_final_answer(pi_home: Path, model_server: FakeModelServer) -> None:
     run = pisub.launch("pi", "please run TOOL: echo hi")
     result = run.wait(timeout=60)
@@ -60,6 +62,7 @@ def test_tool_call_logged_and_final_answer(pi_home: Path, model_server: FakeMode
     assert system["role"] == "system" and "Be terse." in json.dumps(system)
 
 
+@pytest.mark.pi_versions
 def test_http_500_fails_with_pis_error(pi_home: Path) -> None:
     run = pisub.launch("pi", "ERROR500 please")
     result = run.wait(timeout=60)
@@ -72,6 +75,7 @@ def test_http_500_fails_with_pis_error(pi_home: Path) -> None:
     assert "{" not in (single.output or ""), "never raw JSONL"
 
 
+@pytest.mark.serial  # 2.5 s of idleness allowed to a real pi: none to spare for a loaded machine
 def test_slow_stream_keeps_idle_alive_but_hits_runtime(pi_home: Path) -> None:
     run = pisub.launch("pi", "SLOW:400 tell me a story", timeout=4, idle_timeout=2.5)
     pi_pid = wait_for(lambda: run.status().steps[0].pid, what="pi pid")
@@ -82,6 +86,7 @@ def test_slow_stream_keeps_idle_alive_but_hits_runtime(pi_home: Path) -> None:
     assert not marked_processes(run.id)
 
 
+@pytest.mark.serial  # 2.5 s of idleness allowed to a real pi: none to spare for a loaded machine
 def test_silent_tool_hits_idle_timeout_and_sleep_is_gone(pi_home: Path) -> None:
     run = pisub.launch("pi", "please run TOOL: sleep 45", timeout=60, idle_timeout=2.5)
 

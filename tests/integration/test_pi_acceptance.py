@@ -75,6 +75,7 @@ def test_a_review_gate_runs_a_pi_reviewer_on_the_diff(pi_home: Path, tmp_path: P
         assert result.state == ("complete" if status == "reviewed" else "failed")
 
 
+@pytest.mark.pi_versions
 def test_a_default_pi_run_is_checked_by_inference_and_never_failed_by_it(
     pi_home: Path, tmp_path: Path
 ) -> None:

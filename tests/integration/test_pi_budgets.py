@@ -19,6 +19,7 @@ from tests.conftest import pisub_cli
 pytestmark = pytest.mark.pi
 
 
+@pytest.mark.pi_versions
 def test_three_concurrent_children_stay_within_the_bound_and_a_fourth_is_refused(
     pi_home: Path, tmp_path: Path
 ) -> None:

@@ -29,6 +29,7 @@ def _user_texts(request: dict[str, Any]) -> list[str]:
     return texts
 
 
+@pytest.mark.pi_versions
 def test_steer_mid_stream_queued_then_delivered_at_turn_boundary(
     pi_home: Path, model_server: FakeModelServer
 ) -> None:
@@ -79,6 +80,7 @@ def test_steer_held_in_the_startup_window_is_not_sent_after_an_interrupt(pi_home
     assert run.receipt(stop) is not None
 
 
+@pytest.mark.pi_versions
 def test_interrupt_pauses_and_fails_queued_steers(pi_home: Path, model_server: FakeModelServer) -> None:
     tag = uuid.uuid4().hex[:8]
     run = pisub.launch("pi", f"SLOW:200 story {tag}")
@@ -98,6 +100,7 @@ def test_interrupt_pauses_and_fails_queued_steers(pi_home: Path, model_server: F
     assert not sent_with(model_server, f"never {tag}"), "the queued steer never reached the model"
 
 
+@pytest.mark.pi_versions
 def test_stop_leaves_nothing_of_pi(pi_home: Path) -> None:
     run = pisub.launch("pi", "please run TOOL: sleep 45")
     pi_pid = wait_for(lambda: run.status().steps[0].pid)

@@ -17,6 +17,7 @@ from tests.helpers import cmdline
 pytestmark = pytest.mark.pi
 
 
+@pytest.mark.pi_versions
 def test_a_hung_tool_ends_the_run_at_its_tool_timeout(pi_home: Path) -> None:
     run = pisub.launch("pi", "please run TOOL: sleep 45", timeout=120, tool_timeout=2)
     (sleep_pid,) = wait_for(
@@ -39,6 +40,8 @@ def test_an_exempt_tool_and_the_config_file(pi_home: Path) -> None:
     assert run.wait(timeout=60).state == "complete"  # bash is exempt: 3 s is fine
 
 
+@pytest.mark.pi_versions
+@pytest.mark.serial  # a real pi's two turns and a 3 s tool within a 9 s runtime: no room for load
 def test_a_checkpoint_steer_is_delivered_before_the_deadline(
     pi_home: Path, model_server: FakeModelServer
 ) -> None:
@@ -61,6 +64,7 @@ def test_no_checkpoint_when_less_than_a_second_would_remain(pi_home: Path) -> No
     assert '"deadline.checkpoint"' not in (run.dir / "events.jsonl").read_text()
 
 
+@pytest.mark.pi_versions
 def test_past_the_hard_tool_budget_read_is_blocked_inside_pi_and_bash_still_works(
     pi_home: Path, model_server: FakeModelServer
 ) -> None:

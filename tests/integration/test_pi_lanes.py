@@ -19,6 +19,7 @@ pytestmark = pytest.mark.pi
 SAID = "Hello from the fake LLM. You said: "
 
 
+@pytest.mark.pi_versions
 def test_resume_previous_carries_the_conversation_and_a_failing_lane_is_blocked(
     pi_home: Path, model_server: FakeModelServer
 ) -> None:

@@ -120,6 +120,7 @@ def _started(text: str) -> str:
     return text.split()[2]
 
 
+@pytest.mark.pi_versions
 def test_a_background_child_is_steered_and_its_end_starts_one_parent_turn(
     parent: ParentPi, model_server: FakeModelServer
 ) -> None:
@@ -173,6 +174,7 @@ def test_a_restarted_parent_still_gets_exactly_one_notice(
         second.close()
 
 
+@pytest.mark.pi_versions
 def test_every_action_through_the_tool(parent: ParentPi, tmp_path: Path) -> None:
     done = json.loads(pisub_cli("run", "--agent", "pi", "--json", "finished work").stdout)["runId"]
     pisub.Run(done).wait(timeout=60)
@@ -245,6 +247,7 @@ def test_a_model_with_a_thinking_suffix_and_a_bare_id(pi_home: Path) -> None:
     run.wait(timeout=60)
 
 
+@pytest.mark.pi_versions
 def test_install_writes_an_extension_that_runs_this_pisub(tmp_path: Path) -> None:
     path = install_extension(tmp_path / "ext")
     text = path.read_text()
@@ -386,6 +389,7 @@ def test_hostile_run_text_reaches_the_parent_escaped(
     assert parent.proc.poll() is None
 
 
+@pytest.mark.pi_versions
 def test_arguments_of_wrong_types_get_one_line_answers(parent: ParentPi) -> None:
     """Numbers where strings belong, arrays, objects, null, huge strings, unknown keys: each an
     answer (the extension's INVALID_INPUT or pi's own validation), and the parent goes on."""

@@ -25,6 +25,8 @@ from pisub.protocol.codec import decode
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import pinned_pi_bins, pisub_cli, processes_of, wait_for
 
+pytestmark = pytest.mark.pi_versions  # all of it is about what differs between versions
+
 
 def _fake_pi(tmp_path: Path, version_output: str, code: int = 0) -> Path:
     """A `pi` that only answers --version (as a wrong or broken install would)."""

@@ -25,6 +25,7 @@ def _states(run: pisub.Run) -> list[str]:
     return [str(s.status) for s in run.status().steps]
 
 
+@pytest.mark.pi_versions
 def test_a_parallel_fan_out_of_four_returns_results_in_order(pi_home: Path) -> None:
     tag = uuid.uuid4().hex[:8]
     run = launch_parallel([{"agent": "pi", "task": f"hello {tag}-{i}"} for i in range(4)])

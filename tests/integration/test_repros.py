@@ -277,6 +277,7 @@ def _end_processes(root: Path) -> None:
     psutil.wait_procs(procs, timeout=5)
 
 
+@pytest.mark.root  # a tmpfs mount
 def test_full_disk_keeps_the_runner_supervising_and_the_cli_fails_in_one_line(
     home: Path, make_agent: AgentMaker
 ) -> None:
@@ -330,6 +331,8 @@ def test_full_disk_keeps_the_runner_supervising_and_the_cli_fails_in_one_line(
 
 
 @pytest.mark.pi
+@pytest.mark.root  # the wall clock is the machine's: stepped alone
+@pytest.mark.serial
 def test_live_lease_owner_is_not_reclaimed_after_the_wall_clock_steps(
     pi_home: Path, model_server: FakeModelServer
 ) -> None:
@@ -551,6 +554,8 @@ def test_abandoned_pause_and_revive_neither_pauses_the_run_later_nor_loses_the_s
     assert not (run.dir / "recovery" / "claim.json").exists(), "the recovery claim was not released"
 
 
+@pytest.mark.root  # the wall clock is the machine's: stepped alone
+@pytest.mark.serial
 def test_hand_written_request_in_a_finished_run_is_answered_after_a_backward_clock_step(
     home: Path, make_agent: AgentMaker
 ) -> None:
@@ -632,6 +637,7 @@ def test_external_cli_status_shows_the_last_50_output_lines_redacted(
     assert GITHUB_TOKEN not in json.dumps(recent)
 
 
+@pytest.mark.pi_versions
 @pytest.mark.pi
 def test_pi_session_file_is_private_whatever_the_launcher_umask(pi_home: Path) -> None:
     """Also found 3: pi's ``session.jsonl`` is 0600 even when the launcher's umask is 022."""

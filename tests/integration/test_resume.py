@@ -33,6 +33,7 @@ def _done(pi_home: Path, task: str) -> pisub.Run:
     return run
 
 
+@pytest.mark.pi_versions
 def test_resume_continues_the_conversation(pi_home: Path, model_server: FakeModelServer) -> None:
     tag = uuid.uuid4().hex[:8]
     source = _done(pi_home, f"first message {tag}")
@@ -148,6 +149,7 @@ def test_simultaneous_resumes_exactly_one_wins(
         winner.wait(timeout=30)
 
 
+@pytest.mark.pi_versions
 def test_pause_and_revive_a_frozen_pi(pi_home: Path, model_server: FakeModelServer) -> None:
     tag = uuid.uuid4().hex[:8]
     run = pisub.launch("pi", f"{tag} now TOOL: sleep 30")

@@ -69,6 +69,7 @@ def test_a_reviewer_without_a_verdict_fails_the_gate_with_the_reason(
     assert "no review-verdict block" in (record.checks[-1].reason or "")
 
 
+@pytest.mark.serial  # bounds the elapsed time
 def test_a_hung_reviewer_is_ended_at_its_timeout_and_the_gate_fails_closed(
     home: Path, make_agent: AgentMaker
 ) -> None:
@@ -81,6 +82,7 @@ def test_a_hung_reviewer_is_ended_at_its_timeout_and_the_gate_fails_closed(
     assert check.run_id is not None and pisub.Run(check.run_id).status().state == "failed"
 
 
+@pytest.mark.serial  # bounds the elapsed time
 def test_a_reviewer_whose_runner_never_ends_is_not_waited_for_for_ever(
     home: Path, make_agent: AgentMaker
 ) -> None:

@@ -144,6 +144,7 @@ def test_a_job_that_ended_while_its_lease_is_fresh_is_unknown_until_it_expires(
     assert fenced["owner"] == "repair"
 
 
+@pytest.mark.root  # unshare --uts
 def test_a_local_run_is_not_repaired_from_another_host(make_agent: AgentMaker) -> None:
     """The split-brain rule for local runs: a reader on another host (here: another UTS and pid
     namespace, so another host name and no view of the runner's pid) cannot prove a local runner
@@ -324,6 +325,7 @@ def test_a_bad_job_id_in_one_placement_leaves_the_other_runs_listed(make_agent: 
     subprocess.run(["scancel", job, good.placement().job_id or ""], check=True)
 
 
+@pytest.mark.serial  # bounds the elapsed time
 def test_a_queued_run_is_steered_without_waiting_on_slurm(home: Path) -> None:
     (home / "agents").mkdir(mode=0o700, exist_ok=True)
     (home / "agents" / "held.md").write_text(
@@ -358,6 +360,7 @@ def test_stopping_a_queued_run_cancels_its_job_and_the_run_ends_stopped(home: Pa
     assert sorted(os.listdir(run.dir / "outbox")) == sorted([f"{steer_id}.json", f"{request_id}.json"])
 
 
+@pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="submitting a job as another user needs root")
 def test_a_job_of_another_user_named_as_a_runs_job_is_never_taken_for_it() -> None:
     """Anyone may submit a job called ``pisub-<run id>`` (job names, run ids in them, are visible

@@ -22,6 +22,8 @@ import pisub
 from pisub.protocol.status import RunState
 from tests.conftest import AgentMaker, wait_for
 
+pytestmark = pytest.mark.root  # bindfs and a bind mount over boot_id
+
 SECOND_NODE = """
 set -e
 hostname node2
@@ -67,9 +69,14 @@ def _status_from_node2(mount: Path, run_id: str, tmp_path: Path, *, text: bool =
 def test_a_reader_on_another_node_through_another_mount_repairs_nothing(
     second_mount: Path, make_agent: AgentMaker, tmp_path: Path
 ) -> None:
-    make_agent(
-        "ticker", python="import time\nfor i in range(30):\n    print(i, flush=True); time.sleep(0.1)\n"
+    # It ticks until the test has looked from node2 (a fixed 3 s was over before a loaded
+    # machine's second look).
+    release = tmp_path / "release"
+    ticker = (
+        f"import os, time\nwhile not os.path.exists({str(release)!r}):\n"
+        "    print('t', flush=True); time.sleep(0.1)\n"
     )
+    make_agent("ticker", python=ticker)
     run = pisub.launch("ticker", "go")
     wait_for(lambda: run.status().state == RunState.RUNNING, timeout=30, what="running")
     host, seen = _status_from_node2(second_mount, run.id, tmp_path)
@@ -77,6 +84,7 @@ def test_a_reader_on_another_node_through_another_mount_repairs_nothing(
     assert seen["state"] == "running"  # not "failed": nothing proves the runner dead from there
     _, shown = _status_from_node2(second_mount, run.id, tmp_path, text=True)
     assert "this host cannot prove whether the runner (on " in shown
+    release.touch()
     assert run.wait(timeout=60).state == "complete"
     assert "run.repaired" not in [e.type for e in run.events()]
     assert json.loads((run.dir / "result.json").read_text())["state"] == "complete"

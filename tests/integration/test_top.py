@@ -13,7 +13,7 @@ import pytest
 
 import pisub
 from pisub.cli.top import keys_of
-from tests.conftest import wait_for
+from tests.conftest import processes_of, wait_for
 
 pytestmark = pytest.mark.pi
 
@@ -37,14 +37,16 @@ class Tmux:
 
 
 @pytest.fixture
-def tmux(tmp_path: Path) -> Iterator[Tmux]:
+def tmux(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Tmux]:
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed (scripts/test.sh installs it)")
+    monkeypatch.setenv("SHELL", "/bin/sh")  # (pisub-ci's login shell is nologin: tmux runs commands with it)
     t = Tmux(tmp_path / "tmux.sock")
     yield t
     t("kill-server")
 
 
+@pytest.mark.pi_versions
 def test_top_selects_steers_logs_and_stops_a_run(pi_home: Path, tmux: Tmux) -> None:
     run = pisub.launch("pi", "SLOW:600 a long piece of work")
     wait_for(lambda: run.status().state == "running", timeout=30)
@@ -114,11 +116,18 @@ def test_top_ends_quietly_when_its_terminal_goes_away(home: Path, tmux: Tmux, tm
     tmux("new-session", "-d", "-s", "top", "-x", "120", "-y", "30", command)
     wait_for(lambda: "no runs yet" in tmux.screen(), timeout=30, what="the empty table")
     tmux("kill-server")
-    wait_for(lambda: (err.exists() and rc.exists()) or not _top_alive(), timeout=15, what="top to end")
+    wait_for(lambda: (err.exists() and rc.exists()) or not _top_alive(home), timeout=15, what="top to end")
     text = err.read_text() if err.exists() else ""
     assert "internal error" not in text and "Traceback" not in text, text
 
 
-def _top_alive() -> bool:
-    proc = subprocess.run(["pgrep", "-f", "-m", "pisub top"], capture_output=True, text=True)
-    return bool(proc.stdout.strip())
+def _top_alive(home: Path) -> bool:
+    """Whether this test's ``pisub top`` runs (it has this test's PISUB_HOME in its environment;
+    other tests' tops, on other xdist workers, do not)."""
+    for pid in processes_of(home):
+        try:
+            if b"pisub\0top" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False

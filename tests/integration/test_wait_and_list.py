@@ -16,13 +16,11 @@ from tests.helpers import run_events
 
 
 def test_wait_any_returns_the_first_to_end_and_all_waits_for_every_one(
-    home: Path, make_agent: AgentMaker
+    home: Path, make_agent: AgentMaker, tmp_path: Path
 ) -> None:
-    gate = (
-        home.parent / "gate"
-    )  # "slow" ends once the gate exists: after the --any wait, however slow the CLI
+    release = tmp_path / "release"  # the slow one ends once the --any wait is answered
     make_agent("quick", command="true")
-    make_agent("slow", command="sh", args=["-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"])
+    make_agent("slow", command="sh", args=["-c", f"while [ ! -e '{release}' ]; do sleep 0.05; done"])
     make_agent("bad", command="false")
     slow, quick = pisub.launch("slow", "x"), pisub.launch("quick", "x")
     proc = pisub_cli("wait", slow.id, quick.id, "--any", "--json", timeout=60)
@@ -30,7 +28,7 @@ def test_wait_any_returns_the_first_to_end_and_all_waits_for_every_one(
     assert [json.loads(line) for line in proc.stdout.splitlines()] == [
         {"runId": quick.id, "state": "complete"}
     ]
-    gate.touch()
+    release.touch()
     bad = pisub.launch("bad", "x")
     proc = pisub_cli("wait", slow.id, bad.id, "--all", timeout=60)
     assert (

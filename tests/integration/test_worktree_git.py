@@ -560,6 +560,7 @@ def test_cleanup_plan_and_remove_safe(repo: Path, root: Path, tmp_path: Path) ->
     assert gone not in after and "stray" in after
 
 
+@pytest.mark.serial  # bounds the elapsed time
 def test_hostile_entries_in_the_root_are_reported_never_followed(
     repo: Path, root: Path, tmp_path: Path
 ) -> None:
@@ -641,6 +642,7 @@ def test_git_missing_is_one_line_naming_git(
     assert "git is not installed or not on PATH" in str(caught.value) and "\n" not in str(caught.value)
 
 
+@pytest.mark.serial  # bounds the elapsed time
 def test_a_hung_git_is_killed_at_its_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = tmp_path / "fake-bin"
     fake.mkdir()

@@ -174,7 +174,7 @@ def _assert_hands_over_cleanly(child: PiChild) -> None:
     json.loads(encode(result))  # finite numbers: every JSON reader can take it back
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])  # examples: the profile's
 @given(lines=st.lists(LINE, min_size=1, max_size=12), chunk=st.integers(min_value=1, max_value=4096))
 def test_parser_never_raises_on_hostile_output(tmp_path: Path, lines: list[bytes], chunk: int) -> None:
     child = _child(tmp_path)
