@@ -37,7 +37,7 @@ CRASH = """
 async def main(runs, state, args):
     for _ in range(20_000):
         print("x" * 1000)
-    runs._coordinator.host.post(lambda: 1 / 0)  # the coordinator itself fails, on its loop
+    runs._admission.table.host.post(lambda: 1 / 0)  # the coordinator itself fails, on its loop
     while True:
         print("x" * 1000)  # ...while the script floods on until the process is gone
 """

@@ -21,7 +21,6 @@ from pisub.protocol.status import RunState
 from pisub.store.runs import load_status
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for
-from tests.helpers import run_event_types
 from tests.slurm import need_slurm
 
 pytestmark = pytest.mark.slurm
@@ -32,6 +31,11 @@ def _slurm(home: Path) -> None:
     need_slurm()
     home.mkdir(mode=0o700, exist_ok=True)
     (home / "config.toml").write_text("[placement]\nheartbeat_ttl = 6\n")
+
+
+def _event_types(run: pisub.Run) -> list[str]:
+    """Through the API: for a run an engine placed, a repairer's events are in a file of their own."""
+    return [event.type for event in run.events()]
 
 
 @pytest.mark.pi
@@ -70,7 +74,7 @@ def test_scancel_is_a_stop(make_agent: AgentMaker) -> None:
     assert job is not None
     subprocess.run(["scancel", job], check=True)
     assert run.wait(timeout=60).state == "stopped"
-    assert "run.finished" in run_event_types(run) and "run.repaired" not in run_event_types(run)
+    assert "run.finished" in _event_types(run) and "run.repaired" not in _event_types(run)
 
 
 def test_a_child_that_escapes_with_setsid_and_a_double_fork_dies_with_the_job(
@@ -136,7 +140,7 @@ def test_a_job_that_ended_while_its_lease_is_fresh_is_unknown_until_it_expires(
     old = os.stat(beat).st_mtime - 60
     os.utime(beat, (old, old))
     assert run.status().state == RunState.FAILED
-    assert "run.repaired" in run_event_types(run)
+    assert "run.repaired" in _event_types(run)
     # The repairer wrote into a file of its own, never into the runner's events.jsonl.
     assert "run.repaired" not in (run.dir / "events.jsonl").read_text()
     assert "run.repaired" in (run.dir / "events.repair.jsonl").read_text()
@@ -204,7 +208,7 @@ def test_a_runner_whose_lease_was_taken_over_fences_itself(make_agent: AgentMake
     wait_for(lambda: not pid_alive(status.pid or 0), timeout=10, what="the runner to fence itself")
     wait_for(lambda: not pid_alive(child), timeout=10, what="its child to be ended")
     assert "fenced: the run's heartbeat lease was taken over" in (run.dir / "runner.log").read_text()
-    assert "run.finished" not in run_event_types(run)  # it wrote nothing more
+    assert "run.finished" not in _event_types(run)  # it wrote nothing more
     wait_for(lambda: run.status().state.is_terminal, timeout=30, what="the repair")
     assert run.status().state == RunState.FAILED
 
