@@ -172,11 +172,11 @@ TOP = f"env -u COLUMNS -u LINES {sys.executable} -m pisub top"  # the pane's own
 
 
 @pytest.fixture
-def tmux(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Tmux]:
+def tmux(monkeypatch: pytest.MonkeyPatch) -> Iterator[Tmux]:
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed (scripts/test.sh installs it)")
     monkeypatch.setenv("SHELL", "/bin/sh")  # (pisub-ci's login shell is nologin: tmux runs commands with it)
-    t = Tmux(tmp_path / "tmux.sock")
+    t = Tmux()
     yield t
     t("kill-server")
 

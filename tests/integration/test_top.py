@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,11 +20,15 @@ pytestmark = pytest.mark.pi
 
 
 class Tmux:
-    def __init__(self, socket: Path) -> None:
-        self.socket = str(socket)
+    """A tmux server of the test's own. Named (``-L``), not a socket path in ``tmp_path``: an
+    xdist worker's ``tmp_path`` can be longer than a socket's path may be (108 bytes)."""
+
+    def __init__(self) -> None:
+        self.label = f"pisub-test-{uuid.uuid4().hex}"
 
     def __call__(self, *args: str) -> str:
-        proc = subprocess.run(["tmux", "-S", self.socket, *args], capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(["tmux", "-L", self.label, *args], capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 0 or args[0] in ("kill-server", "capture-pane"), proc.stderr
         return proc.stdout
 
     def screen(self) -> str:
@@ -37,11 +42,11 @@ class Tmux:
 
 
 @pytest.fixture
-def tmux(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Tmux]:
+def tmux(monkeypatch: pytest.MonkeyPatch) -> Iterator[Tmux]:
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed (scripts/test.sh installs it)")
     monkeypatch.setenv("SHELL", "/bin/sh")  # (pisub-ci's login shell is nologin: tmux runs commands with it)
-    t = Tmux(tmp_path / "tmux.sock")
+    t = Tmux()
     yield t
     t("kill-server")
 
