@@ -7,7 +7,7 @@
 # passes selected by marker (pyproject.toml says what each marker means):
 #
 #   main       everything but `serial` (and, as root, but `root`), on PISUB_TEST_WORKERS xdist
-#              workers (default 3: the tests mostly wait on child processes) — as root, as the
+#              workers (default 4: the tests mostly wait on child processes) — as root, as the
 #              unprivileged user pisub-ci (created if missing) from a copy of the project in a
 #              world-traversable temp dir, since root's CAP_FOWNER, CAP_DAC_OVERRIDE and
 #              protected_hardlinks exemption hide real failures;
@@ -29,7 +29,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-WORKERS=${PISUB_TEST_WORKERS:-3}
+WORKERS=${PISUB_TEST_WORKERS:-4}
 NONROOT_USER=pisub-ci
 is_root=
 [ "$(id -u)" -ne 0 ] || is_root=1
