@@ -75,8 +75,14 @@ def start(
             without both or with ``isolation``/``base_ref``/``usage_budget``, ``args`` without a
             script; and whatever the launcher refuses.
     """
-    from pisub.api.options import LaunchOptions, WorkflowOptions
+    from pisub.api.options import LaunchOptions, StartOptions, WorkflowOptions
 
+    unknown = sorted(set(options) - StartOptions.__optional_keys__)
+    if unknown:  # a misspelt option is refused, never left aside
+        raise InvalidInput(
+            f"unknown option {unknown[0]!r}; "
+            f"the options are: {', '.join(sorted(StartOptions.__optional_keys__))}"
+        )
     shapes = [x for x in (workflow, parallel, chain, lanes, tasks or None) if x is not None]
     if len(shapes) > 1:
         raise InvalidInput(ONE_SHAPE)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -312,12 +314,12 @@ def run_bounded(
         done = _await(proc, stdin, time.monotonic() + timeout, should_stop)
         if done.timed_out or done.stopped:
             end_group(proc, grace)
-            out, err = proc.communicate()  # what is left in the pipes
-            done = Finished(proc.returncode, out or b"", err or b"", done.timed_out, done.stopped)
+            out, err = _drain(proc)
+            done = Finished(proc.returncode, out, err, done.timed_out, done.stopped)
     except BaseException:
         end_group(proc)
         with contextlib.suppress(OSError, ValueError):
-            proc.communicate()
+            _drain(proc)
         raise
     end_group(proc)  # nothing it started outlives it
     if output is not None and cap is not None:
@@ -325,11 +327,38 @@ def run_bounded(
     return done
 
 
-def _open_output(path: Path) -> int:
+DRAIN_S = 2.0
+"""How long what is left in the pipes is read once the group has ended: a process that left
+the group (``setsid``) may hold them open for ever."""
+
+
+def _drain(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
+    """What is left in the pipes of an ended group, read for at most :data:`DRAIN_S`."""
     try:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        out, err = proc.communicate(timeout=DRAIN_S)
+    except subprocess.TimeoutExpired:
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        proc.wait()
+        return b"", b""
+    return out or b"", err or b""
+
+
+def _open_output(path: Path) -> int:
+    """The output file, opened for writing: a regular file (a FIFO or device would block or
+    leak), never through a symlink."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, 0o600)
     except OSError as exc:
         raise OutputUnwritable(exc.errno, exc.strerror, exc.filename) from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OutputUnwritable(errno.EINVAL, "not a regular file", str(path))
+    os.set_blocking(fd, True)
+    return fd
 
 
 def _await(

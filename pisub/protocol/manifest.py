@@ -45,11 +45,13 @@ class LimitValues(Record, kw_only=True, omit_defaults=True):
         """
         for name in ("timeout", "idle_timeout", "tool_timeout", "checkpoint_before_deadline"):
             value = getattr(self, name)
-            if value is not None and not (math.isfinite(value) and 0 < value <= 366 * 86400):
+            if value is not None and not _is_seconds(value):
                 raise InvalidInput(f"{where}: {_camel(name)} must be a positive number of seconds")
         for name in ("output_cap", "output_hard_cap"):
             value = getattr(self, name)
-            if value is not None and value <= 0:
+            if value is not None and not (
+                isinstance(value, int) and not isinstance(value, bool) and value > 0
+            ):
                 raise InvalidInput(f"{where}: {_camel(name)} must be a positive number of bytes")
         budget = self.tool_budget
         if budget is not None:
@@ -206,3 +208,14 @@ class Manifest(Record, kw_only=True):
     when the child ends."""
     placement: PlacementRequest | None = None
     """Where the runner is to live (absent: ``local``)."""
+
+
+def _is_seconds(value: object) -> bool:
+    """A positive, finite number of seconds up to a year — an int or float, not a bool (the
+    Python API takes what a caller gives: ``True`` or ``10**400`` is no number of seconds)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value) and 0 < value <= 366 * 86400
+    except OverflowError:
+        return False

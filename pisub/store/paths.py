@@ -143,7 +143,9 @@ def open_home(root: Path | None = None, *, create: bool = True) -> Home:
     """Resolve the home and make sure it is a private directory.
 
     A home with group or other permission bits is tightened to 0700 (with a note on
-    stderr); one owned by another user is refused.
+    stderr) when it holds nothing but what a home holds (:data:`HOME_ENTRIES`) and refused otherwise (a
+    folder of other files named as the home is never changed); one owned by another user is
+    refused.
 
     Raises:
         HomeUnusable: the home cannot be created, is not a directory, or is not ours.
@@ -157,14 +159,17 @@ def open_home(root: Path | None = None, *, create: bool = True) -> Home:
         )
     try:
         if create:
-            _ensure_private_dir(home.root)
+            _ensure_private_dir(home.root, top=True)
             _ensure_private_dir(home.runs)
     except OSError as exc:
         raise HomeUnusable(f"cannot use pisub home {home.root}: {exc.strerror or exc}") from exc
     return home
 
 
-def _ensure_private_dir(path: Path) -> None:
+def _ensure_private_dir(path: Path, top: bool = False) -> None:
+    """``path`` exists as a directory of this user's, 0700. Permissions are tightened only on a
+    folder that is pisub's: one below the home, or a home that holds nothing but what a home
+    holds — never on another folder named as a home (``PISUB_HOME=/tmp`` is refused)."""
     try:
         st = path.lstat()
     except FileNotFoundError:
@@ -180,8 +185,27 @@ def _ensure_private_dir(path: Path) -> None:
             "set PISUB_HOME to a directory of your own"
         )
     if st.st_mode & 0o077:
+        if top and not _is_pisubs(path):
+            raise HomeUnusable(
+                f"pisub home {path} is a folder of other files, open to others "
+                f"(mode {stat.S_IMODE(st.st_mode):o}); name an empty or new folder as PISUB_HOME"
+            )
         os.chmod(path, 0o700)
         print(f"pisub: tightened permissions of {path} to 0700", file=sys.stderr)
+
+
+HOME_ENTRIES = frozenset(
+    {"runs", "agents", "config.toml", "leases", "cache", "state", "budgets", "worktrees", "index", "notices"}
+)
+"""What a pisub home holds (:class:`Home` names each; ``notices/`` is the pi extension's, and a
+quarantined index is ``index.bad-*``)."""
+
+
+def _is_pisubs(home: Path) -> bool:
+    """The folder holds nothing but what a pisub home holds (nothing at all, say, or the
+    ``agents/`` and ``config.toml`` a user wrote before the first run)."""
+    with os.scandir(home) as entries:
+        return all(e.name in HOME_ENTRIES or e.name.startswith("index.bad-") for e in entries)
 
 
 @dataclass(frozen=True)

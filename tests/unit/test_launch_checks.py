@@ -56,3 +56,16 @@ def test_a_task_is_a_record_or_its_json_object(tmp_path: Path) -> None:
     for given in (record, as_json):  # both reach the agent check (no such agent): nothing created
         with pytest.raises(pisub.PisubError, match=r"tasks\[0\] \(k\).*nobody"):
             pisub.launch_parallel([given], home=tmp_path / "home", cwd=tmp_path)
+
+
+def test_a_misspelt_option_is_refused_not_left_aside() -> None:
+    """Outside attack: ``start(..., timeout_s=5)`` started a run with the agent's timeout."""
+    with pytest.raises(InvalidInput, match="unknown option 'timeout_s'"):
+        start("echo", "x", timeout_s=5)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("timeout", [True, "x", 10**400, float("nan")], ids=["bool", "str", "huge", "nan"])
+def test_a_timeout_that_is_no_number_is_refused_before_a_run_exists(timeout: object) -> None:
+    """Outside attack: ``timeout=True`` got past the checks and left a failed run."""
+    with pytest.raises(InvalidInput, match="timeout must be a positive number of seconds"):
+        start("echo", "x", timeout=timeout)  # type: ignore[arg-type]

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from pisub.errors import InvalidInput
-from pisub.store.paths import RunPaths, default_home, is_run_id, validate_run_ref
+from pisub.errors import HomeUnusable, InvalidInput
+from pisub.store.paths import RunPaths, default_home, is_run_id, open_home, validate_run_ref
 
 
 @pytest.mark.parametrize(
@@ -70,3 +70,26 @@ def test_every_name_of_a_run_is_the_one_the_protocol_documents() -> None:
             f"`{documented}" in spec or f"{documented}/" in spec or f"`{documented.split('/')[-1]}" in spec
         ), f"RunPaths.{name} ({relative}) is not in spec/protocol.md"
     assert [p.name for p in paths.control_dirs()] == ["inbox", "tmp", "new", "cur", "rejected", "outbox"]
+
+
+def test_a_folder_of_other_files_named_as_the_home_is_refused_and_never_changed(tmp_path: Path) -> None:
+    """PISUB_HOME=/tmp (or, as root, /proc) must not chmod it 0700: found by an outside attack."""
+    real = tmp_path / "real"
+    (real / "stuff").mkdir(parents=True)
+    real.chmod(0o755)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    for named in (real, link):
+        with pytest.raises(HomeUnusable, match="folder of other files"):
+            open_home(named)
+        assert real.stat().st_mode & 0o777 == 0o755
+        assert not (real / "runs").exists()
+
+
+@pytest.mark.parametrize("kind", ["empty", "home", "agents"])
+def test_an_empty_folder_or_a_home_of_pisubs_is_tightened(tmp_path: Path, kind: str) -> None:
+    home = tmp_path / "home"
+    (home / {"empty": "", "home": "runs", "agents": "agents"}[kind]).mkdir(parents=True)
+    home.chmod(0o755)
+    open_home(home)
+    assert home.stat().st_mode & 0o777 == 0o700

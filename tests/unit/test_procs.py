@@ -5,13 +5,14 @@ and a command that cannot start or cannot write its output leaves nothing behind
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from pisub.core.procs import OutputUnwritable, is_alive, run_bounded
+from pisub.core.procs import DRAIN_S, OutputUnwritable, is_alive, run_bounded
 from tests.conftest import wait_for
 
 BACKGROUND_SLEEPER = 'sleep 300 >/dev/null 2>&1 </dev/null & echo $! > "$1"'
@@ -94,3 +95,21 @@ def test_cwd_and_env_are_the_commands(tmp_path: Path) -> None:
         ["sh", "-c", 'pwd; echo "$X"'], timeout=30, cwd=tmp_path, env={"X": "y", "PATH": "/bin"}
     )
     assert done.stdout == f"{tmp_path}\ny\n".encode()
+
+
+def test_a_process_that_left_the_group_holding_the_pipe_does_not_hold_the_call(tmp_path: Path) -> None:
+    """Outside attack: a ``setsid`` grandchild kept stdout open and the call waited for it."""
+    pidfile = tmp_path / "escapee"
+    started = time.monotonic()
+    script = f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 30' & sleep 30"
+    done = run_bounded(["sh", "-c", script], timeout=1)
+    assert done.timed_out and time.monotonic() - started < 1 + DRAIN_S + 5
+    escapee = wait_for(lambda: pidfile.read_text().strip() if pidfile.exists() else "", timeout=5, what="pid")
+    os.kill(int(escapee), signal.SIGKILL)  # (it left the group: nothing can end it but its pid)
+
+
+def test_a_fifo_as_the_output_is_refused_not_waited_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(OutputUnwritable):
+        run_bounded(["echo", "x"], timeout=2, output=fifo)
