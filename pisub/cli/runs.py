@@ -34,13 +34,17 @@ def run(
     agent: str | None = typer.Option(
         None, "--agent", "-a", help="Agent name (a single run).", autocompletion=agent_names
     ),
-    workflow: Path | None = typer.Option(None, "--workflow", help="A Python workflow script to run."),
-    parallel: Path | None = typer.Option(None, "--parallel", help="A JSON tasks file: run them all at once."),
+    workflow: Path | None = typer.Option(
+        None, "--workflow", readable=False, help="A Python workflow script to run."
+    ),
+    parallel: Path | None = typer.Option(
+        None, "--parallel", readable=False, help="A JSON tasks file: run them all at once."
+    ),
     chain: Path | None = typer.Option(
-        None, "--chain", help="A JSON tasks file: run them one after the other."
+        None, "--chain", readable=False, help="A JSON tasks file: run them one after the other."
     ),
     lanes: Path | None = typer.Option(
-        None, "--lanes", help="A JSON lanes file: lanes of ordered stages side by side."
+        None, "--lanes", readable=False, help="A JSON lanes file: lanes of ordered stages side by side."
     ),
     tasks: list[str] | None = typer.Option(None, "--task", help="AGENT=TEXT, repeatable: a parallel run."),
     args: list[str] | None = typer.Option(
@@ -61,7 +65,7 @@ def run(
     usage_budget: str | None = typer.Option(
         None, "--usage-budget", help='JSON: {"tokens": {"hard": N, "soft": N}, "costUsd": {...}} (workflows).'
     ),
-    cwd: Path | None = typer.Option(None, "--cwd", help="Working directory of the child."),
+    cwd: Path | None = typer.Option(None, "--cwd", readable=False, help="Working directory of the child."),
     timeout: float | None = typer.Option(None, "--timeout", help="Runtime limit in seconds."),
     idle_timeout: float | None = typer.Option(None, "--idle-timeout", help="Seconds without output."),
     tool_timeout: float | None = typer.Option(

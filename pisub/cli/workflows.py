@@ -16,7 +16,7 @@ children_app = typer.Typer(
 
 @app.command("validate")
 def validate(
-    script: Path = typer.Argument(..., help="The workflow's Python file."),
+    script: Path = typer.Argument(..., readable=False, help="The workflow's Python file."),
     as_json: bool = typer.Option(False, "--json", help='Print {"ok", "errors": [{line, col, message}]}.'),
 ) -> None:
     """Check a workflow script without starting anything (exit 0 valid, 1 not)."""

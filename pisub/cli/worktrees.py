@@ -48,7 +48,9 @@ def list_(as_json: bool = JSON) -> None:
 @app.command("apply")
 def apply(
     ref: str = RUN,
-    into: Path | None = typer.Option(None, "--into", help="The checkout to apply to (default: the source)."),
+    into: Path | None = typer.Option(
+        None, "--into", readable=False, help="The checkout to apply to (default: the source)."
+    ),
     as_json: bool = JSON,
 ) -> None:
     """Apply RUN's captured work onto a checkout; on a conflict nothing changes and each file

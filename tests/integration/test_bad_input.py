@@ -157,3 +157,15 @@ def test_bad_agent_file_is_reported(home: Path) -> None:
     assert "typo.md" in proc.stderr and "argz" in proc.stderr
     listing = pisub_cli("agents", "list")
     assert "argz" in listing.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file of mode 000 (CI runs this as pisub-ci)")
+@pytest.mark.parametrize("option", ["--parallel", "--chain", "--lanes", "--workflow"])
+def test_an_unreadable_file_option_is_one_line_with_a_code(home: Path, tmp_path: Path, option: str) -> None:
+    """Outside attack: click's own check printed its three-line usage error, with no code."""
+    unreadable = tmp_path / "file.json"
+    unreadable.write_text("[]")
+    unreadable.chmod(0)
+    proc = pisub_cli("run", option, str(unreadable))
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 1 and len(lines) == 1 and lines[0].endswith("[INVALID_INPUT]"), proc.stderr
