@@ -206,17 +206,16 @@ def _patch(module: Any) -> None:
         module.Supervisor._startup = startup_
 
 
-def _install_points() -> None:
-    """Patch the modules of the launch points as they are imported."""
+def _after_import(wanted: Callable[[str], bool], patch: Callable[[Any], None]) -> None:
+    """Call ``patch(module)`` on every module whose name ``wanted`` takes, once it has been
+    executed (an import hook at the front of ``sys.meta_path``)."""
     import importlib.abc
     import importlib.machinery
     import sys
 
-    wanted = {"pisub.store.runs", "pisub.backends.warm", "pisub.runner.supervise"}
-
     class Finder(importlib.abc.MetaPathFinder):
         def find_spec(self, fullname, path, target=None):  # type: ignore[no-untyped-def]
-            if fullname not in wanted:
+            if not wanted(fullname):
                 return None
             spec = importlib.machinery.PathFinder.find_spec(fullname, path)
             if spec is None or spec.loader is None:
@@ -226,12 +225,18 @@ def _install_points() -> None:
 
             def exec_module(module):  # type: ignore[no-untyped-def]
                 execute(module)
-                _patch(module)
+                patch(module)
 
             loader.exec_module = exec_module  # type: ignore[method-assign]
             return spec
 
     sys.meta_path.insert(0, Finder())
+
+
+def _install_points() -> None:
+    """Patch the modules of the launch points as they are imported."""
+    wanted = {"pisub.store.runs", "pisub.backends.warm", "pisub.runner.supervise"}
+    _after_import(wanted.__contains__, _patch)
 
 
 if _AT in POINTS and _LATCH:
@@ -241,29 +246,12 @@ if _AT in POINTS and _LATCH:
 def _install_final_write(seconds: float) -> None:
     """Every pisub module defining ``FINAL_WRITE_S`` gets ``seconds`` as it is imported (before
     any module importing the name from it can copy it)."""
-    import importlib.abc
-    import importlib.machinery
-    import sys
 
-    class Finder(importlib.abc.MetaPathFinder):
-        def find_spec(self, fullname, path, target=None):  # type: ignore[no-untyped-def]
-            if not fullname.startswith("pisub."):
-                return None
-            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-            if spec is None or spec.loader is None:
-                return spec
-            loader = spec.loader
-            execute = loader.exec_module
+    def shorten(module: Any) -> None:
+        if hasattr(module, "FINAL_WRITE_S"):
+            module.FINAL_WRITE_S = seconds
 
-            def exec_module(module):  # type: ignore[no-untyped-def]
-                execute(module)
-                if hasattr(module, "FINAL_WRITE_S"):
-                    module.FINAL_WRITE_S = seconds
-
-            loader.exec_module = exec_module  # type: ignore[method-assign]
-            return spec
-
-    sys.meta_path.insert(0, Finder())
+    _after_import(lambda name: name.startswith("pisub."), shorten)
 
 
 _FINAL_WRITE_S = os.environ.get("PISUB_FAULT_FINAL_WRITE_S", "")
