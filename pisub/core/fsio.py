@@ -25,7 +25,7 @@ import errno
 import functools
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -229,11 +229,20 @@ def temp_name(target: Path) -> Path:
     return target.with_name(f".{target.name[:TEMP_NAME_KEEP]}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int = 0o600, durable: bool = True) -> None:
+def atomic_write(
+    path: Path,
+    data: bytes,
+    *,
+    mode: int = 0o600,
+    durable: bool = True,
+    fence: Callable[[], None] | None = None,
+) -> None:
     """Replace ``path`` with ``data`` so that no reader ever sees a partial file.
 
     With ``durable`` the file and then its directory are fsynced (the file is on disk
-    when this returns); without, only the atomic rename is promised. Many files of one
+    when this returns); without, only the atomic rename is promised. ``fence`` runs
+    right before the rename — the last moment a writer that may have lost its lease
+    (paused during the write, the fsync) can still stop it landing. Many files of one
     directory are cheaper through :class:`BatchWriter`.
     """
     tmp = temp_name(path).name
@@ -246,6 +255,8 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o600, durable: bool = 
                     os.fsync(fd)
             finally:
                 os.close(fd)
+            if fence is not None:
+                fence()
             os.replace(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):

@@ -131,7 +131,12 @@ class Recorder:
         """Mark an activity-only change; it is written by the next :meth:`flush_due`."""
         self._dirty = True
 
-    def commit(self, *, required: bool = False) -> bool:
+    @property
+    def dirty(self) -> bool:
+        """Whether the status has changes not written yet."""
+        return self._dirty
+
+    def commit(self, *, required: bool = False, durable: bool = True) -> bool:
         """Write the status now (for state changes); whether it was written.
 
         A failed write leaves the status dirty (retried after :data:`RETRY_S`); with
@@ -139,7 +144,7 @@ class Recorder:
         """
         self.status.updated_at = now_iso()
         try:
-            write_status(self.paths, self.status)
+            write_status(self.paths, self.status, durable=durable)
         except OSError as exc:
             if required:
                 raise

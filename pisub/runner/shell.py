@@ -252,6 +252,10 @@ class RunShell(Generic[D]):
         # before result.json: a resume that sees the result finds the lease free (nothing of
         # this run writes what the lease guards any more)
         self._persist(f"release the {self.LEASED}", self._release_lease, deadline)
+        if rec.dirty:
+            # readers take the result as the end and show the status beside it (its steering
+            # ledger, its steps' last activity) until the terminal one lands: bring it up to date
+            rec.commit(durable=False)
         if not self._persist("write result.json", lambda: write_result(self.paths, result), deadline):
             self._unwritten("write result.json", self.paths.result)
             return False

@@ -256,14 +256,14 @@ def _load(path: Path, type_: type[T]) -> T:
 def write_status(paths: RunPaths, status: Status, *, durable: bool = True) -> None:
     """Replace ``status.json`` (its free texts redacted: it is read outside the run)."""
     fencing.check()
-    atomic_write(paths.status, encode_pretty(scrub(status)), durable=durable)
+    atomic_write(paths.status, encode_pretty(scrub(status)), durable=durable, fence=fencing.check)
     if status.state.is_terminal:
         live_index.remove(paths.home, paths.run_id)  # after: the index may only name too many
 
 
 def write_result(paths: RunPaths, result: Result) -> None:
     fencing.check()
-    atomic_write(paths.result, encode_pretty(result))
+    atomic_write(paths.result, encode_pretty(result), fence=fencing.check)
 
 
 def append_event(

@@ -47,7 +47,8 @@ def _run(
     home.runs.mkdir(parents=True)
     settings: dict[str, Any] = {"timeout": 30.0, "idle_timeout": None, "grace": 0.2, "output_cap": 1 << 20}
     settings |= {"output_hard_cap": 1 << 26} | limits
-    scripted: dict[str, Any] = {k: settings.pop(k) for k in ("on_term", "abortable") if k in settings}
+    kinds = ("on_term", "abortable", "steerable")
+    scripted: dict[str, Any] = {k: settings.pop(k) for k in kinds if k in settings}
     manifest = Manifest(
         v=1,
         run_id=RUN_ID,
@@ -140,3 +141,25 @@ def test_a_steer_to_a_child_that_cannot_take_it_is_answered_failed(tmp_path: Pat
     receipt = json.loads(paths.receipt("s").read_bytes())
     assert receipt["state"] == "failed" and "not supported" in receipt["reason"]
     assert _verdict(paths)[0] == RunState.COMPLETE
+
+
+def test_the_status_beside_the_result_carries_the_last_steer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Readers take result.json as the end and show status.json beside it until the terminal one
+    lands: when the result is written, the status already counts a steer delivered just before
+    the end (a coalesced write could otherwise still be pending)."""
+    import pisub.runner.shell as shell
+
+    seen: list[dict[str, Any]] = []
+    real = shell.write_result  # type: ignore[attr-defined]
+
+    def spy(paths: RunPaths, result: Any) -> None:
+        seen.append(json.loads(paths.status.read_bytes()))
+        real(paths, result)
+
+    monkeypatch.setattr(shell, "write_result", spy)
+    steer = {"v": 1, "type": "steer", "message": "hi"}
+    paths, _, _ = _run(tmp_path, [Step(0.05, exit=0)], requests={"s": steer}, steerable=True)
+    assert json.loads(paths.receipt("s").read_bytes())["state"] == "delivered"
+    assert seen and seen[0]["steering"]["delivered"] == 1
