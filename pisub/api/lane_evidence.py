@@ -106,9 +106,11 @@ def record_merge(
     tree_equivalent: bool,
     post_merge_checks: str,
     by: str,
+    at: str | None = None,
     home: Path | None = None,
 ) -> LaneStatus:
-    """Record that the lane's work was merged (pull request ``pr``).
+    """Record that the lane's work was merged (pull request ``pr``), attested by ``by`` at
+    ``at`` (an ISO 8601 time with a zone; default now).
 
     Raises:
         InvalidInput: a bad field (named; commit ids must be full), or the lane is active or
@@ -135,7 +137,7 @@ def record_merge(
         "treeEquivalent": tree_equivalent,
         "postMergeChecks": post_merge_checks,
         "attestedBy": by,
-        "attestedAt": now_iso(),
+        "attestedAt": attested_at(at),
     }
     try:
         PostMergeChecks(post_merge_checks)
@@ -147,7 +149,9 @@ def record_merge(
     return _record(ref, home, merge=merge)
 
 
-def record_supersession(ref: str, *, by_lane: str, by: str, home: Path | None = None) -> LaneStatus:
+def record_supersession(
+    ref: str, *, by_lane: str, by: str, at: str | None = None, home: Path | None = None
+) -> LaneStatus:
     """Record that lane ``by_lane``'s work replaces this lane's.
 
     Raises:
@@ -164,8 +168,57 @@ def record_supersession(ref: str, *, by_lane: str, by: str, home: Path | None = 
     if not isinstance(by, str) or not 1 <= len(by) <= 128:
         raise InvalidInput("--by must be 1 to 128 characters")
     return _record(
-        ref, home, supersession=Supersession(by_lane=other.id, attested_by=by, attested_at=now_iso())
+        ref, home, supersession=Supersession(by_lane=other.id, attested_by=by, attested_at=attested_at(at))
     )
+
+
+def attested_at(at: str | None) -> str:
+    """The attestation time: ``at`` (ISO 8601 with a zone, as the person gave it) or now.
+
+    Raises:
+        InvalidInput: ``at`` is not such a time.
+    """
+    from datetime import datetime
+
+    if at is None:
+        return now_iso()
+    try:
+        when = datetime.fromisoformat(at.replace("Z", "+00:00")) if len(at) <= 64 else None
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise InvalidInput(
+            f"--at must be an ISO 8601 time with a zone (2026-08-27T16:23:00Z), not {at[:80]!r}"
+        )
+    return at
+
+
+def lane_of_handoff(handoff: str | Path, ref: str | None = None, home: Path | None = None) -> str:
+    """The lane (workflow run id) whose hand-off file ``handoff`` is: pisub keeps a lane's
+    hand-off at ``<run dir>/handoff.json`` (the file need not exist yet). With ``ref``, the
+    hand-off must be that lane's.
+
+    Raises:
+        InvalidInput: the path is not a lane's hand-off (naming where it is), or another lane's.
+        RunNotFound: no such run.
+    """
+    from pisub.api.client import Run
+    from pisub.termsafe import printable
+
+    h = open_home(home)
+    given = Path(os.path.realpath(os.path.abspath(handoff)))
+    runs = Path(os.path.realpath(h.root / "runs"))
+    run_id = given.parent.name
+    if given.parent.parent != runs or given.name != "handoff.json" or not is_run_id(run_id):
+        where = f"{h.run(Run(ref, home=h.root).id).handoff}" if ref is not None else "<run dir>/handoff.json"
+        raise InvalidInput(
+            f"{printable(os.fspath(handoff))[:200]} is not a lane's hand-off: pisub keeps it at {where}"
+        )
+    lane = Run(run_id, home=h.root).id
+    if ref is not None and Run(ref, home=h.root).id != lane:
+        shown = printable(os.fspath(handoff))[:200]
+        raise InvalidInput(f"the hand-off {shown} is lane {lane}'s, not {ref}'s")
+    return lane
 
 
 def settled_children(ref: str, home: Path | None = None) -> set[str]:

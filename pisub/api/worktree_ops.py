@@ -5,6 +5,7 @@ removes only worktrees whose work is safe elsewhere."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
@@ -114,7 +115,11 @@ def discard_worktree(ref: str, *, force: bool, home: Path | None = None) -> None
 
 
 def cleanup_worktrees(
-    *, apply: bool, lane: str | None = None, home: Path | None = None
+    *,
+    apply: bool,
+    lane: str | None = None,
+    repo: str | Path | None = None,
+    home: Path | None = None,
 ) -> tuple[list[PlanEntry], list[Removal]]:
     """The cleanup plan of every worktree (``remove`` / ``keep`` / ``unknown`` with the reason);
     with ``apply``, each ``remove`` entry is checked again and only safe ones are removed.
@@ -123,12 +128,17 @@ def cleanup_worktrees(
     the lane's evidence is checked again before anything is removed, under the lane's lock
     (no evidence is recorded meanwhile), and each stored patch is hashed again.
 
+    With ``repo`` (a directory in a git work tree), only the worktrees of that repository:
+    those in its project's root whose record names it, and unreadable entries of that root.
+
     Raises:
         EvidenceMismatch: with ``lane``, a child's stored patch is not the one captured.
+        InvalidInput: ``repo`` is not inside a git work tree.
     """
     from pisub.worktrees import cleanup_plan, remove_safe
 
     h = open_home(home)
+    mine = _of_repo(repo)
     settled: set[str] = set()
     if lane is not None:
         from pisub.api.lane_evidence import settled_children
@@ -138,6 +148,7 @@ def cleanup_worktrees(
     removed: list[Removal] = []
     for root in roots(h):
         entries = cleanup_plan(root, lambda rid: is_active(h, rid), settled.__contains__)
+        entries = [e for e in entries if mine(root, e)]
         plan += entries
         if apply:
             with _lane_held(lane, home):
@@ -148,6 +159,25 @@ def cleanup_worktrees(
                     again = settled_children(lane, home)  # the evidence right before removing
                 removed += remove_safe(root, entries, lambda rid: is_active(h, rid), again.__contains__)
     return plan, removed
+
+
+def _of_repo(repo: str | Path | None) -> Callable[[Path, PlanEntry], bool]:
+    """Whether a cleanup entry of a root belongs to ``repo`` (every entry without one)."""
+    if repo is None:
+        return lambda _root, _entry: True
+    from pisub.worktrees.records import list_records
+    from pisub.worktrees.repo import repo_root
+
+    top = os.path.realpath(repo_root(Path(repo)))
+
+    def mine(root: Path, entry: PlanEntry) -> bool:
+        if root.name != os.path.basename(top):
+            return False
+        records = {p.name.removesuffix(".json"): r for p, r in list_records(root) if not isinstance(r, str)}
+        record = records.get(entry.name)
+        return record is None or os.path.realpath(record.repo) == top
+
+    return mine
 
 
 def _lane_held(lane: str | None, home: Path | None) -> AbstractContextManager[None]:

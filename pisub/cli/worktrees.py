@@ -92,6 +92,14 @@ def cleanup(
         "--lane",
         help="A lane (workflow run) whose recorded merge or supersession covers its worktrees.",
     ),
+    handoff: str | None = typer.Option(
+        None,
+        "--handoff",
+        help="The lane's hand-off file (<run dir>/handoff.json): the lane, or checked against --lane.",
+    ),
+    repo: Path | None = typer.Option(
+        None, "--repo", readable=False, help="Only the worktrees of this repository (a directory in it)."
+    ),
     as_json: bool = JSON,
 ) -> None:
     """Plan each worktree remove|keep|unknown with the reason (safe, dirty, active, unapplied,
@@ -104,7 +112,11 @@ def cleanup(
 
     if plan and apply_:
         raise InvalidInput("give --plan or --apply, not both")
-    entries, removed = cleanup_worktrees(apply=apply_, lane=lane)
+    if handoff is not None:
+        from pisub.api.lane_evidence import lane_of_handoff
+
+        lane = lane_of_handoff(handoff, lane)
+    entries, removed = cleanup_worktrees(apply=apply_, lane=lane, repo=repo)
     if as_json:
         json_line({"plan": msgspec.to_builtins(entries), "removed": msgspec.to_builtins(removed)})
         return

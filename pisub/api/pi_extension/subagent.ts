@@ -43,47 +43,113 @@ const ACTIONS = [
   "disable",
   "enable",
   "reset",
+  "refine",
+  "refine.show",
+  "refine.rollback",
+  "lane.status",
+  "lane.recordMerge",
+  "lane.recordSupersession",
+  "worktree.cleanup",
+  "worktree.discard",
 ];
 const AGENT_EDITS = new Set(["update", "delete", "eject", "disable", "enable", "reset"]);
+const REFINES = new Set(["refine", "refine.show", "refine.rollback"]);
+
+// The seed's actions pisub answers with a stable code instead of running anything: a later pisub
+// issue builds them (NOT_AVAILABLE_YET, naming the topic), or they cannot exist here
+// (UNSUPPORTED_HERE, one line why).
+const MISSIONS = ["create", "list", "show", "update", "resolve-decision", "attach-run", "close"].map((a) => `mission.${a}`);
+const SCHEDULES = ["create", "list", "show", "history", "pause", "resume", "run", "run-due", "delete"].map(
+  (a) => `schedule.${a}`,
+);
+const INSPECTOR = ["command", "open", "status", "close"].map((a) => `inspector.${a}`);
+const PROJECT = ["open", "status", "close"].map((a) => `project.${a}`);
+const WATCHDOG = ["configure", "status"].map((a) => `watchdog.${a}`);
+const ANSWERED_ACTIONS = [...MISSIONS, ...SCHEDULES, ...INSPECTOR, ...PROJECT, ...WATCHDOG];
+const NO_PANES =
+  "pisub opens no Herdr/inspector panes: its runs are detached processes, followed with " +
+  'action "status" (view "fleet" or "transcript") or `pisub top` in a terminal';
 
 const str = (description: string) => ({ type: "string", description });
 const num = (description: string) => ({ type: "number", description });
+const bool = (description: string) => ({ type: "boolean", description });
+const obj = (description: string) => ({ type: "object", description });
+const oneOf = (values: string[], description: string) => ({ type: "string", enum: values, description });
 const any = (description: string) => ({ description });
+const later = (topic: string) => `Not available yet in pisub (${topic}): answered NOT_AVAILABLE_YET.`;
 
-// No `additionalProperties: false`: pi's own validation would echo an unknown key raw (an escape
-// sequence in a key reached the terminal); checkParams refuses unknown keys, escaped.
+// Every parameter the seed's tool reference documents, under its name and shape, plus pisub's own
+// (lanes, path, parent, reason, childId, forkFrom). No `additionalProperties: false`: pi's own
+// validation would echo an unknown key raw (an escape sequence in a key reached the terminal);
+// checkParams refuses unknown keys, escaped.
 export const PARAMETERS = {
   type: "object",
   properties: {
     action: str(`One of: ${ACTIONS.join(", ")}. Omit it to start a run (agent + task).`),
-    agent: str("The agent to run (pisub agents list)."),
+    agent: str("The agent to run (action list shows them), or the agent an agent action is about."),
     task: str("What the agent should do."),
-    async: { type: "boolean", description: "false: wait for the run and return its result (default: background)." },
-    id: str("A run id or a unique prefix (status, steer, interrupt, stop, resume, get)."),
+    async: bool("false: wait for the run and return its result (default: background)."),
+    id: str("A run id or a unique prefix (status, steer, interrupt, stop, resume, get, worktree.discard)."),
     childId: str("A workflow child's key or index (status, steer, interrupt, stop, get)."),
+    index: num("A child's index (status, steer, resume, interrupt, stop); the same as childId."),
     message: str("The message of a steer, follow_up or resume."),
-    mode: str("steer: steer | follow_up | auto."),
-    index: num("resume: the workflow child's index whose session continues."),
-    model: str("pi agents: provider/id."),
+    mode: oneOf(["steer", "follow_up", "auto", "plan", "apply"], "steer: steer | follow_up | auto; worktree.cleanup: plan (default) | apply."),
+    steeringRecovery: bool("steer: false never pauses and revives a run that misses the acknowledgement."),
+    model: str("pi agents: provider/id (a :thinking suffix sets the thinking level)."),
+    thinking: str("Only for watchdog.configure in the seed; ignored when a run starts."),
     cwd: str("The working directory."),
-    timeoutMs: num("The run's timeout in milliseconds."),
-    acceptance: any('"auto" or {level, verify?, review?, ...} (see guide acceptance).'),
-    gate: str("A command that must pass on the child's tree."),
-    toolBudget: any("{hard, soft?, block?}"),
+    timeoutMs: num("The run's maximum runtime in milliseconds."),
+    maxRuntimeMs: num("The same as timeoutMs (give one, or both equal)."),
     toolTimeoutMs: num("Milliseconds one tool call may take."),
-    usageBudget: any("Workflows: {tokens?: {soft?, hard}, costUsd?: {soft?, hard}}."),
-    workflowScriptPath: str("Start the workflow script at this path."),
-    context: str('A run: "fresh" (default). "fork" is for workflow children: runs.run(key, ..., context="fork").'),
+    checkpointBeforeDeadlineMs: num("A single agent's run: ask it to checkpoint and stop this many ms before its deadline."),
+    acceptance: any('"auto", false, or {level, verify?, review?, ...} (see guide acceptance).'),
+    gate: str("A command that must pass on the child's tree (not with acceptance, but false)."),
+    toolBudget: obj("{hard, soft?, block?}"),
+    usageBudget: obj("Workflows: {tokens?: {soft?, hard}, costUsd?: {soft?, hard}}."),
+    context: oneOf(["fresh", "fork", "profile"], "fresh, fork (this session's transcript) or profile (the agent's defaultContext)."),
+    forkFrom: str("context fork: the run id or session file to fork instead of this session."),
+    isolation: oneOf(["none", "worktree"], "worktree: the run (every workflow child) in its own git worktree."),
+    worktree: bool("true: the same as isolation worktree."),
+    baseRef: str("isolation worktree: HEAD (default) or a named ref (refs/heads/x, refs/tags/v1, origin/main); no commit ids, no HEAD~1."),
+    maxOutput: obj("{bytes?, lines?}: the result's output is cut to these (default 200 KB, 5000 lines)."),
+    artifacts: bool("false: no debug artifacts (default true)."),
+    includeProgress: bool("true: the result carries the run's progress."),
+    sessionDir: str("Where pi's session file of the run is kept."),
+    share: bool("true: export the run's session to an HTML file when it ends (no gist upload here)."),
+    chatProgress: oneOf(["auto", "off", "live-card"], "auto | off; live-card needs async false."),
+    workflowScript: str(later("JavaScript workflow scripts; write a Python workflow file and pass workflowScriptPath")),
+    workflowScriptPath: str("Start the (Python) workflow script at this path (relative to cwd)."),
+    workflow: str(later("named workflow resources")),
+    args: obj("workflowScriptPath: the workflow's args {key: value}."),
     lanes: str("Start the lanes manifest at this path."),
-    view: str("status: summary | fleet | transcript."),
-    lines: num("status view transcript: lines (at most 500)."),
+    view: oneOf(["summary", "fleet", "transcript"], "status: summary | fleet | transcript."),
+    lines: num("status view transcript: lines (default 80, at most 500)."),
     reason: str("interrupt / stop: why."),
-    topic: str("guide: overview, workflows, agents, control, acceptance, configuration, tool-reference, models."),
+    topic: str("guide: the topic (action guide lists them)."),
     path: str("validate: the workflow script to check."),
     parent: str("children.list: the workflow run."),
-    capabilities: { type: "boolean", description: "list: one compact line per agent with what it can do." },
-    agentScope: str("Agent actions: user or project (only needed when both scopes have the agent)."),
-    config: any("create / update: frontmatter keys (camelCase), systemPrompt, scope (create); false or \"\" clears a key."),
+    capabilities: bool("list: one compact line per agent with what it can do."),
+    agentScope: oneOf(["user", "project", "both"], "Agent discovery scope (default both; project wins)."),
+    config: any("create / update / refine: frontmatter keys (camelCase), systemPrompt, scope (create); false or \"\" clears a key."),
+    laneId: str("lane.*: the lane's run id (a workflow run)."),
+    handoffPath: str("lane.*, worktree.cleanup: the lane's hand-off file (<run dir>/handoff.json)."),
+    merge: obj("lane.recordMerge: {prNumber, reviewedHead, mergeCommit, treeEquivalent, postMergeChecks, attestedBy, attestedAt}."),
+    supersession: obj("lane.recordSupersession: {supersededBy, attestedBy, attestedAt}."),
+    repo: str("worktree.cleanup: only the worktrees of this repository."),
+    planId: str("Reserved by the seed for a future worktree.cleanup apply; refused."),
+    missionId: str(later("missions")),
+    mission: any(`An object: ${later("missions")} false: no mission (pisub's default).`),
+    every: str(later("schedules")),
+    at: str(later("schedules")),
+    cron: str(later("schedules")),
+    sessionOnly: bool(later("schedules")),
+    quiet: bool(later("schedules")),
+    focus: bool(`inspector.open / project.open: ${NO_PANES}.`),
+    machine: str("Herdr saved machines do not exist in pisub: answered UNSUPPORTED_HERE."),
+    output: str(later("output files of a run the tool starts; a workflow child's runs.run(output=) has them")),
+    outputMode: oneOf(["inline", "file-only"], later("output modes of a run the tool starts")),
+    outputSchema: any(later("structured output")),
+    agentContract: obj(later("agent contracts")),
   },
 };
 
@@ -147,8 +213,9 @@ function json(value: unknown): string | null {
   return typeof value === "string" ? value : JSON.stringify(value);
 }
 
+// `--name=value`: one argv word, so a value that starts with a dash is never read as an option.
 function flag(argv: string[], name: string, value: string | null | undefined): void {
-  if (value !== null && value !== undefined && value !== "") argv.push(name, value);
+  if (value !== null && value !== undefined && value !== "") argv.push(`${name}=${value}`);
 }
 
 // The known action one typo away (one letter added, dropped, changed, or two neighbours
@@ -173,12 +240,14 @@ function distance(a: string, b: string): number {
 
 function near(action: string): string | null {
   if (action.length > 64) return null;
-  const close = ACTIONS.filter((known) => distance(known, action) === 1);
+  const close = [...ACTIONS, ...ANSWERED_ACTIONS].filter((known) => distance(known, action) === 1);
   return close.length === 1 ? close[0] : null;
 }
 
 const ID = /^[0-9a-fA-F][0-9a-fA-F-]{0,63}$/;
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+const CHILD = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+const FULL_COMMIT = /^(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})$/;
 
 // Checked values for the argv: a run id (or prefix) and an agent name have their own shapes,
 // so nothing the model sends can be taken for an option; positionals also follow a `--`.
@@ -186,108 +255,436 @@ function bad(what: string, value: unknown): Result {
   return failure("INVALID_INPUT", `${what}: ${JSON.stringify(String(value)).slice(0, 80)} is not valid`);
 }
 
+function invalid(message: string): Result {
+  return failure("INVALID_INPUT", message);
+}
+
+// A seed parameter or action a later pisub issue builds: nothing runs.
+function notYet(topic: string, hint = ""): Result {
+  return failure("NOT_AVAILABLE_YET", `not available yet: ${topic} (a later pisub issue builds it)${hint ? "; " + hint : ""}`);
+}
+
+// A seed parameter or action that cannot exist in pisub: nothing runs.
+function unsupported(why: string): Result {
+  return failure("UNSUPPORTED_HERE", why);
+}
+
 const MAX_ARG_BYTES = 100_000; // one argv string (Linux takes at most 128 KiB)
 
+function kindOf(value: unknown): string {
+  return Array.isArray(value) ? "array" : value === null ? "null" : typeof value;
+}
+
+function shown(value: unknown): string {
+  return JSON.stringify(typeof value === "string" ? value : String(value)).slice(0, 80);
+}
+
+// The parameters whose shape is more than one JSON type (the schema leaves their type open).
+const UNION: Record<string, (value: unknown) => string | null> = {
+  config: (v) => (kindOf(v) === "object" || typeof v === "string" ? null : "expected an object or a string"),
+  mission: (v) => (kindOf(v) === "object" || v === false ? null : "expected an object or false"),
+  acceptance: (v) => (["object", "string", "boolean"].includes(kindOf(v)) ? null : "expected an object, a string or false"),
+  outputSchema: (v) => (kindOf(v) === "object" ? null : "expected an object"),
+};
+const POSITIVE = ["timeoutMs", "maxRuntimeMs", "toolTimeoutMs", "checkpointBeforeDeadlineMs", "lines"];
+const WHOLE = ["index", "lines"];
+
 // Every parameter of the type PARAMETERS gives it (pi may pass what a model sent as is): a
-// number where a string belongs, an array, an object, null, a string too long for an argv, a
-// key the schema does not name: one INVALID_INPUT line, never a crash or a mangled argv.
+// number where a string belongs, an array, an object, null, a string too long for an argv or
+// holding a NUL, a value outside the seed's enum, a key the schema does not name: one
+// INVALID_INPUT line naming the field, never a crash or a mangled argv.
 export function checkParams(p: unknown): Result | null {
   if (p === null || typeof p !== "object" || Array.isArray(p)) {
-    return failure("INVALID_INPUT", "the tool's arguments must be an object");
+    return invalid("the tool's arguments must be an object");
   }
   const props: Record<string, any> = PARAMETERS.properties;
   for (const [key, value] of Object.entries(p as Record<string, unknown>)) {
     const schema = props[key];
-    if (!schema) return failure("INVALID_INPUT", `unknown parameter ${JSON.stringify(key.slice(0, 64))}`);
+    if (!schema || !Object.hasOwn(props, key)) return invalid(`unknown parameter ${JSON.stringify(key.slice(0, 64))}`);
     if (value === undefined) continue;
-    const kind = Array.isArray(value) ? "array" : value === null ? "null" : typeof value;
+    const kind = kindOf(value);
     const wanted = schema.type as string | undefined;
-    if (wanted && kind !== wanted) {
-      return failure("INVALID_INPUT", `${key}: expected a ${wanted}, got ${kind}`);
+    if (wanted && kind !== wanted) return invalid(`${key}: expected a ${wanted}, got ${kind}`);
+    const union = UNION[key]?.(value);
+    if (union) return invalid(`${key}: ${union}, got ${kind}`);
+    if (kind === "number" && !Number.isFinite(value as number)) return invalid(`${key}: expected a finite number`);
+    if (kind === "number" && POSITIVE.includes(key) && (value as number) <= 0) return invalid(`${key}: expected a positive number`);
+    if (kind === "number" && WHOLE.includes(key) && (!Number.isInteger(value) || (value as number) < 0)) {
+      return invalid(`${key}: expected a whole number (0 or more)`);
     }
-    if (kind === "number" && !Number.isFinite(value as number)) {
-      return failure("INVALID_INPUT", `${key}: expected a finite number`);
-    }
+    if (kind === "string" && (value as string).includes("\u0000")) return invalid(`${key}: contains a NUL character`);
+    if (schema.enum && !schema.enum.includes(value)) return invalid(`${key}: ${shown(value)} is not one of ${schema.enum.join(", ")}`);
     const size = Buffer.byteLength(typeof value === "string" ? value : JSON.stringify(value) ?? "");
     if (size > MAX_ARG_BYTES) {
-      return failure("INVALID_INPUT", `${key}: ${size} bytes; at most ${MAX_ARG_BYTES} (put a long text in a file)`);
+      return invalid(`${key}: ${size} bytes; at most ${MAX_ARG_BYTES} (put a long text in a file)`);
     }
   }
   return null;
 }
 
+// An object parameter's fields: every key known, each of its kind; the first problem with the
+// field's path (`merge.prNumber: ...`).
+type Field = { kind: "string" | "number" | "boolean"; required?: boolean; test?: (v: any) => boolean; what?: string };
+
+function checkObject(name: string, value: any, fields: Record<string, Field>): Result | null {
+  for (const key of Object.keys(value)) {
+    if (!Object.hasOwn(fields, key)) {
+      return invalid(`${name}.${JSON.stringify(key.slice(0, 64))}: unknown field (known: ${Object.keys(fields).join(", ")})`);
+    }
+  }
+  for (const [key, field] of Object.entries(fields)) {
+    const v = value[key];
+    if (v === undefined) {
+      if (field.required) return invalid(`${name}.${key}: missing`);
+      continue;
+    }
+    if (kindOf(v) !== field.kind) return invalid(`${name}.${key}: expected a ${field.kind}, got ${kindOf(v)}`);
+    if (typeof v === "string" && (v.includes("\u0000") || v.length > 1024)) return invalid(`${name}.${key}: ${shown(v)} is not valid`);
+    if (field.test && !field.test(v)) return invalid(`${name}.${key}: ${shown(v)} is not ${field.what}`);
+  }
+  return null;
+}
+
+const whole = (v: number) => Number.isInteger(v) && v >= 1 && v <= 2 ** 31;
+const named = (v: string) => v.trim().length >= 1 && v.length <= 128;
+const isoTime = (v: string) => /^\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:?\d\d)$/.test(v) && !Number.isNaN(Date.parse(v));
+const ATTESTED: Record<string, Field> = {
+  attestedBy: { kind: "string", required: true, test: named, what: "1 to 128 characters" },
+  attestedAt: { kind: "string", required: true, test: isoTime, what: "an ISO 8601 time with a zone" },
+};
+const MERGE: Record<string, Field> = {
+  prNumber: { kind: "number", required: true, test: whole, what: "a positive whole number" },
+  reviewedHead: { kind: "string", required: true, test: (v) => FULL_COMMIT.test(v), what: "a full commit id (40 or 64 hex digits)" },
+  mergeCommit: { kind: "string", required: true, test: (v) => FULL_COMMIT.test(v), what: "a full commit id (40 or 64 hex digits)" },
+  treeEquivalent: { kind: "boolean", required: true },
+  postMergeChecks: { kind: "string", required: true, test: (v) => ["recorded", "skipped", "failed"].includes(v), what: "recorded, skipped or failed" },
+  ...ATTESTED,
+};
+const SUPERSESSION: Record<string, Field> = {
+  supersededBy: { kind: "string", required: true, test: (v) => ID.test(v), what: "a lane's run id" },
+  ...ATTESTED,
+};
+const MAX_OUTPUT: Record<string, Field> = {
+  bytes: { kind: "number", test: whole, what: "a positive whole number" },
+  lines: { kind: "number", test: whole, what: "a positive whole number" },
+};
+
+// The seed's ref rule for baseRef: HEAD or a named ref (refs/heads/x, refs/tags/v1, origin/main,
+// a branch); never a commit id or a revision expression (HEAD~1, a^, a..b, @{1}, :path).
+export function refProblem(ref: string): string | null {
+  if (ref === "HEAD") return null;
+  if (FULL_COMMIT.test(ref)) return "a commit id; give HEAD or a named ref (a branch or tag)";
+  if (/[~^:?*[\\\s]|@\{|\.\.|^@$/.test(ref) || /[\u0000-\u001f\u007f]/.test(ref)) {
+    return "a revision expression; give HEAD or a named ref (refs/heads/x, refs/tags/v1, origin/main)";
+  }
+  const parts = ref.split("/");
+  if (ref.startsWith("-") || ref.length > 255 || parts.some((c) => !c || c.startsWith(".") || c.endsWith(".lock")) || ref.endsWith(".")) {
+    return "not a valid ref name";
+  }
+  return null;
+}
+
+// Parameters that mean something for only some actions: given elsewhere, they are refused
+// rather than silently dropped.
+const ONLY_FOR: Record<string, string[]> = {
+  laneId: ["lane.status", "lane.recordMerge", "lane.recordSupersession", "worktree.cleanup"],
+  handoffPath: ["lane.status", "lane.recordMerge", "lane.recordSupersession", "worktree.cleanup"],
+  merge: ["lane.recordMerge"],
+  supersession: ["lane.recordSupersession"],
+  repo: ["worktree.cleanup"],
+  capabilities: ["list"],
+  view: ["status"],
+  lines: ["status"],
+  steeringRecovery: ["steer"],
+  mode: ["steer", "worktree.cleanup"],
+  share: ["run", "resume"],
+  forkFrom: ["run"],
+};
+
+function subagentsDisabled(): boolean {
+  const v = (process.env.PISUB_SUBAGENTS_DISABLED ?? "").trim().toLowerCase();
+  return v !== "" && !["0", "false", "no", "off"].includes(v);
+}
+
+function disabled(): Result {
+  return failure("SUBAGENTS_DISABLED", "sub-agents are turned off here (PISUB_SUBAGENTS_DISABLED is set): do the work yourself");
+}
+
+export type PlanContext = { sessionFile?: string | null };
+
+// What the action of a call is: `action`, else a start (agent + task, a workflow, lanes).
+function actionOf(p: any): string {
+  if (p.action !== undefined) return p.action;
+  const starts = p.workflowScript || p.workflowScriptPath || p.workflow || p.lanes || p.agent || p.task;
+  return starts ? "run" : "";
+}
+
+// Answers that do not depend on the action: seed parameters pisub does not build (yet).
+function seedAnswer(p: any, action: string): Result | null {
+  if (p.workflowScript !== undefined && p.workflowScriptPath !== undefined) {
+    return invalid("workflowScript and workflowScriptPath are mutually exclusive: give one");
+  }
+  if (p.every !== undefined || p.at !== undefined || p.cron !== undefined || p.sessionOnly !== undefined || p.quiet !== undefined || action.startsWith("schedule.")) {
+    return notYet("schedules", "start the run now, or schedule `pisub run` with cron");
+  }
+  if (p.missionId !== undefined || (p.mission !== undefined && p.mission !== false) || action.startsWith("mission.")) {
+    return notYet("missions", "mission: false (no mission) is pisub's default; a workflow shares state with --state-ns");
+  }
+  if (action.startsWith("watchdog.")) return notYet("the watchdog");
+  if (action.startsWith("inspector.") || action.startsWith("project.")) return unsupported(NO_PANES);
+  if (p.focus !== undefined) return invalid("focus is for inspector.open / project.open");
+  if (p.machine !== undefined) {
+    return unsupported("Herdr saved machines do not exist in pisub: a run starts on this host (or on Slurm with --backend slurm)");
+  }
+  if (p.planId !== undefined) return invalid("planId is reserved for a future worktree.cleanup apply (the seed refuses it too)");
+  if (p.workflow !== undefined || (p.args !== undefined && p.workflowScriptPath === undefined && p.workflowScript === undefined)) {
+    if (p.workflow !== undefined) return notYet("named workflow resources", "give workflowScriptPath (a Python workflow file)");
+    return invalid("args are a workflow's: give them with workflowScriptPath");
+  }
+  if (p.agentContract !== undefined) return notYet("agent contracts", "use acceptance");
+  if (p.outputSchema !== undefined) return notYet("structured output");
+  if (p.output !== undefined || p.outputMode !== undefined) {
+    return notYet("output files of a run the tool starts", "a workflow child's runs.run(output=, output_mode=) has them");
+  }
+  for (const [key, actions] of Object.entries(ONLY_FOR)) {
+    if (p[key] !== undefined && !actions.includes(action)) return invalid(`${key} is for action ${actions.join(" / ")}`);
+  }
+  return null;
+}
+
+// The child a control names: childId, or index (both only when they agree).
+function childOf(p: any): string | null | Result {
+  if (p.childId !== undefined && p.index !== undefined && String(p.index) !== String(p.childId)) {
+    return invalid(`childId ${shown(p.childId)} and index ${p.index} name different children: give one`);
+  }
+  if (p.childId !== undefined) return String(p.childId);
+  return p.index !== undefined ? String(p.index) : null;
+}
+
+// A path relative to the call's cwd (the seed resolves workflowScriptPath there).
+function underCwd(p: any, file: string): string {
+  return typeof p.cwd === "string" && p.cwd && !path.isAbsolute(file) ? path.join(p.cwd, file) : file;
+}
+
+const JS_SCRIPT = /\.(?:js|mjs|cjs|ts|mts|cts)$/i;
+
+function timeoutOf(p: any): string | null | Result {
+  if (p.timeoutMs !== undefined && p.maxRuntimeMs !== undefined && p.timeoutMs !== p.maxRuntimeMs) {
+    return invalid(`timeoutMs ${p.timeoutMs} and maxRuntimeMs ${p.maxRuntimeMs} differ: they are the same limit, give one`);
+  }
+  return seconds(p.timeoutMs ?? p.maxRuntimeMs);
+}
+
+// The options a start shares whatever it starts: limits, isolation, context, output, artifacts.
+function startOptions(p: any, ctx: PlanContext, argv: string[]): Result | null {
+  if (p.worktree !== undefined && p.isolation !== undefined && (p.isolation === "worktree") !== p.worktree) {
+    return invalid(`worktree ${p.worktree} contradicts isolation ${shown(p.isolation)}`);
+  }
+  const isolated = p.isolation === "worktree" || p.worktree === true;
+  if (p.baseRef !== undefined) {
+    if (!isolated) return invalid("baseRef: give it with isolation: \"worktree\" (the base of the run's worktree)");
+    const problem = refProblem(p.baseRef);
+    if (problem) return invalid(`baseRef: ${shown(p.baseRef)} is ${problem}`);
+  }
+  if (isolated) argv.push("--isolation=worktree");
+  flag(argv, "--base-ref", p.baseRef);
+  if (p.chatProgress === "live-card" && p.async !== false) {
+    return invalid('chatProgress: "live-card" needs async: false (a background run has no inline card)');
+  }
+  if (p.maxOutput !== undefined) {
+    const refused = checkObject("maxOutput", p.maxOutput, MAX_OUTPUT);
+    if (refused) return refused;
+    flag(argv, "--max-output-bytes", p.maxOutput.bytes === undefined ? null : String(p.maxOutput.bytes));
+    flag(argv, "--max-output-lines", p.maxOutput.lines === undefined ? null : String(p.maxOutput.lines));
+  }
+  if (p.artifacts === false) argv.push("--no-artifacts");
+  if (p.includeProgress === true) argv.push("--include-progress");
+  flag(argv, "--session-dir", p.sessionDir);
+  if (p.forkFrom !== undefined && p.context !== "fork" && p.context !== "profile") {
+    return invalid('forkFrom: give it with context: "fork"');
+  }
+  if (p.forkFrom !== undefined && !ID.test(p.forkFrom) && !p.forkFrom.endsWith(".jsonl")) {
+    return bad("forkFrom (a run id or a .jsonl session file)", p.forkFrom);
+  }
+  flag(argv, "--context", p.context);
+  const source = p.forkFrom ?? (p.context === "fork" || p.context === "profile" ? ctx.sessionFile : null);
+  if (p.context === "fork" && !source) {
+    return invalid('context: "fork" needs this session persisted to a file (pi started without --no-session), or forkFrom');
+  }
+  flag(argv, "--fork-from", source);
+  return null;
+}
+
+function startArgv(p: any, ctx: PlanContext): string[] | Result {
+  if (subagentsDisabled()) return disabled();
+  if (p.workflowScript !== undefined) {
+    return notYet("JavaScript workflow scripts (workflowScript)", "write the workflow as a Python file (guide workflows) and pass workflowScriptPath");
+  }
+  const argv = ["run", "--json"];
+  flag(argv, "--cwd", p.cwd);
+  const timeout = timeoutOf(p);
+  if (timeout !== null && typeof timeout !== "string") return timeout;
+  flag(argv, "--timeout", timeout);
+  const refused = startOptions(p, ctx, argv);
+  if (refused) return refused;
+  if (p.workflowScriptPath || p.lanes) {
+    if (p.checkpointBeforeDeadlineMs !== undefined) {
+      return invalid("checkpointBeforeDeadlineMs is for a single agent's run (the seed's rule), not a workflow");
+    }
+    if (p.workflowScriptPath && JS_SCRIPT.test(p.workflowScriptPath)) {
+      return notYet("JavaScript workflow scripts", "pisub's workflow scripts are Python (guide workflows)");
+    }
+    if (p.workflowScriptPath) argv.push(`--workflow=${underCwd(p, p.workflowScriptPath)}`);
+    else argv.push(`--lanes=${underCwd(p, p.lanes)}`);
+    for (const [key, value] of Object.entries(p.args ?? {})) {
+      if (!/^[A-Za-z_][A-Za-z0-9_.-]{0,63}$/.test(key)) return bad("args key", key);
+      argv.push(`--arg=${key}=${typeof value === "string" ? value : JSON.stringify(value)}`);
+    }
+    flag(argv, "--usage-budget", json(p.usageBudget));
+    return argv;
+  }
+  if (!p.agent || !p.task) return invalid("a run needs agent and task (or workflowScriptPath)");
+  if (p.gate !== undefined && p.acceptance !== undefined && p.acceptance !== false) {
+    return invalid("gate is the acceptance shorthand: give gate or acceptance, not both (acceptance false is allowed)");
+  }
+  argv.push(`--agent=${p.agent}`);
+  flag(argv, "--model", p.model);
+  flag(argv, "--tool-timeout", seconds(p.toolTimeoutMs));
+  flag(argv, "--checkpoint-before-deadline", seconds(p.checkpointBeforeDeadlineMs));
+  flag(argv, "--tool-budget", json(p.toolBudget));
+  flag(argv, "--gate", p.gate);
+  if (p.acceptance !== undefined && p.acceptance !== "auto") flag(argv, "--acceptance", json(p.acceptance));
+  return end(argv, String(p.task));
+}
+
+function end(argv: string[], ...positionals: string[]): string[] {
+  return [...argv, "--", ...positionals];
+}
+
+function laneArgv(p: any, verb: string): string[] | Result {
+  if (p.laneId === undefined) return invalid(`${p.action} needs laneId (the lane's run id)`);
+  if (!ID.test(p.laneId)) return bad("laneId", p.laneId);
+  const argv = ["lane", verb, "--json"];
+  flag(argv, "--handoff", p.handoffPath);
+  if (verb === "record-merge") {
+    if (p.merge === undefined) return invalid("lane.recordMerge needs merge: {prNumber, reviewedHead, mergeCommit, treeEquivalent, postMergeChecks, attestedBy, attestedAt}");
+    const refused = checkObject("merge", p.merge, MERGE);
+    if (refused) return refused;
+    const m = p.merge;
+    argv.push(`--pr=${m.prNumber}`, `--reviewed-head=${m.reviewedHead}`, `--merge-commit=${m.mergeCommit}`);
+    if (m.treeEquivalent) argv.push("--tree-equivalent");
+    argv.push(`--post-merge-checks=${m.postMergeChecks}`, `--by=${m.attestedBy}`, `--at=${m.attestedAt}`);
+  }
+  if (verb === "record-supersession") {
+    if (p.supersession === undefined) return invalid("lane.recordSupersession needs supersession: {supersededBy, attestedBy, attestedAt}");
+    const refused = checkObject("supersession", p.supersession, SUPERSESSION);
+    if (refused) return refused;
+    const s = p.supersession;
+    argv.push(`--by-lane=${s.supersededBy}`, `--by=${s.attestedBy}`, `--at=${s.attestedAt}`);
+  }
+  return end(argv, p.laneId);
+}
+
+function cleanupArgv(p: any): string[] | Result {
+  if (p.mode !== undefined && p.mode !== "plan" && p.mode !== "apply") {
+    return invalid(`mode: worktree.cleanup takes plan (the default) or apply, not ${shown(p.mode)}`);
+  }
+  if (p.laneId !== undefined && !ID.test(p.laneId)) return bad("laneId", p.laneId);
+  const argv = ["worktree", "cleanup", "--json", p.mode === "apply" ? "--apply" : "--plan"];
+  flag(argv, "--repo", p.repo === undefined ? null : underCwd(p, p.repo));
+  flag(argv, "--lane", p.laneId);
+  flag(argv, "--handoff", p.handoffPath);
+  return argv;
+}
+
+function statusArgv(p: any, child: string | null): string[] | Result {
+  if (!p.id) {
+    if (child !== null) return invalid("status with childId/index needs the run's id");
+    if (p.view === "fleet") return ["fleet", "--json"];
+    if (p.view === "transcript") return invalid('status view "transcript" needs id (the run whose transcript)');
+    return ["list", "--json"];
+  }
+  const argv = ["status", "--json"];
+  flag(argv, "--child", child);
+  flag(argv, "--view", p.view);
+  if (typeof p.lines === "number") argv.push(`--lines=${Math.min(500, p.lines)}`);
+  return end(argv, p.id);
+}
+
+function agentArgv(p: any, action: string): string[] | Result {
+  if (!p.agent) return invalid(`${action} needs agent`);
+  const scope = p.agentScope === "user" || p.agentScope === "project" ? p.agentScope : null;
+  if (action.startsWith("refine")) {
+    const argv = ["agents", "refine", "--json"];
+    if (action === "refine.show") argv.push("--show");
+    else if (action === "refine.rollback") argv.push("--rollback");
+    else {
+      if (p.config === undefined) return invalid("refine needs config (the overlay's keys)");
+      argv.push(`--config=${JSON.stringify(p.config)}`);
+    }
+    return end(argv, p.agent);
+  }
+  const argv = ["agents", action];
+  if (action === "update") argv.push(`--config=${JSON.stringify(p.config ?? {})}`);
+  flag(argv, "--scope", scope);
+  return end(argv, p.agent);
+}
+
 // The argv of a call (after `pisub`): options first, then `--` and the positionals; or a failure.
-export function plan(p: any): string[] | Result {
+// `ctx` is what the call's session adds (its session file: the source of context "fork").
+export function plan(p: any, ctx: PlanContext = {}): string[] | Result {
   const refused = checkParams(p);
   if (refused) return refused;
-  const action = p.action ?? (p.workflowScriptPath || p.lanes ? "run" : p.agent || p.task ? "run" : "");
-  const child = (argv: string[]) => flag(argv, "--child", p.childId === undefined ? null : String(p.childId));
-  const end = (argv: string[], ...positionals: string[]) => [...argv, "--", ...positionals];
+  const action = actionOf(p);
+  const answered = seedAnswer(p, action);
+  if (answered) return answered;
   if (p.id !== undefined && !ID.test(String(p.id))) return bad("id", p.id);
   if (p.agent !== undefined && !NAME.test(String(p.agent))) return bad("agent", p.agent);
-  if (p.childId !== undefined && !/^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/.test(String(p.childId))) {
-    return bad("childId", p.childId);
+  if (p.childId !== undefined && !CHILD.test(String(p.childId))) return bad("childId", p.childId);
+  if (p.mode !== undefined && action === "steer" && !["steer", "follow_up", "auto"].includes(p.mode)) {
+    return invalid(`mode: steer takes steer, follow_up or auto, not ${shown(p.mode)}`);
   }
+  const child = childOf(p);
+  if (child !== null && typeof child !== "string") return child;
+  const withChild = (argv: string[]) => {
+    flag(argv, "--child", child);
+    return argv;
+  };
   switch (action) {
-    case "run": {
-      const argv = ["run", "--json"];
-      flag(argv, "--cwd", p.cwd);
-      flag(argv, "--timeout", seconds(p.timeoutMs));
-      if (p.workflowScriptPath) {
-        argv.push("--workflow", p.workflowScriptPath);
-        flag(argv, "--usage-budget", json(p.usageBudget));
-        return argv;
-      }
-      if (p.lanes) {
-        argv.push("--lanes", p.lanes);
-        flag(argv, "--usage-budget", json(p.usageBudget));
-        return argv;
-      }
-      if (!p.agent || !p.task) return failure("INVALID_INPUT", "a run needs agent and task (or workflowScriptPath)");
-      if (p.context !== undefined && p.context !== "fresh") {
-        return failure("INVALID_INPUT", 'context: a run starts "fresh"; "fork" is for a workflow script\'s runs.run(..., context="fork")');
-      }
-      argv.push("--agent", p.agent);
-      flag(argv, "--model", p.model);
-      flag(argv, "--tool-timeout", seconds(p.toolTimeoutMs));
-      flag(argv, "--tool-budget", json(p.toolBudget));
-      flag(argv, "--gate", p.gate);
-      if (p.acceptance !== undefined && p.acceptance !== "auto") flag(argv, "--acceptance", json(p.acceptance));
-      return end(argv, String(p.task));
-    }
-    case "status": {
-      if (!p.id) return ["list", "--json"];
-      const argv = ["status", "--json"];
-      child(argv);
-      flag(argv, "--view", p.view);
-      if (typeof p.lines === "number") argv.push("--lines", String(Math.min(500, Math.max(1, Math.floor(p.lines)))));
-      return end(argv, p.id);
-    }
+    case "run":
+      return startArgv(p, ctx);
+    case "status":
+      return statusArgv(p, child);
     case "steer":
     case "follow_up": {
-      if (!p.id || !p.message) return failure("INVALID_INPUT", `${action} needs id and message`);
-      const argv = [action === "steer" ? "steer" : "follow-up", "--json", "--wait", "3"];
+      if (!p.id || !p.message) return invalid(`${action} needs id and message`);
+      const argv = withChild([action === "steer" ? "steer" : "follow-up", "--json", "--wait=3"]);
       if (action === "steer") flag(argv, "--mode", p.mode);
-      child(argv);
+      if (p.steeringRecovery === false) argv.push("--no-recover");
       return end(argv, p.id, String(p.message));
     }
     case "interrupt":
     case "stop": {
-      if (!p.id) return failure("INVALID_INPUT", `${action} needs id`);
-      const argv = [action, "--json", "--wait", "3"];
-      child(argv);
+      if (!p.id) return invalid(`${action} needs id`);
+      const argv = withChild([action, "--json", "--wait=3"]);
       flag(argv, "--reason", p.reason);
       return end(argv, p.id);
     }
     case "resume": {
-      if (!p.id) return failure("INVALID_INPUT", "resume needs id");
-      const argv = ["resume", "--json"];
-      if (typeof p.index === "number") argv.push("--child", String(Math.max(0, Math.floor(p.index))));
-      flag(argv, "--timeout", seconds(p.timeoutMs));
+      if (subagentsDisabled()) return disabled();
+      if (!p.id) return invalid("resume needs id");
+      const argv = withChild(["resume", "--json"]);
+      const timeout = timeoutOf(p);
+      if (timeout !== null && typeof timeout !== "string") return timeout;
+      flag(argv, "--timeout", timeout);
       return p.message ? end(argv, p.id, String(p.message)) : end(argv, p.id);
     }
-    case "list":
-      return ["agents", "list", "--json"];
+    case "list": {
+      const argv = ["agents", "list", "--json"];
+      // agentScope filters the answer (shape): both, the default, is every agent, project first
+      if (p.capabilities === true) argv.push("--capabilities");
+      return argv;
+    }
     case "fleet":
       return ["fleet", "--json"];
     case "models": {
@@ -298,21 +695,19 @@ export function plan(p: any): string[] | Result {
     case "create": {
       const config = p.config;
       if (!config || typeof config !== "object" || typeof config.name !== "string" || !NAME.test(config.name)) {
-        return failure("INVALID_INPUT", "create needs config: {name, ...} (a valid agent name)");
+        return invalid("create needs config: {name, ...} (a valid agent name)");
       }
       const rest = { ...config };
       const scope = rest.scope;
       delete rest.scope;
-      const argv = ["agents", "create", "--config", JSON.stringify(rest)];
+      const argv = ["agents", "create", `--config=${JSON.stringify(rest)}`];
       flag(argv, "--scope", typeof scope === "string" ? scope : null);
       return end(argv, config.name);
     }
     case "get": {
       if (p.agent && !p.id) return end(["agents", "show", "--json"], p.agent);
-      if (!p.id) return failure("INVALID_INPUT", "get needs id (a run) or agent");
-      const argv = ["result", "--json"];
-      child(argv);
-      return end(argv, p.id);
+      if (!p.id) return invalid("get needs id (a run) or agent");
+      return end(withChild(["result", "--json"]), p.id);
     }
     case "doctor":
       return ["doctor"];
@@ -324,24 +719,32 @@ export function plan(p: any): string[] | Result {
       return argv;
     }
     case "validate": {
+      if (p.workflowScript !== undefined) {
+        return notYet("JavaScript workflow scripts (workflowScript)", "validate a Python workflow file with path");
+      }
       const target = p.path ?? p.workflowScriptPath;
-      if (!target) return failure("INVALID_INPUT", "validate needs path");
-      return end(["workflow", "validate", "--json"], String(target));
+      if (!target) return invalid("validate needs path (or workflowScriptPath)");
+      if (JS_SCRIPT.test(target)) return notYet("JavaScript workflow scripts", "pisub's workflow scripts are Python");
+      return end(["workflow", "validate", "--json"], underCwd(p, String(target)));
     }
     case "guide":
       return p.topic ? end(["guide"], String(p.topic)) : ["guide"];
+    case "lane.status":
+      return laneArgv(p, "status");
+    case "lane.recordMerge":
+      return laneArgv(p, "record-merge");
+    case "lane.recordSupersession":
+      return laneArgv(p, "record-supersession");
+    case "worktree.cleanup":
+      return cleanupArgv(p);
+    case "worktree.discard":
+      if (!p.id) return invalid("worktree.discard needs id (the run whose worktree is deleted)");
+      return end(["worktree", "discard", "--force"], p.id);
     default: {
-      if (AGENT_EDITS.has(action)) {
-        if (!p.agent) return failure("INVALID_INPUT", `${action} needs agent`);
-        const argv = ["agents", action];
-        if (action === "update") argv.push("--config", JSON.stringify(p.config ?? {}));
-        flag(argv, "--scope", p.agentScope);
-        return end(argv, p.agent);
-      }
+      if (AGENT_EDITS.has(action) || REFINES.has(action)) return agentArgv(p, action);
       const hint = near(String(action));
       const did = hint ? ` Did you mean "${hint}"? (not run)` : "";
-      return failure(
-        "INVALID_INPUT",
+      return invalid(
         `unknown action ${JSON.stringify(action)}.${did} Safe next steps: action "status" with an id, or action "list".`,
       );
     }
@@ -367,7 +770,8 @@ export function shape(p: any, argv: string[], code: number, stdout: string, stde
   const control = ["steer", "follow-up", "interrupt", "stop"].includes(argv[0]);
   const receipt = control && (code === 2 || code === 3) && stdout.trim().startsWith("{");
   const waited = argv[0] === "wait" && code === 1 && stdout.trim().startsWith("{"); // a run that ended otherwise
-  if (code !== 0 && !receipt && !waited && !(argv[0] === "doctor" || argv[0] === "workflow")) {
+  const checked = argv[0] === "workflow" && stdout.trim().startsWith("{"); // validate: {ok, errors}
+  if (code !== 0 && !receipt && !waited && !checked && argv[0] !== "doctor") {
     const err = cliError(stderr, code);
     return failure(err.code, err.message);
   }
@@ -377,6 +781,11 @@ export function shape(p: any, argv: string[], code: number, stdout: string, stde
   }
   const items = parseLines(stdout);
   const first = items[0];
+  if (checked) {
+    // a failing validate ({ok: false, errors}) is a failed tool call, as the seed's
+    const result = answer(stdout.trim(), { mode: "management", results: [], ok: first?.ok === true, errors: first?.errors ?? [] });
+    return first?.ok === true ? result : { ...result, isError: true };
+  }
   if (verb === "run" || verb === "resume") {
     if (typeof first?.runId !== "string") {
       return failure("SUBAGENT_FAILED", `pisub ${verb} gave no run id: ${JSON.stringify(stdout.trim().slice(0, 200))}`);
@@ -398,7 +807,8 @@ export function shape(p: any, argv: string[], code: number, stdout: string, stde
     return answer(text, { mode: "management", runId: p.id, results: [], receipt: r, deliveryStatus: r.state });
   }
   if (verb === "agents" && argv[1] === "list") {
-    const agents = items.filter((a) => !p.agentScope || a.scope === p.agentScope);
+    const scoped = p.agentScope === "user" || p.agentScope === "project"; // both (the default): every agent
+    const agents = items.filter((a) => !scoped || a.scope === p.agentScope);
     if (p.capabilities) {
       const lines = agents.map((a) => `${a.name} [${a.runner}, ${a.scope}]${a.description ? " " + a.description : ""}`);
       return answer(lines.join("\n") || "(no agents)", {
@@ -415,6 +825,39 @@ export function shape(p: any, argv: string[], code: number, stdout: string, stde
   }
   const text = items.map((i) => (typeof i === "string" ? i : JSON.stringify(i))).join("\n") || "(nothing)";
   return answer(text.slice(0, 50_000), { mode: "management", results: [], items: items.slice(0, 500) });
+}
+
+// The parent session's file (the source of context "fork"), or null when it has none.
+function sessionFileOf(ctx: any): string | null {
+  try {
+    const file = ctx?.sessionManager?.getSessionFile?.();
+    return typeof file === "string" && file ? file : null;
+  } catch {
+    return null;
+  }
+}
+
+// share: true: the run's session exported to an HTML file (`pisub share RUN --json`); the seed's
+// gist upload is not done (UNSUPPORTED_HERE: pisub uploads nothing; the file stays local).
+const NO_GIST = "no gist upload: pisub keeps a session local (it may hold code, paths and secrets); share the file yourself";
+
+async function shareRun(pi: any, runId: string, signal: any): Promise<any> {
+  const argv = pisubArgv();
+  try {
+    const r = await pi.exec(argv[0], [...argv.slice(1), "share", "--json", "--", runId], { signal, timeout: 120_000 });
+    if (r.code === 0) {
+      const out = JSON.parse(String(r.stdout ?? "").trim().split("\n")[0]);
+      return { path: out.path, gist: { code: "UNSUPPORTED_HERE", message: NO_GIST } };
+    }
+    return { error: cliError(String(r.stderr ?? ""), r.code) };
+  } catch (e: any) {
+    return { error: { code: "SUBAGENT_FAILED", message: String(e?.message ?? e) } };
+  }
+}
+
+function shareText(share: any): string {
+  if (share.error) return `\nshare: not exported (${share.error.code}: ${share.error.message})`;
+  return `\nshare: the session is exported to ${share.path} (${NO_GIST})`;
 }
 
 // The parent session's key: its session file's canonical path (as leases name a session), so
@@ -480,7 +923,7 @@ const RUN_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const MAX_STATUS = 1 << 20;
 const MAX_RESULT = 8 << 20;
 
-type Pending = { runId: string; agent: string | null };
+type Pending = { runId: string; agent: string | null; share: boolean };
 
 class Notices {
   home: string | null = null;
@@ -503,10 +946,10 @@ class Notices {
     return path.join(this.home as string, "runs", runId); // never a path the ledger names
   }
 
-  record(runId: string, agent: string | undefined): void {
+  record(runId: string, agent: string | undefined, share = false): void {
     if (!this.dir || !RUN_ID.test(runId)) return;
     privateDir(this.dir);
-    writeAtomic(path.join(this.dir, `${runId}.json`), JSON.stringify({ v: 1, runId, agent: agent ?? null }) + "\n");
+    writeAtomic(path.join(this.dir, `${runId}.json`), JSON.stringify({ v: 1, runId, agent: agent ?? null, ...(share ? { share } : {}) }) + "\n");
   }
 
   // Mark a run noticed without a message (its result was returned to the model directly).
@@ -533,7 +976,7 @@ class Notices {
       const runId = name.endsWith(".json") ? name.slice(0, -5) : "";
       if (!RUN_ID.test(runId) || sent.has(runId)) continue;
       const rec = readJson(path.join(this.dir, name), 64 * 1024);
-      if (rec && typeof rec === "object") out.push({ runId, agent: typeof rec.agent === "string" ? rec.agent : null });
+      if (rec && typeof rec === "object") out.push({ runId, agent: typeof rec.agent === "string" ? rec.agent : null, share: rec.share === true });
     }
     return out;
   }
@@ -576,7 +1019,11 @@ class Notices {
     }
     if (TERMINAL.has(state ?? "")) {
       const result = readJson(path.join(dir, "result.json"), MAX_RESULT);
-      this.notify(run, state as string, String(result?.content?.[0]?.text ?? "").slice(0, HEAD_CHARS));
+      let head = String(result?.content?.[0]?.text ?? "").slice(0, HEAD_CHARS);
+      if (run.share && !fs.existsSync(path.join(this.dir as string, `${run.runId}.sent`))) {
+        head += shareText(await shareRun(this.pi, run.runId, undefined));
+      }
+      this.notify(run, state as string, head);
     }
   }
 
@@ -640,7 +1087,7 @@ export default function (pi: any) {
   });
 
   async function execute(params: any, signal: any, ctx: any): Promise<Result> {
-    const planned = plan(params ?? {});
+    const planned = plan(params ?? {}, { sessionFile: sessionFileOf(ctx) });
     if (!Array.isArray(planned)) return planned;
     const argv = pisubArgv();
     let r: any;
@@ -658,7 +1105,7 @@ export default function (pi: any) {
       if (home) notices.bind(home, sessionKey(ctx));
     }
     try {
-      notices.record(runId, params?.agent); // first: whatever happens to the wait, one notice comes
+      notices.record(runId, params?.agent, params?.share === true); // first: whatever happens to the wait, one notice comes
     } catch (e: any) {
       result.content[0].text += termSafe(` (no completion notice: ${e?.message ?? e})`, true);
     }
@@ -671,11 +1118,19 @@ export default function (pi: any) {
       }
       if (waited && (waited.code === 0 || waited.code === 1) && String(waited.stdout ?? "").trim().startsWith("{")) {
         notices.settle(runId); // its result is this answer: no notice on top
-        return shape(params, ["wait"], waited.code, waited.stdout ?? "", waited.stderr ?? "");
+        const done = shape(params, ["wait"], waited.code, waited.stdout ?? "", waited.stderr ?? "");
+        if (params?.share === true) {
+          done.details = { ...done.details, share: await shareRun(pi, runId, signal) };
+          done.content[0].text += termSafe(shareText(done.details.share));
+        }
+        return done;
       }
       result.content[0].text =
         `run ${runId} was not waited for to its end (interrupted); it goes on in the background, ` +
         "and a notice comes when it ends.";
+    }
+    if (params?.share === true) {
+      result.content[0].text += " share: its session is exported to an HTML file when it ends (the notice names it).";
     }
     return result;
   }
