@@ -74,7 +74,9 @@ const str = (description: string) => ({ type: "string", description });
 const num = (description: string) => ({ type: "number", description });
 const bool = (description: string) => ({ type: "boolean", description });
 const obj = (description: string) => ({ type: "object", description });
-const oneOf = (values: string[], description: string) => ({ type: "string", enum: values, description });
+// An enum is checked by checkParams (ENUMS), not put in the schema: pi's own validation would
+// echo the value a model sent.
+const oneOf = (values: string[], description: string) => ({ type: "string", description, "x-enum": values });
 const any = (description: string) => ({ description });
 const later = (topic: string) => `Not available yet in pisub (${topic}): answered NOT_AVAILABLE_YET.`;
 
@@ -313,7 +315,8 @@ export function checkParams(p: unknown): Result | null {
       return invalid(`${key}: expected a whole number (0 or more)`);
     }
     if (kind === "string" && (value as string).includes("\u0000")) return invalid(`${key}: contains a NUL character`);
-    if (schema.enum && !schema.enum.includes(value)) return invalid(`${key}: ${shown(value)} is not one of ${schema.enum.join(", ")}`);
+    const values: string[] | undefined = schema["x-enum"];
+    if (values && !values.includes(value as string)) return invalid(`${key}: ${shown(value)} is not one of ${values.join(", ")}`);
     const size = Buffer.byteLength(typeof value === "string" ? value : JSON.stringify(value) ?? "");
     if (size > MAX_ARG_BYTES) {
       return invalid(`${key}: ${size} bytes; at most ${MAX_ARG_BYTES} (put a long text in a file)`);
