@@ -563,6 +563,33 @@ def test_the_seed_lane_examples_through_the_real_tool(
         assert "superseded-eligible" in superseded, superseded
     finally:
         parent.close()
+    _hostile_lane_options(pi_home, lane.id, other.id, tmp_path)
+
+
+def _hostile_lane_options(home: Path, lane: str, other: str, tmp_path: Path) -> None:
+    """The CLI options behind handoffPath, attestedAt and repo refuse what is not theirs."""
+    mine = home / "runs" / lane / "handoff.json"
+    link = tmp_path / "link.json"
+    link.symlink_to(mine)
+    assert (
+        pisub_cli("lane", "status", lane, "--handoff", str(link), "--json").returncode == 0
+    )  # the same file
+    for handoff in (
+        str(home / "runs" / other / "handoff.json"),  # another lane's
+        str(home / "runs" / lane / "status.json"),
+        "/etc/passwd",
+        "--help",
+        "x\x1b]0;pwned\x07",
+    ):
+        refused = pisub_cli("lane", "status", lane, "--handoff", handoff)
+        assert refused.returncode == 1 and "INVALID_INPUT" in refused.stderr, (handoff, refused)
+        assert "Traceback" not in refused.stderr and "\x1b]" not in refused.stderr
+    for at in ("yesterday", "2026-08-27T16:23:00", "9" * 200, "2026-13-40T00:00:00Z"):
+        refused = pisub_cli("lane", "record-supersession", other, "--by-lane", lane, "--by", "x", "--at", at)
+        assert refused.returncode == 1 and "--at must be" in refused.stderr, (at, refused)
+    for where in (str(tmp_path / "nowhere"), "/"):
+        refused = pisub_cli("worktree", "cleanup", "--repo", where)
+        assert refused.returncode == 1 and "INVALID_INPUT" in refused.stderr, (where, refused)
 
 
 def _has(option: str, *command: str) -> bool:
