@@ -355,6 +355,77 @@ def test_every_seed_example_maps_onto_pisub_in_node(tmp_path: Path) -> None:
         assert answer["isError"] is True and answer["details"]["error"]["code"] == code
 
 
+SEED_PARAMETERS: dict[str, Any] = {
+    "agent": "a",
+    "task": "t",
+    "action": "status",
+    "topic": "overview",
+    "config": {},
+    "context": "fresh",
+    "model": "p/m",
+    "missionId": "m1",
+    "mission": False,
+    "handoffPath": HANDOFF,
+    "repo": "/r",
+    "planId": "p",
+    "mode": "plan",
+    "laneId": RUN,
+    "merge": MERGE,
+    "supersession": SUPERSESSION,
+    "focus": True,
+    "view": "fleet",
+    "lines": 80,
+    "agentScope": "both",
+    "capabilities": True,
+    "async": True,
+    "chatProgress": "auto",
+    "isolation": "none",
+    "baseRef": "HEAD",
+    "timeoutMs": 1000,
+    "maxRuntimeMs": 1000,
+    "toolTimeoutMs": 1000,
+    "checkpointBeforeDeadlineMs": 1000,
+    "toolBudget": {"hard": 1},
+    "usageBudget": {"tokens": {"hard": 1}},
+    "cwd": "/p",
+    "machine": "m",
+    "maxOutput": {"bytes": 1},
+    "artifacts": True,
+    "includeProgress": True,
+    "share": True,
+    "sessionDir": "/s",
+    "acceptance": "auto",
+    "gate": "true",
+    "workflowScript": JS_ONE,
+    "workflowScriptPath": "w.py",
+    "workflow": "review",
+    "args": {"task": "x"},
+    "every": "6h",
+    "at": "+10m",
+    "sessionOnly": True,
+    "quiet": True,
+    "id": RUN,
+    "message": "m",
+    "index": 0,
+    "childId": "k",
+    "output": "o.md",
+    "outputMode": "file-only",
+    "thinking": "high",
+    "worktree": True,
+    "agentContract": {"version": 1},
+    "outputSchema": {},
+    "steeringRecovery": False,
+}  # every parameter name the seed's tool reference uses, with a value of its shape
+
+
+def test_every_seed_parameter_name_is_in_the_schema(tmp_path: Path) -> None:
+    """Alone (with what it needs to make sense), no seed parameter is an unknown parameter or of
+    the wrong type: each is an argv or a stable answer."""
+    calls = [["checkParams", {name: value}] for name, value in SEED_PARAMETERS.items()]
+    for answer, name in zip(_extension(tmp_path, calls), SEED_PARAMETERS, strict=True):
+        assert answer is None, (name, answer)
+
+
 def test_hostile_and_contradictory_seed_values_are_refused_in_one_line(tmp_path: Path) -> None:
     answers = _extension(tmp_path, [["plan", call, {}] for call, _ in REFUSED])
     for (call, expected), answer in zip(REFUSED, answers, strict=True):
