@@ -29,7 +29,6 @@ __all__ = [
     "resume",
     "resume_workflow",
     "retained_children",
-    "share",
 ]
 
 _HOMES = {
@@ -44,7 +43,6 @@ _HOMES = {
     "list_runs": "pisub.api.client",
     "resume": "pisub.api.client",
     "resume_workflow": "pisub.api.client",
-    "share": "pisub.api.share",
     "WorkflowFailed": "pisub.errors",
     "PisubError": "pisub.errors",
     "Result": "pisub.protocol.result",
@@ -66,7 +64,6 @@ if TYPE_CHECKING:
         resume_workflow,
         retained_children,
     )
-    from pisub.api.share import share
     from pisub.errors import PisubError, WorkflowFailed
     from pisub.protocol.result import Result
     from pisub.protocol.status import RunState, Status

@@ -15,6 +15,7 @@ import pytest
 
 import pisub
 from pisub.api.client import launch_workflow
+from pisub.api.share import share
 from pisub.errors import InvalidInput, NotResumable
 from pisub.protocol.fields import Context
 from pisub.testing.fake_model import FakeModelServer
@@ -200,21 +201,21 @@ def test_share_exports_the_session_as_pi_does(pi_home: Path, tmp_path: Path, mak
     target.write_text("keep me\n")
     link = tmp_path / "out.html"
     link.symlink_to(target)
-    shared = pisub.share(run.id, link)
+    shared = share(run.id, link)
     assert shared.path == str(link) and not link.is_symlink() and target.read_text() == "keep me\n"
     assert stat.S_IMODE(link.stat().st_mode) == 0o600
     os.mkfifo(tmp_path / "fifo")
     for bad, needle in ((tmp_path, "is not a regular file"), (tmp_path / "fifo", "is not a regular file"),
                         (tmp_path / "no" / "x.html", "is not a directory")):  # fmt: skip
         with pytest.raises(InvalidInput, match=needle):
-            pisub.share(run.id, bad)
+            share(run.id, bad)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".pisub-share-")]
 
     make_agent("cli", python="print('hi')")
     other = pisub.launch("cli", "x")
     other.wait(timeout=30)
     with pytest.raises(NotResumable, match="not a pi run"):
-        pisub.share(other.id)
+        share(other.id)
     refused = pisub_cli("share", other.id)
     assert refused.returncode == 1 and "not a pi run" in refused.stderr and "Traceback" not in refused.stderr
 
