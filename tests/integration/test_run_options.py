@@ -4,7 +4,6 @@ baseRef for one run) with real runners and real children: an external-cli agent,
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,38 +13,14 @@ from pisub.errors import InvalidInput
 from tests.conftest import AgentMaker, pisub_cli
 from tests.helpers import run_event_types
 
+# the fixture repo: a clean repository and the agent editor
+from tests.integration.test_worktree_runs import git, repo  # noqa: F401
+
 LINES = """
 import sys
 print("\\n".join(f"line {i}" for i in range(50)))
 print("oops", file=sys.stderr)
 """
-
-EDITOR = """
-import os, sys
-name, _, text = sys.stdin.read().strip().partition("=")
-open(name, "w").write(text + "\\n")
-print("wrote", name, "in", os.getcwd())
-"""
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
-
-
-@pytest.fixture
-def repo(tmp_path: Path, home: Path, make_agent: AgentMaker, monkeypatch: pytest.MonkeyPatch) -> Path:
-    config = tmp_path / "gitconfig"
-    config.write_text("[user]\n\tname = Test\n\temail = t@example.com\n[init]\n\tdefaultBranch = main\n")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    make_agent("editor", python=EDITOR)
-    path = tmp_path / "repo"
-    path.mkdir()
-    git(path, "init", "-q")
-    (path / "shared.txt").write_text("base\n")
-    git(path, "add", "-A")
-    git(path, "commit", "-q", "-m", "base")
-    return path
 
 
 def test_max_output_cuts_the_result_and_marks_it(make_agent: AgentMaker) -> None:
@@ -133,7 +108,7 @@ def test_include_progress_puts_it_in_the_result(make_agent: AgentMaker) -> None:
     assert set(on_disk) >= {"turnCount", "toolCount", "outputBytes", "durationMs", "recentOutput"}
 
 
-def test_a_single_run_in_its_own_worktree(repo: Path) -> None:
+def test_a_single_run_in_its_own_worktree(repo: Path) -> None:  # noqa: F811
     before = git(repo, "rev-parse", "HEAD")
     done = pisub_cli(
         "run", "--agent", "editor", "shared.txt=mine", "--isolation", "worktree", "--base-ref", "main",
@@ -152,7 +127,7 @@ def test_a_single_run_in_its_own_worktree(repo: Path) -> None:
     assert git(repo, "rev-parse", "HEAD") == before
 
 
-def test_a_single_worktree_run_needs_a_clean_repository_and_a_real_ref(repo: Path) -> None:
+def test_a_single_worktree_run_needs_a_clean_repository_and_a_real_ref(repo: Path) -> None:  # noqa: F811
     (repo / "shared.txt").write_text("dirty\n")
     with pytest.raises(pisub.PisubError, match="isolation='worktree'"):
         pisub.launch("editor", "shared.txt=x", cwd=repo, isolation="worktree")
