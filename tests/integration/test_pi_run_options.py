@@ -81,6 +81,9 @@ def test_session_dir_keeps_the_session_and_resume_finds_it(pi_home: Path, tmp_pa
     assert result.state == "complete", result.content[0].text
     assert result.details.results[0].output == "History: ECHO_HISTORY alpha | beta"
     assert again.status().session_file == str(kept)
+    (run.dir / "output-0.log").unlink()  # the transcript falls back to the session, where it is
+    view = json.loads(pisub_cli("status", run.id, "--view", "transcript", "--json", check=True).stdout)
+    assert any("ECHO_HISTORY alpha" in line for line in view["lines"])
     # the CLI, a relative directory (from the caller's cwd), the directory existing already
     done = pisub_cli("run", "--agent", "pi", "hello", "--session-dir", "sessions", "--json", check=True)
     other = pisub.Run(json.loads(done.stdout)["runId"])
