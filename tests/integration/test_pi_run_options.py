@@ -258,3 +258,19 @@ def test_runs_run_resumes_without_an_agent(pi_home: Path, tmp_path: Path) -> Non
     )
     failed = launch_workflow(nothing).wait(timeout=60)
     assert failed.state == "failed" and "give agent (or resume=RUN_ID" in failed.content[0].text
+
+
+def test_a_fork_source_that_is_no_session_starts_nothing(pi_home: Path, tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir.jsonl").mkdir()
+    for given, needle in (
+        (tmp_path / "fifo", "is not a session file"),
+        (tmp_path / "dir.jsonl", "is not a session file"),
+        (tmp_path / "missing.jsonl", "is not a session file"),
+        ("0123abcd", "no run"),
+        ("../etc", "is not a session file"),
+        ("bad\x07ref", "run"),
+    ):
+        with pytest.raises(pisub.PisubError, match=needle):
+            pisub.launch("pi", "x", fork_from=str(given))
+    assert not list(pisub.list_runs(children=True))
