@@ -87,6 +87,7 @@ def launch(
     session_dir: str | Path | None = None,
     context: str | None = None,
     fork_from: str | None = None,
+    parent_session: str | None = None,
     isolation: str | None = None,
     base_ref: str | None = None,
     home: Path | None = None,
@@ -107,7 +108,9 @@ def launch(
     ``include_progress``: the result carries the child's progress. pi runs only:
     ``session_dir`` keeps pi's session file there (``<run id>.jsonl``); ``context``
     (``fresh``, ``fork``, ``profile``) and ``fork_from`` (a run or a session file) say how its
-    conversation begins (:mod:`pisub.runs.run_options`). ``isolation="worktree"``: the child
+    conversation begins (:mod:`pisub.runs.run_options`); ``parent_session``: the caller's own pi
+    session, what a fork that is only a preference copies (a missing file: it begins fresh).
+    ``isolation="worktree"``: the child
     works in a git worktree of its own at ``base_ref`` (``HEAD``), captured at its end
     (``pisub worktree apply``).
 
@@ -166,7 +169,8 @@ def launch(
     )
     if on_done is not None:
         manifest.on_done = _command(on_done, "on_done")
-    seeds = _pi_session(h, manifest, catalog, session_dir, context, fork_from, workdir)
+    sources = (fork_from, parent_session)
+    seeds = _pi_session(h, manifest, catalog, session_dir, context, sources, workdir)
     if worktree is not None:
         from pisub.worktrees.workspace import workspace
 
@@ -184,7 +188,7 @@ def _pi_session(
     catalog: Catalog,
     session_dir: str | Path | None,
     context: str | None,
-    fork_from: str | None,
+    sources: tuple[str | None, str | None],
     workdir: Path,
 ) -> dict[str, Path]:
     """Where a pi run's session is kept and how its conversation begins (set in ``manifest``);
@@ -193,10 +197,11 @@ def _pi_session(
     Raises:
         InvalidInput: a per-run session option for an agent that is not pi, a bad option.
     """
-    from pisub.runs.run_options import resolve_context
+    from pisub.runs.run_options import implicit_source, resolve_context
     from pisub.store.config import load_config
 
-    if manifest.agent.runner != "pi":
+    fork_from, parent_session = sources
+    if manifest.agent.runner != "pi":  # a parent session is left aside: it is only a source
         given = [
             n for n, v in (("sessionDir", session_dir), ("context", context), ("forkFrom", fork_from)) if v
         ]
@@ -209,7 +214,12 @@ def _pi_session(
         context = "fork"  # a session to fork from is an explicit fork
     elif fork_from is not None and context != "fork":
         raise InvalidInput(f"forkFrom: a run that forks (context fork), not {context}")
-    source = Path(_fork_source(fork_from, home)) if fork_from is not None else _caller_session(home)
+    if fork_from is not None:
+        source: Path | None = Path(_fork_source(fork_from, home))
+    elif parent_session is not None:
+        source = implicit_source(parent_session)
+    else:
+        source = _caller_session(home)
     found = catalog.get(manifest.agent.name)
     choice = resolve_context(context, manifest.agent.name, found.frontmatter, load_config(home.root), source)
     manifest.context = choice.context

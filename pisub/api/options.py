@@ -39,6 +39,7 @@ class LaunchOptions(TypedDict, total=False):
     session_dir: str | Path | None
     context: str | None
     fork_from: str | None
+    parent_session: str | None
     isolation: str | None
     base_ref: str | None
     home: Path | None

@@ -65,6 +65,9 @@ def run(
         "--context",
         help="pi: fresh | fork | profile (default: config, then the agent's defaultContext).",
     ),
+    parent_session: str | None = typer.Option(
+        None, "--parent-session", help="pi: the caller's session, what a preferred fork copies (the pi tool)."
+    ),
     session_dir: Path | None = typer.Option(
         None, "--session-dir", readable=False, help="pi: keep the session file in this directory (0700)."
     ),
@@ -143,7 +146,13 @@ def run(
             state_ns=state_ns,
             fork_from=fork_from,
             **_single_options(
-                context, session_dir, max_output_bytes, max_output_lines, no_artifacts, include_progress
+                context,
+                parent_session,
+                session_dir,
+                max_output_bytes,
+                max_output_lines,
+                no_artifacts,
+                include_progress,
             ),
             isolation=isolation,
             base_ref=base_ref,
@@ -164,6 +173,7 @@ def run(
 
 def _single_options(
     context: str | None,
+    parent_session: str | None,
     session_dir: Path | None,
     max_bytes: int | None,
     max_lines: int | None,
@@ -173,6 +183,7 @@ def _single_options(
     """A single run's options as given (those left out stay out: a workflow takes none)."""
     given: dict[str, Any] = {
         "context": context,
+        "parent_session": parent_session,
         "session_dir": session_dir,
         "max_output_bytes": max_bytes,
         "max_output_lines": max_lines,

@@ -7,7 +7,8 @@ How a run begins, the seed's precedence: an explicit ``context`` (``fresh`` / ``
 ``default_subagent_context``, then the agent's ``defaultContext``, then ``fresh``. An explicit
 ``fork`` is strict (no session to fork: refused); a fork that is only a preference (the config's,
 the agent's, ``profile``) begins fresh when there is no session to fork. The session forked is
-``--fork-from`` (a run or a session file), else the session of the pi run this launch comes from.
+``--fork-from`` (a run or a session file), else ``--parent-session`` (the caller's own session:
+the pi tool passes its session file), else the session of the pisub run this launch comes from.
 """
 
 from __future__ import annotations
@@ -86,6 +87,24 @@ def _preferred(preference: Context, source: Path | None) -> ContextChoice:
     if preference is Context.FORK and source is not None:
         return ContextChoice(Context.FORK, source)
     return ContextChoice(Context.FRESH)
+
+
+def implicit_source(given: object) -> Path | None:
+    """The caller's own session (``--parent-session``: what a fork that is only a preference
+    copies), None when it is not (yet) a regular file — pi writes it after its first reply.
+
+    Raises:
+        InvalidInput: not a path (naming ``parentSession``).
+    """
+    if not isinstance(given, str) or not given.strip() or len(given) > MAX_SESSION_DIR_CHARS:
+        raise InvalidInput("parentSession: give the path of a session file")
+    if any(ord(c) < 32 or ord(c) == 127 for c in given):
+        raise InvalidInput("parentSession: the path holds control characters")
+    path = Path(os.path.abspath(given))
+    try:
+        return path if stat.S_ISREG(os.stat(path).st_mode) else None
+    except (OSError, ValueError):
+        return None
 
 
 def session_dir(given: str | Path, base: Path) -> Path:

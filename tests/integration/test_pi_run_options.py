@@ -172,6 +172,20 @@ def test_context_precedence(pi_home: Path, tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(InvalidInput, match="forkFrom: a run that forks"):
         pisub.launch("pi", "x", context="fresh", fork_from=parent.id)
 
+    # The caller's own session (the pi tool passes it): what a preferred fork copies.
+    mine = parent.status().session_file
+    assert mine is not None
+    assert history("forker", "one-b", parent_session=mine)[0] == "History: ECHO_HISTORY alpha | one-b"
+    gone = str(tmp_path / "not-yet.jsonl")  # not written yet: a preference begins fresh
+    assert history("forker", "ECHO_HISTORY one-c", parent_session=gone)[1] == Context.FRESH
+    with pytest.raises(InvalidInput, match="context 'fork': there is no session to fork"):
+        pisub.launch("forker", "x", context="fork", parent_session=gone)
+    with pytest.raises(InvalidInput, match="parentSession: the path holds control characters"):
+        pisub.launch("forker", "x", parent_session="a\x1bb")
+    done = pisub_cli("run", "--agent", "forker", "one-d", "--parent-session", mine, "--json", check=True)
+    out = pisub.Run(json.loads(done.stdout)["runId"]).wait(timeout=60).details.results[0].output
+    assert out == "History: ECHO_HISTORY alpha | one-d"
+
     # Inside a pi run (its session is the fork's source): the agent's defaultContext forks ...
     monkeypatch.setenv("PISUB_RUN_ID", parent.id)
     assert history("forker", "two") == ("History: ECHO_HISTORY alpha | two", Context.FORK)
