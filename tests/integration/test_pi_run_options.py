@@ -20,18 +20,9 @@ from pisub.errors import InvalidInput, NotResumable
 from pisub.protocol.fields import Context
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import pisub_cli
-from tests.helpers import run_event_types, sent_with, write_script
+from tests.helpers import REDACTED, SIGNED, UNSIGNED, run_event_types, sent_with, write_script
 
 pytestmark = pytest.mark.pi
-
-SIGNED = {"type": "thinking", "thinking": "a private plan", "thinkingSignature": "SIG-abc123"}
-REDACTED = {
-    "type": "thinking",
-    "thinking": "[Reasoning redacted]",
-    "thinkingSignature": "RED-xyz",
-    "redacted": True,
-}
-UNSIGNED = {"type": "thinking", "thinking": "an open musing"}
 
 
 def _session_lines(path: Path) -> list[dict[str, Any]]:
@@ -138,9 +129,10 @@ def test_fork_copies_the_session_without_signed_or_redacted_thinking(
     assert SIGNED not in blocks and REDACTED not in blocks
     assert UNSIGNED in blocks and any(b.get("type") == "text" for b in blocks)
     text = (run.dir / "session.jsonl").read_text()
-    assert "SIG-abc123" not in text and "RED-xyz" not in text
-    assert not any("SIG-abc123" in json.dumps(r) for r in sent_with(model_server, "beta"))
-    assert "SIG-abc123" in source.read_text()  # the source is left as it was
+    signature, redacted = str(SIGNED["thinkingSignature"]), str(REDACTED["thinkingSignature"])
+    assert signature not in text and redacted not in text
+    assert not any(signature in json.dumps(r) for r in sent_with(model_server, "beta"))
+    assert signature in source.read_text()  # the source is left as it was
 
     # a run id as the source (the CLI; a fork source alone asks for a fork), into a session dir
     done = pisub_cli("run", "--agent", "pi", "gamma", "--fork-from", first.id,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pisub.store.runs import copy_private
 from pisub.store.session_fork import is_private_thinking, strip_private_thinking
+from tests.helpers import REDACTED, SIGNED
 
 
 def _line(*blocks: object, role: str = "assistant") -> bytes:
@@ -16,13 +17,7 @@ def _line(*blocks: object, role: str = "assistant") -> bytes:
 
 
 def test_signed_and_redacted_thinking_go_the_rest_stays() -> None:
-    signed = {"type": "thinking", "thinking": "plan", "thinkingSignature": "SIG"}
-    redacted = {
-        "type": "thinking",
-        "thinking": "[Reasoning redacted]",
-        "thinkingSignature": "R",
-        "redacted": True,
-    }
+    signed, redacted = SIGNED, REDACTED
     raw = {"type": "redacted_thinking", "data": "opaque"}
     plain = {"type": "thinking", "thinking": "musing", "thinkingSignature": "  "}
     text = {"type": "text", "text": "hi ✓"}
