@@ -258,7 +258,7 @@ MAPPED: list[tuple[dict[str, Any], list[str]]] = [
     ),
     (
         {"agent": "a", "task": "t", "context": "fork"},
-        ["run", "--json", "--context=fork", "--fork-from=/parent.jsonl", "--agent=a", "--", "t"],
+        ["run", "--json", "--context=fork", "--parent-session=/parent.jsonl", "--agent=a", "--", "t"],
     ),
     (
         {"agent": "a", "task": "t", "context": "fork", "forkFrom": RUN},
@@ -375,7 +375,11 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
 
 
 def test_every_seed_example_maps_onto_pisub_in_node(tmp_path: Path) -> None:
-    calls: list[list[object]] = [["plan", call, {"sessionFile": "/parent.jsonl"}] for call, _ in MAPPED]
+    forks = [call.get("context") == "fork" and "forkFrom" not in call for call, _ in MAPPED]
+    calls: list[list[object]] = [
+        ["plan", call, {"sessionFile": "/parent.jsonl"} if fork else {}]
+        for (call, _), fork in zip(MAPPED, forks, strict=True)
+    ]
     calls += [["plan", call, {}] for call in JS_EXAMPLES + HERDR]
     answers = _extension(tmp_path, calls)
     for (call, argv), answer in zip(MAPPED, answers, strict=False):

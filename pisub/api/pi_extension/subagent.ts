@@ -509,12 +509,13 @@ function startOptions(p: any, ctx: PlanContext, argv: string[]): Result | null {
   if (p.forkFrom !== undefined && !ID.test(p.forkFrom) && !p.forkFrom.endsWith(".jsonl")) {
     return bad("forkFrom (a run id or a .jsonl session file)", p.forkFrom);
   }
-  flag(argv, "--context", p.context);
-  const source = p.forkFrom ?? (p.context === "fork" || p.context === "profile" ? ctx.sessionFile : null);
-  if (p.context === "fork" && !source) {
+  if (p.context === "fork" && !p.forkFrom && !ctx.sessionFile) {
     return invalid('context: "fork" needs this session persisted to a file (pi started without --no-session), or forkFrom');
   }
-  flag(argv, "--fork-from", source);
+  flag(argv, "--context", p.context);
+  flag(argv, "--fork-from", p.forkFrom);
+  // this session: what a fork copies, explicit or preferred (the agent's defaultContext, the config's)
+  flag(argv, "--parent-session", ctx.sessionFile);
   return null;
 }
 
