@@ -730,6 +730,7 @@ RUN_FLAGS = ("--max-output-bytes", "--no-artifacts", "--include-progress", "--se
 
 
 @pytest.mark.pi
+@pytest.mark.pi_versions
 @pytest.mark.xfail(
     not all(_has(option, "run") for option in RUN_FLAGS),
     strict=True,
