@@ -726,16 +726,8 @@ def test_capabilities_lists_what_each_agent_can_do(parent_pi: ParentPi) -> None:
     assert "capabilities" in pi and "runner" in pi["capabilities"], pi
 
 
-RUN_FLAGS = ("--max-output-bytes", "--no-artifacts", "--include-progress", "--session-dir", "--context")
-
-
 @pytest.mark.pi
 @pytest.mark.pi_versions
-@pytest.mark.xfail(
-    not all(_has(option, "run") for option in RUN_FLAGS),
-    strict=True,
-    reason="needs h25-run (the run options)",
-)
 def test_the_seed_run_parameters_through_the_real_tool(parent_pi: ParentPi, tmp_path: Path) -> None:
     call = parent_pi.call
     run_id = _started(
