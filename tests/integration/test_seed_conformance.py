@@ -21,7 +21,7 @@ import pytest
 import pisub
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import pisub_cli, wait_for
-from tests.integration.test_pi_subagent_tool import ParentPi, _started
+from tests.integration.test_pi_subagent_tool import ParentPi, _notices, _started
 from tests.integration.test_terminal_output import _extension, assert_clean
 from tests.integration.test_worktree_runs import _two_writers, git, plant_merge, repo  # noqa: F401
 
@@ -728,7 +728,9 @@ def test_capabilities_lists_what_each_agent_can_do(parent_pi: ParentPi) -> None:
 
 @pytest.mark.pi
 @pytest.mark.pi_versions
-def test_the_seed_run_parameters_through_the_real_tool(parent_pi: ParentPi, tmp_path: Path) -> None:
+def test_the_seed_run_parameters_through_the_real_tool(
+    parent_pi: ParentPi, tmp_path: Path, model_server: FakeModelServer
+) -> None:
     call = parent_pi.call
     run_id = _started(
         call(
@@ -754,6 +756,10 @@ def test_the_seed_run_parameters_through_the_real_tool(parent_pi: ParentPi, tmp_
     assert pisub.Run(forked).wait(timeout=60).state == "complete"
     shared = call({"agent": "pi", "task": "share me", "async": False, "share": True})
     assert "share: the session is exported to" in shared and "no gist upload" in shared, shared
+    later = _started(call({"agent": "pi", "task": "share me later", "share": True}))
+    assert pisub.Run(later).wait(timeout=60).state == "complete"
+    notice = json.dumps(wait_for(lambda: _notices(model_server, later), timeout=30, what="the notice")[0])
+    assert "share: the session is exported to" in notice and "share.html" in notice, notice
 
 
 @pytest.mark.pi
