@@ -5,6 +5,7 @@ that has not started yet is ``scheduled``, then delivered when it starts (#126).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -42,7 +43,8 @@ class _Follow:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        while chunk := self.proc.stdout.read1(4096):
+        fd = self.proc.stdout.fileno()
+        while chunk := os.read(fd, 4096):
             self.text += chunk.decode("utf-8", "replace")
 
     def close(self, timeout: float = 30) -> str:
