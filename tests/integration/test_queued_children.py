@@ -294,3 +294,21 @@ def test_stops_racing_the_starts_of_their_children_get_one_receipt_that_says_wha
             assert single.state in ("stopped", "complete"), single
         else:
             assert single.state == "complete", (receipt, single)  # it ended before the stop came
+
+
+def test_a_scheduled_request_of_a_coordinator_that_dies_is_answered_failed_by_the_repair(
+    gates: Path, tmp_path: Path
+) -> None:
+    run = _two(tmp_path)
+    _, steer = _control("steer", run.id, "--child", "later", "hello later")
+    assert steer["state"] == "scheduled"
+    coordinator = run.status().pid
+    assert coordinator is not None
+    os.kill(coordinator, signal.SIGKILL)
+    wait_for(lambda: run.status().state == "failed", 30, what="the coordinator's repair")
+    final = _final(run, steer["requestId"])
+    assert final["state"] == "failed" and "died" in (final["reason"] or ""), final
+    (gates / "first").touch()  # its running child goes on under its own runner, and ends
+    (first,) = [s for s in pisub.list_runs(children=True) if s.key == "first"]
+    assert pisub.Run(first.run_id).wait(timeout=60).state == "complete"
+    assert _starts(gates) == ["gate first"]
