@@ -50,6 +50,7 @@ class _Follow:
     def close(self, timeout: float = 30) -> str:
         self.proc.wait(timeout=timeout)
         self.thread.join(timeout=timeout)
+        assert not self.thread.is_alive(), "logs -f's output did not end"
         assert self.proc.stdout is not None
         self.proc.stdout.close()
         return self.text
