@@ -18,7 +18,7 @@ import pisub
 from pisub.api.client import launch_workflow
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import pisub_cli, wait_for
-from tests.helpers import run_receipts, sent_with, write_script
+from tests.helpers import first_and_later, run_receipts, sent_with
 
 pytestmark = pytest.mark.pi
 
@@ -99,17 +99,7 @@ def test_a_steer_to_a_queued_pi_child_is_scheduled_then_delivered_when_it_starts
     pi_home: Path, model_server: FakeModelServer, tmp_path: Path
 ) -> None:
     tag = uuid.uuid4().hex[:8]
-    script = write_script(
-        tmp_path,
-        f"""
-        async def main(runs, state, args):
-            results = await runs.all([
-                {{"key": "first", "agent": "pi", "task": "SLOW:60 first {tag}"}},
-                {{"key": "later", "agent": "pi", "task": "SLOW:10 later {tag}"}},
-            ])
-            return [r.output for r in results]
-        """,
-    )
+    script = first_and_later(tmp_path, "pi", f"SLOW:60 first {tag}", f"SLOW:10 later {tag}")
     run = launch_workflow(script, concurrency=1)
     wait_for(
         lambda: [str(s.status) for s in run.status().steps] == ["running", "queued"], 60, what="later queued"
@@ -122,5 +112,5 @@ def test_a_steer_to_a_queued_pi_child_is_scheduled_then_delivered_when_it_starts
     final = run_receipts(run)[receipt["requestId"]]
     assert (final["state"], final["deliveryStatus"]) == ("delivered", "delivered"), final
     assert final["targets"][0]["deliveredAt"]
-    assert json.loads(result.content[0].text)[1] == f"{SAID}STEER {tag}"
+    assert json.loads(result.content[0].text)[1][3] == f"{SAID}STEER {tag}"
     assert sent_with(model_server, f"STEER {tag}")
