@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import pisub
-from pisub.api.client import launch_workflow
+from pisub.api.client import launch_workflow, resume_workflow
 from tests.conftest import AgentMaker, pisub_cli, wait_for
 from tests.helpers import drop_request, first_and_later, run_receipts, write_script
 
@@ -304,3 +304,21 @@ def test_a_scheduled_request_of_a_coordinator_that_dies_is_answered_failed_by_th
     (first,) = [s for s in pisub.list_runs(children=True) if s.key == "first"]
     assert pisub.Run(first.run_id).wait(timeout=60).state == "complete"
     assert _starts(gates) == ["gate first"]
+
+
+def test_a_queued_child_stopped_stays_stopped_when_its_workflow_is_resumed(
+    gates: Path, tmp_path: Path
+) -> None:
+    run = _two(tmp_path)
+    assert _control("stop", run.id, "--child", "later")[1]["state"] == "delivered"
+    assert _control("interrupt", run.id)[1]["state"] == "delivered"  # first is paused
+    assert run.wait(timeout=60).state == "paused"
+    (gates / "first").touch()
+    again = resume_workflow(run.id)
+    result = again.wait(timeout=60)
+    assert result.state == "complete", result.content[0].text
+    assert [row[:3] for row in json.loads(result.content[0].text)] == [
+        ["first", "complete", True],
+        ["later", "stopped", False],  # its stop is its key's result: never started
+    ]
+    assert _starts(gates) == ["gate first", "gate first"]
