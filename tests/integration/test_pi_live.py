@@ -59,10 +59,10 @@ class _Follow:
 @pytest.mark.pi_versions
 def test_a_pi_reply_is_in_the_transcript_and_logs_while_the_model_streams_it(pi_home: Path) -> None:
     tag = uuid.uuid4().hex[:8]
-    run = pisub.launch("pi", f"SLOW:60 story {tag}")  # 60 chunks, 0.1 s apart
+    run = pisub.launch("pi", f"SLOW:120 story {tag}")  # 120 chunks, 0.1 s apart: 12 s
     follow = _Follow(run)
     try:
-        first = "Slow chunk 1 of 60."
+        first = "Slow chunk 1 of 120."
         lines = wait_for(
             lambda: (found := _transcript(run)) and first in "".join(found) and found,
             30,
@@ -70,15 +70,15 @@ def test_a_pi_reply_is_in_the_transcript_and_logs_while_the_model_streams_it(pi_
         )
         text = "".join(lines)
         assert run.status().state == "running"
-        assert "Slow chunk 60 of 60." not in text  # the message has not ended
+        assert "Slow chunk 120 of 120." not in text  # the message has not ended
         wait_for(lambda: first in follow.text, 30, what="logs -f to show the first words")
-        assert "Slow chunk 60 of 60." not in follow.text
+        assert "Slow chunk 120 of 120." not in follow.text
         assert run.status().state == "running"
     finally:
         result = run.wait(timeout=120)
         shown = follow.close()
     assert result.state == "complete", result.content[0].text
-    whole = "".join(f"Slow chunk {i} of 60. " for i in range(1, 61))
+    whole = "".join(f"Slow chunk {i} of 120. " for i in range(1, 121))
     assert result.details.results[0].output == whole
     assert (run.dir / "output-0.log").read_text() == whole + "\n"  # streamed, never written twice
     assert shown == whole + "\n"
@@ -99,7 +99,7 @@ def test_a_steer_to_a_queued_pi_child_is_scheduled_then_delivered_when_it_starts
     pi_home: Path, model_server: FakeModelServer, tmp_path: Path
 ) -> None:
     tag = uuid.uuid4().hex[:8]
-    script = first_and_later(tmp_path, "pi", f"SLOW:60 first {tag}", f"SLOW:10 later {tag}")
+    script = first_and_later(tmp_path, "pi", f"SLOW:120 first {tag}", f"SLOW:10 later {tag}")
     run = launch_workflow(script, concurrency=1)
     wait_for(
         lambda: [str(s.status) for s in run.status().steps] == ["running", "queued"], 60, what="later queued"
