@@ -724,6 +724,7 @@ def test_capabilities_lists_what_each_agent_can_do(parent_pi: ParentPi) -> None:
     agents = details["agentCapabilities"]["agents"]
     pi = next(a for a in agents if a["name"] == "pi")
     assert "capabilities" in pi and "runner" in pi["capabilities"], pi
+    assert details["agentCapabilities"]["restrictedCount"] == 0
 
 
 @pytest.mark.pi

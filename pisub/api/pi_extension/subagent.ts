@@ -818,7 +818,7 @@ export function shape(p: any, argv: string[], code: number, stdout: string, stde
       return answer(lines.join("\n") || "(no agents)", {
         mode: "management",
         results: [],
-        agentCapabilities: { agents, restrictedCount: 0 },
+        agentCapabilities: { agents, restrictedCount: agents.filter((a) => a?.capabilities?.ceilings?.allowed === false).length },
       });
     }
     return answer(agents.map((a) => JSON.stringify(a)).join("\n") || "(no agents)", {
