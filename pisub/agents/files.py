@@ -28,6 +28,8 @@ LOCK_NAME = ".agents.lock"
 MAX_AGENT_BYTES = 256 * 1024
 PROMPT_KEY = "systemPrompt"
 UNCHANGEABLE = ("name", "package", "scope")
+_SEED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 \t_-]{0,127}")
+"""A display name the seed's ``create`` normalises (``Code Scout``); never a path."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ def find(agents_home: Path, cwd: Path, ref: str, scope: str | None = None) -> Ag
                 continue
             if ref == entry.agent.name:
                 named.append(entry)
-            elif ref in (entry.agent.frontmatter.aliases or []):
+            elif ref in entry.agent.effective.aliases:
                 aliased.append(entry)
     found = named or aliased  # a real name wins over an alias
     if not found:
@@ -130,6 +132,7 @@ def create(agents_home: Path, cwd: Path, config: dict[str, Any]) -> AgentFile:
     scope = as_scope(str(config.pop("scope", "user")))
     prompt = _prompt(config.pop(PROMPT_KEY, ""))
     fields = {k: v for k, v in config.items() if v is not False and v != ""}
+    _seed_defaults(fields)
     name, package = fields.get("name"), fields.get("package")
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise InvalidInput(f"config.name: give the agent's name ({NAME_RE.pattern})")
@@ -144,6 +147,19 @@ def create(agents_home: Path, cwd: Path, config: dict[str, Any]) -> AgentFile:
             raise AgentConflict(f"{path} exists already: update it, or delete it first")
         _write(path, text)
     return read(path, scope)
+
+
+def _seed_defaults(fields: dict[str, Any]) -> None:
+    """The seed's ``create``: a config without ``runner`` or ``command`` makes a pi agent, and
+    a name such as ``Code Scout`` is normalised as pi-subagents does (``code-scout``)."""
+    from pisub.agents.seedkeys import normalise_name
+
+    if "runner" not in fields and "command" not in fields:
+        fields["runner"] = "pi"
+    for key in ("name", "package"):
+        value = fields.get(key)
+        if isinstance(value, str) and not NAME_RE.fullmatch(value) and _SEED_NAME.fullmatch(value):
+            fields[key] = normalise_name(value)
 
 
 def update(
