@@ -70,27 +70,20 @@ def shipped_names() -> list[str]:
 
 def find(agents_home: Path, cwd: Path, ref: str, scope: str | None = None) -> AgentFile:
     """The file of the agent called ``ref`` (runtime name or alias) — in ``scope``, or in the
-    one scope that has it.
+    one scope that has it. pi's agent folders count (``~/.pi/agent/agents``, ``.pi/agents``,
+    ``.agents``): in a scope, the file that wins at launch is the one edited.
 
     Raises:
         UnknownAgent: no such agent there. InvalidInput: it is in both scopes and none was named.
     """
-    named: list[AgentFile] = []
-    aliased: list[AgentFile] = []
+    found: list[AgentFile] = []
     broken: list[Path] = []
     for each in SCOPES if scope is None else (as_scope(scope),):
-        directory = scope_dir(agents_home, each, cwd)
-        for path in sorted(directory.glob("*.md")) if directory.is_dir() else []:
-            try:
-                entry = read(path, each)
-            except (OSError, InvalidInput):
-                broken += [path] if path.stem == ref else []
-                continue
-            if ref == entry.agent.name:
-                named.append(entry)
-            elif ref in entry.agent.effective.aliases:
-                aliased.append(entry)
-    found = named or aliased  # a real name wins over an alias
+        winner: AgentFile | None = None
+        for directory, recursive in _scope_roots(agents_home, each, cwd):
+            match = _match(directory, recursive, each, ref, broken)
+            winner = match or winner  # a later folder wins, as at launch
+        found += [winner] if winner else []
     if not found:
         where = f" in the {scope} scope" if scope else ""
         if broken:
@@ -98,13 +91,50 @@ def find(agents_home: Path, cwd: Path, ref: str, scope: str | None = None) -> Ag
                 f"{broken[0]} cannot be read as an agent (pisub agents list says why): fix or remove it"
             )
         raise UnknownAgent(f"no agent file for {ref[:128]!r}{where}")
-    if len({f.scope for f in found}) > 1:
+    if len(found) > 1:
         raise InvalidInput(f"agent {ref!r} is in both scopes: give the scope (user or project)")
+    return found[0]
+
+
+def _scope_roots(agents_home: Path, scope: Scope, cwd: Path) -> list[tuple[Path, bool]]:
+    """The folders of a scope, lowest first, and whether each is searched recursively."""
+    from pisub.agents.catalog import roots
+
+    listed = [(d, recursive) for s, d, _, recursive in roots(agents_home, cwd) if s == scope]
+    if scope == "project":
+        # The git root's .pisub/agents is the one pisub writes: it is searched even before it exists.
+        main = scope_dir(agents_home, scope, cwd)
+        listed = [pair for pair in listed if pair[0] != main] + [(main, False)]
+    return listed
+
+
+def _match(directory: Path, recursive: bool, scope: Scope, ref: str, broken: list[Path]) -> AgentFile | None:
+    """The one file in ``directory`` named ``ref`` (else the one with that alias).
+
+    Raises:
+        InvalidInput: several are.
+    """
+    from pisub.agents.walk import agent_files
+
+    named: list[AgentFile] = []
+    aliased: list[AgentFile] = []
+    files, _ = agent_files(directory, recursive=recursive, follow_root=scope != "project")
+    for path in files:
+        try:
+            entry = read(path, scope)
+        except (OSError, InvalidInput):
+            broken += [path] if path.stem == ref else []
+            continue
+        if ref == entry.agent.name:
+            named.append(entry)
+        elif ref in entry.agent.effective.aliases:
+            aliased.append(entry)
+    found = named or aliased  # a real name wins over an alias
     if len(found) > 1:
         paths = ", ".join(str(f.path) for f in found[:4])
         kind = "are named" if named else "have the alias"
-        raise InvalidInput(f"several agent files {kind} {ref!r} in the {found[0].scope} scope: {paths}")
-    return found[0]
+        raise InvalidInput(f"several agent files {kind} {ref!r} in the {scope} scope: {paths}")
+    return found[0] if found else None
 
 
 def read(path: Path, scope: Scope) -> AgentFile:

@@ -247,3 +247,18 @@ def test_prompt_mode_and_context_reach_pi(
         and "a coding agent harness" not in narrow
     )
     assert "SEED-BROAD" in broad and "PROJECT-RULE-XYZ" in broad and "a coding agent harness" in broad
+
+
+def test_pi_folder_agents_are_edited_in_place_and_doctor_names_skipped_files(repo: Path) -> None:
+    pisub_cli("agents", "update", "oracle", "--config", '{"description": "Second opinions"}', check=True)
+    oracle = repo / ".pi" / "agents" / "review" / "oracle.md"
+    assert "Second opinions" in oracle.read_text()
+    assert pisub.agent_catalog().get("oracle").frontmatter.description == "Second opinions"
+    pisub_cli("agents", "disable", "planner-bot", check=True)  # pi's user folder, found by name
+    assert pisub.agent_catalog().get("planner-bot").frontmatter.disabled
+    pisub_cli("agents", "delete", "legacy-only", check=True)
+    assert not (repo / ".agents" / "legacy-only.md").exists()
+    (repo / ".pi" / "agents" / "broken.md").write_bytes(b"\xff\xfe not text")
+    report = pisub_cli("doctor", "--json")
+    checks = {c["name"]: c for c in json.loads(report.stdout)["checks"]}
+    assert checks["agents"]["ok"] is False and "broken.md: not UTF-8" in checks["agents"]["detail"]
