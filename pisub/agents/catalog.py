@@ -164,14 +164,19 @@ def pi_agent_dir(env: Mapping[str, str] | None = None) -> Path:
 
 
 def dialect_of(path: Path) -> Dialect:
-    """``pi`` for a file in pi's agent directories (``.pi/agents``, ``.agents``, pi's
-    ``agent/agents``), else ``pisub``."""
-    parts = path.parts
-    for i, part in enumerate(parts[:-1]):
-        if part == ".agents" or (part == "agents" and i > 0 and parts[i - 1] in (".pi", "agent")):
-            return "pi"
+    """``pi`` for a file below a ``.pi/agents``, ``.agents`` or ``.pi/agent/agents`` folder or
+    pi's ``$PI_CODING_AGENT_DIR/agents``, else ``pisub`` (for a file whose folder is not known,
+    such as a reviewer recorded at launch)."""
     user = pi_agent_dir() / "agents"
-    return "pi" if user in path.parents else "pisub"
+    for folder in path.parents:
+        if folder.name == ".agents" or folder == user:
+            return "pi"
+        pi_parent = folder.parent.name == ".pi" or (
+            folder.parent.name == "agent" and folder.parent.parent.name == ".pi"
+        )
+        if folder.name == "agents" and pi_parent:
+            return "pi"
+    return "pisub"
 
 
 def _check(fm: AgentFrontmatter, eff: Effective, path: Path) -> None:
@@ -269,6 +274,13 @@ def discover(user_dir: Path, cwd: Path, *, pi_dir: Path | None = None) -> Catalo
 
     catalog = Catalog()
     for scope, directory, dialect, recursive in roots(user_dir, cwd, pi_dir):
+        if (
+            scope == "project"
+            and directory.parent.name in (".pi", ".pisub")
+            and directory.parent.is_symlink()
+        ):
+            catalog.problems[directory.parent] = "a symlink: a project's agent folder is not followed"
+            continue
         files, problems = agent_files(directory, recursive=recursive, follow_root=scope != "project")
         catalog.problems.update(problems)
         here: dict[str, Path] = {}

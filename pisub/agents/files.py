@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pisub.agents.catalog import NAME_RE, SHIPPED_DIR, Agent, parse_agent
+from pisub.agents.seedkeys import Dialect
 from pisub.errors import AgentConflict, InvalidInput, UnknownAgent, storage_error
 
 Scope = Literal["user", "project"]
@@ -80,8 +81,8 @@ def find(agents_home: Path, cwd: Path, ref: str, scope: str | None = None) -> Ag
     broken: list[Path] = []
     for each in SCOPES if scope is None else (as_scope(scope),):
         winner: AgentFile | None = None
-        for directory, recursive in _scope_roots(agents_home, each, cwd):
-            match = _match(directory, recursive, each, ref, broken)
+        for directory, dialect, recursive in _scope_roots(agents_home, each, cwd):
+            match = _match(directory, dialect, recursive, each, ref, broken)
             winner = match or winner  # a later folder wins, as at launch
         found += [winner] if winner else []
     if not found:
@@ -96,19 +97,22 @@ def find(agents_home: Path, cwd: Path, ref: str, scope: str | None = None) -> Ag
     return found[0]
 
 
-def _scope_roots(agents_home: Path, scope: Scope, cwd: Path) -> list[tuple[Path, bool]]:
-    """The folders of a scope, lowest first, and whether each is searched recursively."""
+def _scope_roots(agents_home: Path, scope: Scope, cwd: Path) -> list[tuple[Path, Dialect, bool]]:
+    """The folders of a scope, lowest first, how their files read, and whether each is
+    searched recursively."""
     from pisub.agents.catalog import roots
 
-    listed = [(d, recursive) for s, d, _, recursive in roots(agents_home, cwd) if s == scope]
+    listed = [(d, dialect, deep) for s, d, dialect, deep in roots(agents_home, cwd) if s == scope]
     if scope == "project":
         # The git root's .pisub/agents is the one pisub writes: it is searched even before it exists.
         main = scope_dir(agents_home, scope, cwd)
-        listed = [pair for pair in listed if pair[0] != main] + [(main, False)]
+        listed = [entry for entry in listed if entry[0] != main] + [(main, "pisub", False)]
     return listed
 
 
-def _match(directory: Path, recursive: bool, scope: Scope, ref: str, broken: list[Path]) -> AgentFile | None:
+def _match(
+    directory: Path, dialect: Dialect, recursive: bool, scope: Scope, ref: str, broken: list[Path]
+) -> AgentFile | None:
     """The one file in ``directory`` named ``ref`` (else the one with that alias).
 
     Raises:
@@ -121,7 +125,7 @@ def _match(directory: Path, recursive: bool, scope: Scope, ref: str, broken: lis
     files, _ = agent_files(directory, recursive=recursive, follow_root=scope != "project")
     for path in files:
         try:
-            entry = read(path, scope)
+            entry = read(path, scope, dialect)
         except (OSError, InvalidInput):
             broken += [path] if path.stem == ref else []
             continue
@@ -137,7 +141,7 @@ def _match(directory: Path, recursive: bool, scope: Scope, ref: str, broken: lis
     return found[0] if found else None
 
 
-def read(path: Path, scope: Scope) -> AgentFile:
+def read(path: Path, scope: Scope, dialect: Dialect | None = None) -> AgentFile:
     """Raises: OSError, InvalidInput (not an agent file)."""
     from pisub.core.fsio import read_bytes
 
@@ -148,7 +152,8 @@ def read(path: Path, scope: Scope) -> AgentFile:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"{path}: not UTF-8 ({exc})") from None
-    return AgentFile(scope, path, hashlib.sha256(data).hexdigest(), parse_agent(text, path, scope))
+    agent = parse_agent(text, path, scope, dialect)
+    return AgentFile(scope, path, hashlib.sha256(data).hexdigest(), agent)
 
 
 def create(agents_home: Path, cwd: Path, config: dict[str, Any]) -> AgentFile:
@@ -171,12 +176,12 @@ def create(agents_home: Path, cwd: Path, config: dict[str, Any]) -> AgentFile:
     directory = scope_dir(agents_home, scope, cwd)
     path = directory / f"{package + '.' if package else ''}{name}.md"
     text = _render(fields, prompt)
-    parse_agent(text, path, scope)
+    parse_agent(text, path, scope, "pisub")
     with _locked(directory):
         if os.path.lexists(path):
             raise AgentConflict(f"{path} exists already: update it, or delete it first")
         _write(path, text)
-    return read(path, scope)
+    return read(path, scope, "pisub")
 
 
 def _seed_defaults(fields: dict[str, Any]) -> None:
@@ -263,7 +268,7 @@ def eject(agents_home: Path, cwd: Path, name: str, scope_name: str = "user") -> 
                 f"{path} exists already: `pisub agents reset {name}` restores the shipped one"
             )
         _write(path, text)
-    return read(path, scope)
+    return read(path, scope, "pisub")
 
 
 def reset(agents_home: Path, cwd: Path, name: str, *, scope: str | None = None) -> AgentFile:
@@ -283,11 +288,12 @@ def _shipped(name: str) -> str:
 
 
 def _replace(current: AgentFile, text: str) -> AgentFile:
-    parse_agent(text, current.path, current.scope)
+    dialect = current.agent.dialect
+    parse_agent(text, current.path, current.scope, dialect)
     with _locked(current.path.parent):
         _check_unchanged(current)
         _write(current.path, text)
-    return read(current.path, current.scope)
+    return read(current.path, current.scope, dialect)
 
 
 def _expect(current: AgentFile, expect: str | None) -> None:
@@ -299,7 +305,7 @@ def _expect(current: AgentFile, expect: str | None) -> None:
 
 def _check_unchanged(current: AgentFile) -> None:
     try:
-        now = read(current.path, current.scope).sha256
+        now = read(current.path, current.scope, current.agent.dialect).sha256
     except (OSError, InvalidInput):
         now = None
     if now != current.sha256:

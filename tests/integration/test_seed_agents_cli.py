@@ -259,6 +259,10 @@ def test_pi_folder_agents_are_edited_in_place_and_doctor_names_skipped_files(rep
     pisub_cli("agents", "delete", "legacy-only", check=True)
     assert not (repo / ".agents" / "legacy-only.md").exists()
     (repo / ".pi" / "agents" / "broken.md").write_bytes(b"\xff\xfe not text")
+    hostile = os.fsencode(repo / ".pi" / "agents") + b"/a\xff\x1b[2J.md"
+    os.close(os.open(hostile, os.O_CREAT | os.O_WRONLY, 0o600))
+    listed = pisub_cli("agents", "list")
+    assert listed.returncode == 0 and "\x1b" not in listed.stderr and "not UTF-8" in listed.stderr
     report = pisub_cli("doctor", "--json")
     checks = {c["name"]: c for c in json.loads(report.stdout)["checks"]}
     assert checks["agents"]["ok"] is False and "broken.md: not UTF-8" in checks["agents"]["detail"]

@@ -196,3 +196,32 @@ def test_comma_strings_in_pisub_scopes_too() -> None:
     assert agent.spec().system_prompt_mode == "append" and "--no-context-files" not in agent.spec().args
     empty = parse_agent("---\nname: bare\ntools:\n---\n", Path("/r/.pi/agents/bare.md"), "project", "pi")
     assert empty.spec().tools == []  # the seed's empty tools: no tools at all
+
+
+def test_a_symlinked_dot_pi_is_not_entered(tmp_path: Path) -> None:
+    pi_dir, user, cwd = _tree(tmp_path)
+    dot_pi = cwd.parent / ".pi"
+    shutil.move(dot_pi, tmp_path / "elsewhere")
+    os.symlink(tmp_path / "elsewhere", dot_pi)
+    catalog = discover(user, cwd, pi_dir=pi_dir)
+    assert "oracle" not in catalog.agents and "symlink" in catalog.problems[dot_pi]
+    assert "legacy-only" in catalog.agents  # the legacy folder beside it is still read
+
+
+@pytest.mark.parametrize(
+    ("path", "dialect"),
+    [
+        ("/r/.pi/agents/x.md", "pi"),
+        ("/r/.pi/agents/team/agents/x.md", "pi"),
+        ("/r/.agents/x.md", "pi"),
+        ("/u/.pi/agent/agents/x.md", "pi"),
+        ("/u/.local/state/pisub/agents/x.md", "pisub"),
+        ("/r/.pisub/agents/x.md", "pisub"),
+        ("/u/agent/agents/x.md", "pisub"),
+    ],
+)
+def test_dialect_of_a_path(path: str, dialect: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pisub.agents.catalog import dialect_of
+
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", "/nowhere")
+    assert dialect_of(Path(path)) == dialect
