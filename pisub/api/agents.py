@@ -213,6 +213,15 @@ def _agent_name(name: str, home: Path | None, cwd: Path | None) -> str:
         raise
 
 
+def _overlay_of(name: str, home: Path | None, cwd: Path | None) -> tuple[str, Path, str]:
+    """The agent's runtime name, the project, and the path of its overlay file."""
+    from pisub.agents import refine as rf
+
+    agent = _agent_name(name, home, cwd)
+    project = _project(cwd)
+    return agent, project, str(rf.folder(project) / f"{agent}.md")
+
+
 def refine(
     name: str, config: dict[str, Any], *, home: Path | None = None, cwd: Path | None = None
 ) -> dict[str, Any]:
@@ -226,10 +235,8 @@ def refine(
     from pisub.agents import refine as rf
 
     guidance, reason = rf.check_config(config)
-    agent = _agent_name(name, home, cwd)
-    project = _project(cwd)
-    rev = rf.refine(project, agent, guidance, reason)
-    return {**rev.as_json(), "path": str(rf.folder(project) / f"{agent}.md")}
+    agent, project, where = _overlay_of(name, home, cwd)
+    return {**rf.refine(project, agent, guidance, reason).as_json(), "path": where}
 
 
 def refine_show(name: str, *, home: Path | None = None, cwd: Path | None = None) -> dict[str, Any]:
@@ -237,15 +244,10 @@ def refine_show(name: str, *, home: Path | None = None, cwd: Path | None = None)
     oldest first."""
     from pisub.agents import refine as rf
 
-    agent = _agent_name(name, home, cwd)
-    project = _project(cwd)
+    agent, project, where = _overlay_of(name, home, cwd)
     now = rf.current(project, agent)
-    return {
-        "agent": agent,
-        "path": str(rf.folder(project) / f"{agent}.md"),
-        "current": now.as_json() if now else None,
-        "history": [r.as_json() for r in rf.history(project, agent)],
-    }
+    history = [r.as_json() for r in rf.history(project, agent)]
+    return {"agent": agent, "path": where, "current": now.as_json() if now else None, "history": history}
 
 
 def refine_rollback(name: str, *, home: Path | None = None, cwd: Path | None = None) -> dict[str, Any]:
@@ -257,14 +259,9 @@ def refine_rollback(name: str, *, home: Path | None = None, cwd: Path | None = N
     """
     from pisub.agents import refine as rf
 
-    agent = _agent_name(name, home, cwd)
-    project = _project(cwd)
+    agent, project, where = _overlay_of(name, home, cwd)
     rev = rf.rollback(project, agent)
-    return {
-        "agent": agent,
-        "path": str(rf.folder(project) / f"{agent}.md"),
-        "current": rev.as_json() if rev else None,
-    }
+    return {"agent": agent, "path": where, "current": rev.as_json() if rev else None}
 
 
 def first_launch_warnings(run: Any, home: Path | None = None) -> list[str]:
