@@ -35,6 +35,7 @@ SHIPPED_DIR = Path(__file__).parent / "builtin"
 """The agents pisub ships (scope ``builtin``: every other scope wins over them)."""
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAX_AGENT_FILE = 1024 * 1024
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -204,6 +205,9 @@ def _check(fm: AgentFrontmatter, eff: Effective, path: Path) -> None:
         if pi_only:
             raise InvalidInput(f"{path}: {', '.join(pi_only)} only apply to runner: pi")
     limits_of(fm, eff).check(str(path))
+    bad_tool = next((t for t in eff.tools or [] if not _TOOL_NAME.fullmatch(t)), None)
+    if bad_tool is not None:
+        raise InvalidInput(f"{path}: tools: {bad_tool[:64]!r} is not a tool name ({_TOOL_NAME.pattern})")
     if any("\0" in arg for arg in [eff.command or "", *eff.args]):
         raise InvalidInput(f"{path}: command and args must not contain NUL bytes")
 

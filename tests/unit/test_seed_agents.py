@@ -177,6 +177,8 @@ def test_a_symlinked_project_folder_is_not_entered(tmp_path: Path) -> None:
         ("skills: true\ninheritSkills: false", "disagree"),
         ("systemPromptMode: prepend", "systemPromptMode"),
         ("tools: 5", "tools"),
+        ('tools: ["read\\u0000x"]', "not a tool name"),
+        ('tools: "read, --evil"', "not a tool name"),
         ("aliases: [1, 2]", "aliases"),
         ("maxSubagentDepth: -1", "maxSubagentDepth"),
         ("name: '!!!'", "no letter or digit"),
