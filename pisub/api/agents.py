@@ -291,3 +291,15 @@ def first_launch_warnings(run: Any, home: Path | None = None) -> list[str]:
         pass  # a warning shown again is better than none
     head = f"pisub: agent {agent.name!r} ({agent.source}) sets keys pisub does not act on (shown once):"
     return [head, *(f"pisub:   {i.key}: {i.reason}" for i in agent.ignored)]
+
+
+def shadow_warning(path: Path) -> str | None:
+    """A line when the agent file just written takes the name of an agent pisub ships (the
+    seed's ``create`` warns of builtin shadowing): ``reviewer`` is the one review gates run."""
+    from pisub.agents.files import shipped_names
+
+    name = path.stem
+    if name not in shipped_names():
+        return None
+    gates = " (review gates run the agent named reviewer)" if name == "reviewer" else ""
+    return f"pisub: note: {path} overrides the agent pisub ships as {name!r}{gates}"

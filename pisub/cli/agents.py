@@ -184,7 +184,13 @@ def create(
     fields = _config(config, prompt)
     if fields.setdefault("name", name) != name:
         raise InvalidInput(f"--config name {str(fields['name'])[:64]!r} is not NAME {name!r}")
-    _done("created", edit_agent("create", config=fields, scope=scope))
+    from pisub.api.agents import shadow_warning
+
+    path = edit_agent("create", config=fields, scope=scope)
+    _done("created", path)
+    warning = shadow_warning(path)
+    if warning:
+        err(warning)
 
 
 @app.command()

@@ -266,3 +266,10 @@ def test_pi_folder_agents_are_edited_in_place_and_doctor_names_skipped_files(rep
     report = pisub_cli("doctor", "--json")
     checks = {c["name"]: c for c in json.loads(report.stdout)["checks"]}
     assert checks["agents"]["ok"] is False and "broken.md: not UTF-8" in checks["agents"]["detail"]
+
+
+def test_create_warns_when_it_overrides_a_shipped_agent(home: Path) -> None:
+    proc = pisub_cli("agents", "create", "reviewer", "--config", '{"tools": "read"}', check=True)
+    assert "overrides the agent pisub ships as 'reviewer'" in proc.stderr and "review gates" in proc.stderr
+    quiet = pisub_cli("agents", "create", "mine", "--config", '{"tools": "read"}', check=True)
+    assert quiet.stderr == ""
