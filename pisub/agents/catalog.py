@@ -299,7 +299,7 @@ def discover(user_dir: Path, cwd: Path, *, pi_dir: Path | None = None) -> Catalo
             if agent.name in catalog.agents:
                 catalog.shadowed.append(catalog.agents[agent.name])
             catalog.agents[agent.name] = agent
-    refined, broken = overlays(project_root(cwd))
+    refined, broken = overlays(project_root(cwd), list(catalog.agents))
     catalog.problems.update(broken)
     for name, block in refined.items():
         if name in catalog.agents:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +28,8 @@ from pisub.errors import InvalidInput, storage_error
 MAX_GUIDANCE = 8 * 1024
 """Bytes of guidance an overlay may hold ("bounded")."""
 MAX_REVISIONS = 1000
+HISTORY_SHOWN = 50
+"""Revisions ``refine --show`` lists (the latest)."""
 MAX_OVERLAY_FILE = 64 * 1024
 TAG = "pi-subagents-refinement"
 KEYS = ("guidance", "reason")
@@ -109,10 +111,10 @@ def current(project: Path, name: str) -> Revision | None:
 
 
 def history(project: Path, name: str) -> list[Revision]:
-    """Every snapshot, oldest first (unreadable ones are skipped)."""
+    """The last :data:`HISTORY_SHOWN` snapshots, oldest first (unreadable ones are skipped)."""
     snaps = _safe_folder(project) / f"{_checked(name)}.revisions"
     out = []
-    for n in _numbers(snaps):
+    for n in _numbers(snaps)[-HISTORY_SHOWN:]:
         try:
             out.append(_read(snaps / f"{n:04d}.md"))
         except InvalidInput:
@@ -150,27 +152,31 @@ def rollback(project: Path, name: str) -> Revision | None:
         return _commit(where, name, before.previous, "rollback", before.guidance, reason)
 
 
-def overlays(project: Path) -> tuple[dict[str, str], dict[Path, str]]:
-    """The block of every overlay in force in ``project`` by agent name, and the files that
-    could not be read (why)."""
-    from pisub.agents.walk import agent_files
-
+def overlays(project: Path, names: Iterable[str]) -> tuple[dict[str, str], dict[Path, str]]:
+    """The block of the overlay in force for each of ``names`` (the agents found) in
+    ``project``, and the overlay files that could not be read (why). Only those agents' files
+    are opened: a folder of planted files costs nothing."""
     try:
         where = _safe_folder(project)
     except InvalidInput as exc:
         return {}, {folder(project): str(exc)}
-    files, problems = agent_files(where, recursive=False, follow_root=False)
+    if not os.path.isdir(where):
+        return {}, {}
     found: dict[str, str] = {}
-    for path in files:
+    problems: dict[Path, str] = {}
+    for name in names:
+        path = where / f"{name}.md"
+        if not _NAME.fullmatch(name) or not os.path.lexists(path):
+            continue
         try:
             rev = _read(path)
         except InvalidInput as exc:
-            problems[path] = str(exc)
+            problems[path] = str(exc).removeprefix(f"{path}: ")
             continue
-        if rev.agent != path.stem:
-            problems[path] = f"its agent {rev.agent!r} is not the file's name"
+        if rev.agent != name:
+            problems[path] = f"its agent {rev.agent[:64]!r} is not the file's name"
         elif rev.guidance:
-            found[rev.agent] = block(rev)
+            found[name] = block(rev)
     return found, problems
 
 
@@ -193,8 +199,15 @@ def _safe_folder(project: Path) -> Path:
 def _numbers(snaps: Path) -> list[int]:
     if os.path.islink(snaps) or not snaps.is_dir():
         return []
-    names = (n.removesuffix(".md") for n in os.listdir(snaps) if n.endswith(".md"))
-    return sorted(int(n) for n in names if n.isascii() and n.isdigit() and len(n) <= 6)
+    numbers = []
+    with os.scandir(snaps) as it:
+        for count, entry in enumerate(it):
+            if count > 4 * MAX_REVISIONS:
+                break  # a folder stuffed with other names is not listed whole
+            stem = entry.name.removesuffix(".md")
+            if entry.name.endswith(".md") and stem.isascii() and stem.isdigit() and len(stem) <= 6:
+                numbers.append(int(stem))
+    return sorted(numbers)
 
 
 def _snapshot(where: Path, name: str, revision: int) -> Revision | None:

@@ -227,3 +227,22 @@ def test_dialect_of_a_path(path: str, dialect: str, monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setenv("PI_CODING_AGENT_DIR", "/nowhere")
     assert dialect_of(Path(path)) == dialect
+
+
+def test_overlays_read_only_for_agents_found_and_never_through_links(tmp_path: Path) -> None:
+    pi_dir, user, cwd = _tree(tmp_path)
+    where = cwd.parent / ".pi" / "subagents" / "refinements"
+    where.mkdir(parents=True)
+    good = "---\nagent: oracle\nrevision: 1\nprevious: null\n---\nBe brief.\n"
+    (where / "oracle.md").write_text(good)
+    (where / "nobody.md").write_bytes(b"\xff not even text")  # no such agent: never opened
+    secret = tmp_path / "secret.md"
+    secret.write_text(good.replace("oracle", "scout"))
+    os.symlink(secret, where / "scout.md")
+    (where / "legacy-only.md").write_text(good)  # its header names another agent
+    catalog = discover(user, cwd, pi_dir=pi_dir)
+    assert catalog.agents["oracle"].spec().system_prompt.endswith("Be brief.\n</pi-subagents-refinement>")
+    assert catalog.agents["scout"].refinement is None
+    assert "cannot read" in catalog.problems[where / "scout.md"]
+    assert "not the file's name" in catalog.problems[where / "legacy-only.md"]
+    assert where / "nobody.md" not in catalog.problems
