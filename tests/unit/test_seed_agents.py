@@ -246,3 +246,18 @@ def test_overlays_read_only_for_agents_found_and_never_through_links(tmp_path: P
     assert "cannot read" in catalog.problems[where / "scout.md"]
     assert "not the file's name" in catalog.problems[where / "legacy-only.md"]
     assert where / "nobody.md" not in catalog.problems
+
+
+def test_a_huge_folder_is_cut_short_with_a_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pisub.agents import walk
+
+    monkeypatch.setattr(walk, "MAX_ENTRIES", 5)
+    folder = tmp_path / "agents"
+    folder.mkdir()
+    for i in range(20):
+        (folder / f"a{i:02d}.md").write_text(f"---\nname: a{i:02d}\n---\nx\n")
+    files, problems = walk.agent_files(folder, recursive=True, follow_root=False)
+    assert len(files) <= 5 and "more than 5 names" in problems[folder]
+    fifo = tmp_path / "fifo-root"
+    os.mkfifo(fifo)
+    assert walk.agent_files(fifo, recursive=True, follow_root=True) == ([], {fifo: "not a folder"})
