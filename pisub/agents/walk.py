@@ -40,6 +40,8 @@ def agent_files(root: Path, *, recursive: bool, follow_root: bool) -> tuple[list
             st = os.stat(root)
         except OSError as exc:
             return [], {root: f"a symlink to nothing usable: {exc.strerror or exc}"}
+        # Its files are named by where they are: read through no symlink at all.
+        root = Path(os.path.realpath(root))
     if not stat.S_ISDIR(st.st_mode):
         return [], {root: "not a folder"}
     found: list[Path] = []
