@@ -248,6 +248,7 @@ function near(action: string): string | null {
 
 const ID = /^[0-9a-fA-F][0-9a-fA-F-]{0,63}$/;
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+const DISPLAY_NAME = /^[A-Za-z0-9][A-Za-z0-9 ._-]{0,127}$/;
 const CHILD = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 const FULL_COMMIT = /^(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})$/;
 
@@ -685,7 +686,8 @@ export function plan(p: any, ctx: PlanContext = {}): string[] | Result {
     }
     case "list": {
       const argv = ["agents", "list", "--json"];
-      // agentScope filters the answer (shape): both, the default, is every agent, project first
+      // both (the default): every agent that resolves here, the project's over the user's
+      if (p.agentScope === "user" || p.agentScope === "project") argv.push(`--scope=${p.agentScope}`);
       if (p.capabilities === true) argv.push("--capabilities");
       return argv;
     }
@@ -698,8 +700,9 @@ export function plan(p: any, ctx: PlanContext = {}): string[] | Result {
     }
     case "create": {
       const config = p.config;
-      if (!config || typeof config !== "object" || typeof config.name !== "string" || !NAME.test(config.name)) {
-        return invalid("create needs config: {name, ...} (a valid agent name)");
+      // the seed's names ("Code Scout" becomes code-scout): pisub normalizes and checks them
+      if (!config || typeof config !== "object" || typeof config.name !== "string" || !DISPLAY_NAME.test(config.name)) {
+        return invalid("create needs config: {name, ...} (a name of letters, digits, spaces, . _ -)");
       }
       const rest = { ...config };
       const scope = rest.scope;
