@@ -168,31 +168,34 @@ def test_ignored_keys_are_in_the_manifest_and_shown_once(repo: Path) -> None:
     assert run.wait(timeout=30).state == "complete"
 
 
+SEED_CREATE_CONFIG: dict[str, object] = {
+    "name": "Code Scout",
+    "package": "code-analysis",
+    "description": "Scans codebases for patterns and issues",
+    "scope": "user",
+    "systemPrompt": "You are a code scout...",
+    "systemPromptMode": "replace",
+    "inheritProjectContext": False,
+    "inheritGlobalContext": False,
+    "inheritSkills": False,
+    "model": "anthropic/claude-sonnet-4",
+    "fallbackModels": ["openai-codex/gpt-5.6-luna:low", "anthropic/claude-haiku-4-5"],
+    "tools": "read, bash, mcp:github/search_repositories",
+    "extensions": "",
+    "skills": "parallel-scout",
+    "thinking": "high",
+    "acceptance": {"level": "none", "reason": "lightweight lookup"},
+    "acceptanceRole": "read-only",
+    "output": "context.md",
+    "reads": "shared-context.md",
+    "progress": True,
+}
+"""The seed's create example (shared/seeds/001, 管理动作), verbatim."""
+
+
 def test_seed_create_config_verbatim(home: Path) -> None:
     """The seed's create example (a pi agent: no runner given; comma strings; its keys)."""
-    config = {
-        "name": "Code Scout",
-        "package": "code-analysis",
-        "description": "Scans codebases for patterns and issues",
-        "scope": "user",
-        "systemPrompt": "You are a code scout...",
-        "systemPromptMode": "replace",
-        "inheritProjectContext": False,
-        "inheritGlobalContext": False,
-        "inheritSkills": False,
-        "model": "anthropic/claude-sonnet-4",
-        "fallbackModels": ["openai-codex/gpt-5.6-luna:low", "anthropic/claude-haiku-4-5"],
-        "tools": "read, bash, mcp:github/search_repositories",
-        "extensions": "",
-        "skills": "parallel-scout",
-        "thinking": "high",
-        "acceptance": {"level": "none", "reason": "lightweight lookup"},
-        "acceptanceRole": "read-only",
-        "output": "context.md",
-        "reads": "shared-context.md",
-        "progress": True,
-        "aliases": "cs, sc",
-    }
+    config = {**SEED_CREATE_CONFIG, "aliases": "cs, sc"}
     proc = pisub_cli("agents", "create", "Code Scout", "--config", json.dumps(config))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().endswith("code-analysis.code-scout.md")

@@ -21,6 +21,7 @@ import pisub
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import pisub_cli, wait_for
 from tests.integration.test_pi_subagent_tool import ParentPi, _notices, _started
+from tests.integration.test_seed_agents_cli import SEED_CREATE_CONFIG
 from tests.integration.test_terminal_output import _extension, assert_clean
 from tests.integration.test_worktree_runs import _two_writers, git, plant_merge, repo  # noqa: F401
 
@@ -454,30 +455,6 @@ SEED_PARAMETERS: dict[str, Any] = {
 }  # every parameter name the seed's tool reference uses, with a value of its shape
 
 
-SEED_AGENT: dict[str, Any] = {
-    "name": "Code Scout",
-    "package": "code-analysis",
-    "description": "Scans codebases for patterns and issues",
-    "scope": "user",
-    "systemPrompt": "You are a code scout...",
-    "systemPromptMode": "replace",
-    "inheritProjectContext": False,
-    "inheritGlobalContext": False,
-    "inheritSkills": False,
-    "model": "anthropic/claude-sonnet-4",
-    "fallbackModels": ["openai-codex/gpt-5.6-luna:low", "anthropic/claude-haiku-4-5"],
-    "tools": "read, bash, mcp:github/search_repositories",
-    "extensions": "",
-    "skills": "parallel-scout",
-    "thinking": "high",
-    "acceptance": {"level": "none", "reason": "lightweight lookup"},
-    "acceptanceRole": "read-only",
-    "output": "context.md",
-    "reads": "shared-context.md",
-    "progress": True,
-}
-
-
 def test_every_seed_parameter_name_is_in_the_schema(tmp_path: Path) -> None:
     """Alone (with what it needs to make sense), no seed parameter is an unknown parameter or of
     the wrong type: each is an argv or a stable answer."""
@@ -627,7 +604,7 @@ def test_the_seed_agent_management_examples_through_the_real_tool(parent_pi: Par
     assert item(parent_pi, {"action": "get", "agent": "scout"})["spec"]["name"] == "scout"
     assert "fake/fake-model" in call({"action": "models"})
     assert not call({"action": "models", "agent": "reviewer"}).startswith("INVALID_INPUT")
-    made = call({"action": "create", "config": SEED_AGENT})  # the seed's example, verbatim
+    made = call({"action": "create", "config": SEED_CREATE_CONFIG})  # the seed's example, verbatim
     assert made.startswith("created"), made
     shown = item(parent_pi, {"action": "get", "agent": "code-analysis.code-scout"})
     assert shown["spec"]["name"] == "code-analysis.code-scout", shown
