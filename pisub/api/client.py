@@ -227,7 +227,7 @@ def _pi_session(
     if session_dir is not None:
         from pisub.runs.run_options import session_dir as checked_dir
 
-        manifest.session_dir = str(checked_dir(session_dir, workdir))
+        manifest.session_dir = str(checked_dir(session_dir, workdir, home.root))
     if choice.fork_source is None:
         return {}
     if manifest.session_dir is None:

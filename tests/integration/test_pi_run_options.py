@@ -19,8 +19,16 @@ from pisub.api.share import share
 from pisub.errors import InvalidInput, NotResumable
 from pisub.protocol.fields import Context
 from pisub.testing.fake_model import FakeModelServer
-from tests.conftest import pisub_cli
-from tests.helpers import REDACTED, SIGNED, UNSIGNED, run_event_types, sent_with, write_script
+from tests.conftest import pisub_cli, wait_for
+from tests.helpers import (
+    REDACTED,
+    SIGNED,
+    UNSIGNED,
+    run_event_types,
+    sent_with,
+    stop_and_end,
+    write_script,
+)
 
 pytestmark = pytest.mark.pi
 
@@ -107,6 +115,59 @@ def test_session_dir_refuses_what_is_not_a_private_directory(pi_home: Path, tmp_
     assert not list(real.iterdir())
     bad = pisub_cli("run", "--agent", "pi", "hello", "--session-dir", str(tmp_path / "link"))
     assert bad.returncode == 1 and "is a symlink" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_kept_session_is_private_from_its_first_byte(pi_home: Path, tmp_path: Path) -> None:
+    """pi creates the session with the launcher's umask and pisub made it 0600 only after the
+    first reply (a dead runner left it readable for good): now it is 0600 before pi starts."""
+    sessions = tmp_path / "open"
+    sessions.mkdir(mode=0o755)  # readable by others: the names show, never the contents
+    old = os.umask(0o022)
+    try:
+        run = pisub.launch("pi", "SLOW:60 story", session_dir=str(sessions))
+    finally:
+        os.umask(old)
+    kept = sessions / f"{run.id}.jsonl"
+    wait_for(lambda: kept.exists() and kept.stat().st_size > 0, what="pi to write its session")
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    stop_and_end(run)
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+
+
+def test_session_dir_refuses_an_unsafe_path_above_it(pi_home: Path, tmp_path: Path) -> None:
+    """Like OpenSSH's StrictModes: no symlink anywhere in the path, no directory above it that
+    someone else may write to; and never inside pisub's home."""
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(real)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    (shared / "mine").mkdir(mode=0o700)
+    for given, needle in (
+        (tmp_path / "link" / "new", "link is a symlink"),
+        (tmp_path / "link" / "new" / "deeper", "link is a symlink"),
+        (shared / "mine", "shared is writable by others"),
+        (shared / "mine" / "new", "shared is writable by others"),
+        (pi_home, "inside pisub's home"),
+        (pi_home / "runs" / "x", "inside pisub's home"),
+        (tmp_path / ("n" * 256), "longer than 255 bytes"),
+    ):
+        with pytest.raises(InvalidInput, match=f"sessionDir: .*{needle}"):
+            pisub.launch("pi", "hello", session_dir=str(given))
+    assert not list(pisub.list_runs(children=True)) and not list(real.iterdir())
+    long = pisub_cli("run", "--agent", "pi", "x", "--session-dir", str(tmp_path / ("n" * 256)))
+    assert long.returncode == 1 and "[INVALID_INPUT]" in long.stderr, long.stderr
+
+
+@pytest.mark.root
+def test_session_dir_refuses_a_directory_above_it_of_another_user(pi_home: Path, tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, 999, 999)
+    (theirs / "mine").mkdir(mode=0o700)
+    with pytest.raises(InvalidInput, match=r"sessionDir: .*theirs belongs to another user"):
+        pisub.launch("pi", "hello", session_dir=str(theirs / "mine"))
 
 
 @pytest.mark.pi_versions
