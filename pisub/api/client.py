@@ -239,11 +239,10 @@ def _pi_session(
 def _fork_into(source: Path, dest: Path) -> None:
     """A fork's copy of ``source`` at ``dest`` (a new 0600 file; private thinking stripped)."""
     from pisub.errors import storage_error
-    from pisub.store.runs import copy_private
-    from pisub.store.session_fork import strip_private_thinking
+    from pisub.store.session_fork import copy_session
 
     try:
-        copy_private(source, dest, line_filter=strip_private_thinking)
+        copy_session(source, dest)
     except OSError as exc:
         raise storage_error(exc, "fork the session into", dest) from exc
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from pisub.core.strict_path import unsafe_ancestor
 from pisub.errors import InvalidInput, storage_error
 from pisub.protocol.fields import Context
+from pisub.store.session_fork import open_session
 
 if TYPE_CHECKING:
     from pisub.protocol.agent import AgentFrontmatter
@@ -104,9 +105,13 @@ def implicit_source(given: object) -> Path | None:
         raise InvalidInput("parentSession: the path holds control characters")
     path = Path(os.path.abspath(given))
     try:
-        return path if stat.S_ISREG(os.stat(path).st_mode) else None
+        info = os.stat(path)
     except (OSError, ValueError):
         return None
+    if not stat.S_ISREG(info.st_mode) or info.st_size == 0:
+        return None
+    os.close(open_session(path, "parentSession"))  # a session, before anything is copied
+    return path
 
 
 def session_dir(given: str | Path, base: Path, home: Path) -> Path:

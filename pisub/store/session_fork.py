@@ -6,15 +6,128 @@ A signed Anthropic ``thinking`` block (pi keeps its signature as ``thinkingSigna
 the provider refuses them. A fork drops them (the child still thinks at its own level, afresh);
 unsigned thinking, text and tool calls stay as they are. Every other line is copied byte for
 byte — the session is pi's format, not pisub's.
+
+A fork source is checked before anything is copied: a regular file (a path the user named is
+resolved, then opened without following a symlink), not in ``/proc``, ``/sys`` or ``/dev``, at
+most :data:`MAX_SOURCE_BYTES`, whose first line is a pi session header.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
+from pathlib import Path
 from typing import Any
 
-MAX_PARSED_LINE = 64 * 1024 * 1024
+from pisub.core.fsio import write_all
+from pisub.errors import InvalidInput
+
+MAX_SOURCE_BYTES = 64 * 1024 * 1024
+"""The largest session a fork copies (so also its longest line)."""
+MAX_PARSED_LINE = MAX_SOURCE_BYTES
 """A longer line is copied as it is (not parsed)."""
+MAX_HEADER_BYTES = 64 * 1024
+"""The longest first line (pi's session header) a fork source may have."""
+SYSTEM_TREES = ("/proc", "/sys", "/dev")
+"""Where no session is: files there are the system's (``/proc/self/environ``...)."""
+CHUNK = 1 << 20
+
+
+def open_session(path: Path, what: str, *, follow: bool = True) -> int:
+    """A read-only fd on the pi session file ``path`` (see the module); ``follow``: a symlink
+    the caller named is resolved first (else it is refused).
+
+    Raises:
+        InvalidInput: naming ``what``: missing, not a regular file, a system file, too large,
+            unreadable, or not a pi session.
+    """
+    real = os.path.realpath(path) if follow else os.path.abspath(path)
+    if any(real == tree or real.startswith(tree + "/") for tree in SYSTEM_TREES):
+        raise InvalidInput(f"{what}: {path} is not a session file (it is the system's {real})")
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        raise InvalidInput(f"{what}: {path} is not a session file") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InvalidInput(f"{what}: {path} is not a session file (a symlink)") from None
+        raise InvalidInput(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        _check_session(fd, path, what)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check_session(fd: int, path: Path, what: str) -> None:
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise InvalidInput(f"{what}: {path} is not a session file")
+    if info.st_size > MAX_SOURCE_BYTES:
+        raise InvalidInput(
+            f"{what}: {path} is larger than {MAX_SOURCE_BYTES // (1024 * 1024)} MiB, the most a fork copies"
+        )
+    try:
+        first = os.pread(fd, MAX_HEADER_BYTES + 1, 0).split(b"\n", 1)[0]
+    except OSError as exc:
+        raise InvalidInput(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
+    if not is_session_header(first):
+        raise InvalidInput(f"{what}: {path} is not a pi session (its first line is no session header)")
+
+
+def is_session_header(line: bytes) -> bool:
+    """Whether ``line`` is pi's session header: ``{"type": "session", "id": "...", ...}``."""
+    if len(line) > MAX_HEADER_BYTES:
+        return False
+    try:
+        entry = json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(entry, dict) and entry.get("type") == "session" and isinstance(entry.get("id"), str)
+
+
+def copy_session(source: Path, dest: Path, *, follow: bool = True) -> None:
+    """A fork's copy of the session ``source`` (checked first: :func:`open_session`) at ``dest``,
+    a new 0600 file, streamed, each line through :func:`strip_private_thinking`.
+
+    Raises:
+        InvalidInput: ``source`` is no session to fork, or grew past the limit while copied.
+        OSError: ``dest`` cannot be written.
+    """
+    src = open_session(source, "fork source", follow=follow)
+    try:
+        dst = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            _copy_lines(src, dst, source)
+            os.fsync(dst)
+        except BaseException:
+            os.unlink(dest)
+            raise
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
+
+
+def _copy_lines(src: int, dst: int, source: Path) -> None:
+    """Each line of ``src`` filtered into ``dst``; a line's pieces are joined once (a long line
+    costs its length, not its length squared)."""
+    pieces: list[bytes] = []
+    total = 0
+    while chunk := os.read(src, CHUNK):
+        total += len(chunk)
+        if total > MAX_SOURCE_BYTES:
+            raise InvalidInput(f"fork source: {source} grew past {MAX_SOURCE_BYTES // (1024 * 1024)} MiB")
+        *ended, rest = chunk.split(b"\n")
+        for part in ended:
+            write_all(dst, strip_private_thinking(b"".join([*pieces, part])) + b"\n")
+            pieces = []
+        pieces.append(rest)
+    if any(pieces):
+        write_all(dst, strip_private_thinking(b"".join(pieces)))
 
 
 def is_private_thinking(block: Any) -> bool:

@@ -341,3 +341,32 @@ def test_a_fork_source_that_is_no_session_starts_nothing(pi_home: Path, tmp_path
         with pytest.raises(pisub.PisubError, match=needle):
             pisub.launch("pi", "x", fork_from=str(given))
     assert not list(pisub.list_runs(children=True))
+
+
+def test_a_fork_source_must_be_a_pi_session_before_anything_is_copied(pi_home: Path, tmp_path: Path) -> None:
+    """``/proc/self/environ`` was copied into the run (the launcher's environment), a symlink to
+    a secret or ``--parent-session secret`` copied as it was and only then failed."""
+    secret = tmp_path / "secret"
+    secret.write_text("TOKEN=hunter2\n")
+    (tmp_path / "x.jsonl").symlink_to(secret)
+    for options, needle in (
+        ({"fork_from": "/proc/self/environ"}, "--fork-from: .*the system's"),
+        ({"fork_from": str(tmp_path / "x.jsonl")}, "--fork-from: .*not a pi session"),
+        ({"parent_session": str(secret), "context": "fork"}, "parentSession: .*not a pi session"),
+    ):
+        with pytest.raises(InvalidInput, match=needle):
+            pisub.launch("pi", "x", **options)
+    assert not list(pisub.list_runs(children=True))
+    assert not [p for p in (pi_home / "runs").iterdir() if p.name.startswith(".creating-")]
+    cli = pisub_cli("run", "--agent", "pi", "x", "--fork-from", "/proc/self/environ")
+    assert cli.returncode == 1 and "[INVALID_INPUT]" in cli.stderr and "TOKEN" not in cli.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file (CI runs this as pisub-ci)")
+def test_an_unreadable_fork_source_is_named(pi_home: Path, tmp_path: Path) -> None:
+    """It said ``cannot create a run in ~/runs: Permission denied [HOME_UNUSABLE]``."""
+    locked = tmp_path / "locked.jsonl"
+    locked.write_text('{"type":"session","id":"s"}\n')
+    locked.chmod(0)
+    with pytest.raises(InvalidInput, match=f"--fork-from: cannot read {locked}: Permission denied"):
+        pisub.launch("pi", "x", fork_from=str(locked))
