@@ -349,11 +349,12 @@ def test_a_fork_source_must_be_a_pi_session_before_anything_is_copied(pi_home: P
     secret = tmp_path / "secret"
     secret.write_text("TOKEN=hunter2\n")
     (tmp_path / "x.jsonl").symlink_to(secret)
-    for options, needle in (
+    cases: tuple[tuple[dict[str, Any], str], ...] = (
         ({"fork_from": "/proc/self/environ"}, "--fork-from: .*the system's"),
         ({"fork_from": str(tmp_path / "x.jsonl")}, "--fork-from: .*not a pi session"),
         ({"parent_session": str(secret), "context": "fork"}, "parentSession: .*not a pi session"),
-    ):
+    )
+    for options, needle in cases:
         with pytest.raises(InvalidInput, match=needle):
             pisub.launch("pi", "x", **options)
     assert not list(pisub.list_runs(children=True))
