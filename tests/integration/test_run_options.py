@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import pisub
+from pisub.api.launch import start
 from pisub.errors import InvalidInput
 from tests.conftest import AgentMaker, pisub_cli
 from tests.helpers import run_event_types
@@ -70,6 +71,37 @@ def test_bad_options_start_nothing(
     with pytest.raises(InvalidInput, match=needle.replace("(", r"\(")):
         pisub.launch("lines", "x", **options)  # type: ignore[arg-type]
     assert not list(pisub.list_runs(children=True))
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--session-dir", "SD"],
+        ["--max-output-bytes", "10"],
+        ["--max-output-lines", "3"],
+        ["--no-artifacts"],
+        ["--include-progress"],
+        ["--context", "fork"],
+        ["--parent-session", "x.jsonl"],
+    ],
+)
+def test_a_workflow_refuses_a_single_runs_options(
+    make_agent: AgentMaker, tmp_path: Path, flags: list[str]
+) -> None:
+    """They were left aside silently for a workflow (``--task``, ``--parallel``...)."""
+    make_agent("lines", python=LINES)
+    done = pisub_cli("run", "--task", "lines=x", *[str(tmp_path / "sd") if f == "SD" else f for f in flags])
+    assert done.returncode == 1, done.stdout
+    assert f"{flags[0]} is for a single run" in done.stderr and "[INVALID_INPUT]" in done.stderr
+    assert not list(pisub.list_runs(children=True)) and not (tmp_path / "sd").exists()
+
+
+def test_a_workflow_takes_the_defaults_of_a_single_runs_options(make_agent: AgentMaker) -> None:
+    make_agent("lines", python=LINES)
+    run = start(tasks=[{"agent": "lines", "task": "x"}], artifacts=True, include_progress=False)
+    assert run.wait(timeout=60).state == "complete"
+    with pytest.raises(InvalidInput, match="--no-artifacts is for a single run"):
+        start(tasks=[{"agent": "lines", "task": "x"}], artifacts=False)
 
 
 def test_no_artifacts_keeps_only_the_protocol(make_agent: AgentMaker) -> None:
