@@ -290,6 +290,22 @@ def test_share_exports_the_session_as_pi_does(pi_home: Path, tmp_path: Path, mak
     assert refused.returncode == 1 and "not a pi run" in refused.stderr and "Traceback" not in refused.stderr
 
 
+def test_share_never_writes_into_pisubs_home(pi_home: Path, tmp_path: Path) -> None:
+    """``--out`` inside the home overwrote pisub's own files (a manifest, another run's result);
+    a 256-byte name was ``IO_ERROR``."""
+    run = _first_run()
+    result = run.dir / "result.json"
+    before = result.read_bytes()
+    for bad in (result, run.dir / "manifest.json", pi_home / "x.html", pi_home / "runs" / "y.html"):
+        with pytest.raises(InvalidInput, match=r"--out: .* is inside pisub's home"):
+            share(run.id, bad)
+    assert result.read_bytes() == before
+    assert share(run.id, run.dir / "share.html").path == str(run.dir / "share.html")  # the default
+    long = pisub_cli("share", run.id, "--out", str(tmp_path / ("n" * 256)))
+    assert long.returncode == 1
+    assert "--out: the file name is longer than 255 bytes [INVALID_INPUT]" in long.stderr
+
+
 @pytest.mark.pi_versions
 def test_no_artifacts_and_progress_for_pi(pi_home: Path) -> None:
     run = pisub.launch("pi", "please run TOOL: echo hi", artifacts=False, include_progress=True)
