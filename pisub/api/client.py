@@ -202,10 +202,9 @@ def _pi_session(
 
     fork_from, parent_session = sources
     if manifest.agent.runner != "pi":  # a parent session is left aside: it is only a source
-        given = [
-            n for n, v in (("sessionDir", session_dir), ("context", context), ("forkFrom", fork_from)) if v
-        ]
-        if given and context != "fresh":
+        chosen = (("sessionDir", session_dir), ("context", None if context == "fresh" else context))
+        given = [n for n, v in (*chosen, ("forkFrom", fork_from)) if v is not None]  # fresh: a no-op
+        if given:
             raise InvalidInput(
                 f"{', '.join(given)}: for pi agents; {manifest.agent.name!r} is {manifest.agent.runner}"
             )

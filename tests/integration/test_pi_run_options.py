@@ -115,6 +115,8 @@ def test_session_dir_refuses_what_is_not_a_private_directory(pi_home: Path, tmp_
     assert not list(real.iterdir())
     bad = pisub_cli("run", "--agent", "pi", "hello", "--session-dir", str(tmp_path / "link"))
     assert bad.returncode == 1 and "is a symlink" in bad.stderr and "Traceback" not in bad.stderr
+    empty = pisub_cli("run", "--agent", "pi", "hello", "--session-dir", "")  # it was taken as '.'
+    assert empty.returncode == 1 and "sessionDir: give a directory [INVALID_INPUT]" in empty.stderr
 
 
 def test_a_kept_session_is_private_from_its_first_byte(pi_home: Path, tmp_path: Path) -> None:

@@ -60,6 +60,9 @@ def test_max_output_cuts_the_result_and_marks_it(make_agent: AgentMaker) -> None
         ({"context": ["fork"]}, "context: must be one of"),
         ({"context": "fork"}, "for pi agents"),
         ({"session_dir": "s"}, "for pi agents"),
+        ({"session_dir": ""}, "sessionDir: for pi agents"),
+        ({"context": "fresh", "session_dir": "s"}, "sessionDir: for pi agents"),
+        ({"context": "profile"}, "context: for pi agents"),
         ({"isolation": "worktree"}, "isolation='worktree'"),
         ({"base_ref": "main"}, "--base-ref needs --isolation worktree"),
     ],
@@ -102,6 +105,12 @@ def test_a_workflow_takes_the_defaults_of_a_single_runs_options(make_agent: Agen
     assert run.wait(timeout=60).state == "complete"
     with pytest.raises(InvalidInput, match="--no-artifacts is for a single run"):
         start(tasks=[{"agent": "lines", "task": "x"}], artifacts=False)
+
+
+def test_context_fresh_is_a_no_op_for_any_agent(make_agent: AgentMaker) -> None:
+    make_agent("lines", python=LINES)
+    run = pisub.launch("lines", "x", context="fresh")
+    assert run.wait(timeout=30).state == "complete" and run.manifest().context is None
 
 
 def test_no_artifacts_keeps_only_the_protocol(make_agent: AgentMaker) -> None:
