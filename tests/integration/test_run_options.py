@@ -4,6 +4,7 @@ baseRef for one run) with real runners and real children: an external-cli agent,
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,24 @@ def test_a_single_worktree_run_needs_a_clean_repository_and_a_real_ref(repo: Pat
                     "--cwd", str(repo))  # fmt: skip
     assert bad.returncode == 1 and "nosuchref" in bad.stderr and "Traceback" not in bad.stderr
     assert not list(pisub.list_runs(children=True))
+
+
+def test_a_transcript_from_a_hostile_session(make_agent: AgentMaker, tmp_path: Path) -> None:
+    """Once ``output-0.log`` is gone the transcript reads the session: a line nested too deeply
+    was ``INTERNAL_ERROR RecursionError``; a FIFO or a symlink printed nothing with exit 0."""
+    make_agent("lines", python=LINES)
+    run = pisub.launch("lines", "x")
+    assert run.wait(timeout=30).state == "complete"
+    (run.dir / "output-0.log").unlink()
+    session = run.dir / "session.jsonl"
+    message = {"type": "message", "message": {"role": "assistant", "content": "still here"}}
+    session.write_text("[" * 100_000 + "\n" + json.dumps(message) + "\n")
+    done = pisub_cli("status", run.id, "--view", "transcript", "--json", check=True)
+    assert json.loads(done.stdout)["lines"] == ["assistant: still here"]
+    target = tmp_path / "elsewhere.jsonl"
+    target.write_text(json.dumps(message) + "\n")
+    for swap in ("fifo", "symlink"):
+        session.unlink()
+        os.mkfifo(session) if swap == "fifo" else session.symlink_to(target)
+        proc = pisub_cli("status", run.id, "--view", "transcript", timeout=30)
+        assert proc.returncode == 1 and proc.stdout == "" and "[IO_ERROR]" in proc.stderr, proc
