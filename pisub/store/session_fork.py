@@ -18,6 +18,7 @@ import errno
 import json
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -144,12 +145,15 @@ def is_private_thinking(block: Any) -> bool:
 
 
 def strip_private_thinking(line: bytes) -> bytes:
-    """One session line with the private thinking blocks of its assistant message left out
-    (unchanged, byte for byte, when it has none or is not a message)."""
+    """One session line with the private thinking blocks of its assistant message left out:
+    only those blocks' text is cut out of the line (the blocks that stay joined by a comma),
+    every other byte stays as it was — numbers, escapes, raw UTF-8 — so it is valid UTF-8 when
+    the line was (unchanged when it has none or is not a message)."""
     if len(line) > MAX_PARSED_LINE or b"thinking" not in line.lower():
         return line
     try:
-        entry = json.loads(line)
+        text = line.decode("utf-8")
+        entry = json.loads(text)
     except (ValueError, RecursionError):
         return line
     message = entry.get("message") if isinstance(entry, dict) else None
@@ -158,5 +162,63 @@ def strip_private_thinking(line: bytes) -> bytes:
     content = message.get("content")
     if not isinstance(content, list) or not any(is_private_thinking(b) for b in content):
         return line
-    message["content"] = [b for b in content if not is_private_thinking(b)]
-    return json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+    try:
+        spans = _content_spans(text)
+    except (ValueError, RecursionError, IndexError):
+        return line
+    if len(spans) != len(content):  # cannot happen for JSON json.loads took; never guess
+        return line
+    kept = [text[a:b] for (a, b), block in zip(spans, content, strict=True) if not is_private_thinking(block)]
+    start, end = spans[0][0], spans[-1][1]
+    return (text[:start] + ",".join(kept) + text[end:]).encode("utf-8")
+
+
+_DECODER = json.JSONDecoder()
+_SPACE = " \t\n\r"
+
+
+def _content_spans(text: str) -> list[tuple[int, int]]:
+    """Where each element of ``entry.message.content`` is in the JSON object ``text`` (the last
+    of duplicate keys, as :func:`json.loads` takes it)."""
+    message = _member(text, _skip(text, 0), "message")
+    content = _member(text, message, "content")
+    return list(_elements(text, content))
+
+
+def _skip(text: str, at: int) -> int:
+    while at < len(text) and text[at] in _SPACE:
+        at += 1
+    return at
+
+
+def _member(text: str, at: int, name: str) -> int:
+    """Where the value of key ``name`` of the object at ``at`` begins."""
+    if text[at] != "{":
+        raise ValueError("not an object")
+    found, at = -1, _skip(text, at + 1)
+    while text[at] != "}":
+        key, at = _DECODER.raw_decode(text, at)
+        at = _skip(text, at)
+        if text[at] != ":":
+            raise ValueError("no colon")
+        value = _skip(text, at + 1)
+        if key == name:
+            found = value
+        at = _skip(text, _DECODER.raw_decode(text, value)[1])
+        if text[at] == ",":
+            at = _skip(text, at + 1)
+    if found < 0:
+        raise ValueError(f"no {name}")
+    return found
+
+
+def _elements(text: str, at: int) -> Iterator[tuple[int, int]]:
+    if text[at] != "[":
+        raise ValueError("not an array")
+    at = _skip(text, at + 1)
+    while text[at] != "]":
+        end = _DECODER.raw_decode(text, at)[1]
+        yield at, end
+        at = _skip(text, end)
+        if text[at] == ",":
+            at = _skip(text, at + 1)

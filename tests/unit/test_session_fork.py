@@ -126,3 +126,23 @@ def test_a_symlink_inside_the_home_is_not_followed(tmp_path: Path) -> None:
         copy_session(tmp_path / "link.jsonl", tmp_path / "copy.jsonl", follow=False)
     copy_session(tmp_path / "link.jsonl", tmp_path / "copy.jsonl")  # named by the user: resolved
     assert (tmp_path / "copy.jsonl").read_bytes() == HEADER + b"\n"
+
+
+def test_a_rewritten_line_keeps_every_other_byte() -> None:
+    """It was re-encoded: ``1.10`` became ``1.1``, a ``\\ud800`` escape raw invalid UTF-8."""
+    line = (
+        b'{"type":"message", "cost":1.10,"big":1e400,"message":{"role":"assistant","content":['
+        b'{"type":"thinking","thinking":"x","thinkingSignature":"SIG"}, '
+        b'{"type":"text","text":"\\ud800 \\u00e9 \xc3\xa9"},'
+        b'{"type":"redacted_thinking","data":"D"},{"type":"text","text":"end"}],"n":-0.0}}'
+    )
+    out = strip_private_thinking(line)
+    assert out == (
+        b'{"type":"message", "cost":1.10,"big":1e400,"message":{"role":"assistant","content":['
+        b'{"type":"text","text":"\\ud800 \\u00e9 \xc3\xa9"},{"type":"text","text":"end"}],"n":-0.0}}'
+    )
+    out.decode("utf-8")  # valid UTF-8
+    only = b'{"message":{"content":[{"type":"thinking","thinking":"p","thinkingSignature":"S"}]}}'
+    assert strip_private_thinking(only) == b'{"message":{"content":[]}}'
+    twice = b'{"message":{"content":[]},"message":{"content":[{"type":"redacted_thinking"},1]}}'
+    assert strip_private_thinking(twice) == b'{"message":{"content":[]},"message":{"content":[1]}}'
