@@ -126,14 +126,19 @@ def test_a_kept_session_is_private_from_its_first_byte(pi_home: Path, tmp_path: 
     sessions.mkdir(mode=0o755)  # readable by others: the names show, never the contents
     old = os.umask(0o022)
     try:
-        run = pisub.launch("pi", "SLOW:60 story", session_dir=str(sessions))
+        run = pisub.launch("pi", "SLOW:12 story", session_dir=str(sessions))
     finally:
         os.umask(old)
     kept = sessions / f"{run.id}.jsonl"
     wait_for(lambda: kept.exists() and kept.stat().st_size > 0, what="pi to write its session")
     assert stat.S_IMODE(kept.stat().st_mode) == 0o600
-    stop_and_end(run)
+    assert run.wait(timeout=60).state == "complete"
     assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    kept.chmod(0o644)  # a resume makes it private again before pi writes to it
+    again = pisub.resume(run.id, "SLOW:60 more")
+    wait_for(lambda: again.status().state == "running", what="the resume to start")
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    stop_and_end(again)
 
 
 def test_session_dir_refuses_an_unsafe_path_above_it(pi_home: Path, tmp_path: Path) -> None:

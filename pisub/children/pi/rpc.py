@@ -193,8 +193,10 @@ class PiChild(ProcessChild):
         if budget is not None:
             extensions.append(TOOL_BUDGET_EXTENSION)
             self.env[ENV_TOOL_BUDGET] = json.dumps({"hard": budget.hard, "block": budget.block})
-        if self.manifest.session_dir is not None:
-            self._prepare_session()
+        if self.manifest.session_dir is not None or not self.session_path.is_relative_to(
+            self.paths.root.parent
+        ):
+            self._prepare_session()  # kept outside the runs (--session-dir, or a resume of one)
         argv = pi_argv(spec, self.session_path, prompt_file, extensions)
         self.spawn(argv, cwd=self.manifest.cwd, env=self.env, umask=self.manifest.umask)
 
@@ -459,7 +461,7 @@ class PiChild(ProcessChild):
         )
 
     def _prepare_session(self) -> None:
-        """A session kept outside the run (``--session-dir``) is 0600 from its first byte:
+        """A session kept outside the runs (``--session-dir``) is 0600 from its first byte:
         created empty here (pi writes its header into an empty session file) or made 0600
         before pi opens it, once its path is checked again (no symlink, no directory above it
         someone else may change: pi reopens it by name).
