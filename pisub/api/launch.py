@@ -33,10 +33,11 @@ SINGLE_RUN_ONLY = {
     "artifacts": ("--no-artifacts", True),
     "include_progress": ("--include-progress", False),
     "context": ("--context", None),
-    "parent_session": ("--parent-session", None),
 }
 """A single run's options a workflow cannot honour (its flag, and the value that is no choice):
-refused for a workflow, never left aside silently."""
+refused for a workflow, never left aside silently. ``parent_session`` is not one: it only names
+where a fork would come from (the pi tool passes it with every launch), so a workflow, like an
+agent that is not pi, leaves it aside."""
 
 
 def load_tasks(path: str | Path) -> list[ChildCall]:

@@ -86,7 +86,6 @@ def test_bad_options_start_nothing(
         ["--no-artifacts"],
         ["--include-progress"],
         ["--context", "fork"],
-        ["--parent-session", "x.jsonl"],
     ],
 )
 def test_a_workflow_refuses_a_single_runs_options(
@@ -102,7 +101,12 @@ def test_a_workflow_refuses_a_single_runs_options(
 
 def test_a_workflow_takes_the_defaults_of_a_single_runs_options(make_agent: AgentMaker) -> None:
     make_agent("lines", python=LINES)
-    run = start(tasks=[{"agent": "lines", "task": "x"}], artifacts=True, include_progress=False)
+    run = start(  # a parent session only names a fork's source (the pi tool passes it always)
+        tasks=[{"agent": "lines", "task": "x"}],
+        artifacts=True,
+        include_progress=False,
+        parent_session="p.jsonl",
+    )
     assert run.wait(timeout=60).state == "complete"
     with pytest.raises(InvalidInput, match="--no-artifacts is for a single run"):
         start(tasks=[{"agent": "lines", "task": "x"}], artifacts=False)
