@@ -221,6 +221,12 @@ def _pi_session(
         source = _caller_session(home)
     found = catalog.get(manifest.agent.name)
     choice = resolve_context(context, manifest.agent.name, found.frontmatter, load_config(home.root), source)
+    if choice.fork_source is not None and fork_from is None:  # a session before anything is copied
+        from pisub.runs.launch import check_session
+
+        check_session(
+            choice.fork_source, "parentSession" if parent_session is not None else "the calling run's session"
+        )
     manifest.context = choice.context
     manifest.forked_from = str(choice.fork_source) if choice.fork_source is not None else None
     if session_dir is not None:

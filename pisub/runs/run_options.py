@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 from pisub.core.strict_path import unsafe_ancestor
 from pisub.errors import InvalidInput, storage_error
 from pisub.protocol.fields import Context
-from pisub.store.session_fork import open_session
 
 if TYPE_CHECKING:
     from pisub.protocol.agent import AgentFrontmatter
@@ -94,7 +93,9 @@ def _preferred(preference: Context, source: Path | None) -> ContextChoice:
 
 def implicit_source(given: object) -> Path | None:
     """The caller's own session (``--parent-session``: what a fork that is only a preference
-    copies), None when it is not (yet) a regular file — pi writes it after its first reply.
+    copies), None when it is not (yet) a regular file — pi writes it after its first reply. It is
+    checked as a session only when a fork copies it (:func:`pisub.runs.launch.check_session`):
+    the pi tool passes it with every launch.
 
     Raises:
         InvalidInput: not a path (naming ``parentSession``).
@@ -108,10 +109,7 @@ def implicit_source(given: object) -> Path | None:
         info = os.stat(path)
     except (OSError, ValueError):
         return None
-    if not stat.S_ISREG(info.st_mode) or info.st_size == 0:
-        return None
-    os.close(open_session(path, "parentSession"))  # a session, before anything is copied
-    return path
+    return path if stat.S_ISREG(info.st_mode) and info.st_size > 0 else None
 
 
 def session_dir(given: str | Path, base: Path, home: Path) -> Path:

@@ -384,6 +384,9 @@ def test_a_fork_source_must_be_a_pi_session_before_anything_is_copied(pi_home: P
     assert not [p for p in (pi_home / "runs").iterdir() if p.name.startswith(".creating-")]
     cli = pisub_cli("run", "--agent", "pi", "x", "--fork-from", "/proc/self/environ")
     assert cli.returncode == 1 and "[INVALID_INPUT]" in cli.stderr and "TOKEN" not in cli.stderr
+    # a parent session is checked only when a fork copies it (the pi tool passes it always)
+    fresh = pisub.launch("pi", "hello", parent_session=str(secret))
+    assert fresh.wait(timeout=60).state == "complete" and fresh.manifest().context == Context.FRESH
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file (CI runs this as pisub-ci)")
