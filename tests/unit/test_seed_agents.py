@@ -299,3 +299,21 @@ def test_edits_of_a_pi_folder_agent_stay_readable_line_by_line(tmp_path: Path) -
     )
     assert status.stdout.split() == ["??", ".pi/agents/ro.md"]
     assert list((home / files.LOCKS).iterdir())
+
+
+@pytest.mark.parametrize(
+    "name", ["re\u200bviewer", "re\u00adviewer", "reviewer\u2028", "re\u3000viewer", "re\tviewer"]
+)
+def test_names_with_invisible_characters_are_skipped_not_normalised(tmp_path: Path, name: str) -> None:
+    import json
+
+    agents = tmp_path / "repo" / ".pi" / "agents"
+    agents.mkdir(parents=True)
+    (tmp_path / "repo" / ".git").mkdir()
+    (agents / "planted.md").write_text(f"---\nname: {json.dumps(name)}\ntools: read\n---\nP\n")
+    (agents / f"{name}.md").write_text("---\ndescription: no name, the stem\n---\nP\n")
+    catalog = discover(tmp_path / "user", tmp_path / "repo", pi_dir=tmp_path / "pi")
+    assert catalog.agents["reviewer"].scope == "builtin"
+    reasons = {p.name: why for p, why in catalog.problems.items()}
+    assert "invisible or control character" in reasons["planted.md"]
+    assert "invisible or control character" in reasons[f"{name}.md"]
