@@ -342,3 +342,10 @@ def test_an_unused_overlay_is_named_at_launch_and_by_doctor(repo: Path, tmp_path
     assert checks["agents"]["ok"] is True
     for proc in (first, second):
         assert pisub.Run(json.loads(proc.stdout)["runId"]).wait(timeout=60).state == "complete"
+
+
+def test_refine_leaves_no_lock_file_in_the_repository(repo: Path) -> None:
+    api.refine("scout", {"guidance": "G"})
+    api.refine_rollback("scout")
+    folder = repo / ".pi" / "subagents" / "refinements"
+    assert sorted(p.name for p in folder.iterdir()) == ["scout.revisions"]
