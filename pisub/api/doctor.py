@@ -213,7 +213,10 @@ def _check_reviewer(home: Home, catalog: Catalog, report: Report) -> None:
     from pisub.store.config import load_config
     from pisub.termsafe import printable
 
-    name = load_config(home.root).acceptance.reviewer or "reviewer"
+    try:
+        name = load_config(home.root).acceptance.reviewer or "reviewer"
+    except PisubError:
+        name = "reviewer"  # a bad config.toml is reported where it is read
     agent = catalog.agents.get(name)
     if agent is None:
         report.add("reviewer", True, f"warning: no agent {name!r}: a review gate cannot start")
