@@ -119,6 +119,7 @@ def test_session_dir_refuses_what_is_not_a_private_directory(pi_home: Path, tmp_
     assert empty.returncode == 1 and "sessionDir: give a directory [INVALID_INPUT]" in empty.stderr
 
 
+@pytest.mark.pi_versions  # pi writes its header into the empty file pisub creates
 def test_a_kept_session_is_private_from_its_first_byte(pi_home: Path, tmp_path: Path) -> None:
     """pi creates the session with the launcher's umask and pisub made it 0600 only after the
     first reply (a dead runner left it readable for good): now it is 0600 before pi starts."""
