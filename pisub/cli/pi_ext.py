@@ -35,7 +35,7 @@ def install(
     out(str(install_extension(Path(into) if into is not None else None)))
 
 
-def guide(topic: str | None = typer.Argument(None, help="overview, workflows, agents, control, observability, ...")) -> None:
+def guide(topic: str | None = typer.Argument(None, help="overview, workflows, agents, control, ...")) -> None:
     """Print a guide topic (an unknown topic lists the valid ones)."""
     from pisub.api.pi_integration import guide as text
 

@@ -256,3 +256,107 @@ def test_a_bare_status_inside_a_run_shows_only_its_own_runs(
     monkeypatch.delenv("PISUB_RUN_ID")
     assert other in pisub_cli("list", "--json").stdout  # outside a run, every run
     assert pisub_cli("stop", outer).returncode == 0
+
+
+def test_hostile_run_files_reach_the_text_and_display_items_escaped_and_bounded(tmp_path: Path) -> None:
+    """What a child controls (its session's messages, status fields, a FIFO or a symlink in
+    place of a file) becomes escaped, one-line, bounded text, and never blocks the extension."""
+    import os
+
+    from tests.integration.test_terminal_output import HOSTILE_TEXT, _extension, assert_clean
+
+    def assistant(*content: dict[str, Any]) -> str:
+        return json.dumps({"type": "message", "message": {"role": "assistant", "content": list(content)}})
+
+    session = "\n".join(
+        [
+            "not json at all assistant",
+            assistant(
+                {"type": "text", "text": HOSTILE_TEXT},
+                {"type": "toolCall", "name": HOSTILE_TEXT, "arguments": {"c": HOSTILE_TEXT}},
+            ),
+            assistant({"type": "toolCall", "name": "bash", "arguments": {"big": "x" * 10_000}}),
+            assistant({"type": "toolCall", "name": "bash", "arguments": ["not", "an", "object"]}),
+            *[assistant({"type": "text", "text": f"item {i}"}) for i in range(60)],
+        ]
+    )
+    head = "\n".join(session.split("\n")[:4])
+    status = {
+        "runId": HOSTILE_TEXT,
+        "state": "running\nfake: line",
+        "agent": HOSTILE_TEXT,
+        "steps": [
+            {
+                "index": 0,
+                "status": HOSTILE_TEXT,
+                "currentTool": {"name": HOSTILE_TEXT},
+                "recentOutput": [HOSTILE_TEXT],
+            }
+        ],
+    }
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    os.mkfifo(run_dir / "status.json")  # a FIFO where status.json belongs: no block, no update
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "real.jsonl").write_text(session)
+    (linked / "s.jsonl").symlink_to(linked / "real.jsonl")
+    (linked / "status.json").write_text(json.dumps({**status, "sessionFile": str(linked / "s.jsonl")}))
+    calls: list[list[object]] = [
+        ["displayItems", session],
+        ["displayItems", head],
+        ["shape", {}, ["status", "--json", "--", "x"], 0, json.dumps(status), ""],
+        [
+            "shape",
+            {},
+            ["fleet", "--json"],
+            0,
+            json.dumps({"runId": HOSTILE_TEXT, "currentTool": HOSTILE_TEXT}),
+            "",
+        ],
+        [
+            "shape",
+            {},
+            ["children", "list", "--json"],
+            0,
+            json.dumps([{"key": HOSTILE_TEXT, "reason": HOSTILE_TEXT}]),
+            "",
+        ],
+        [
+            "shape",
+            {},
+            ["workflow", "validate", "--json"],
+            0,
+            json.dumps({"ok": False, "errors": [{"message": HOSTILE_TEXT}]}),
+            "",
+        ],
+        ["streamingUpdate", str(run_dir)],
+        ["streamingUpdate", str(linked)],
+        ["parseSteer", f"{HOSTILE_TEXT} hello"],
+        ["parseSteer", "--child k\x1b]0;title\x07 abcd1234 hello"],
+    ]
+    items, first, summary, fleet, kids, invalid, fifo, symlinked, steer, child = _extension(tmp_path, calls)
+    assert isinstance(items, list) and len(items) == 50 and items[-1] == {"type": "text", "text": "item 59"}
+    assert isinstance(first, list) and len(first) == 4  # the line that is not JSON is skipped
+    assert first[1]["name"].startswith("\\x1b") and "\\x1b]0;pwned-title" in first[1]["args"]["c"]
+    assert (
+        first[2]["args"] == {"truncated": first[2]["args"]["truncated"]}
+        and len(first[2]["args"]["truncated"]) < 2100
+    )
+    assert first[3]["args"] == {}
+    assert_clean("displayItems", json.dumps(first, ensure_ascii=False).encode())
+    for answer in (summary, fleet, kids, invalid):
+        assert isinstance(answer, dict)
+        assert_clean("a summary", answer["content"][0]["text"].encode())
+    assert isinstance(summary, dict)
+    lines = summary["content"][0]["text"].split("\n")
+    assert (
+        lines[0].startswith("run ")
+        and "running\\x0afake" in lines[0]
+        and not any(line.startswith("fake:") for line in lines)
+    )
+    assert fifo is None
+    assert isinstance(symlinked, dict) and symlinked["details"]["streaming"]["displayItems"] == []
+    assert_clean("a streaming update", symlinked["content"][0]["text"].encode())
+    assert steer == "not a run id: " + steer[len("not a run id: ") :] and "\x1b" not in str(steer)
+    assert isinstance(child, str) and child.startswith("not a child key") and "\x1b" not in child
