@@ -360,3 +360,34 @@ def test_hostile_run_files_reach_the_text_and_display_items_escaped_and_bounded(
     assert_clean("a streaming update", symlinked["content"][0]["text"].encode())
     assert isinstance(steer, str) and steer.startswith("not a run id: \\x1b") and "\x1b" not in steer
     assert isinstance(child, str) and child.startswith("not a child key") and "\x1b" not in child
+
+
+def test_stop_without_a_ui_prints_the_exact_commands(
+    pi_home: Path, pi_bin: str, tmp_path: Path, model_server: FakeModelServer
+) -> None:
+    """pi in JSON mode has no UI to pick from: /subagents-stop names each running run of the
+    session with the exact tool call and slash command, and stops nothing."""
+    import os
+    import subprocess
+    import sys
+
+    from pisub.children.pi.versions import caps_of, detect_version
+    from pisub.testing.fake_model import PI_HERMETIC_ARGS
+
+    session = tmp_path / "s.jsonl"
+    first = Face(pi_bin, session, tmp_path)
+    try:
+        run_id = _details(first.result({"agent": "pi", "task": "SLOW:400 keep going"}))["runId"]
+    finally:
+        first.close()
+    argv = [pi_bin, "--mode", "json", "--session", str(session), *PI_HERMETIC_ARGS]
+    if caps_of(detect_version(pi_bin)).approve_flag:
+        argv.append("--no-approve")
+    argv += ["--extension", str(extension_path()), "/subagents-stop"]
+    env = {**os.environ, "PISUB_ARGV": json.dumps([sys.executable, "-m", "pisub"])}
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    exact = f'subagent({{action: \\"stop\\", id: \\"{run_id}\\"}})'  # as JSON carries it
+    assert exact in proc.stdout, (proc.stdout[-3000:], proc.stderr)
+    assert f"/subagents-stop {run_id}" in proc.stdout
+    assert pisub.Run(run_id).status().state == "running"
+    assert pisub_cli("stop", run_id).returncode == 0
