@@ -30,6 +30,12 @@ elif len(words) >= 2 and words[-2] == "sleep":
     import time
     time.sleep(float(words[-1]))
     print("slept")
+elif len(words) >= 2 and words[-2] == "latch":  # wait (at most 120 s) until the test opens it
+    import os, time
+    end = time.monotonic() + 120
+    while not os.path.exists(words[-1]) and time.monotonic() < end:
+        time.sleep(0.05)
+    print("slept")
 else:
     print("did:", task)
 """
@@ -235,9 +241,10 @@ def _gone(run_id: str) -> bool:
     return not os.path.lexists(Path(os.environ["PISUB_HOME"]) / "runs" / run_id)
 
 
-TWO_SLEEPERS = """
+TWO_WAITERS = """
 async def main(runs, state, args):
-    rest = await runs.all([{"key": f"c{i}", "agent": "worker", "task": f"c{i} sleep 6"} for i in range(2)])
+    tasks = [{"key": f"c{i}", "agent": "worker", "task": f"c{i} latch {args['latch']}"} for i in range(2)]
+    rest = await runs.all(tasks)
     return [r.output for r in rest]
 """
 
@@ -245,7 +252,8 @@ async def main(runs, state, args):
 def test_gc_keeps_a_killed_workflow_whose_children_still_run(
     home: Path, worker: None, tmp_path: Path
 ) -> None:
-    run = launch_workflow(write_script(tmp_path, TWO_SLEEPERS))
+    latch = tmp_path / "latch"
+    run = launch_workflow(write_script(tmp_path, TWO_WAITERS), args={"latch": str(latch)})
     wait_for(lambda: [str(s.status) for s in run.status().steps].count("running") == 2, 30)
     _kill_coordinator(run)
     children = [str(s.run_id) for s in run.status().steps]
@@ -258,6 +266,7 @@ def test_gc_keeps_a_killed_workflow_whose_children_still_run(
     assert sorted(report["keptLive"]) == sorted(children), report  # the children: the workflow is not live
     assert report["keptWithTree"] == [run.id], report
     resumed = json.loads(pisub_cli("resume", run.id, "--json", check=True).stdout)["runId"]
+    latch.touch()  # the children end only now: gc saw them running
     result = pisub.Run(resumed).wait(timeout=60)
     assert result.state == "complete", result.content[0].text
     assert json.loads(result.content[0].text) == ["slept\n", "slept\n"]
@@ -307,7 +316,8 @@ def test_gc_keeps_a_nested_workflow_whose_grandchildren_run(home: Path, worker: 
 def test_gc_keeps_a_resume_chain_together(home: Path, worker: None, tmp_path: Path) -> None:
     """A resumed workflow killed in turn: its journal is in the first run's directory, the
     children it re-attached are the first run's; none of the chain goes while one child runs."""
-    run = launch_workflow(write_script(tmp_path, TWO_SLEEPERS))
+    latch = tmp_path / "latch"
+    run = launch_workflow(write_script(tmp_path, TWO_WAITERS), args={"latch": str(latch)})
     wait_for(lambda: [str(s.status) for s in run.status().steps].count("running") == 2, 30)
     _kill_coordinator(run)
     again = resume_workflow(run.id)
@@ -319,6 +329,7 @@ def test_gc_keeps_a_resume_chain_together(home: Path, worker: None, tmp_path: Pa
     assert run.dir.is_dir() and again.dir.is_dir()
     assert sorted(report["keptWithTree"]) == sorted([run.id, again.id]), report
     last = json.loads(pisub_cli("resume", again.id, "--json", check=True).stdout)["runId"]
+    latch.touch()  # the children end only now: gc saw them running
     result = pisub.Run(last).wait(timeout=60)
     assert result.state == "complete", result.content[0].text
     assert [r.run_id for r in result.details.results] == children
