@@ -248,7 +248,9 @@ def test_a_bare_status_inside_a_run_shows_only_its_own_runs(
     try:
         mine = _details(inside.result({"agent": "pi", "task": "a run of the inner pi"}))["runId"]
         assert pisub.Run(mine).wait(timeout=60).state == "complete"
-        bare = _readable(inside.result({"action": "status"}))
+        answer = inside.result({"action": "status"})
+        bare = _readable(answer)
+        assert {s["runId"] for s in _details(answer)["items"]} == {outer, mine}  # details too
     finally:
         inside.close()
     assert bare.startswith(f"inside run {outer}: this run and the runs it started"), bare

@@ -622,7 +622,8 @@ export function shape(p: any, argv: string[], code: number, stdout: string, stde
     }
     return answer(rows(agents, agentLine, "(no agents)"), { mode: "management", results: [], items: agents });
   }
-  return answer(render(p, argv, items).slice(0, 50_000), { mode: "management", results: [], items: items.slice(0, 500) });
+  const shown = verb === "list" ? ownRuns(items) : items;
+  return answer(render(p, argv, shown).slice(0, 50_000), { mode: "management", results: [], items: shown.slice(0, 500) });
 }
 
 // The text of a listing or an object pisub printed, by the command that printed it.
@@ -656,10 +657,14 @@ function insideRun(): string | null {
   return own && RUN_ID.test(own) ? own : null;
 }
 
-function bareStatus(items: any[]): string {
+function ownRuns(items: any[]): any[] {
   const own = insideRun();
-  if (!own) return rows(items, runLine, "(no runs)");
-  const mine = items.filter((s) => s && typeof s === "object" && (s.runId === own || s.parentRunId === own));
+  return own ? items.filter((s) => s && typeof s === "object" && (s.runId === own || s.parentRunId === own)) : items;
+}
+
+function bareStatus(mine: any[]): string {
+  const own = insideRun();
+  if (!own) return rows(mine, runLine, "(no runs)");
   const head = `inside run ${own}: this run and the runs it started (a bare status here shows no other run; give an id)`;
   return `${head}\n${rows(mine, runLine, "(none)")}`;
 }
