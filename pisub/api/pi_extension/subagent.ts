@@ -626,14 +626,23 @@ export function shape(p: any, argv: string[], code: number, stdout: string, stde
   return answer(render(p, argv, shown).slice(0, 50_000), { mode: "management", results: [], items: shown.slice(0, 500) });
 }
 
+// An option's value in an argv (`--name=value` or `--name value`, before the `--`), or null.
+function option(argv: string[], name: string): string | null {
+  for (let i = 0; i < argv.length && argv[i] !== "--"; i++) {
+    if (argv[i].startsWith(name + "=")) return argv[i].slice(name.length + 1);
+    if (argv[i] === name && i + 1 < argv.length) return argv[i + 1];
+  }
+  return null;
+}
+
 // The text of a listing or an object pisub printed, by the command that printed it.
 function render(p: any, argv: string[], items: any[]): string {
   const first = items[0];
   const [verb, sub] = argv;
   if (verb === "status") {
-    const view = argv[argv.indexOf("--view") + 1];
-    if (argv.includes("--view") && view === "fleet") return rows(items, fleetLine, "(nothing live)");
-    if (argv.includes("--view") && view === "transcript") {
+    const view = option(argv, "--view");
+    if (view === "fleet") return rows(items, fleetLine, "(nothing live)");
+    if (view === "transcript") {
       const lines: unknown[] = Array.isArray(first?.lines) ? first.lines : [];
       const head = `transcript of run ${one(first?.runId, 64)} (last ${lines.length} lines)`;
       return lines.length ? `${head}:\n${lines.map((l) => (typeof l === "string" ? l : one(l))).join("\n")}` : `${head}: no output yet`;
