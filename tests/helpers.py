@@ -29,6 +29,18 @@ time.sleep(300)
 """A child (``python=`` of an agent) that starts a grandchild in a session of its own, records
 both pids in the run's ``pids.json`` and sleeps."""
 
+SIGNED: dict[str, Any] = {"type": "thinking", "thinking": "a private plan", "thinkingSignature": "SIG-abc123"}
+"""A signed thinking block as pi keeps it in a session (a fork leaves it out)."""
+REDACTED: dict[str, Any] = {
+    "type": "thinking",
+    "thinking": "[Reasoning redacted]",
+    "thinkingSignature": "RED-xyz",
+    "redacted": True,
+}
+"""A redacted thinking block as pi keeps it (a fork leaves it out)."""
+UNSIGNED: dict[str, Any] = {"type": "thinking", "thinking": "an open musing"}
+"""Thinking without a signature (a fork keeps it)."""
+
 Where = pisub.Run | RunPaths | Path
 """A run: the run, its paths, or its directory."""
 

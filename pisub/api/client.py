@@ -80,6 +80,16 @@ def launch(
     model: str | None = None,
     on_done: str | None = None,
     backend: str | None = None,
+    max_output_bytes: int | None = None,
+    max_output_lines: int | None = None,
+    artifacts: bool = True,
+    include_progress: bool = False,
+    session_dir: str | Path | None = None,
+    context: str | None = None,
+    fork_from: str | None = None,
+    parent_session: str | None = None,
+    isolation: str | None = None,
+    base_ref: str | None = None,
     home: Path | None = None,
 ) -> Run:
     """Start a detached run of ``agent`` on ``task`` and return once its runner committed
@@ -92,8 +102,20 @@ def launch(
     pass on the child's tree) or ``acceptance`` (``{level, verify?, ...}``) is checked by the
     runner when the child has ended.
 
+    ``max_output_bytes`` / ``max_output_lines``: how much of the final output the result
+    returns (200 KiB / 5000 lines; the rest is cut with a marker naming the full log).
+    ``artifacts=False``: no debugging copies (raw pi events, ``stderr-0.log``).
+    ``include_progress``: the result carries the child's progress. pi runs only:
+    ``session_dir`` keeps pi's session file there (``<run id>.jsonl``); ``context``
+    (``fresh``, ``fork``, ``profile``) and ``fork_from`` (a run or a session file) say how its
+    conversation begins (:mod:`pisub.runs.run_options`); ``parent_session``: the caller's own pi
+    session, what a fork that is only a preference copies (a missing file: it begins fresh).
+    ``isolation="worktree"``: the child
+    works in a git worktree of its own at ``base_ref`` (``HEAD``), captured at its end
+    (``pisub worktree apply``).
+
     Raises:
-        InvalidInput: empty task, bad cwd or limits.
+        InvalidInput: empty task, bad cwd or limits, a bad option (named).
         UnknownAgent: no such agent.
         LaunchFailed: the command is missing or the runner could not start.
         HomeUnusable: the pisub home is not usable.
@@ -116,6 +138,18 @@ def launch(
     from pisub.acceptance.spec import parse
 
     accept = parse(acceptance, gate, "the call")
+    from pisub.protocol.manifest import MaxOutput
+    from pisub.runs.run_options import check_context
+
+    max_output = MaxOutput.of(max_output_bytes, max_output_lines, "the call")
+    for name, flag in (("artifacts", artifacts), ("include_progress", include_progress)):
+        if not isinstance(flag, bool):
+            raise InvalidInput(f"{name}: give true or false, not {type(flag).__name__}")
+    check_context(context)
+    worktree = _isolation(isolation, base_ref)
+    if worktree is not None:
+        _check_worktree_source(workdir, "", base_ref, SINGLE_RUN_KEY, h)
+    catalog = agent_catalog(home=h.root, cwd=workdir)
     manifest = plan_run(
         h,
         agent,
@@ -126,10 +160,106 @@ def launch(
         acceptance=accept,
         model=model,
         backend=backend,
+        catalog=catalog,
+    )
+    manifest.max_output, manifest.artifacts, manifest.include_progress = (
+        max_output,
+        artifacts,
+        include_progress,
     )
     if on_done is not None:
         manifest.on_done = _command(on_done, "on_done")
-    return Run(start_run(h, manifest).run_id, home=h.root)
+    sources = (fork_from, parent_session)
+    seeds = _pi_session(h, manifest, catalog, session_dir, context, sources, workdir)
+    if worktree is not None:
+        from pisub.worktrees.workspace import workspace
+
+        manifest = workspace(worktree).prepare(h, manifest, SINGLE_RUN_KEY, base_ref)
+    return Run(start_run(h, manifest, seeds=seeds).run_id, home=h.root)
+
+
+SINGLE_RUN_KEY = "run"
+"""A single run's key in its worktree's branch name (``pisub/<run8>/run``)."""
+
+
+def _pi_session(
+    home: Home,
+    manifest: Manifest,
+    catalog: Catalog,
+    session_dir: str | Path | None,
+    context: str | None,
+    sources: tuple[str | None, str | None],
+    workdir: Path,
+) -> dict[str, Path]:
+    """Where a pi run's session is kept and how its conversation begins (set in ``manifest``);
+    the files to seed its run with (a fork's copy, when the session is in the run).
+
+    Raises:
+        InvalidInput: a per-run session option for an agent that is not pi, a bad option.
+    """
+    from pisub.runs.run_options import implicit_source, resolve_context
+    from pisub.store.config import load_config
+
+    fork_from, parent_session = sources
+    if manifest.agent.runner != "pi":  # a parent session is left aside: it is only a source
+        given = [
+            n for n, v in (("sessionDir", session_dir), ("context", context), ("forkFrom", fork_from)) if v
+        ]
+        if given and context != "fresh":
+            raise InvalidInput(
+                f"{', '.join(given)}: for pi agents; {manifest.agent.name!r} is {manifest.agent.runner}"
+            )
+        return {}
+    if fork_from is not None and context is None:
+        context = "fork"  # a session to fork from is an explicit fork
+    elif fork_from is not None and context != "fork":
+        raise InvalidInput(f"forkFrom: a run that forks (context fork), not {context}")
+    if fork_from is not None:
+        source: Path | None = Path(_fork_source(fork_from, home))
+    elif parent_session is not None:
+        source = implicit_source(parent_session)
+    else:
+        source = _caller_session(home)
+    found = catalog.get(manifest.agent.name)
+    choice = resolve_context(context, manifest.agent.name, found.frontmatter, load_config(home.root), source)
+    manifest.context = choice.context
+    manifest.forked_from = str(choice.fork_source) if choice.fork_source is not None else None
+    if session_dir is not None:
+        from pisub.runs.run_options import session_dir as checked_dir
+
+        manifest.session_dir = str(checked_dir(session_dir, workdir))
+    if choice.fork_source is None:
+        return {}
+    if manifest.session_dir is None:
+        return {"session.jsonl": choice.fork_source}  # copied into the run, thinking stripped
+    _fork_into(choice.fork_source, home.run(manifest.run_id).pi_session(None, manifest.session_dir))
+    return {}
+
+
+def _fork_into(source: Path, dest: Path) -> None:
+    """A fork's copy of ``source`` at ``dest`` (a new 0600 file; private thinking stripped)."""
+    from pisub.errors import storage_error
+    from pisub.store.runs import copy_private
+    from pisub.store.session_fork import strip_private_thinking
+
+    try:
+        copy_private(source, dest, line_filter=strip_private_thinking)
+    except OSError as exc:
+        raise storage_error(exc, "fork the session into", dest) from exc
+
+
+def _caller_session(home: Home) -> Path | None:
+    """The session of the pi run this process runs in (a fork's implicit source), if any."""
+    from pisub.protocol.env import ENV_RUN_ID
+
+    parent = os.environ.get(ENV_RUN_ID)
+    if not parent:
+        return None
+    try:
+        session = Run(parent, home=home.root).status().session_file
+    except PisubError:
+        return None
+    return Path(session) if session is not None and os.path.isfile(session) else None
 
 
 def _command(text: str, what: str) -> list[str]:

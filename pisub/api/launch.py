@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 ONE_SHAPE = "give one of --workflow, --parallel, --chain, --lanes or --task"
 NO_AGENT_IN_WORKFLOW = "a workflow takes no --agent or TASK (they belong in its calls)"
 AGENT_AND_TASK = "give --agent NAME and TASK (or a workflow: --workflow FILE)"
-WORKFLOW_ONLY = "--isolation, --base-ref and --usage-budget are for workflows"
+WORKFLOW_ONLY = "--usage-budget is for workflows"
 ARGS_ONLY_FOR_SCRIPTS = "--arg is for --workflow"
 
 
@@ -68,11 +68,12 @@ def start(
     file (or list), or a ``lanes`` file (or list), with the workflow options (see
     :func:`pisub.launch_workflow`). A single run's options that a workflow has no use for
     (``idle_timeout``, ``gate``, ``model``...) are left aside for a workflow, as workflow-only
-    ones other than ``isolation``, ``base_ref`` and ``usage_budget`` are for a single run.
+    ones other than ``fork_from``, ``isolation``, ``base_ref`` and ``usage_budget`` are for a single
+    run.
 
     Raises:
         InvalidInput: two shapes, a workflow with an agent or task or a backend, a single run
-            without both or with ``isolation``/``base_ref``/``usage_budget``, ``args`` without a
+            without both or with ``usage_budget``, ``args`` without a
             script; and whatever the launcher refuses.
     """
     from pisub.api.options import LaunchOptions, StartOptions, WorkflowOptions
@@ -91,7 +92,7 @@ def start(
 
         if agent is None or task is None:
             raise InvalidInput(AGENT_AND_TASK)
-        if any(options.get(name) is not None for name in ("isolation", "base_ref", "usage_budget")):
+        if options.get("usage_budget") is not None:
             raise InvalidInput(WORKFLOW_ONLY)
         return launch(agent, task, **cast("LaunchOptions", _only(options, LaunchOptions.__optional_keys__)))
     if agent is not None or task is not None:

@@ -32,6 +32,16 @@ class LaunchOptions(TypedDict, total=False):
     model: str | None
     on_done: str | None
     backend: str | None
+    max_output_bytes: int | None
+    max_output_lines: int | None
+    artifacts: bool
+    include_progress: bool
+    session_dir: str | Path | None
+    context: str | None
+    fork_from: str | None
+    parent_session: str | None
+    isolation: str | None
+    base_ref: str | None
     home: Path | None
 
 

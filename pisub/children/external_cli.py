@@ -42,7 +42,7 @@ class ExternalCliChild(ProcessChild):
         self.env = dict(env)
         cap = manifest.limits.output_cap
         self.stdout = StreamSink(paths.output_log(index), cap, TAIL_BYTES)
-        self.stderr = StreamSink(paths.stderr_log(index), cap, TAIL_BYTES)
+        self.stderr = StreamSink(paths.stderr_log(index) if manifest.artifacts else None, cap, TAIL_BYTES)
         self.sinks = (self.stdout, self.stderr)
         self._prompt = build_prompt(manifest.agent.system_prompt, manifest.task)
 

@@ -25,7 +25,7 @@ JSON = typer.Option(False, "--json", help="Machine-readable output (documented i
 
 
 def register(app: typer.Typer) -> None:
-    for fn in (run, status, list_, fleet, top, logs, wait, result, path):
+    for fn in (run, status, list_, fleet, top, logs, wait, result, path, share):
         app.command(fn.__name__.rstrip("_"))(fn)
 
 
@@ -57,9 +57,34 @@ def run(
         None, "--max-spawns", help="Run starts per tree of runs, whoever starts them (default 64)."
     ),
     state_ns: str | None = typer.Option(None, "--state-ns", help="The workflow state namespace to share."),
-    fork_from: str | None = typer.Option(None, "--fork-from", help="RUN or session file for context='fork'."),
+    fork_from: str | None = typer.Option(
+        None, "--fork-from", help="RUN or session file: what a fork copies (a pi run, workflow children)."
+    ),
+    context: str | None = typer.Option(
+        None,
+        "--context",
+        help="pi: fresh | fork | profile (default: config, then the agent's defaultContext).",
+    ),
+    parent_session: str | None = typer.Option(
+        None, "--parent-session", help="pi: the caller's session, what a preferred fork copies (the pi tool)."
+    ),
+    session_dir: Path | None = typer.Option(
+        None, "--session-dir", readable=False, help="pi: keep the session file in this directory (0700)."
+    ),
+    max_output_bytes: int | None = typer.Option(
+        None, "--max-output-bytes", help="The result returns at most this much output (200 KiB)."
+    ),
+    max_output_lines: int | None = typer.Option(
+        None, "--max-output-lines", help="The result returns at most this many lines (5000)."
+    ),
+    no_artifacts: bool = typer.Option(
+        False, "--no-artifacts", help="No debugging copies (raw pi events, stderr log)."
+    ),
+    include_progress: bool = typer.Option(
+        False, "--include-progress", help="The result carries the child's progress."
+    ),
     isolation: str | None = typer.Option(
-        None, "--isolation", help="worktree: every child in its own git worktree (workflows)."
+        None, "--isolation", help="worktree: the child (every child) in its own git worktree."
     ),
     base_ref: str | None = typer.Option(None, "--base-ref", help="The commit worktrees start from (HEAD)."),
     usage_budget: str | None = typer.Option(
@@ -120,6 +145,15 @@ def run(
             max_spawns=max_spawns,
             state_ns=state_ns,
             fork_from=fork_from,
+            **_single_options(
+                context,
+                parent_session,
+                session_dir,
+                max_output_bytes,
+                max_output_lines,
+                no_artifacts,
+                include_progress,
+            ),
             isolation=isolation,
             base_ref=base_ref,
             usage_budget=_json_option(usage_budget, "--usage-budget"),
@@ -135,6 +169,28 @@ def run(
         json_line({"runId": handle.id, "runDir": str(handle.dir), "state": st.state, "pid": st.pid})
     else:
         out(handle.id)
+
+
+def _single_options(
+    context: str | None,
+    parent_session: str | None,
+    session_dir: Path | None,
+    max_bytes: int | None,
+    max_lines: int | None,
+    no_artifacts: bool,
+    include_progress: bool,
+) -> dict[str, Any]:
+    """A single run's options as given (those left out stay out: a workflow takes none)."""
+    given: dict[str, Any] = {
+        "context": context,
+        "parent_session": parent_session,
+        "session_dir": session_dir,
+        "max_output_bytes": max_bytes,
+        "max_output_lines": max_lines,
+        "artifacts": False if no_artifacts else None,
+        "include_progress": True if include_progress else None,
+    }
+    return {name: value for name, value in given.items() if value is not None}
 
 
 def _task_pairs(tasks: list[str]) -> list[dict[str, Any]]:
@@ -448,3 +504,17 @@ def path(ref: str = RUN) -> None:
     from pisub.api.client import Run
 
     out(str(Run(ref).dir))
+
+
+def share(
+    ref: str = RUN,
+    out_file: Path | None = typer.Option(
+        None, "--out", readable=False, help="Where to write the HTML (default: <run dir>/share.html)."
+    ),
+    as_json: bool = JSON,
+) -> None:
+    """Export a pi run's session as HTML, the way `pi --export` does, and print the file's path."""
+    from pisub.api.share import share as export
+
+    shared = export(ref, out_file)
+    json_line(shared) if as_json else out(shared.path)

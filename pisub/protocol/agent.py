@@ -9,6 +9,7 @@ import msgspec
 from pisub.protocol.acceptance import AcceptanceRole
 from pisub.protocol.budget import ToolBudgetInput
 from pisub.protocol.codec import StrictRecord
+from pisub.protocol.fields import Context
 from pisub.protocol.manifest import AgentRunner, ThinkingLevel
 from pisub.protocol.placement import BackendName, SlurmOptions
 
@@ -64,6 +65,9 @@ class AgentFrontmatter(StrictRecord, kw_only=True):
     slurm: SlurmOptions | None = None
     """What its Slurm runs ask of the engine (``partition``, ``time``, ``cpus``, ``mem``,
     ``sbatch``: further options, one argv word each)."""
+    default_context: Context | None = None
+    """pi only: how this agent's runs begin when the call says no ``context`` (``fresh``,
+    ``fork``: a preference, fresh when there is no session to fork); ``context: profile`` asks for it."""
     trust_project: bool = False
     """pi only: load the working directory's ``.pi/`` resources (settings, ``APPEND_SYSTEM.md``,
     extensions): pi's ``--approve``. Off by default: a sub-agent sent into someone else's

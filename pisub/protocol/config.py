@@ -8,6 +8,7 @@ from typing import Annotated
 import msgspec
 
 from pisub.protocol.budget import ToolBudgetInput
+from pisub.protocol.fields import Context
 from pisub.protocol.placement import BackendName, SlurmOptions
 from pisub.protocol.workflow import MAX_CONCURRENCY, MAX_SPAWNS_LIMIT
 
@@ -72,5 +73,8 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defa
     budgets: BudgetsSection = msgspec.field(default_factory=BudgetsSection)
     acceptance: AcceptanceSection = msgspec.field(default_factory=AcceptanceSection)
     placement: PlacementSection = msgspec.field(default_factory=PlacementSection)
+    default_subagent_context: Context | None = None
+    """How a pi run begins when its call says no ``context`` (before the agent's
+    ``defaultContext``): ``fresh``, or ``fork`` (a preference: fresh without a session to fork)."""
     slurm: SlurmOptions | None = None
     """``[slurm]``: what Slurm runs ask of the engine unless their agent file says."""

@@ -10,6 +10,7 @@ from pisub.errors import InvalidInput
 from pisub.protocol.acceptance import Acceptance
 from pisub.protocol.budget import ToolBudget
 from pisub.protocol.codec import Record
+from pisub.protocol.fields import Context
 from pisub.protocol.placement import PlacementRequest
 from pisub.protocol.workflow import WorkflowSpec
 from pisub.protocol.worktree import WorktreeLink
@@ -144,6 +145,42 @@ class Limits(Record, kw_only=True):
         )
 
 
+MAX_OUTPUT_BYTES_LIMIT = 2 * 1024 * 1024
+"""The most ``maxOutput.bytes`` may ask of a result (a result file stays readable)."""
+MAX_OUTPUT_LINES_LIMIT = 100_000
+
+
+class MaxOutput(Record, kw_only=True):
+    """How much of the child's final output the result returns (the rest is marked as cut)."""
+
+    bytes: int = defaults.RESULT_MAX_BYTES
+    lines: int = defaults.RESULT_MAX_LINES
+
+    @classmethod
+    def of(cls, given_bytes: object, given_lines: object, where: str) -> MaxOutput | None:
+        """The limits a caller gave (None: neither, pisub's defaults apply).
+
+        Raises:
+            InvalidInput: a value that is not a whole number in range, naming ``where`` and the
+                field (``maxOutput.bytes``, ``maxOutput.lines``).
+        """
+        if given_bytes is None and given_lines is None:
+            return None
+        checked = cls()
+        for name, value, high in (
+            ("bytes", given_bytes, MAX_OUTPUT_BYTES_LIMIT),
+            ("lines", given_lines, MAX_OUTPUT_LINES_LIMIT),
+        ):
+            if value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= high:
+                raise InvalidInput(
+                    f"{where}: maxOutput.{name} must be a whole number from 1 to {high}, not {value!r:.40}"
+                )
+            setattr(checked, name, value)
+        return checked
+
+
 class AgentSpec(Record, kw_only=True):
     """The agent definition as resolved at launch; later edits of the agent file do not matter."""
 
@@ -208,6 +245,19 @@ class Manifest(Record, kw_only=True):
     when the child ends."""
     placement: PlacementRequest | None = None
     """Where the runner is to live (absent: ``local``)."""
+    max_output: MaxOutput | None = None
+    """How much of the final output the result returns (absent: 200 KiB / 5000 lines)."""
+    artifacts: bool = True
+    """False (``--no-artifacts``): the runner keeps no debugging copies — no raw pi events in
+    ``events.jsonl``, no ``stderr-N.log`` — only what the protocol needs."""
+    include_progress: bool = False
+    """The result carries the child's progress (``details.results[0].progress``)."""
+    session_dir: str | None = None
+    """pi: the directory the session file is kept in (``<run id>.jsonl``) instead of the run's."""
+    context: Context | None = None
+    """pi: how the child's conversation began, as resolved at launch (absent: fresh)."""
+    forked_from: str | None = None
+    """``context`` fork: the session file copied (signed thinking blocks stripped)."""
 
 
 def _is_seconds(value: object) -> bool:

@@ -66,6 +66,20 @@ class Usage(Record, kw_only=True):
     turns: int = 0
 
 
+class ResultProgress(Record, kw_only=True):
+    """The child's progress when it ended (``--include-progress``), as ``status`` showed it."""
+
+    turn_count: int = 0
+    tool_count: int = 0
+    output_bytes: int = 0
+    output_truncated: bool = False
+    """The output log stopped at the run's ``outputCap``."""
+    duration_ms: int | None = None
+    """From the child's start to its end (None: it never started)."""
+    recent_output: list[str] = []
+    """The last lines of the child's output log, redacted."""
+
+
 class SingleResult(Record, kw_only=True, omit_defaults=True):
     """The outcome of one child."""
 
@@ -86,6 +100,8 @@ class SingleResult(Record, kw_only=True, omit_defaults=True):
     ``skipped``)."""
     acceptance: AcceptanceRecord | None = None
     """What the runner checked of the child's work (acceptance gates)."""
+    progress: ResultProgress | None = None
+    """The child's progress, when the run was started with ``--include-progress``."""
 
 
 class TextContent(Record, kw_only=True):

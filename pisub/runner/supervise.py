@@ -25,10 +25,10 @@ from pisub.children.base import Child, ChildHooks, ChildOutcome
 from pisub.children.external_cli import child_env
 from pisub.core.procs import start_ticks, start_time
 from pisub.errors import PisubError
-from pisub.protocol.codec import now_iso
+from pisub.protocol.codec import now_iso, parse_iso
 from pisub.protocol.control import ReceiptState
 from pisub.protocol.manifest import Manifest
-from pisub.protocol.result import ErrorCode, ErrorInfo
+from pisub.protocol.result import ErrorCode, ErrorInfo, ResultProgress
 from pisub.protocol.status import RunState, StepState, StepStatus
 from pisub.runner.deadlines import DRAIN_AFTER_EXIT_S, Deadlines
 from pisub.runner.ending import Circumstances, EndCause, Verdict, judge
@@ -102,7 +102,8 @@ class Supervisor(RunShell["Dispatcher"]):
         from pisub.children.pi.rpc import pi_event_line
 
         assert self.recorder is not None
-        self.recorder.raw_line(pi_event_line(now_iso(), child, kind, raw))
+        if self.manifest.artifacts:  # the raw pi stream is a debugging copy (--no-artifacts: none)
+            self.recorder.raw_line(pi_event_line(now_iso(), child, kind, raw))
 
     def steer_update(self, request_id: str, state: ReceiptState, reason: str | None = None) -> None:
         assert self.dispatcher is not None
@@ -376,6 +377,25 @@ class Supervisor(RunShell["Dispatcher"]):
             session_file=outcome.session_file,
             full_output=self.paths.output_log(0),
             acceptance=self.acceptance,
+            max_output=self.manifest.max_output,
+            progress=self._progress() if self.manifest.include_progress else None,
+        )
+
+    def _progress(self) -> ResultProgress:
+        """The child's progress as its step in ``status.json`` has it now (``--include-progress``)."""
+        assert self.recorder is not None
+        step = self.recorder.step(0)
+        duration = None
+        if step.started_at is not None:
+            ended = parse_iso(step.ended_at) if step.ended_at else time.time()
+            duration = max(0, int((ended - parse_iso(step.started_at)) * 1000))
+        return ResultProgress(
+            turn_count=step.turn_count,
+            tool_count=step.tool_count,
+            output_bytes=step.output_bytes,
+            output_truncated=step.output_truncated,
+            duration_ms=duration,
+            recent_output=list(step.recent_output),
         )
 
     def _settle(self, status: Status) -> dict[str, object]:

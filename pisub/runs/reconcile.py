@@ -298,9 +298,9 @@ def _unwritten_result(paths: RunPaths, status: Status, end: UnwrittenEnd) -> Res
         output = ""
     try:
         manifest = load_manifest(paths)
-        agent, task = manifest.agent.name, manifest.task
+        agent, task, max_output = manifest.agent.name, manifest.task, manifest.max_output
     except ProtocolError:
-        agent, task = status.agent, ""
+        agent, task, max_output = status.agent, "", None
     signal = f", signal {end.signal}" if end.signal else ""
     message = (
         f"The child ended (would be {end.state}: exit code {end.exit_code}{signal}) but its runner "
@@ -315,6 +315,7 @@ def _unwritten_result(paths: RunPaths, status: Status, end: UnwrittenEnd) -> Res
         output=output,
         error=ErrorInfo(code=StorageError.code, message=message),  # IO_ERROR
         full_output=log,
+        max_output=max_output,
     )
 
 

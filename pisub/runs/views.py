@@ -118,10 +118,22 @@ def transcript(paths: RunPaths, lines: int = DEFAULT_LINES) -> list[str]:
     log = paths.output_log(0)
     data = _read_log_tail(log)
     if data is None:
-        found = _last(session_lines(paths.session), lines)
+        found = _last(session_lines(_session_of(paths)), lines)
     else:
         found = _last(split_lines(data.decode("utf-8", "surrogateescape")), lines)
     return [redact(line) for line in found]
+
+
+def _session_of(paths: RunPaths) -> Path:
+    """The run's pi session (in its ``sessionDir`` when it was given one)."""
+    from pisub.errors import PisubError
+    from pisub.store.runs import load_manifest
+
+    try:
+        manifest = load_manifest(paths)
+    except PisubError:
+        return paths.session
+    return paths.pi_session(manifest.session_file, manifest.session_dir)
 
 
 def open_log(log: Path) -> int | None:

@@ -168,6 +168,8 @@ def effective(home_root: Path, env: dict[str, str] | None = None) -> list[Settin
     backend = config.placement.backend.value if config.placement.backend is not None else None
     rows.append(_pick("placement.backend", backend, "local"))
     rows.append(_pick("placement.heartbeat_ttl", config.placement.heartbeat_ttl, defaults.HEARTBEAT_TTL_S))
+    context = config.default_subagent_context
+    rows.append(_pick("default_subagent_context", context.value if context is not None else None, "fresh"))
     slurm = config.slurm
     for key in ("partition", "time", "cpus", "mem", "sbatch"):
         rows.append(_pick(f"slurm.{key}", getattr(slurm, key) if slurm is not None else None, None))

@@ -24,7 +24,8 @@ class StreamSink:
     recognised whole and never leaks as a headless fragment.
     """
 
-    def __init__(self, path: Path, cap: int, tail_size: int) -> None:
+    def __init__(self, path: Path | None, cap: int, tail_size: int) -> None:
+        """``path`` None: no log file (a run without artifacts), only the count and the tail."""
         self.path = path
         self.cap = cap
         self.tail_size = tail_size
@@ -33,7 +34,7 @@ class StreamSink:
         self.truncated = False
         self.write_error: OSError | None = None
         self._tail = bytearray()
-        self._fd = open_append(path)
+        self._fd = open_append(path) if path is not None else -1
 
     def feed(self, data: bytes) -> bool:
         """Take a chunk; True when this chunk made the log hit its cap."""
@@ -42,6 +43,8 @@ class StreamSink:
         keep = self.tail_size + OVERLAP
         if len(self._tail) > keep:
             del self._tail[: len(self._tail) - keep]
+        if self.path is None:  # no log kept: nothing is cut
+            return False
         room = self.cap - self.written
         newly = False
         if room > 0 and self._fd >= 0 and self.write_error is None:
@@ -70,7 +73,8 @@ class StreamSink:
             nl = text.find("\n")
             text = text[nl + 1 :] if 0 <= nl < 200 else text
         dropped = max(0, self.total - self.tail_size)
-        return f"[... {dropped} earlier bytes not shown; full output in {self.path}]\n" + text
+        where = f"; full output in {self.path}" if self.path is not None else ""
+        return f"[... {dropped} earlier bytes not shown{where}]\n" + text
 
     def close(self) -> None:
         if self._fd >= 0:

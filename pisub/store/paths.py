@@ -304,6 +304,15 @@ class RunPaths:
         """pi's session of a first run (a resume continues its source's)."""
         return self.root / "session.jsonl"
 
+    def pi_session(self, session_file: str | None, session_dir: str | None) -> Path:
+        """Where the run's pi session is: the session it continues (``session_file``), else
+        ``<session_dir>/<run id>.jsonl`` (``--session-dir``), else :attr:`session`."""
+        if session_file is not None:
+            return Path(session_file)
+        if session_dir is not None:
+            return Path(session_dir) / f"{self.run_id}.jsonl"
+        return self.session
+
     @property
     def system_prompt(self) -> Path:
         """The agent's body, appended to pi's system prompt."""

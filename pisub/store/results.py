@@ -8,11 +8,13 @@ from pisub.core.redact import redact
 from pisub.defaults import RESULT_MAX_BYTES, RESULT_MAX_LINES
 from pisub.protocol.acceptance import AcceptanceRecord
 from pisub.protocol.codec import now_iso
+from pisub.protocol.manifest import MaxOutput
 from pisub.protocol.result import (
     Details,
     ErrorCode,
     ErrorInfo,
     Result,
+    ResultProgress,
     SingleResult,
     TextContent,
     Usage,
@@ -21,17 +23,20 @@ from pisub.protocol.result import (
 TERMINAL_STATES = ("complete", "failed", "stopped", "paused")
 
 
-def truncate_output(text: str, full_output: Path | None) -> tuple[str, bool]:
-    """Cut ``text`` to :data:`RESULT_MAX_BYTES` / :data:`RESULT_MAX_LINES` (head kept).
+def truncate_output(text: str, full_output: Path | None, limits: MaxOutput | None = None) -> tuple[str, bool]:
+    """Cut ``text`` to ``limits`` (the run's ``maxOutput``; default :data:`RESULT_MAX_BYTES` /
+    :data:`RESULT_MAX_LINES`), head kept.
 
     Returns the text (with a marker naming the full output when cut) and whether it was cut.
     """
+    max_bytes = limits.bytes if limits is not None else RESULT_MAX_BYTES
+    max_lines = limits.lines if limits is not None else RESULT_MAX_LINES
     data = text.encode("utf-8")
     lines = text.split("\n")
-    if len(data) <= RESULT_MAX_BYTES and len(lines) <= RESULT_MAX_LINES:
+    if len(data) <= max_bytes and len(lines) <= max_lines:
         return text, False
-    kept = "\n".join(lines[:RESULT_MAX_LINES])
-    kept_bytes = kept.encode("utf-8")[:RESULT_MAX_BYTES].decode("utf-8", "ignore")
+    kept = "\n".join(lines[:max_lines])
+    kept_bytes = kept.encode("utf-8")[:max_bytes].decode("utf-8", "ignore")
     shown = kept_bytes.count("\n") + 1
     where = f" - full output at {full_output}" if full_output else ""
     marker = (
@@ -55,10 +60,13 @@ def make_result(
     session_file: str | None = None,
     full_output: Path | None = None,
     acceptance: AcceptanceRecord | None = None,
+    max_output: MaxOutput | None = None,
+    progress: ResultProgress | None = None,
 ) -> Result:
-    """The tool result of a finished run; every returned text is redacted."""
+    """The tool result of a finished run; every returned text is redacted. ``max_output``: how
+    much of the output it returns; ``progress``: carried when the run asked for it."""
     assert state in TERMINAL_STATES, state
-    text, truncated = truncate_output(redact(output), full_output)
+    text, truncated = truncate_output(redact(output), full_output, max_output)
     if error is not None:
         error = ErrorInfo(code=error.code, message=redact(error.message))
     elif truncated:
@@ -76,6 +84,7 @@ def make_result(
         output=text,
         timeout_reason=timeout_reason if timeout_reason in ("runtime", "idle", "tool") else None,  # type: ignore[arg-type]
         acceptance=acceptance,
+        progress=progress,
     )
     content = text if state == "complete" or error is None else _failure_text(error, text)
     return Result(

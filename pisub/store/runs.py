@@ -10,7 +10,7 @@ import errno
 import os
 import shutil
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -22,6 +22,7 @@ from pisub.core.fsio import (
     load_json,
     private_mkdir,
     read_bytes,
+    write_all,
 )
 from pisub.core.locks import try_lock
 from pisub.core.procs import boot_id, host_name
@@ -42,6 +43,7 @@ from pisub.protocol.result import Result
 from pisub.protocol.status import RunState, Status
 from pisub.store import fencing, live_index
 from pisub.store.paths import Home, RunPaths, is_run_id, validate_run_ref
+from pisub.store.session_fork import strip_private_thinking
 
 T = TypeVar("T")
 
@@ -95,7 +97,12 @@ class RunStore:
             assert name in SEED_NAMES, name
             # A file inside the home (a run's own copy) is never followed through a symlink
             # someone planted there; a path the caller gave is the caller's to choose.
-            copy_private(source, staging.root / name, follow=not _inside(source, self.home.root))
+            copy_private(
+                source,
+                staging.root / name,
+                follow=not _inside(source, self.home.root),
+                line_filter=strip_private_thinking if name == "session.jsonl" else None,  # a fork
+            )
         lock_fd = try_lock(staging.runner_lock)
         assert lock_fd is not None, "a fresh run's lock cannot be held"
         try:
@@ -310,9 +317,12 @@ def _inside(path: Path, root: Path) -> bool:
     return os.path.abspath(path).startswith(os.path.abspath(root) + os.sep)
 
 
-def copy_private(source: Path, dest: Path, *, follow: bool = True) -> None:
+def copy_private(
+    source: Path, dest: Path, *, follow: bool = True, line_filter: Callable[[bytes], bytes] | None = None
+) -> None:
     """Copy the regular file ``source`` to a new 0600 file ``dest`` (synced); without
-    ``follow`` a symlink at ``source`` is refused (``ELOOP``)."""
+    ``follow`` a symlink at ``source`` is refused (``ELOOP``). ``line_filter``: each line (without
+    its newline) is written as it returns it."""
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
     src_fd = os.open(source, flags)
     try:
@@ -320,10 +330,16 @@ def copy_private(source: Path, dest: Path, *, follow: bool = True) -> None:
             raise OSError(errno.EINVAL, "not a regular file", str(source))
         dst_fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
+            pending = b""
             while chunk := os.read(src_fd, 1 << 20):
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(dst_fd, view) :]
+                if line_filter is None:
+                    write_all(dst_fd, chunk)
+                    continue
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    write_all(dst_fd, line_filter(line) + b"\n")
+            if pending:
+                write_all(dst_fd, line_filter(pending) if line_filter is not None else pending)
             os.fsync(dst_fd)
         finally:
             os.close(dst_fd)

@@ -35,7 +35,7 @@ class Runs:
         self,
         key: str,
         *,
-        agent: str,
+        agent: str | None = None,
         task: str,
         resume: str | None = None,
         output: str | None = None,
@@ -63,7 +63,7 @@ class Runs:
             FanoutLimit: the spawn budget is used up.
         """
         params = {
-            "agent": agent,
+            "agent": agent if agent is not None else self._resumed_agent(key, resume),
             "task": task,
             "resume": resume,
             "output": output,
@@ -84,6 +84,20 @@ class Runs:
         }
         call = from_python(key, params, f"runs.run({key!r:.80})")
         return self._start([call], f"runs.run({key!r})", label=f"runs.run({key!r})")[0]
+
+    def _resumed_agent(self, key: str, resume: str | None) -> str:
+        """The agent of the run ``resume`` continues (``runs.run(key, resume=..., task=...)``).
+
+        Raises:
+            InvalidInput: neither ``agent`` nor ``resume`` given. RunNotFound: no such run.
+        """
+        if resume is None:
+            raise InvalidInput(f"runs.run({key!r:.80}): give agent (or resume=RUN_ID to continue a run)")
+        from pisub.store.paths import validate_run_ref
+        from pisub.store.runs import RunStore, load_manifest
+
+        validate_run_ref(resume)
+        return load_manifest(RunStore(self._admission.table.home).resolve(resume)).agent.name
 
     def all(self, calls: list[dict[str, Any]]) -> ChildFuture:
         """Start every call of the batch — all of them, or none when one is bad — and return

@@ -29,8 +29,10 @@ from pisub.protocol.workflow import ChildCall
         ({"workflow": "w.py", "backend": "slurm"}, "--backend places one run; a workflow's coordinator"),
         ({"agent": "a"}, "give --agent NAME and TASK"),
         ({}, "give --agent NAME and TASK"),
-        ({"agent": "a", "task": "t", "isolation": "worktree"}, "--isolation, --base-ref and --usage-budget"),
-        ({"agent": "a", "task": "t", "usage_budget": {"tokens": {"hard": 1}}}, "are for workflows"),
+        ({"agent": "a", "task": "t", "isolation": "sideways"}, "isolation must be none or worktree"),
+        ({"agent": "a", "task": "t", "context": "borrowed"}, "context: must be one of fresh, fork, profile"),
+        ({"agent": "a", "task": "t", "max_output_lines": 0}, "maxOutput.lines must be a whole number"),
+        ({"agent": "a", "task": "t", "usage_budget": {"tokens": {"hard": 1}}}, "is for workflows"),
         ({"parallel": [{"agent": "a", "task": "t"}], "args": {"x": 1}}, "--arg is for --workflow"),
     ],
 )

@@ -149,12 +149,14 @@ class PiChild(ProcessChild):
         self.manifest = manifest
         self.paths = paths
         self.env = dict(env)
-        self.session_path = Path(manifest.session_file or paths.session)
+        self.session_path = paths.pi_session(manifest.session_file, manifest.session_dir)
         self.first_prompt = manifest.task
         """The task, or for a resume the briefs followed by the message."""
         self.session_file = str(self.session_path)
         self.log = StreamSink(paths.output_log(index), manifest.limits.output_cap, TAIL_BYTES)
-        self.stderr = StreamSink(paths.stderr_log(index), manifest.limits.output_cap, TAIL_BYTES)
+        self.stderr = StreamSink(
+            paths.stderr_log(index) if manifest.artifacts else None, manifest.limits.output_cap, TAIL_BYTES
+        )
         self.sinks = (self.log, self.stderr)
         self.reader = LineReader()
         self.rpc = RpcChannel()
