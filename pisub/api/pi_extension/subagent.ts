@@ -1037,7 +1037,8 @@ async function follow(runDir: string, done: Promise<unknown>, signal: any, onUpd
 }
 
 // ---- Slash commands (the seed's): /subagents-guide [topic], /subagents-stop [RUN [CHILD]] (a
-// picker of this session's running runs), /subagents-steer [--child K] RUN [--child K] MESSAGE.
+// picker of this session's running runs), /subagents-steer [--child K] RUN [--child K] MESSAGE,
+// /subagents-refine AGENT [GUIDANCE | --show | --rollback] (`pisub agents refine`).
 // What they say goes to pi's UI (a notification; the guide as a message in the session), or,
 // with no UI (print and JSON modes), into the session as a message.
 const GUIDE_TOPICS = [
@@ -1148,6 +1149,27 @@ function registerCommands(pi: any, notices: Notices): void {
       const sure = ctx.ui.confirm ? await ctx.ui.confirm(`Stop run ${runId}?`, "It ends for good; start a new run to redo it.") : true;
       if (!sure) return tell(ctx, "nothing stopped");
       return stop(ctx, runId, null);
+    },
+  });
+
+  pi.registerCommand("subagents-refine", {
+    description: "Refine an agent in this project: /subagents-refine AGENT [GUIDANCE | --show | --rollback]",
+    handler: async (args: string, ctx: any) => {
+      const text = String(args ?? "").trim();
+      const agent = /^\S+/.exec(text)?.[0] ?? "";
+      let rest = text.slice(agent.length).trim();
+      if (!NAME.test(agent)) return tell(ctx, "usage: /subagents-refine AGENT [GUIDANCE | --show | --rollback]", "error");
+      const refine = async (argv: string[]) => {
+        const r = await pisub(["agents", "refine", ...argv, "--", agent], ctx);
+        return r.code === 0 ? tell(ctx, String(r.stdout ?? "").trim()) : tell(ctx, failed(r), "error");
+      };
+      if (rest === "--show") return refine(["--show"]);
+      if (rest === "--rollback") return refine(["--rollback"]);
+      if (!rest && ctx?.hasUI && ctx.ui?.input) {
+        rest = String((await ctx.ui.input(`Guidance for ${agent} in this project`, "what it should do differently here")) ?? "").trim();
+      }
+      if (!rest) return tell(ctx, `nothing refined: give the guidance (/subagents-refine ${agent} GUIDANCE), or --show / --rollback`);
+      return refine([`--config=${JSON.stringify({ guidance: rest, reason: "/subagents-refine" })}`]);
     },
   });
 
