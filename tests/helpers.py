@@ -127,3 +127,17 @@ def launch_sleeper(make_agent: AgentMaker, **limits: float) -> pisub.Run:
     run = pisub.launch("sleeper", "x", **limits)  # type: ignore[arg-type]
     child_pids(run)
     return run
+
+
+def first_and_later(tmp_path: Path, agent: str, first: str, later: str) -> Path:
+    """A workflow script of two children of ``agent`` — ``first`` (task ``first``) and ``later``
+    (task ``later``), called together — that returns ``[[key, state, ok, output], ...]``."""
+    calls = [{"key": "first", "agent": agent, "task": first}, {"key": "later", "agent": agent, "task": later}]
+    return write_script(
+        tmp_path,
+        f"""
+        async def main(runs, state, args):
+            results = await runs.all({calls!r})
+            return [[r.key, r.state, r.ok, r.output] for r in results]
+        """,
+    )

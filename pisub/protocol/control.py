@@ -108,7 +108,8 @@ class ReceiptState(enum.StrEnum):
     QUEUED = "queued"
     """The child accepted the message into its queue; ``delivered`` follows."""
     SCHEDULED = "scheduled"
-    """Kept for later (a brief for the next resume); ``delivered`` follows when it is taken."""
+    """Kept for later: a brief for the next resume, or a request for a workflow's child that has
+    not started yet (sent to it when it starts); ``delivered`` follows when it is taken."""
     PENDING = "pending"
     """Claimed by the runner, not yet accepted by the child."""
     PARTIAL = "partial"
@@ -226,15 +227,19 @@ def advance(
     return True
 
 
+_LEAST_ADVANCED = (ReceiptState.SCHEDULED, ReceiptState.PENDING, ReceiptState.QUEUED)
+"""The states that are not final, least advanced first."""
+
+
 def aggregate(targets: list[Target]) -> ReceiptState:
     """The state of a request routed to ``targets``: the least advanced while any is open
-    (``pending`` before ``queued``); once all are final, ``delivered`` when every target was
-    delivered, ``failed`` when none was, ``partial`` otherwise."""
+    (``scheduled``, then ``pending``, then ``queued``); once all are final, ``delivered`` when
+    every target was delivered, ``failed`` when none was, ``partial`` otherwise."""
     if not targets:
         return ReceiptState.FAILED
-    open_states = [t.state for t in targets if not t.state.is_final]
+    open_states = {t.state for t in targets if not t.state.is_final}
     if open_states:
-        return ReceiptState.PENDING if ReceiptState.PENDING in open_states else ReceiptState.QUEUED
+        return next(state for state in _LEAST_ADVANCED if state in open_states)
     delivered = [t.state in (ReceiptState.DELIVERED, ReceiptState.RECOVERED) for t in targets]
     if all(delivered):
         return ReceiptState.DELIVERED
@@ -245,8 +250,8 @@ def advance_target(
     receipt: Receipt, child: int, state: ReceiptState, reason: str | None = None, *, now: str | None = None
 ) -> bool:
     """Move the target ``child`` of ``receipt`` to ``state`` and the receipt to the aggregate of
-    its targets (its ``reason``: the targets' reasons, when they failed). A final target or
-    receipt never changes; whether anything moved."""
+    its targets (its ``reason``: the targets' reasons, when they failed or wait for their
+    child's start). A final target or receipt never changes; whether anything moved."""
     if receipt.state.is_final:
         return False
     target = next((t for t in receipt.targets if t.child == child), None)
@@ -258,9 +263,21 @@ def advance_target(
     if state in (ReceiptState.DELIVERED, ReceiptState.RECOVERED):
         target.delivered_at = target.delivered_at or at
     overall = aggregate(receipt.targets)
-    reasons = [f"child {t.child}: {t.reason}" for t in receipt.targets if t.reason and t.state.is_final]
+    told = overall.is_final or overall is ReceiptState.SCHEDULED
+    reasons = [
+        f"child {t.child}: {t.reason}"
+        for t in receipt.targets
+        if t.reason and (t.state.is_final or t.state is ReceiptState.SCHEDULED)
+    ]
     receipt.state = overall
     receipt.delivery_status = overall.delivery_status
-    receipt.reason = "; ".join(reasons)[:2000] if overall.is_final and reasons else None
+    receipt.reason = "; ".join(reasons)[:2000] if told and reasons else None
     receipt.updated_at = at
     return True
+
+
+def owed(receipt: Receipt) -> bool:
+    """Whether the runner still owes ``receipt``'s request its answer (a dead runner's repair
+    fails it): it is open, or ``scheduled`` for a workflow's child that has not started (it has
+    targets; a brief's ``scheduled`` receipt has none and waits for a resume, not a runner)."""
+    return receipt.state.is_open or (receipt.state is ReceiptState.SCHEDULED and bool(receipt.targets))

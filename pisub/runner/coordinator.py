@@ -46,6 +46,7 @@ from pisub.store.paths import RunPaths
 from pisub.store.results import truncate_output
 from pisub.store.spawn_budget import SpawnBudget
 from pisub.workflow.children import ChildRuns
+from pisub.workflow.forwarding import Forwarded
 
 if TYPE_CHECKING:
     from pisub.protocol.status import Status
@@ -432,7 +433,7 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
             return "the workflow has no children"
         return self.children.route(child)
 
-    def forward(self, index: int, request_id: str, request: Request) -> str | None:
+    def forward(self, index: int, request_id: str, request: Request) -> Forwarded:
         assert self.children is not None
         return self.children.forward(index, request_id, request)
 

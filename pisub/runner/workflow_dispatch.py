@@ -3,7 +3,9 @@ workflow's receipt follows theirs (one target per child; ``partial`` when they d
 
 Without ``child``, a steer or follow-up goes to every running child, and a stop or interrupt is
 the workflow's own: every child is stopped (or paused) and the workflow ends ``stopped`` (or
-``paused``). With ``child`` (an index of ``steps[]``) any request goes to that child alone.
+``paused``). With ``child`` (an index of ``steps[]``) any request goes to that child alone; for a
+child that has not started, a stop ends it at once (it never starts) and a steer or follow-up
+is ``scheduled``: sent into its inbox when it starts, failed if it never does.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pisub.protocol.control import (
 from pisub.runner.dispatch import Controller, Dispatcher, ErrorHook
 from pisub.store.mailbox import make_receipt
 from pisub.store.paths import RunPaths
+from pisub.workflow.forwarding import Forwarded
 
 
 class WorkflowController(Protocol):
@@ -34,8 +37,9 @@ class WorkflowController(Protocol):
     def route(self, child: int | None) -> list[int] | str:
         """The children a request for ``child`` goes to, or why none."""
 
-    def forward(self, index: int, request_id: str, request: Request) -> str | None:
-        """Write the request into child ``index``'s inbox; None when written, else why not."""
+    def forward(self, index: int, request_id: str, request: Request) -> Forwarded:
+        """Pass the request to child ``index`` (into its inbox, or held for its start); the
+        state its target takes (``pending`` when written) and why."""
 
     def stop_workflow(self, reason: str | None) -> str | None:
         """End the workflow as ``stopped``; None when begun, else why not."""
@@ -101,9 +105,9 @@ class WorkflowDispatcher(Dispatcher):
         self._ledger_add(rid, request_type(request), state, message, receipt.created_at)
         self.open[rid] = receipt
         for index in route:
-            refusal = self.controller.forward(index, rid, request)
-            if refusal is not None:
-                advance_target(receipt, index, ReceiptState.FAILED, refusal)
+            state, why = self.controller.forward(index, rid, request)
+            if state is not ReceiptState.PENDING:
+                advance_target(receipt, index, state, why)
         self._after_change(rid)
 
     def update_target(self, rid: str, index: int, state: ReceiptState, reason: str | None = None) -> None:

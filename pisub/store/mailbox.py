@@ -54,6 +54,7 @@ from pisub.protocol.control import (
     Target,
     advance,
     decode_request,
+    owed,
     request_type,
 )
 from pisub.store.paths import ANSWERED_MARKER, RunPaths
@@ -568,7 +569,7 @@ class _Settler:
         """Fail a request whose ``receipt`` (as already read) is missing or open; 0 or 1."""
         if request_id == self.recovering:
             return 0  # pause-and-revive owns it: the recovering process writes its answer
-        if receipt is not None and not receipt.state.is_open:
+        if receipt is not None and not owed(receipt):
             return 0
         if receipt is None:
             if type_ is None:

@@ -10,7 +10,7 @@ once its result is in (:mod:`pisub.store.journal`).
 
 from __future__ import annotations
 
-from pisub.protocol.control import Interrupt, Request, Stop
+from pisub.protocol.control import Interrupt, ReceiptState, Request, Stop
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import SingleResult
 from pisub.protocol.status import StepStatus
@@ -18,7 +18,7 @@ from pisub.store.journal import Journal, Replay
 from pisub.store.paths import Home
 from pisub.workflow.admission import Admission
 from pisub.workflow.entries import ChildEntry, ChildTable, Host
-from pisub.workflow.forwarding import Forwarding
+from pisub.workflow.forwarding import Forwarded, Forwarding
 from pisub.workflow.launching import Launching
 from pisub.workflow.placement import Placement
 from pisub.workflow.settling import Settling
@@ -90,8 +90,11 @@ class ChildRuns:
         """The children a request goes to, or why it goes to none."""
         return self.forwarding.route(child)
 
-    def forward(self, index: int, request_id: str, request: Request) -> str | None:
-        """Write ``request`` into child ``index``'s inbox; None when written, else why not."""
+    def forward(self, index: int, request_id: str, request: Request) -> Forwarded:
+        """Pass ``request`` to child ``index``: a stop of a queued child ends it at once (it never
+        starts); anything else is forwarded into its inbox, or held for its start."""
+        if isinstance(request, Stop) and self.stopping.stop_queued(self.table.entries[index], request.reason):
+            return ReceiptState.DELIVERED, None
         return self.forwarding.forward(index, request_id, request)
 
     def close(self) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from pisub.protocol.budget import UsageTotals
-from pisub.protocol.control import Interrupt, ReceiptState, Stop
+from pisub.protocol.control import Interrupt, ReceiptState, Request, Stop
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import SingleResult
 from pisub.protocol.status import StepState, StepStatus
@@ -97,6 +97,9 @@ class ChildEntry:
     again)."""
     forwards: dict[str, tuple[str, int]] = field(default_factory=dict)
     """Requests forwarded into the child's inbox: child request id → (workflow request id, index)."""
+    held: list[tuple[str, Request]] = field(default_factory=list)
+    """Requests for the child that came before it started (workflow request id, request): sent
+    into its inbox when it starts, failed when it never does."""
     relaunches: int = 0
     """Times this coordinator started the key again because its run never started its child."""
     never_ran: bool = False

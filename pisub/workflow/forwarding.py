@@ -1,6 +1,7 @@
 """Control between a workflow and its children: a request to the workflow is forwarded into
 the inboxes of the children it names (:meth:`Forwarding.route`, :meth:`Forwarding.forward`)
-and its receipts follow theirs; ``runs.steer`` from the script steers one child.
+and its receipts follow theirs; a request for a child that has not started is held and sent
+when it starts (:meth:`Forwarding.release_held`); ``runs.steer`` from the script steers one child.
 """
 
 from __future__ import annotations
@@ -11,10 +12,18 @@ from dataclasses import dataclass
 import msgspec
 
 from pisub.errors import InvalidInput, PisubError
-from pisub.protocol.control import Receipt, ReceiptState, Request, Steer
-from pisub.protocol.workflow import SteerResult
+from pisub.protocol.control import Interrupt, Receipt, ReceiptState, Request, Steer, Stop
+from pisub.protocol.workflow import ChildResult, SteerResult
 from pisub.store.paths import RunPaths
 from pisub.workflow.entries import ChildEntry, ChildTable, Phase
+
+MAX_HELD = 20
+"""Requests held at most for one child that has not started (more are refused)."""
+
+Forwarded = tuple[ReceiptState, str | None]
+"""What became of a request for one child, and why: ``pending`` (in its inbox, or a stop held
+for a child that is starting), ``scheduled`` (held until it starts), ``delivered`` (a queued
+child stopped: it never starts) or ``failed``."""
 
 
 @dataclass(eq=False)
@@ -24,7 +33,8 @@ class Forwarding:
     table: ChildTable
 
     def route(self, child: int | None) -> list[int] | str:
-        """The children a request goes to: every running child, or child ``child`` (by index)."""
+        """The children a request goes to: every running child, or child ``child`` (by index) —
+        one that has not started too (:meth:`forward` holds the request for it)."""
         with self.table.lock:
             if child is None:
                 running = [e.index for e in self.table.entries if e.phase is Phase.RUNNING]
@@ -32,30 +42,64 @@ class Forwarding:
             if child >= len(self.table.entries):
                 return f"no child {child} (this workflow has {len(self.table.entries)})"
             entry = self.table.entries[child]
-        if entry.phase is Phase.QUEUED:
-            return f"child {child} ({entry.key}) has not started yet"
-        if entry.phase is Phase.STARTING:
-            return f"child {child} ({entry.key}) is still starting"
         if entry.phase is Phase.ENDED:
-            return f"child {child} ({entry.key}) has already ended"
+            return f"{_name(entry)} has already ended"
         return [child]
 
-    def forward(self, index: int, request_id: str, request: Request) -> str | None:
-        """Write ``request`` into child ``index``'s inbox; None when written (its receipt follows
-        the child's), else why not."""
+    def forward(self, index: int, request_id: str, request: Request) -> Forwarded:
+        """Pass ``request`` to child ``index``: into its inbox when it runs (``pending``: its
+        receipt follows the child's), held for its start when it has not started (``scheduled``;
+        a stop of a child still starting: ``pending``), else ``failed`` and why. (A stop of a
+        queued child is :meth:`~pisub.workflow.stopping.Stopping.stop_queued`'s.)"""
+        entry = self.table.entries[index]
+        with self.table.lock:
+            phase = entry.phase
+        if phase is Phase.ENDED:
+            return ReceiptState.FAILED, f"{_name(entry)} has already ended"
+        if phase is not Phase.RUNNING:
+            return self._hold(entry, request_id, request)
+        why = self._write(entry, request_id, request)
+        return (ReceiptState.PENDING, None) if why is None else (ReceiptState.FAILED, why)
+
+    def _hold(self, entry: ChildEntry, request_id: str, request: Request) -> Forwarded:
+        """Keep ``request`` for ``entry``'s start (an interrupt of a child that has not started
+        is refused, as is a request past :data:`MAX_HELD`)."""
+        if isinstance(request, Interrupt):
+            why = "has not started yet" if entry.phase is Phase.QUEUED else "is still starting"
+            return ReceiptState.FAILED, f"{_name(entry)} {why}"
+        if len(entry.held) >= MAX_HELD:
+            why = f"has not started yet and already holds {MAX_HELD} requests for its start"
+            return ReceiptState.FAILED, f"{_name(entry)} {why}"
+        entry.held.append((request_id, request))
+        self.table.host.event("control.held", entry.index, id=request_id, key=entry.key)
+        if isinstance(request, Stop):
+            return ReceiptState.PENDING, None  # it is starting: stopped as soon as it runs
+        return ReceiptState.SCHEDULED, f"{_name(entry)} has not started yet: sent to it when it starts"
+
+    def release_held(self, entry: ChildEntry) -> None:
+        """``entry``'s child runs: the requests held for it go into its inbox, in order."""
+        held, entry.held = entry.held, []
+        for request_id, request in held:
+            why = self._write(entry, request_id, request)
+            state = ReceiptState.PENDING if why is None else ReceiptState.FAILED
+            self.table.host.receipt_moved(request_id, entry.index, state, why)
+
+    def _write(self, entry: ChildEntry, request_id: str, request: Request) -> str | None:
+        """Write ``request`` into ``entry``'s inbox; None when written (its receipt follows the
+        child's), else why not."""
         from pisub.errors import InboxClosed
         from pisub.store.mailbox import write_request
 
-        entry = self.table.entries[index]
         assert entry.run_id is not None
+        index = entry.index
         child_rid = forwarded_id(request_id, index)
         copy = msgspec.structs.replace(request, id=child_rid, child=None, source=self.table.source)
         try:
             write_request(self.table.home.run(entry.run_id), copy)
         except InboxClosed:
-            return f"child {index} ({entry.key}) has already ended"
+            return f"{_name(entry)} has already ended"
         except PisubError as exc:
-            return f"cannot reach child {index} ({entry.key}): {exc.message}"
+            return f"cannot reach {_name(entry)}: {exc.message}"
         entry.forwards[child_rid] = (request_id, index)
         self.table.host.event(
             "control.forwarded", index, id=request_id, childRequest=child_rid, runId=entry.run_id
@@ -79,13 +123,18 @@ class Forwarding:
             if receipt.state.is_final:
                 del entry.forwards[child_rid]
 
-    def fail_forwards(self, entry: ChildEntry) -> None:
-        """A child ended: pass on the receipts it wrote; what it never answered fails."""
+    def fail_forwards(self, entry: ChildEntry, outcome: ChildResult) -> None:
+        """A child ended (``outcome``): pass on the receipts it wrote; what it never answered
+        fails, and so does what was held for a start that never came."""
         if entry.run_id is not None and entry.forwards:
             self.pass_receipts(entry, self.table.home.run(entry.run_id))
         for rid, index in entry.forwards.values():
             self.table.host.receipt_moved(rid, index, ReceiptState.FAILED, "the child ended first")
         entry.forwards.clear()
+        held, entry.held = entry.held, []
+        why = outcome.error.message if outcome.error is not None else f"it ended {outcome.state}"
+        for rid, _request in held:
+            self.table.host.receipt_moved(rid, entry.index, ReceiptState.FAILED, f"it never started: {why}")
 
     def send_steer(self, key: str, message: str, mode: str) -> SteerResult:
         """``runs.steer`` (from the script's thread): write a steer into child ``key``'s inbox;
@@ -133,6 +182,10 @@ class Forwarding:
             delivery_status=receipt.delivery_status,
             error=receipt.reason,
         )
+
+
+def _name(entry: ChildEntry) -> str:
+    return f"child {entry.index} ({entry.key})"
 
 
 def _target_state(receipt: Receipt) -> ReceiptState:

@@ -103,6 +103,7 @@ class Launching:
         entry.step.status = StepState.RUNNING
         self.table.host.event("child.started", entry.index, key=entry.key, runId=entry.run_id)
         self.table.watch.add(entry.run_id, self.table.home.run(entry.run_id).root)
+        self.settling.forwarding.release_held(entry)
         if self.table.ending is not None:
             self.stopping.stop_child(entry)
         self.settling.check_one(entry)

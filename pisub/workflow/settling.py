@@ -183,7 +183,7 @@ class Settling:
             state=outcome.state,
             settled=settled,
         )
-        self.forwarding.fail_forwards(entry)
+        self.forwarding.fail_forwards(entry, outcome)
         for future, loop in entry.futures:
             _resolve(future, loop, outcome)
         self.table.host.commit()

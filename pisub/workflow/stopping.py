@@ -1,5 +1,6 @@
 """Ending a workflow's children with the workflow: queued ones never start, running ones are
-asked to stop (or, for an interrupt, to pause), and those that do not end in time are given up.
+asked to stop (or, for an interrupt, to pause), and those that do not end in time are given up;
+and a queued child stopped on its own by request (:meth:`Stopping.stop_queued`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,19 @@ class Stopping:
                 self.settling.never_started(entry, "the workflow ended before this child started")
             elif entry.phase is Phase.RUNNING:
                 self.stop_child(entry)
+
+    def stop_queued(self, entry: ChildEntry, reason: str | None) -> bool:
+        """A stop request for ``entry``: when it is queued it never starts — it ends ``stopped``,
+        journaled as its key's result like a running child stopped by request (a resume does
+        not start it). False when it is not queued (the request goes on as any other)."""
+        with self.table.lock:
+            if entry.phase is not Phase.QUEUED:
+                return False
+            if entry in self.table.waiting:
+                self.table.waiting.remove(entry)
+        why = "stopped by request before it started" + (f" ({reason})" if reason else "")
+        self.settling.settle(entry, outcomes.not_started(entry.key, entry.call, "stopped", why), settled=True)
+        return True
 
     def give_up(self, why: str) -> None:
         """Stop waiting for the children still going (they are recorded as failed)."""

@@ -247,3 +247,83 @@ def test_an_abort_before_pi_took_the_task_waits_then_fails_the_held_steers(tmp_p
     assert hooks.steers == [("r1", "failed")]
     child._on_response({"id": stdin.sent[-1]["id"], "type": "response", "success": True})
     assert child.phase is Phase.FINISHED and stdin.closed
+
+
+def _update(delta: object, kind: str = "text_delta") -> bytes:
+    return _line(
+        {"type": "message_update", "assistantMessageEvent": {"type": kind, "contentIndex": 0, "delta": delta}}
+    )
+
+
+def _assistant_end(text: str) -> bytes:
+    message = {"role": "assistant", "content": [{"type": "text", "text": text}], "stopReason": "stop"}
+    return _line({"type": "message_end", "message": message})
+
+
+def test_a_reply_goes_to_the_log_as_its_deltas_come_and_its_end_adds_only_the_rest(tmp_path: Path) -> None:
+    child, hooks, _ = _child(tmp_path)
+    log = tmp_path / "output-0.log"
+    child.feed(_line({"type": "message_start", "message": {"role": "assistant", "content": []}}))
+    child.feed(_update("Hel"))
+    assert log.read_text() == "Hel"
+    child.feed(_update("lo \x1b[31mred"))  # kept as written: `logs` and the transcript escape it
+    child.feed(_update("thinking...", kind="thinking_delta"))  # not the reply's text
+    assert log.read_text() == "Hello \x1b[31mred"
+    child.feed(_assistant_end("Hello \x1b[31mred, and the rest"))
+    assert log.read_text() == "Hello \x1b[31mred, and the rest\n"
+    assert child.final_text == "Hello \x1b[31mred, and the rest"
+    assert hooks.output_bytes == len(log.read_bytes())
+    assert "message_update" not in hooks.raw
+    child.feed(_assistant_end("Second message, not streamed"))
+    assert log.read_text().endswith("rest\nSecond message, not streamed\n")
+
+
+@pytest.mark.parametrize(
+    "update",
+    [
+        _update(123),
+        _update(None),
+        _update({"text": "x"}),
+        _update(""),
+        _line({"type": "message_update", "assistantMessageEvent": "text_delta"}),
+        _line({"type": "message_update"}),
+        _line({"type": "message_update", "assistantMessageEvent": {"type": ["text_delta"], "delta": "x"}}),
+        b'{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"'
+        + b"x" * 70_000
+        + b'"}}\n',
+        b'{"type":"message_update","assistantMessageEvent":{"type":"text_delta","delta":"\\ud800\\udfff-lone-\\ud800"}}\n',
+        b'{"type":"message_update", "broken\n',
+    ],
+)
+def test_hostile_updates_never_break_the_log_or_the_final_text(tmp_path: Path, update: bytes) -> None:
+    child, _hooks, _ = _child(tmp_path)
+    child.feed(update)
+    child.feed(_assistant_end("The final text."))
+    log = (tmp_path / "output-0.log").read_bytes()
+    assert log.endswith(b"The final text.\n")
+    assert log.count(b"The final text.") == 1
+    assert child.final_text == "The final text."
+
+
+def test_a_final_text_that_is_not_what_was_streamed_is_written_whole_after_a_line_break(
+    tmp_path: Path,
+) -> None:
+    child, _, _ = _child(tmp_path)
+    child.feed(_update("draft words"))
+    child.feed(_assistant_end("Other words."))
+    assert (tmp_path / "output-0.log").read_text() == "draft words\nOther words.\n"
+    child.feed(_update("Cut sho"))  # pi ended with less than it streamed (an abort): nothing more
+    child.feed(_assistant_end("Cut"))
+    assert (tmp_path / "output-0.log").read_text().endswith("Other words.\nCut sho\n")
+
+
+def test_streamed_text_stays_within_the_output_cap(tmp_path: Path) -> None:
+    child, hooks, _ = _child(tmp_path)
+    child.log.cap = 50
+    child.reply.keep = 50
+    for _ in range(100):
+        child.feed(_update("0123456789"))
+    child.feed(_assistant_end("0123456789" * 100))
+    assert (tmp_path / "output-0.log").read_bytes() == b"0123456789" * 5
+    assert [e for e, _ in hooks.events].count("child.output_truncated") == 1
+    assert child.final_text == "0123456789" * 100

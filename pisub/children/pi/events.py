@@ -174,3 +174,58 @@ def slim_event(kind: str, event: Json, line: bytes) -> bytes | None:
         slim["messageCount"] = len(messages)
         return msgspec.json.encode(slim)
     return line
+
+
+MAX_UPDATE_LINE = 64 * 1024
+"""A ``message_update`` line longer than this is not read for its text (pi's carry one delta
+each; the message's end has the whole text)."""
+
+
+class ReplyStream:
+    """The assistant message pi is streaming, written to the output log as its text deltas come
+    (``message_update``), so that the log shows the reply while the model writes it; at the
+    message's end only what the deltas did not say is written — never the text twice.
+
+    At most ``keep`` characters of the message are remembered (the log's cap: past it nothing
+    more is written anyway)."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._parts: list[str] = []
+        self._size = 0
+        self._overflow = False
+
+    def delta(self, event: Json) -> str:
+        """The text a ``message_update`` adds to the reply ('' when it adds none: another kind
+        of delta, a thinking block, a field of the wrong type)."""
+        update = event.get("assistantMessageEvent")
+        if not isinstance(update, dict) or update.get("type") != "text_delta":
+            return ""
+        text = text_of(update.get("delta")) or ""
+        if not text:
+            return ""
+        if self._size + len(text) > self.keep:
+            self._overflow = True
+        else:
+            self._parts.append(text)
+        self._size += len(text)
+        return text
+
+    def end(self, text: str) -> str | None:
+        """The message ended with ``text``: what is left to write of it, its line ended — the
+        text past what was streamed (nothing more when pi ended with less, or the log was full;
+        the whole text after a line break when pi's final text is not what its deltas said) —
+        or None when nothing was streamed. The next message starts afresh."""
+        streamed, overflow = "".join(self._parts), self._overflow
+        self._parts, self._size, self._overflow = [], 0, False
+        if overflow:
+            return ""
+        if not streamed:
+            return None
+        if text.startswith(streamed):
+            rest = text[len(streamed) :]
+        elif streamed.startswith(text):
+            rest = ""
+        else:
+            rest = "\n" + text
+        return rest if (streamed + rest).endswith("\n") else rest + "\n"

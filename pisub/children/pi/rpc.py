@@ -7,8 +7,8 @@ and session events on stdout. The driver:
    ``set_auto_retry false`` (so one ``agent_end`` really ends an attempt), then the task
    as the first ``prompt``;
 2. mirrors every event except the high-volume ``message_update`` into ``events.jsonl``,
-   writes assistant text and one ``tool: <name> <preview>`` line per tool call to
-   ``output-<N>.log``, sums usage and tracks turns and tools;
+   writes assistant text (as its deltas stream in) and one ``tool: <name> <preview>`` line per
+   tool call to ``output-<N>.log``, sums usage and tracks turns and tools;
 3. after each ``agent_end`` asks ``get_state``; when pi says ``isStreaming: false,
    pendingMessageCount: 0`` and nothing started since, the child is finished and its
    stdin is closed (pi exits at once; in RPC mode it never exits by itself).
@@ -29,6 +29,8 @@ from pathlib import Path
 
 from pisub.children.base import ChildHooks, ChildOutcome
 from pisub.children.pi.events import (
+    MAX_UPDATE_LINE,
+    ReplyStream,
     UsageTotals,
     event_kind,
     failure_of,
@@ -168,6 +170,7 @@ class PiChild(ProcessChild):
         self.last_assistant: Json | None = None
         self.final_text: str | None = None
         self.totals = UsageTotals()
+        self.reply = ReplyStream(manifest.limits.output_cap)
         self.steers = SteerBook(hooks)
         self._task_seen = False
         self._session_private = False
@@ -307,8 +310,8 @@ class PiChild(ProcessChild):
         self.hooks.output(self.index, len(data), self.stderr.truncated)
 
     def _on_line(self, line: bytes) -> None:
-        if line.startswith(b'{"type":"message_update"'):
-            self.hooks.activity(self.index)  # the stream is alive; deltas are not kept
+        if len(line) > MAX_UPDATE_LINE and line.startswith(b'{"type":"message_update"'):
+            self.hooks.activity(self.index)  # the stream is alive; its text comes at the end
             return
         obj = decode_object(line)
         if obj is None:
@@ -317,7 +320,9 @@ class PiChild(ProcessChild):
         kind = event_kind(obj)
         if kind == "response":
             self._on_response(obj)
-        elif kind != "message_update":
+        elif kind == "message_update":  # not mirrored (one per token): its text goes to the log
+            self._write_log(self.reply.delta(obj))
+        else:
             self.last_event = kind
             raw = slim_event(kind, obj, line)
             if raw is not None:
@@ -364,7 +369,11 @@ class PiChild(ProcessChild):
         text = message_text(message)
         if message.get("stopReason") != "error" and text.strip():
             self.final_text = text
-        if text.strip():
+        rest = self.reply.end(text)
+        if rest is not None:  # streamed: only the rest, and the line ended
+            self._write_log(rest)
+            self._progress_lines(text)
+        elif text.strip():
             self._log(text)
 
     def _user_message(self, message: Json) -> None:
@@ -405,11 +414,20 @@ class PiChild(ProcessChild):
             self.finish()
 
     def _log(self, text: str) -> None:
-        data = (text if text.endswith("\n") else text + "\n").encode("utf-8")
+        self._write_log(text if text.endswith("\n") else text + "\n")
+        self._progress_lines(text)
+
+    def _write_log(self, text: str) -> None:
+        """Append ``text`` to the output log (up to its cap)."""
+        if not text:
+            return
+        data = text.encode("utf-8", "replace")
         newly = self.log.feed(data)
         if newly:
             self.hooks.event("child.output_truncated", self.index, log=str(self.log.path), cap=self.log.cap)
         self.hooks.output(self.index, len(data), self.log.truncated)
+
+    def _progress_lines(self, text: str) -> None:
         for line in text.splitlines():
             self.progress.add_line(line)
 
