@@ -1001,7 +1001,9 @@ export function streamingUpdate(runDir: string): Result | null {
   const items = sessionItems(status.sessionFile) ?? [];
   const usage = status.usage && typeof status.usage === "object" ? status.usage : { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, cost: 0, turns: turnCount };
   const now = live?.currentTool ? ` · now ${one(live.currentTool?.name ?? live.currentTool, 64)}` : "";
-  const lines = [`run ${one(status.runId, 64)} (${one(status.agent, 64)}): ${one(status.state, 20)} · turn ${turnCount} · ${tools} tool calls${now}`];
+  const started = Date.parse(String(status.startedAt ?? ""));
+  const age = Number.isFinite(started) ? ` · ${Math.max(0, Math.round((Date.now() - started) / 1000))} s` : "";
+  const lines = [`run ${one(status.runId, 64)} (${one(status.agent, 64)}): ${one(status.state, 20)}${age} · turn ${turnCount} · ${tools} tool calls${now}`];
   const recent: unknown[] = Array.isArray(live?.recentOutput) ? live.recentOutput : [];
   lines.push(...recent.slice(-3).map((l) => "  " + one(l, 300)));
   const last = items[items.length - 1];
