@@ -148,6 +148,8 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fresh pisub home, exported as PISUB_HOME; its processes are ended afterwards."""
     root = tmp_path / "home"
     monkeypatch.setenv("PISUB_HOME", str(root))
+    # pi's own agent folder (~/.pi/agent/agents) is a user scope: never the developer's in a test.
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", str(tmp_path / "pi-agent"))
     # Warm runners, but no spare left in this process between tests (a spare carries the
     # home in its environment until this process exits): tests/integration/test_warm_launch.py.
     monkeypatch.setenv("PISUB_WARM", os.environ.get("PISUB_WARM", "1"))

@@ -1,21 +1,33 @@
 """Agent definitions: Markdown files with a YAML frontmatter header.
 
-User scope is ``<home>/agents/*.md``; project scope is ``.pisub/agents/*.md`` in the
-working directory or its git root. On a name clash the project wins.
+Scopes, lowest first (a later one wins a name):
+
+* ``builtin``: the agents pisub ships;
+* ``user``: pi's ``$PI_CODING_AGENT_DIR/agents/**`` (default ``~/.pi/agent/agents``), then
+  pisub's ``<home>/agents/*.md``;
+* ``project``: the nearest ``.agents/**`` (legacy), then ``.pi/agents/**``, found from the
+  working directory up to its git root; then ``.pisub/agents/*.md`` of the git root, then of the
+  working directory.
+
+Every directory is untrusted input (:mod:`pisub.agents.walk`): a file that cannot be an agent is
+skipped with the reason in :attr:`Catalog.problems`, never an error of the whole listing.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from pisub.agents.seedkeys import Dialect, Effective, prepare, resolve
 from pisub.core.fsio import read_bytes
 from pisub.errors import InvalidInput, PisubError, UnknownAgent
 from pisub.protocol.agent import AgentFrontmatter
 from pisub.protocol.codec import convert
-from pisub.protocol.manifest import AgentSpec, LimitValues, seconds_of_ms
+from pisub.protocol.manifest import AgentSpec, IgnoredKey, LimitValues, seconds_of_ms
 
 Scope = Literal["builtin", "user", "project"]
 
@@ -23,6 +35,7 @@ SHIPPED_DIR = Path(__file__).parent / "builtin"
 """The agents pisub ships (scope ``builtin``: every other scope wins over them)."""
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAX_AGENT_FILE = 1024 * 1024
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -33,6 +46,13 @@ class Agent:
     system_prompt: str
     path: Path
     scope: Scope
+    effective: Effective
+    """What the frontmatter means once the seed's shapes and defaults are applied."""
+    dialect: Dialect = "pisub"
+    """``pi`` for a file found in pi's agent directories (pi-subagents' defaults apply)."""
+    refinement: str | None = None
+    """The project's refinement overlay for this agent (``pisub agents refine``), if any: the
+    block appended to the system prompt at launch."""
 
     @property
     def name(self) -> str:
@@ -42,27 +62,33 @@ class Agent:
 
     def limits(self) -> LimitValues:
         """The limits this agent file sets (each may be absent)."""
-        return limits_of(self.frontmatter)
+        return limits_of(self.frontmatter, self.effective)
 
     def spec(self) -> AgentSpec:
         """The snapshot of this agent that goes into a run's manifest."""
-        fm = self.frontmatter
+        fm, eff = self.frontmatter, self.effective
+        pi = eff.runner == "pi"
+        prompt = self.system_prompt
+        if self.refinement:
+            prompt = f"{prompt}\n\n{self.refinement}".strip("\n")
         return AgentSpec(
             name=self.name,
             description=fm.description,
-            runner=fm.runner,
-            command=fm.command,
-            args=list(fm.args),
-            system_prompt=self.system_prompt,
+            runner=eff.runner,
+            command=eff.command,
+            args=(["--no-context-files"] if pi and not eff.context_files else []) + list(eff.args),
+            system_prompt=prompt,
             source=str(self.path),
             model=fm.model,
-            tools=list(fm.tools) if fm.tools is not None else None,
+            tools=list(eff.tools) if eff.tools is not None else None,
             thinking=fm.thinking,
-            extensions=fm.extensions,
-            skills=fm.skills,
+            extensions=eff.extensions,
+            skills=eff.skills,
             prompt_templates=fm.prompt_templates,
             trust_project=fm.trust_project,
-            max_depth=fm.max_depth,
+            max_depth=eff.max_depth,
+            system_prompt_mode=eff.system_prompt_mode if pi else "append",
+            ignored=[IgnoredKey(key=i.key, reason=i.reason) for i in eff.ignored],
         )
 
 
@@ -74,6 +100,8 @@ class Catalog:
     problems: dict[Path, str] = field(default_factory=dict)
     aliases: dict[str, str] = field(default_factory=dict)
     """Alias → runtime name."""
+    shadowed: list[Agent] = field(default_factory=list)
+    """Agents a later scope (or a nearer folder) overrides, in the order found."""
 
     def get(self, name: str) -> Agent:
         """The agent called ``name``.
@@ -91,7 +119,7 @@ class Catalog:
         raise UnknownAgent(f"Unknown agent: {name}. Available agents: {available}{hint}")
 
 
-def parse_agent(text: str, path: Path, scope: Scope = "user") -> Agent:
+def parse_agent(text: str, path: Path, scope: Scope = "user", dialect: Dialect | None = None) -> Agent:
     """Parse an agent file's text.
 
     Raises:
@@ -112,25 +140,57 @@ def parse_agent(text: str, path: Path, scope: Scope = "user") -> Agent:
         raise InvalidInput(f"{path}: frontmatter is not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
         raise InvalidInput(f"{path}: frontmatter must be a mapping of keys to values")
+    dialect = dialect or dialect_of(path)
     try:
-        fm = convert(data, AgentFrontmatter, str(path))
+        fm = convert(prepare(data, path, dialect), AgentFrontmatter, str(path))
     except PisubError as exc:
         raise InvalidInput(str(exc)) from exc
-    _check(fm, path)
-    return Agent(frontmatter=fm, system_prompt=parts[2].strip("\n"), path=path, scope=scope)
+    effective = resolve(fm, path, dialect)
+    _check(fm, effective, path)
+    return Agent(
+        frontmatter=fm,
+        system_prompt=parts[2].strip("\n"),
+        path=path,
+        scope=scope,
+        effective=effective,
+        dialect=dialect,
+    )
 
 
-def _check(fm: AgentFrontmatter, path: Path) -> None:
+def pi_agent_dir(env: Mapping[str, str] | None = None) -> Path:
+    """pi's config directory: ``$PI_CODING_AGENT_DIR``, else ``~/.pi/agent``."""
+    env = os.environ if env is None else env
+    configured = env.get("PI_CODING_AGENT_DIR")
+    return Path(configured) if configured else Path.home() / ".pi" / "agent"
+
+
+def dialect_of(path: Path) -> Dialect:
+    """``pi`` for a file below a ``.pi/agents``, ``.agents`` or ``.pi/agent/agents`` folder or
+    pi's ``$PI_CODING_AGENT_DIR/agents``, else ``pisub`` (for a file whose folder is not known,
+    such as a reviewer recorded at launch)."""
+    user = pi_agent_dir() / "agents"
+    for folder in path.parents:
+        if folder.name == ".agents" or folder == user:
+            return "pi"
+        pi_parent = folder.parent.name == ".pi" or (
+            folder.parent.name == "agent" and folder.parent.parent.name == ".pi"
+        )
+        if folder.name == "agents" and pi_parent:
+            return "pi"
+    return "pisub"
+
+
+def _check(fm: AgentFrontmatter, eff: Effective, path: Path) -> None:
     for what, value in [
         ("name", fm.name),
         ("package", fm.package),
-        *(("aliases", a) for a in fm.aliases or []),
+        *(("aliases", a) for a in eff.aliases),
     ]:
         if value is not None and not NAME_RE.fullmatch(value):
             raise InvalidInput(f"{path}: agent {what} {value!r} must match {NAME_RE.pattern}")
-    if fm.runner == "external-cli" and not fm.command:
+    if eff.runner == "external-cli" and not eff.command:
         raise InvalidInput(f"{path}: an external-cli agent needs a 'command'")
-    if fm.runner == "external-cli":
+    if eff.runner == "external-cli":
         pi_only = [k for k in ("model", "tools", "thinking") if getattr(fm, k) is not None]
         pi_only += [
             camel
@@ -144,14 +204,17 @@ def _check(fm: AgentFrontmatter, path: Path) -> None:
         pi_only += ["trustProject"] if fm.trust_project else []
         if pi_only:
             raise InvalidInput(f"{path}: {', '.join(pi_only)} only apply to runner: pi")
-    limits_of(fm).check(str(path))
-    if any("\0" in arg for arg in [fm.command or "", *fm.args]):
+    limits_of(fm, eff).check(str(path))
+    bad_tool = next((t for t in eff.tools or [] if not _TOOL_NAME.fullmatch(t)), None)
+    if bad_tool is not None:
+        raise InvalidInput(f"{path}: tools: {bad_tool[:64]!r} is not a tool name ({_TOOL_NAME.pattern})")
+    if any("\0" in arg for arg in [eff.command or "", *eff.args]):
         raise InvalidInput(f"{path}: command and args must not contain NUL bytes")
 
 
-def limits_of(fm: AgentFrontmatter) -> LimitValues:
+def limits_of(fm: AgentFrontmatter, eff: Effective) -> LimitValues:
     return LimitValues(
-        timeout=fm.timeout,
+        timeout=eff.timeout,
         idle_timeout=fm.idle_timeout,
         output_cap=fm.output_cap,
         output_hard_cap=fm.output_hard_cap,
@@ -161,43 +224,104 @@ def limits_of(fm: AgentFrontmatter) -> LimitValues:
     )
 
 
+Root = tuple[Scope, Path, Dialect, bool]
+"""A folder searched: its scope, where, how its files read, and whether it is pi's ``**``."""
+
+
+def git_root(cwd: Path) -> Path | None:
+    return next((p for p in [cwd, *cwd.parents] if (p / ".git").exists()), None)
+
+
+def project_root(cwd: Path) -> Path:
+    """The project of ``cwd``: its git root, else ``cwd`` itself."""
+    return git_root(cwd) or cwd
+
+
 def project_agent_dirs(cwd: Path) -> list[Path]:
     """``.pisub/agents`` of ``cwd`` and of its git root (cwd first), where they exist."""
     dirs = [cwd / ".pisub" / "agents"]
-    for parent in [cwd, *cwd.parents]:
-        if (parent / ".git").exists():
-            if parent != cwd:
-                dirs.append(parent / ".pisub" / "agents")
-            break
+    root = git_root(cwd)
+    if root is not None and root != cwd:
+        dirs.append(root / ".pisub" / "agents")
     return [d for d in dirs if d.is_dir()]
 
 
-def discover(user_dir: Path, cwd: Path) -> Catalog:
-    """Every agent visible from ``cwd``; project agents override user agents, which override the
-    agents pisub ships."""
-    catalog = Catalog()
-    scoped: list[tuple[Scope, Path]] = [("builtin", SHIPPED_DIR), ("user", user_dir)]
+def pi_project_dirs(cwd: Path) -> list[Path]:
+    """The nearest folder from ``cwd`` up to its git root (only ``cwd`` outside a repository)
+    that has ``.pi/agents`` or ``.agents``: its ``.agents`` (legacy) then ``.pi/agents``, those
+    that exist (lowest first). Above the git root is not the project's: a ``.pi`` there is not
+    read."""
+    stop = git_root(cwd) or cwd
+    for folder in [cwd, *cwd.parents]:
+        found = [d for d in (folder / ".agents", folder / ".pi" / "agents") if os.path.lexists(d)]
+        if found or folder == stop:
+            return found
+    return []
+
+
+def roots(user_dir: Path, cwd: Path, pi_dir: Path | None = None) -> list[Root]:
+    """Every folder searched, lowest first (a later one wins a name)."""
+    pi_user = (pi_dir or pi_agent_dir()) / "agents"
+    found: list[Root] = [("builtin", SHIPPED_DIR, "pisub", False), ("user", pi_user, "pi", True)]
+    found.append(("user", user_dir, "pisub", False))
+    found += [("project", d, "pi", True) for d in pi_project_dirs(cwd)]
     # The git root comes before cwd so that the nearest project scope wins.
-    scoped += [("project", d) for d in reversed(project_agent_dirs(cwd))]
-    for scope, directory in scoped:
-        if not directory.is_dir():
+    found += [("project", d, "pisub", False) for d in reversed(project_agent_dirs(cwd))]
+    return found
+
+
+def discover(user_dir: Path, cwd: Path, *, pi_dir: Path | None = None) -> Catalog:
+    """Every agent visible from ``cwd``; project agents override user agents, which override the
+    agents pisub ships (see the module's docstring for the folders, lowest first)."""
+    from pisub.agents.refine import overlays
+    from pisub.agents.walk import agent_files
+
+    catalog = Catalog()
+    for scope, directory, dialect, recursive in roots(user_dir, cwd, pi_dir):
+        if (
+            scope == "project"
+            and directory.parent.name in (".pi", ".pisub")
+            and directory.parent.is_symlink()
+        ):
+            catalog.problems[directory.parent] = "a symlink: a project's agent folder is not followed"
             continue
-        for path in sorted(directory.glob("*.md")):
-            try:
-                data = read_bytes(path, limit=MAX_AGENT_FILE)
-                if len(data) > MAX_AGENT_FILE:
-                    raise InvalidInput(f"{path}: larger than {MAX_AGENT_FILE} bytes")
-                agent = parse_agent(data.decode("utf-8"), path, scope)
-            except OSError as exc:
-                catalog.problems[path] = f"cannot read: {exc.strerror or exc}"
+        files, problems = agent_files(directory, recursive=recursive, follow_root=scope != "project")
+        catalog.problems.update(problems)
+        here: dict[str, Path] = {}
+        for path in files:
+            agent = _load(path, scope, dialect, catalog.problems)
+            if agent is None:
                 continue
-            except (UnicodeDecodeError, RecursionError, InvalidInput) as exc:
-                why = str(exc) if isinstance(exc, InvalidInput) else f"{type(exc).__name__}: {exc}"
-                catalog.problems[path] = " ".join(why.split())  # one line, whatever YAML said
+            if agent.name in here:
+                catalog.problems[path] = f"{agent.name!r} is defined already in {here[agent.name]}: not used"
                 continue
+            here[agent.name] = path
+            if agent.name in catalog.agents:
+                catalog.shadowed.append(catalog.agents[agent.name])
             catalog.agents[agent.name] = agent
+    refined, broken = overlays(project_root(cwd), list(catalog.agents))
+    catalog.problems.update(broken)
+    for name, block in refined.items():
+        if name in catalog.agents:
+            catalog.agents[name] = replace(catalog.agents[name], refinement=block)
     for agent in catalog.agents.values():
-        for alias in agent.frontmatter.aliases or []:
+        for alias in agent.effective.aliases:
             if alias not in catalog.agents:
                 catalog.aliases[alias] = agent.name
     return catalog
+
+
+def _load(path: Path, scope: Scope, dialect: Dialect, problems: dict[Path, str]) -> Agent | None:
+    try:
+        data = read_bytes(path, limit=MAX_AGENT_FILE)
+        if len(data) > MAX_AGENT_FILE:
+            raise InvalidInput(f"{path}: larger than {MAX_AGENT_FILE} bytes")
+        return parse_agent(data.decode("utf-8"), path, scope, dialect)
+    except OSError as exc:
+        problems[path] = f"cannot read: {exc.strerror or exc}"
+    except UnicodeDecodeError as exc:
+        problems[path] = f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})"
+    except (RecursionError, InvalidInput) as exc:
+        why = str(exc) if isinstance(exc, InvalidInput) else f"{type(exc).__name__}: {exc}"
+        problems[path] = " ".join(why.removeprefix(f"{path}: ").split())  # one line, whatever YAML said
+    return None

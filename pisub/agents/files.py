@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pisub.agents.catalog import NAME_RE, SHIPPED_DIR, Agent, parse_agent
+from pisub.agents.seedkeys import Dialect
 from pisub.errors import AgentConflict, InvalidInput, UnknownAgent, storage_error
 
 Scope = Literal["user", "project"]
@@ -28,6 +29,8 @@ LOCK_NAME = ".agents.lock"
 MAX_AGENT_BYTES = 256 * 1024
 PROMPT_KEY = "systemPrompt"
 UNCHANGEABLE = ("name", "package", "scope")
+_SEED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 \t_-]{0,127}")
+"""A display name the seed's ``create`` normalises (``Code Scout``); never a path."""
 
 
 @dataclass(frozen=True)
@@ -68,27 +71,20 @@ def shipped_names() -> list[str]:
 
 def find(agents_home: Path, cwd: Path, ref: str, scope: str | None = None) -> AgentFile:
     """The file of the agent called ``ref`` (runtime name or alias) — in ``scope``, or in the
-    one scope that has it.
+    one scope that has it. pi's agent folders count (``~/.pi/agent/agents``, ``.pi/agents``,
+    ``.agents``): in a scope, the file that wins at launch is the one edited.
 
     Raises:
         UnknownAgent: no such agent there. InvalidInput: it is in both scopes and none was named.
     """
-    named: list[AgentFile] = []
-    aliased: list[AgentFile] = []
+    found: list[AgentFile] = []
     broken: list[Path] = []
     for each in SCOPES if scope is None else (as_scope(scope),):
-        directory = scope_dir(agents_home, each, cwd)
-        for path in sorted(directory.glob("*.md")) if directory.is_dir() else []:
-            try:
-                entry = read(path, each)
-            except (OSError, InvalidInput):
-                broken += [path] if path.stem == ref else []
-                continue
-            if ref == entry.agent.name:
-                named.append(entry)
-            elif ref in (entry.agent.frontmatter.aliases or []):
-                aliased.append(entry)
-    found = named or aliased  # a real name wins over an alias
+        winner: AgentFile | None = None
+        for directory, dialect, recursive in _scope_roots(agents_home, each, cwd):
+            match = _match(directory, dialect, recursive, each, ref, broken)
+            winner = match or winner  # a later folder wins, as at launch
+        found += [winner] if winner else []
     if not found:
         where = f" in the {scope} scope" if scope else ""
         if broken:
@@ -96,16 +92,56 @@ def find(agents_home: Path, cwd: Path, ref: str, scope: str | None = None) -> Ag
                 f"{broken[0]} cannot be read as an agent (pisub agents list says why): fix or remove it"
             )
         raise UnknownAgent(f"no agent file for {ref[:128]!r}{where}")
-    if len({f.scope for f in found}) > 1:
-        raise InvalidInput(f"agent {ref!r} is in both scopes: give the scope (user or project)")
     if len(found) > 1:
-        paths = ", ".join(str(f.path) for f in found[:4])
-        kind = "are named" if named else "have the alias"
-        raise InvalidInput(f"several agent files {kind} {ref!r} in the {found[0].scope} scope: {paths}")
+        raise InvalidInput(f"agent {ref!r} is in both scopes: give the scope (user or project)")
     return found[0]
 
 
-def read(path: Path, scope: Scope) -> AgentFile:
+def _scope_roots(agents_home: Path, scope: Scope, cwd: Path) -> list[tuple[Path, Dialect, bool]]:
+    """The folders of a scope, lowest first, how their files read, and whether each is
+    searched recursively."""
+    from pisub.agents.catalog import roots
+
+    listed = [(d, dialect, deep) for s, d, dialect, deep in roots(agents_home, cwd) if s == scope]
+    if scope == "project":
+        # The git root's .pisub/agents is the one pisub writes: it is searched even before it exists.
+        main = scope_dir(agents_home, scope, cwd)
+        listed = [entry for entry in listed if entry[0] != main] + [(main, "pisub", False)]
+    return listed
+
+
+def _match(
+    directory: Path, dialect: Dialect, recursive: bool, scope: Scope, ref: str, broken: list[Path]
+) -> AgentFile | None:
+    """The one file in ``directory`` named ``ref`` (else the one with that alias).
+
+    Raises:
+        InvalidInput: several are.
+    """
+    from pisub.agents.walk import agent_files
+
+    named: list[AgentFile] = []
+    aliased: list[AgentFile] = []
+    files, _ = agent_files(directory, recursive=recursive, follow_root=scope != "project")
+    for path in files:
+        try:
+            entry = read(path, scope, dialect)
+        except (OSError, InvalidInput):
+            broken += [path] if path.stem == ref else []
+            continue
+        if ref == entry.agent.name:
+            named.append(entry)
+        elif ref in entry.agent.effective.aliases:
+            aliased.append(entry)
+    found = named or aliased  # a real name wins over an alias
+    if len(found) > 1:
+        paths = ", ".join(str(f.path) for f in found[:4])
+        kind = "are named" if named else "have the alias"
+        raise InvalidInput(f"several agent files {kind} {ref!r} in the {scope} scope: {paths}")
+    return found[0] if found else None
+
+
+def read(path: Path, scope: Scope, dialect: Dialect | None = None) -> AgentFile:
     """Raises: OSError, InvalidInput (not an agent file)."""
     from pisub.core.fsio import read_bytes
 
@@ -116,7 +152,8 @@ def read(path: Path, scope: Scope) -> AgentFile:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"{path}: not UTF-8 ({exc})") from None
-    return AgentFile(scope, path, hashlib.sha256(data).hexdigest(), parse_agent(text, path, scope))
+    agent = parse_agent(text, path, scope, dialect)
+    return AgentFile(scope, path, hashlib.sha256(data).hexdigest(), agent)
 
 
 def create(agents_home: Path, cwd: Path, config: dict[str, Any]) -> AgentFile:
@@ -130,6 +167,7 @@ def create(agents_home: Path, cwd: Path, config: dict[str, Any]) -> AgentFile:
     scope = as_scope(str(config.pop("scope", "user")))
     prompt = _prompt(config.pop(PROMPT_KEY, ""))
     fields = {k: v for k, v in config.items() if v is not False and v != ""}
+    _seed_defaults(fields)
     name, package = fields.get("name"), fields.get("package")
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise InvalidInput(f"config.name: give the agent's name ({NAME_RE.pattern})")
@@ -138,12 +176,25 @@ def create(agents_home: Path, cwd: Path, config: dict[str, Any]) -> AgentFile:
     directory = scope_dir(agents_home, scope, cwd)
     path = directory / f"{package + '.' if package else ''}{name}.md"
     text = _render(fields, prompt)
-    parse_agent(text, path, scope)
+    parse_agent(text, path, scope, "pisub")
     with _locked(directory):
         if os.path.lexists(path):
             raise AgentConflict(f"{path} exists already: update it, or delete it first")
         _write(path, text)
-    return read(path, scope)
+    return read(path, scope, "pisub")
+
+
+def _seed_defaults(fields: dict[str, Any]) -> None:
+    """The seed's ``create``: a config without ``runner`` or ``command`` makes a pi agent, and
+    a name such as ``Code Scout`` is normalised as pi-subagents does (``code-scout``)."""
+    from pisub.agents.seedkeys import normalise_name
+
+    if "runner" not in fields and "command" not in fields:
+        fields["runner"] = "pi"
+    for key in ("name", "package"):
+        value = fields.get(key)
+        if isinstance(value, str) and not NAME_RE.fullmatch(value) and _SEED_NAME.fullmatch(value):
+            fields[key] = normalise_name(value)
 
 
 def update(
@@ -217,7 +268,7 @@ def eject(agents_home: Path, cwd: Path, name: str, scope_name: str = "user") -> 
                 f"{path} exists already: `pisub agents reset {name}` restores the shipped one"
             )
         _write(path, text)
-    return read(path, scope)
+    return read(path, scope, "pisub")
 
 
 def reset(agents_home: Path, cwd: Path, name: str, *, scope: str | None = None) -> AgentFile:
@@ -237,11 +288,12 @@ def _shipped(name: str) -> str:
 
 
 def _replace(current: AgentFile, text: str) -> AgentFile:
-    parse_agent(text, current.path, current.scope)
+    dialect = current.agent.dialect
+    parse_agent(text, current.path, current.scope, dialect)
     with _locked(current.path.parent):
         _check_unchanged(current)
         _write(current.path, text)
-    return read(current.path, current.scope)
+    return read(current.path, current.scope, dialect)
 
 
 def _expect(current: AgentFile, expect: str | None) -> None:
@@ -253,7 +305,7 @@ def _expect(current: AgentFile, expect: str | None) -> None:
 
 def _check_unchanged(current: AgentFile) -> None:
     try:
-        now = read(current.path, current.scope).sha256
+        now = read(current.path, current.scope, current.agent.dialect).sha256
     except (OSError, InvalidInput):
         now = None
     if now != current.sha256:

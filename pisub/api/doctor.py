@@ -61,6 +61,7 @@ def diagnose(home: Home, pi_bin: str | None) -> Report:
         ("pi", lambda: _check_pi(pi_bin, home, report)),
         ("runs", lambda: _check_runs(home, report)),
         ("leases", lambda: _check_leases(home, report)),
+        ("agents", lambda: _check_agents(home, report)),
     ]
     for name, check in checks:
         try:
@@ -175,6 +176,22 @@ def _check_pi(pi_bin: str | None, home: Home, report: Report) -> None:
         )
         return
     report.add("pi", True, f"{pi_bin} {version} (pisub drives {SUPPORTED})")
+
+
+def _check_agents(home: Home, report: Report) -> None:
+    """The agent files seen from the working directory: each one skipped is a problem."""
+    from pisub.agents.catalog import discover
+    from pisub.termsafe import printable
+
+    catalog = discover(home.agents, Path(os.getcwd()).resolve())
+    count = f"{len(catalog.agents)} agents"
+    if not catalog.problems:
+        report.add("agents", True, count)
+        return
+    shown = [printable(f"{path}: {why}", one_line=True) for path, why in sorted(catalog.problems.items())[:3]]
+    more = f" (and {len(catalog.problems) - 3} more)" if len(catalog.problems) > 3 else ""
+    detail = f"{count}; {len(catalog.problems)} skipped: {'; '.join(shown)}{more}"
+    report.add("agents", False, detail, "pisub agents list names each and why: fix or remove those files")
 
 
 def _check_runs(home: Home, report: Report) -> None:

@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
 
 
 def doctor(as_json: bool = JSON) -> None:
-    """Check the home, inotify limits, the pi binary, stuck runs and orphaned leases."""
+    """Check the home, inotify limits, the pi binary, stuck runs, orphaned leases and agent files."""
     from pisub.api.admin import doctor as diagnose
 
     report = diagnose()

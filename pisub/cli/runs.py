@@ -164,6 +164,10 @@ def run(
         if as_json:  # the refusal as a result (mode "management") on stdout, the line on stderr
             json_line(refusal(exc))
         raise
+    from pisub.api.agents import first_launch_warnings  # the agent's ignored keys, once
+
+    for line in first_launch_warnings(handle):
+        err(line)
     if as_json:
         st = handle.status()
         json_line({"runId": handle.id, "runDir": str(handle.dir), "state": st.state, "pid": st.pid})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -20,12 +20,15 @@ class AgentFrontmatter(StrictRecord, kw_only=True):
     name: str
     package: str | None = None
     """The runtime name is ``package.name`` when given."""
-    aliases: list[str] | None = None
-    """Other names the agent answers to (resolved to its runtime name)."""
+    aliases: list[str] | str | None = None
+    """Other names the agent answers to (resolved to its runtime name); a list, or the seed's
+    comma string ``"cs, sc"``."""
     disabled: bool = False
     """A disabled agent's runs are refused (``SUBAGENT_DISABLED``)."""
     description: str = ""
-    runner: AgentRunner = "external-cli"
+    runner: AgentRunner | RunnerProfile | None = None
+    """``pi`` or ``external-cli`` (the default in pisub's own scopes; in pi's agent directories
+    the default is ``pi``), or the seed's ``{type, command, args, promptDelivery}``."""
     command: str | None = None
     args: list[str] = []
     timeout: float | None = None
@@ -47,14 +50,16 @@ class AgentFrontmatter(StrictRecord, kw_only=True):
     ``writer``); without it, a pi agent whose tools are all read-only is read-only."""
     model: str | None = None
     """pi only: ``provider/id`` (or any pattern pi's ``--model`` takes)."""
-    tools: list[str] | None = None
-    """pi only: allow-list of tool names (``--tools``)."""
+    tools: list[str] | str | None = None
+    """pi only: allow-list of tool names (``--tools``): a list or the seed's comma string;
+    ``mcp:`` entries are ignored (recorded)."""
     thinking: ThinkingLevel | None = None
     """pi only: thinking level (``--thinking``)."""
-    extensions: bool = False
-    """pi only: keep pi's extension discovery (off by default: extensions rewrite messages)."""
-    skills: bool = False
-    """pi only: keep pi's skills."""
+    extensions: bool | str | list[str] | None = None
+    """pi only: keep pi's extension discovery (off by default: extensions rewrite messages).
+    The seed's empty value means off; a list of extension paths is ignored (recorded)."""
+    skills: bool | str | list[str] | None = None
+    """pi only: keep pi's skills. The seed's names of skills to inject are ignored (recorded)."""
     prompt_templates: bool = False
     """pi only: keep pi's prompt templates."""
     max_depth: Annotated[int, msgspec.Meta(ge=0, le=1000)] | None = None
@@ -72,3 +77,38 @@ class AgentFrontmatter(StrictRecord, kw_only=True):
     """pi only: load the working directory's ``.pi/`` resources (settings, ``APPEND_SYSTEM.md``,
     extensions): pi's ``--approve``. Off by default: a sub-agent sent into someone else's
     repository does not run that repository's pi extensions."""
+
+    # The keys of pi-subagents' agent files (the seed); what each does here is in
+    # pisub.agents.seedkeys and spec/cli.md "Agent files".
+    system_prompt_mode: Literal["append", "replace"] | None = None
+    inherit_project_context: bool | None = None
+    inherit_global_context: bool | None = None
+    inherit_skills: bool | None = None
+    fallback_models: list[str] | str | None = None
+    output: str | bool | None = None
+    reads: list[str] | str | bool | None = None
+    default_reads: list[str] | str | bool | None = None
+    progress: bool | None = None
+    default_progress: bool | None = None
+    async_: bool | None = msgspec.field(default=None, name="async")
+    timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=2**53)] | None = None
+    max_subagent_depth: Annotated[int, msgspec.Meta(ge=0, le=1000)] | None = None
+    exclude_tools: list[str] | str | None = None
+    subagent_only_extensions: list[str] | str | None = None
+    skill: list[str] | str | bool | None = None
+    skill_path: list[str] | str | None = None
+    mutation_tools: list[str] | str | None = None
+    completion_guard: bool | None = None
+    interactive: bool | None = None
+    allow_nested_subagents: bool | None = None
+    memory: dict[str, Any] | None = None
+
+
+class RunnerProfile(StrictRecord, kw_only=True):
+    """The seed's ``runner:`` mapping (``type: external-cli``, ``command``, ``args``,
+    ``promptDelivery: stdin``)."""
+
+    type: Literal["external-cli", "pi", "external-job"]
+    command: str | None = None
+    args: list[str] = []
+    prompt_delivery: Literal["stdin"] = "stdin"

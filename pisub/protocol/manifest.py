@@ -205,6 +205,18 @@ class AgentSpec(Record, kw_only=True):
     runner talks to pi: :mod:`pisub.children.pi.versions`)."""
     max_depth: int | None = None
     """Lowers the depth limit for the runs this agent starts (never raises it)."""
+    system_prompt_mode: Literal["append", "replace"] = "append"
+    """pi only: ``replace`` gives pi the system prompt with ``--system-prompt`` instead of
+    appending it to pi's own (the agent file's ``systemPromptMode``)."""
+    ignored: list[IgnoredKey] = []
+    """The agent file's keys pisub read but does not act on, each with why."""
+
+
+class IgnoredKey(Record, kw_only=True):
+    """One agent-file key pisub does not act on (``pisub agents show`` prints the same)."""
+
+    key: str
+    reason: str
 
 
 class Manifest(Record, kw_only=True):

@@ -166,7 +166,7 @@ def _acceptance(
     if chosen is None:
         if config.acceptance.infer is False:
             return None
-        role = role_of(fm.acceptance_role, fm.runner, fm.tools)
+        role = role_of(fm.acceptance_role, found.effective.runner, found.effective.tools)
         deep = lineage.depth >= lineage.max_depth  # its reviewer could not start
         known = reviewer if reviewer in catalog.agents and reviewer != found.name and not deep else None
         chosen = infer(role, setting or Setting.DIRECT, known)

@@ -111,7 +111,10 @@ def pi_argv(
     if spec.thinking:
         argv += ["--thinking", spec.thinking]
     if system_prompt_file is not None:
-        argv += ["--append-system-prompt", str(system_prompt_file)]
+        argv += [
+            "--system-prompt" if spec.system_prompt_mode == "replace" else "--append-system-prompt",
+            str(system_prompt_file),
+        ]
     for extension in extensions or []:
         argv += ["--extension", str(extension)]  # loaded even with --no-extensions
     return [*argv, *spec.args]
