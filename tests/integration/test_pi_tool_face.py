@@ -393,3 +393,20 @@ def test_stop_without_a_ui_prints_the_exact_commands(
     assert f"/subagents-stop {run_id}" in proc.stdout
     assert pisub.Run(run_id).status().state == "running"
     assert pisub_cli("stop", run_id).returncode == 0
+
+
+def test_refine_command_writes_shows_and_rolls_back_the_projects_overlay(face: Face) -> None:
+    face.call({"action": "list"})  # the session started
+    mark = len(face.events)
+    face.prompt("/subagents-refine pi   answer in one word here")
+    made = face.notified(mark)
+    assert made.startswith("refined: ") and "revision 1" in made, made
+    mark = len(face.events)
+    face.prompt("/subagents-refine pi --show")
+    assert "answer in one word here" in face.notified(mark)
+    mark = len(face.events)
+    face.prompt("/subagents-refine pi --rollback")
+    assert face.notified(mark).startswith("rolled back: ")
+    mark = len(face.events)
+    face.prompt("/subagents-refine --help")
+    assert face.notified(mark).startswith("usage: /subagents-refine")
