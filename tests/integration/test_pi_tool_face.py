@@ -58,6 +58,12 @@ class Face(ParentPi):
     def notified(self, after: int) -> str:
         return str(self.ui("notify", after)["message"])
 
+    def command(self, line: str) -> str:
+        """Run a slash command; the notification it shows."""
+        mark = len(self.events)
+        self.prompt(line)
+        return self.notified(mark)
+
 
 @pytest.fixture
 def face(pi_home: Path, pi_bin: str, tmp_path: Path) -> Iterator[Face]:
@@ -196,12 +202,8 @@ def test_slash_commands_guide_stop_with_a_picker_and_steer_a_child(face: Face, t
     face.prompt("/subagents-guide workflows")
     shown = wait_for(lambda: _session_messages(face, "pisub-guide"), timeout=30, what="the guide message")
     assert str(shown[0]["content"]).startswith("# Workflows")
-    mark = len(face.events)
-    face.prompt("/subagents-guide no-such-topic")
-    assert face.notified(mark).startswith("INVALID_INPUT: no guide topic")
-    mark = len(face.events)
-    face.prompt("/subagents-stop")
-    assert face.notified(mark).startswith("no run started from this session is running")
+    assert face.command("/subagents-guide no-such-topic").startswith("INVALID_INPUT: no guide topic")
+    assert face.command("/subagents-stop").startswith("no run started from this session is running")
 
     run_id = _details(face.result({"agent": "pi", "task": "SLOW:400 stop me"}))["runId"]
     wait_for(lambda: pisub.Run(run_id).status().state == "running", timeout=30)
@@ -223,16 +225,10 @@ def test_slash_commands_guide_stop_with_a_picker_and_steer_a_child(face: Face, t
     workflow = json.loads(pisub_cli("run", "--workflow", str(script), "--json").stdout)["runId"]
     kid = pisub.Run(workflow)
     wait_for(lambda: any(s.key == "kid" and s.status == "running" for s in kid.status().steps), timeout=60)
-    mark = len(face.events)
-    face.prompt(f"/subagents-steer --child kid {workflow} -- --child is part of the message")
-    said = face.notified(mark)
+    said = face.command(f"/subagents-steer --child kid {workflow} -- --child is part of the message")
     assert re.match(rf"(delivered|queued): steer \S+ → run {workflow} child kid", said), said
-    mark = len(face.events)
-    face.prompt(f"/subagents-steer {workflow}")
-    assert face.notified(mark).startswith("usage: /subagents-steer")
-    mark = len(face.events)
-    face.prompt("/subagents-steer --help me")
-    assert face.notified(mark).startswith("not a run id")
+    assert face.command(f"/subagents-steer {workflow}").startswith("usage: /subagents-steer")
+    assert face.command("/subagents-steer --help me").startswith("not a run id")
     assert pisub_cli("stop", workflow).returncode == 0
     assert kid.wait(timeout=60).state == "stopped"
 
@@ -397,16 +393,8 @@ def test_stop_without_a_ui_prints_the_exact_commands(
 
 def test_refine_command_writes_shows_and_rolls_back_the_projects_overlay(face: Face) -> None:
     face.call({"action": "list"})  # the session started
-    mark = len(face.events)
-    face.prompt("/subagents-refine pi   answer in one word here")
-    made = face.notified(mark)
+    made = face.command("/subagents-refine pi   answer in one word here")
     assert made.startswith("refined: ") and "revision 1" in made, made
-    mark = len(face.events)
-    face.prompt("/subagents-refine pi --show")
-    assert "answer in one word here" in face.notified(mark)
-    mark = len(face.events)
-    face.prompt("/subagents-refine pi --rollback")
-    assert face.notified(mark).startswith("rolled back: ")
-    mark = len(face.events)
-    face.prompt("/subagents-refine --help")
-    assert face.notified(mark).startswith("usage: /subagents-refine")
+    assert "answer in one word here" in face.command("/subagents-refine pi --show")
+    assert face.command("/subagents-refine pi --rollback").startswith("rolled back: ")
+    assert face.command("/subagents-refine --help").startswith("usage: /subagents-refine")
