@@ -759,8 +759,25 @@ class Run:
         for step in steps:
             if step.key == which:
                 return step.index
+        planned = self._planned_index(which)
+        if planned is not None:
+            return planned
         keys = ", ".join(s.key for s in steps if s.key) or "none"
         raise InvalidInput(f"run {self.id} has no child with key {which!r} (keys: {keys})")
+
+    def _planned_index(self, key: str) -> int | None:
+        """The index ``key`` will have in a parallel or chain workflow whose child has no step
+        yet (just launched): its children are its tasks, in order."""
+        from pisub.protocol.workflow import Shape
+
+        try:
+            spec = self.manifest().workflow
+        except PisubError:
+            return None
+        if spec is None or spec.shape not in (Shape.PARALLEL, Shape.CHAIN):
+            return None
+        keys = [call.key for call in spec.tasks]
+        return keys.index(key) if key in keys else None
 
     def child(self, which: str | int) -> Run:
         """The run of this workflow's child ``which`` (index or key).

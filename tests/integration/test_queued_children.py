@@ -322,3 +322,17 @@ def test_a_queued_child_stopped_stays_stopped_when_its_workflow_is_resumed(
         ["later", "stopped", False],  # its stop is its key's result: never started
     ]
     assert _starts(gates) == ["gate first", "gate first"]
+
+
+def test_a_task_launch_child_is_named_by_its_key_before_its_workflow_wrote_a_step(gates: Path) -> None:
+    """Right after `pisub run --task ...` the coordinator has not written its steps yet: the key
+    of a parallel task is known from the launch (task-N), and its steer is scheduled, not refused."""
+    tasks = ("--task", "worker=gate first", "--task", "worker=two")
+    proc = pisub_cli("run", "--json", "--concurrency", "1", *tasks, check=True)
+    run = pisub.Run(json.loads(proc.stdout)["runId"])
+    code, steer = _control("steer", run.id, "--child", "task-2", "hi")
+    assert code == 0 and steer["state"] == "scheduled", steer
+    assert steer["targets"][0]["child"] == 1
+    (gates / "first").touch()
+    assert _final(run, steer["requestId"])["state"] == "failed"  # an external CLI takes no steer
+    assert run.wait(timeout=60).state == "complete"

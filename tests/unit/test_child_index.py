@@ -1,0 +1,48 @@
+"""A workflow child named by its key before the coordinator wrote its steps (just launched)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import pisub
+from pisub.errors import InvalidInput
+from pisub.protocol import AgentSpec, Limits, Manifest, now_iso
+from pisub.protocol.workflow import ChildCall, Shape, WorkflowSpec
+from pisub.store.paths import Home
+from pisub.store.runs import RunStore
+
+RUN_ID = "6" * 8 + "-0000-4000-8000-" + "6" * 12
+
+
+def _planned(tmp_path: Path, shape: Shape) -> pisub.Run:
+    home = Home(tmp_path / "home")
+    home.runs.mkdir(parents=True, mode=0o700)
+    os.chmod(home.root, 0o700)
+    calls = [ChildCall(key=f"task-{n}", agent="worker", task="x") for n in (1, 2)]
+    spec = WorkflowSpec(shape=shape, tasks=calls, journal=RUN_ID, budget=RUN_ID)
+    limits = Limits(timeout=30.0, idle_timeout=None, grace=1.0, output_cap=1 << 20, output_hard_cap=1 << 26)
+    manifest = Manifest(
+        v=1,
+        run_id=RUN_ID,
+        created_at=now_iso(),
+        agent=AgentSpec(name="workflow", runner="workflow", command="workflow"),
+        task="x",
+        cwd=str(tmp_path),
+        umask=0o22,
+        limits=limits,
+        workflow=spec,
+    )
+    _, lock = RunStore(home).create(manifest)
+    os.close(lock)
+    return pisub.Run(RUN_ID, home=home.root)
+
+
+@pytest.mark.parametrize("shape", [Shape.PARALLEL, Shape.CHAIN])
+def test_a_task_is_found_by_its_key_before_any_step_exists(tmp_path: Path, shape: Shape) -> None:
+    run = _planned(tmp_path, shape)
+    assert run.child_index("task-2") == 1
+    with pytest.raises(InvalidInput, match="no child with key 'task-9'"):
+        run.child_index("task-9")
