@@ -102,6 +102,9 @@ class Catalog:
     """Alias → runtime name."""
     shadowed: list[Agent] = field(default_factory=list)
     """Agents a later scope (or a nearer folder) overrides, in the order found."""
+    overlay_problems: dict[Path, str] = field(default_factory=dict)
+    """The refinement overlays of agents found that are not used, with why (also in
+    :attr:`problems`)."""
 
     def get(self, name: str) -> Agent:
         """The agent called ``name``.
@@ -301,6 +304,7 @@ def discover(user_dir: Path, cwd: Path, *, pi_dir: Path | None = None) -> Catalo
             catalog.agents[agent.name] = agent
     refined, broken = overlays(project_root(cwd), list(catalog.agents))
     catalog.problems.update(broken)
+    catalog.overlay_problems.update(broken)
     for name, block in refined.items():
         if name in catalog.agents:
             catalog.agents[name] = replace(catalog.agents[name], refinement=block)

@@ -25,7 +25,15 @@ from pisub.errors import AgentConflict, InvalidInput, UnknownAgent, storage_erro
 Scope = Literal["user", "project"]
 """The scopes pisub writes (the shipped agents are read-only: eject one to edit it)."""
 SCOPES: tuple[Scope, ...] = ("user", "project")
-LOCK_NAME = ".agents.lock"
+LOCKS = ".locks"
+"""The folder of ``<home>/agents`` that holds the lock of every agent folder pisub writes (one per
+folder, named by its device and inode): never a file in a repository (a stray lock there makes the
+tree dirty, and ``--isolation worktree`` refuses a dirty tree)."""
+COMMA_KEYS = frozenset(
+    {"tools", "excludeTools", "aliases", "fallbackModels", "extensions", "subagentOnlyExtensions"}
+    | {"skillPath", "skills", "skill", "reads", "defaultReads"}
+)
+"""Keys pi-subagents reads as a comma string: a list of names is written so in pi's folders."""
 MAX_AGENT_BYTES = 256 * 1024
 PROMPT_KEY = "systemPrompt"
 UNCHANGEABLE = ("name", "package", "scope")
@@ -175,9 +183,9 @@ def create(agents_home: Path, cwd: Path, config: dict[str, Any]) -> AgentFile:
         raise InvalidInput(f"config.package: must match {NAME_RE.pattern}")
     directory = scope_dir(agents_home, scope, cwd)
     path = directory / f"{package + '.' if package else ''}{name}.md"
-    text = _render(fields, prompt)
+    text = _render(fields, _body(prompt), "pisub")
     parse_agent(text, path, scope, "pisub")
-    with _locked(directory):
+    with _locked(agents_home, directory):
         if os.path.lexists(path):
             raise AgentConflict(f"{path} exists already: update it, or delete it first")
         _write(path, text)
@@ -223,12 +231,12 @@ def update(
     fields = dict(yaml.safe_load(head) or {})
     for key, value in config.items():
         if key == PROMPT_KEY:
-            body = _prompt(value)
+            body = _body(_prompt(value))
         elif value is False or value == "":
             fields.pop(key, None)
         else:
             fields[key] = value
-    return _replace(current, _render(fields, body))
+    return _replace(agents_home, current, _render(fields, body, current.agent.dialect))
 
 
 def delete(
@@ -237,7 +245,7 @@ def delete(
     """Raises: UnknownAgent, AgentConflict (as :func:`update`)."""
     current = find(agents_home, cwd, ref, scope)
     _expect(current, expect)
-    with _locked(current.path.parent):
+    with _locked(agents_home, current.path.parent):
         _check_unchanged(current)
         try:
             os.unlink(current.path)
@@ -262,7 +270,7 @@ def eject(agents_home: Path, cwd: Path, name: str, scope_name: str = "user") -> 
     scope = as_scope(scope_name)
     directory = scope_dir(agents_home, scope, cwd)
     path = directory / f"{name}.md"
-    with _locked(directory):
+    with _locked(agents_home, directory):
         if os.path.lexists(path):
             raise AgentConflict(
                 f"{path} exists already: `pisub agents reset {name}` restores the shipped one"
@@ -278,7 +286,7 @@ def reset(agents_home: Path, cwd: Path, name: str, *, scope: str | None = None) 
         UnknownAgent: pisub ships no such agent, or no scope has a copy. AgentConflict.
     """
     text = _shipped(name)
-    return _replace(find(agents_home, cwd, name, scope), text)
+    return _replace(agents_home, find(agents_home, cwd, name, scope), text)
 
 
 def _shipped(name: str) -> str:
@@ -287,10 +295,10 @@ def _shipped(name: str) -> str:
     return (SHIPPED_DIR / f"{name}.md").read_text(encoding="utf-8")
 
 
-def _replace(current: AgentFile, text: str) -> AgentFile:
+def _replace(agents_home: Path, current: AgentFile, text: str) -> AgentFile:
     dialect = current.agent.dialect
     parse_agent(text, current.path, current.scope, dialect)
-    with _locked(current.path.parent):
+    with _locked(agents_home, current.path.parent):
         _check_unchanged(current)
         _write(current.path, text)
     return read(current.path, current.scope, dialect)
@@ -321,29 +329,56 @@ def _prompt(value: object) -> str:
 
 
 def _split(text: str) -> tuple[str, str]:
+    """The frontmatter and the body exactly as written (after the closing line)."""
     parts = re.split(r"^---[ \t]*$", text, maxsplit=2, flags=re.MULTILINE)
     if len(parts) < 3:
         raise InvalidInput("the agent file has no frontmatter")
-    return parts[1], parts[2].strip("\n")
+    return parts[1], parts[2].removeprefix("\n")
 
 
-def _render(fields: dict[str, Any], prompt: str) -> str:
+def _body(prompt: str) -> str:
+    return f"{prompt.strip()}\n"
+
+
+def _render(fields: dict[str, Any], body: str, dialect: Dialect) -> str:
+    """Block style, one ``key: value`` a line (pi-subagents reads its frontmatter line by line,
+    ``^([\\w-]+):\\s*(.*)$``); in pi's folders a list of names is the seed's comma string."""
+    head = "".join(_line(key, value, dialect) for key, value in fields.items())
+    return f"---\n{head}---\n{body}"
+
+
+def _line(key: str, value: Any, dialect: Dialect) -> str:
+    """One line: a plain YAML scalar, else JSON (valid YAML, escapes kept on one line)."""
+    import json
+
     import yaml
 
-    head = yaml.safe_dump(fields, sort_keys=False, allow_unicode=True, default_flow_style=None)
-    return f"---\n{head}---\n{prompt.strip()}\n"
+    if value is None:
+        return f"{key}:\n"
+    names = isinstance(value, list) and all(isinstance(v, str) and "," not in v for v in value)
+    if dialect == "pi" and key in COMMA_KEYS and names:
+        value = ", ".join(value)
+    if not isinstance(value, (dict, list)):
+        text = yaml.safe_dump({key: value}, allow_unicode=True, default_flow_style=False, width=float("inf"))
+        if len(text.splitlines()) == 1:
+            return text
+    return f"{key}: {json.dumps(value)}\n"
 
 
 @contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    """The scope directory (created 0700) and its lock, held for a write."""
+def _locked(agents_home: Path, directory: Path) -> Iterator[None]:
+    """The agent folder (created 0700), locked for a write by a lock file in pisub's own
+    ``<home>/agents/.locks`` named by the folder's device and inode (:data:`LOCKS`)."""
     from pisub.core.locks import exclusive
 
     try:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = os.stat(directory)
+        locks = agents_home / LOCKS
+        locks.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
         raise storage_error(exc, "create the agents directory", directory) from exc
-    with exclusive(directory / LOCK_NAME, timeout=10):
+    with exclusive(locks / f"{st.st_dev}-{st.st_ino}.lock", timeout=10):
         yield
 
 

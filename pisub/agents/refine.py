@@ -7,10 +7,11 @@ working directory, else the working directory), the overlay in force, and
 a YAML header (``agent``, ``revision``, ``previous``, ``action``, ``updatedAt``, ``reason``) and
 the guidance. ``rollback`` writes a new revision with the guidance of the one before the current
 (walking back one step each time); rolling back the first revision removes the overlay. Writes
-are atomic, 0600, under the folder's lock; a ``.pi``, ``.pi/subagents`` or ``refinements`` that
-is a symlink is refused (someone could plant one in the repository). At launch the overlay in
-force goes at the end of the agent's system prompt inside a ``<pi-subagents-refinement>`` block.
-pisub does not draft the guidance (pi-subagents runs a proposal child): the caller gives it.
+are atomic, 0600, under a lock on the folder itself (no lock file); a ``.pi``, ``.pi/subagents``
+or ``refinements`` that is a symlink is refused (someone could plant one in the repository). At
+launch the overlay in force goes at the end of the agent's system prompt inside a
+``<pi-subagents-refinement>`` block. pisub does not draft the guidance (pi-subagents runs a
+proposal child): the caller gives it.
 """
 
 from __future__ import annotations
@@ -301,5 +302,7 @@ def _locked(project: Path) -> Iterator[Path]:
 
     where = _safe_folder(project)
     _mkdir(where)
-    with exclusive(where / ".lock", timeout=10):
+    # The folder itself is locked: no lock file is left in the repository (a stray file there
+    # makes the tree dirty, and --isolation worktree refuses a dirty tree).
+    with exclusive(where, timeout=10, directory=True):
         yield where

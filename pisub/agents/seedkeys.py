@@ -72,12 +72,32 @@ def prepare(data: dict[str, Any], path: Path, dialect: Dialect) -> dict[str, Any
     for key in ("name", "package"):
         value = data.get(key, path.stem if key == "name" else None)
         if isinstance(value, str):
+            _visible(value, key, path)
             data[key] = normalise_name(value)
             if not data[key]:
                 raise InvalidInput(f"{path}: {key} {value[:64]!r} has no letter or digit left")
     if "tools" in data and data["tools"] is None:
         data["tools"] = []
     return data
+
+
+def _visible(value: str, key: str, path: Path) -> None:
+    """A name with an invisible or control character is refused, never normalised into another
+    agent's name (``re\u200bviewer`` would become ``reviewer``).
+
+    Raises:
+        InvalidInput: a format character (Unicode category Cf), a control character (Cc, tab
+            included), a line or paragraph separator, or a space other than U+0020.
+    """
+    import unicodedata
+
+    for char in value:
+        category = unicodedata.category(char)
+        if category in ("Cf", "Cc", "Zl", "Zp", "Cs") or (category == "Zs" and char != " "):
+            raise InvalidInput(
+                f"{path}: {key} holds an invisible or control character (U+{ord(char):04X}): "
+                "not used, so that it cannot pass for another agent's name"
+            )
 
 
 def comma_list(value: list[str] | str | bool | None, where: str) -> list[str] | None:

@@ -266,22 +266,45 @@ def refine_rollback(name: str, *, home: Path | None = None, cwd: Path | None = N
 
 def first_launch_warnings(run: Any, home: Path | None = None) -> list[str]:
     """The lines to show once for a run just started: the keys its agent file sets that pisub
-    does not act on (recorded in its manifest's ``agent.ignored``), the first time this version
-    of that file is launched from this home (a marker under ``<home>/cache/agent-warnings``)."""
+    does not act on (recorded in its manifest's ``agent.ignored``), a review gate's reviewer
+    that is not the one pisub ships, and a refinement overlay of its agent that is not used —
+    each the first time this version of that file is launched from this home (a marker under
+    ``<home>/cache/agent-warnings``)."""
+    try:
+        manifest = run.manifest()
+    except (PisubError, OSError):
+        return []
+    agent = manifest.agent
+    lines: list[str] = []
+    if agent.ignored:
+        listed = "; ".join(f"{i.key}: {i.reason}" for i in agent.ignored)
+        head = f"pisub: agent {agent.name!r} ({agent.source}) sets keys pisub does not act on (shown once):"
+        lines += _once(
+            home,
+            f"{agent.source}\n{listed}",
+            [head, *(f"pisub:   {i.key}: {i.reason}" for i in agent.ignored)],
+        )
+    reviewer = reviewer_notice(manifest)
+    if reviewer is not None:
+        lines += _once(home, f"reviewer\n{reviewer}", [reviewer])
+    overlay = overlay_notice(agent.name, Path(manifest.cwd))
+    if overlay is not None:
+        lines += _once(home, f"overlay\n{overlay[1]}\n{overlay[0]}", [overlay[0]])
+    return lines
+
+
+def _once(home: Path | None, key: str, lines: list[str]) -> list[str]:
+    """``lines`` unless a marker says they were shown for ``key`` from this home (then none)."""
     import hashlib
 
     from pisub.core.fsio import atomic_write
     from pisub.store.paths import open_home
 
+    digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()
     try:
-        agent = run.manifest().agent
-    except (PisubError, OSError):
-        return []
-    if not agent.ignored:
-        return []
-    listed = "; ".join(f"{i.key}: {i.reason}" for i in agent.ignored)
-    digest = hashlib.sha256(f"{agent.source}\n{listed}".encode("utf-8", "surrogateescape")).hexdigest()
-    marker = open_home(home, create=False).cache / "agent-warnings" / digest[:32]
+        marker = open_home(home, create=False).cache / "agent-warnings" / digest[:32]
+    except PisubError:
+        return lines
     if marker.exists():
         return []
     try:
@@ -289,8 +312,63 @@ def first_launch_warnings(run: Any, home: Path | None = None) -> list[str]:
         atomic_write(marker, b"", durable=False)
     except OSError:
         pass  # a warning shown again is better than none
-    head = f"pisub: agent {agent.name!r} ({agent.source}) sets keys pisub does not act on (shown once):"
-    return [head, *(f"pisub:   {i.key}: {i.reason}" for i in agent.ignored)]
+    return lines
+
+
+def reviewer_notice(manifest: Any) -> str | None:
+    """A line when the run's review gate runs a reviewer other than the one pisub ships (say, a
+    project's ``.pi/agents/reviewer.md``), naming its file and whether its tools are limited;
+    the text of the file taken at launch makes the line differ for each version."""
+    import hashlib
+
+    taken = manifest.acceptance.reviewer if manifest.acceptance is not None else None
+    if taken is None or taken.scope == "builtin":
+        return None
+    digest = hashlib.sha256(taken.text.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    return (
+        f"pisub: note: this run's review gate runs the reviewer in {taken.path} ({taken.scope} scope, "
+        f"sha256 {digest}), not the one pisub ships (tools read, grep, find, ls); {_tools_of(taken)} "
+        "(shown once)"
+    )
+
+
+def _tools_of(taken: Any) -> str:
+    from pisub.agents.catalog import parse_agent
+
+    try:
+        agent = parse_agent(taken.text, Path(taken.path), "project")
+    except (PisubError, RecursionError):
+        return "its file no longer parses"
+    return reviewer_tools(agent)
+
+
+def reviewer_tools(agent: Agent) -> str:
+    """What a reviewer other than pisub's may do: its command, its tools, or pi's default ones
+    (a reviewer without ``tools`` gets what pi-subagents gives it: pi's default tools)."""
+    eff = agent.effective
+    if eff.runner != "pi":
+        return f"it runs {eff.command!r} (external-cli)"
+    if eff.tools is None:
+        return "it sets no tools, so it gets pi's default tools and can change files"
+    return f"its tools: {', '.join(eff.tools) or '(none)'}"
+
+
+def overlay_notice(name: str, cwd: Path) -> tuple[str, str] | None:
+    """A line when the project's refinement overlay of agent ``name`` exists but is not used
+    (why), and the version of that file (its device, inode, size and change time), or None."""
+    from pisub.agents import refine as rf
+    from pisub.agents.catalog import project_root
+
+    _, broken = rf.overlays(project_root(cwd), [name])
+    for path, why in broken.items():
+        try:
+            st = os.lstat(path)
+            version = f"{path}\n{st.st_dev}-{st.st_ino}-{st.st_size}-{st.st_mtime_ns}-{st.st_ctime_ns}"
+        except OSError:
+            version = f"{path}\ngone"
+        text = " ".join(f"{path}: {why}".split())[:500]
+        return f"pisub: warning: the refinement overlay {text} — not used (shown once)", version
+    return None
 
 
 def shadow_warning(path: Path) -> str | None:

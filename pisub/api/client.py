@@ -202,10 +202,9 @@ def _pi_session(
 
     fork_from, parent_session = sources
     if manifest.agent.runner != "pi":  # a parent session is left aside: it is only a source
-        given = [
-            n for n, v in (("sessionDir", session_dir), ("context", context), ("forkFrom", fork_from)) if v
-        ]
-        if given and context != "fresh":
+        chosen = (("sessionDir", session_dir), ("context", None if context == "fresh" else context))
+        given = [n for n, v in (*chosen, ("forkFrom", fork_from)) if v is not None]  # fresh: a no-op
+        if given:
             raise InvalidInput(
                 f"{', '.join(given)}: for pi agents; {manifest.agent.name!r} is {manifest.agent.runner}"
             )
@@ -222,12 +221,18 @@ def _pi_session(
         source = _caller_session(home)
     found = catalog.get(manifest.agent.name)
     choice = resolve_context(context, manifest.agent.name, found.frontmatter, load_config(home.root), source)
+    if choice.fork_source is not None and fork_from is None:  # a session before anything is copied
+        from pisub.runs.launch import check_session
+
+        check_session(
+            choice.fork_source, "parentSession" if parent_session is not None else "the calling run's session"
+        )
     manifest.context = choice.context
     manifest.forked_from = str(choice.fork_source) if choice.fork_source is not None else None
     if session_dir is not None:
         from pisub.runs.run_options import session_dir as checked_dir
 
-        manifest.session_dir = str(checked_dir(session_dir, workdir))
+        manifest.session_dir = str(checked_dir(session_dir, workdir, home.root))
     if choice.fork_source is None:
         return {}
     if manifest.session_dir is None:
@@ -239,11 +244,10 @@ def _pi_session(
 def _fork_into(source: Path, dest: Path) -> None:
     """A fork's copy of ``source`` at ``dest`` (a new 0600 file; private thinking stripped)."""
     from pisub.errors import storage_error
-    from pisub.store.runs import copy_private
-    from pisub.store.session_fork import strip_private_thinking
+    from pisub.store.session_fork import copy_session
 
     try:
-        copy_private(source, dest, line_filter=strip_private_thinking)
+        copy_session(source, dest)
     except OSError as exc:
         raise storage_error(exc, "fork the session into", dest) from exc
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pisub.agents.catalog import Catalog
 from pisub.core.fsio import fsync_dir
 from pisub.core.locks import exclusive, is_held
 from pisub.errors import PisubError, RunNotFound, translating
@@ -179,19 +180,52 @@ def _check_pi(pi_bin: str | None, home: Home, report: Report) -> None:
 
 
 def _check_agents(home: Home, report: Report) -> None:
-    """The agent files seen from the working directory: each one skipped is a problem."""
+    """The agent files seen from the working directory: each one skipped is a problem; so is a
+    refinement overlay not used (a check of its own); a review gate's reviewer that is not the
+    one pisub ships is a warning (the check stays ok)."""
     from pisub.agents.catalog import discover
-    from pisub.termsafe import printable
 
     catalog = discover(home.agents, Path(os.getcwd()).resolve())
     count = f"{len(catalog.agents)} agents"
-    if not catalog.problems:
+    skipped = {p: why for p, why in catalog.problems.items() if p not in catalog.overlay_problems}
+    if skipped:
+        detail = f"{count}; {len(skipped)} skipped: {_some(skipped)}"
+        report.add("agents", False, detail, "pisub agents list names each and why: fix or remove those files")
+    else:
         report.add("agents", True, count)
-        return
-    shown = [printable(f"{path}: {why}", one_line=True) for path, why in sorted(catalog.problems.items())[:3]]
-    more = f" (and {len(catalog.problems) - 3} more)" if len(catalog.problems) > 3 else ""
-    detail = f"{count}; {len(catalog.problems)} skipped: {'; '.join(shown)}{more}"
-    report.add("agents", False, detail, "pisub agents list names each and why: fix or remove those files")
+    if catalog.overlay_problems:
+        detail = f"{len(catalog.overlay_problems)} not used: {_some(catalog.overlay_problems)}"
+        fix = "pisub agents refine NAME --show says why; fix or remove those files"
+        report.add("overlays", False, detail, fix)
+    _check_reviewer(home, catalog, report)
+
+
+def _some(problems: dict[Path, str]) -> str:
+    from pisub.termsafe import printable
+
+    shown = [printable(f"{path}: {why}", one_line=True) for path, why in sorted(problems.items())[:3]]
+    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    return "; ".join(shown) + more
+
+
+def _check_reviewer(home: Home, catalog: Catalog, report: Report) -> None:
+    from pisub.api.agents import reviewer_tools
+    from pisub.store.config import load_config
+    from pisub.termsafe import printable
+
+    try:
+        name = load_config(home.root).acceptance.reviewer or "reviewer"
+    except PisubError:
+        name = "reviewer"  # a bad config.toml is reported where it is read
+    agent = catalog.agents.get(name)
+    if agent is None:
+        report.add("reviewer", True, f"warning: no agent {name!r}: a review gate cannot start")
+    elif agent.scope == "builtin":
+        report.add("reviewer", True, f"review gates run the {name!r} pisub ships")
+    else:
+        where = printable(str(agent.path), one_line=True)
+        detail = f"warning: review gates run {where} ({agent.scope} scope), not the {name!r} pisub ships"
+        report.add("reviewer", True, f"{detail}; {reviewer_tools(agent)}")
 
 
 def _check_runs(home: Home, report: Report) -> None:

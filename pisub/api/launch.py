@@ -26,6 +26,18 @@ NO_AGENT_IN_WORKFLOW = "a workflow takes no --agent or TASK (they belong in its 
 AGENT_AND_TASK = "give --agent NAME and TASK (or a workflow: --workflow FILE)"
 WORKFLOW_ONLY = "--usage-budget is for workflows"
 ARGS_ONLY_FOR_SCRIPTS = "--arg is for --workflow"
+SINGLE_RUN_ONLY = {
+    "session_dir": ("--session-dir", None),
+    "max_output_bytes": ("--max-output-bytes", None),
+    "max_output_lines": ("--max-output-lines", None),
+    "artifacts": ("--no-artifacts", True),
+    "include_progress": ("--include-progress", False),
+    "context": ("--context", None),
+}
+"""A single run's options a workflow cannot honour (its flag, and the value that is no choice):
+refused for a workflow, never left aside silently. ``parent_session`` is not one: it only names
+where a fork would come from (the pi tool passes it with every launch), so a workflow, like an
+agent that is not pi, leaves it aside."""
 
 
 def load_tasks(path: str | Path) -> list[ChildCall]:
@@ -67,12 +79,15 @@ def start(
     ``workflow`` script with ``args``, ``tasks`` side by side, a ``parallel`` or ``chain`` tasks
     file (or list), or a ``lanes`` file (or list), with the workflow options (see
     :func:`pisub.launch_workflow`). A single run's options that a workflow has no use for
-    (``idle_timeout``, ``gate``, ``model``...) are left aside for a workflow, as workflow-only
+    (``idle_timeout``, ``gate``, ``model``...) are left aside for a workflow (those the seed
+    names per run — :data:`SINGLE_RUN_ONLY`, ``session_dir``, ``context``... — are refused),
+    as workflow-only
     ones other than ``fork_from``, ``isolation``, ``base_ref`` and ``usage_budget`` are for a single
     run.
 
     Raises:
-        InvalidInput: two shapes, a workflow with an agent or task or a backend, a single run
+        InvalidInput: two shapes, a workflow with an agent or task or a backend or a
+            :data:`SINGLE_RUN_ONLY` option, a single run
             without both or with ``usage_budget``, ``args`` without a
             script; and whatever the launcher refuses.
     """
@@ -101,6 +116,12 @@ def start(
 
     if options.get("backend") is not None:
         raise InvalidInput(WORKFLOW_BACKEND)
+    for name, (flag, default) in SINGLE_RUN_ONLY.items():
+        if options.get(name, default) not in (None, default):
+            raise InvalidInput(
+                f"{flag} is for a single run (--agent NAME TASK); a workflow's children take it "
+                "in their calls or not at all"
+            )
     chosen = cast("WorkflowOptions", _only(options, WorkflowOptions.__optional_keys__))
     return _start_workflow(workflow, tasks or parallel, chain, lanes, args, chosen)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import msgspec
 
 from pisub.errors import InvalidInput, NotResumable, storage_error
+from pisub.runs.run_options import MAX_NAME_BYTES, inside
 
 SHARE_FILE = "share.html"
 """The export's name in the run directory when no ``out`` is given."""
@@ -31,7 +32,8 @@ def share(ref: str, out: str | Path | None = None, *, home: Path | None = None) 
 
     Raises:
         NotResumable: the run is not a pi run or has no session file yet.
-        InvalidInput: ``out`` is a directory or a special file, or its directory is missing.
+        InvalidInput: ``out`` is a directory or a special file, its directory is missing, its
+            name is over 255 bytes, or it is inside pisub's home (but the default).
         LaunchFailed: pi cannot export it.
     """
     from pisub.api.client import Run
@@ -44,7 +46,10 @@ def share(ref: str, out: str | Path | None = None, *, home: Path | None = None) 
     session = run.status().session_file
     if session is None or not os.path.isfile(session):
         raise NotResumable(f"run {run.id} has no session file yet: pi writes it after its first reply")
-    dest = _destination(Path(out) if out is not None else run.dir / SHARE_FILE)
+    default = run.dir / SHARE_FILE
+    dest = _destination(Path(out) if out is not None else default)
+    if dest != default and inside(dest, run.home.root):
+        raise InvalidInput(f"--out: {dest} is inside pisub's home {run.home.root}; give a file of your own")
     try:
         scratch = Path(tempfile.mkdtemp(prefix=".pisub-share-", dir=dest.parent))
     except OSError as exc:
@@ -76,6 +81,8 @@ def _destination(given: Path) -> Path:
     if not parent.is_dir():
         raise InvalidInput(f"--out: {dest.parent} is not a directory")
     dest = parent / dest.name
+    if len(os.fsencode(dest.name)) > MAX_NAME_BYTES:
+        raise InvalidInput(f"--out: the file name is longer than {MAX_NAME_BYTES} bytes")
     try:
         info = os.lstat(dest)
     except FileNotFoundError:

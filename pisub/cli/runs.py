@@ -68,8 +68,8 @@ def run(
     parent_session: str | None = typer.Option(
         None, "--parent-session", help="pi: the caller's session, what a preferred fork copies (the pi tool)."
     ),
-    session_dir: Path | None = typer.Option(
-        None, "--session-dir", readable=False, help="pi: keep the session file in this directory (0700)."
+    session_dir: str | None = typer.Option(  # a str: a Path would take '' for '.'
+        None, "--session-dir", help="pi: keep the session file in this directory (0700)."
     ),
     max_output_bytes: int | None = typer.Option(
         None, "--max-output-bytes", help="The result returns at most this much output (200 KiB)."
@@ -178,7 +178,7 @@ def run(
 def _single_options(
     context: str | None,
     parent_session: str | None,
-    session_dir: Path | None,
+    session_dir: str | None,
     max_bytes: int | None,
     max_lines: int | None,
     no_artifacts: bool,

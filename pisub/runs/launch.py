@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from pisub import defaults
 from pisub.core.polling import poll
-from pisub.errors import InvalidInput, LaunchFailed, NotResumable, PisubError, UnknownAgent, storage_error
+from pisub.errors import InvalidInput, LaunchFailed, NotResumable, PisubError, UnknownAgent
 from pisub.protocol.codec import now_iso
 from pisub.protocol.manifest import AgentSpec, Limits, LimitValues, Manifest
 from pisub.protocol.status import RunState, Status
@@ -411,17 +411,17 @@ def _wait_unlocked(lock: Path, timeout: float) -> None:
 
 
 def check_session(path: str | Path, what: str) -> Path:
-    """The absolute path of an existing pi session file to fork from.
+    """The absolute path of an existing pi session file to fork from, checked like the copy
+    will check it (:func:`pisub.store.session_fork.open_session`).
 
     Raises:
-        InvalidInput: it is missing or not a regular file (naming ``what``).
+        InvalidInput: it is missing, not a regular file, too large, unreadable or not a pi
+            session (naming ``what``).
     """
+    from pisub.store.session_fork import open_session
+
     session = Path(path).absolute()
-    try:
-        if not session.is_file():
-            raise InvalidInput(f"{what}: {session} is not a session file")
-    except OSError as exc:
-        raise storage_error(exc, "read", session) from exc
+    os.close(open_session(session, what))
     return session
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pisub.core.strict_path import unsafe_ancestor
 from pisub.errors import InvalidInput, storage_error
 from pisub.protocol.fields import Context
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 CONTEXT_CHOICES = ("fresh", "fork", "profile")
 MAX_SESSION_DIR_CHARS = 4096
+MAX_NAME_BYTES = 255
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,9 @@ def _preferred(preference: Context, source: Path | None) -> ContextChoice:
 
 def implicit_source(given: object) -> Path | None:
     """The caller's own session (``--parent-session``: what a fork that is only a preference
-    copies), None when it is not (yet) a regular file — pi writes it after its first reply.
+    copies), None when it is not (yet) a regular file — pi writes it after its first reply. It is
+    checked as a session only when a fork copies it (:func:`pisub.runs.launch.check_session`):
+    the pi tool passes it with every launch.
 
     Raises:
         InvalidInput: not a path (naming ``parentSession``).
@@ -102,15 +106,18 @@ def implicit_source(given: object) -> Path | None:
         raise InvalidInput("parentSession: the path holds control characters")
     path = Path(os.path.abspath(given))
     try:
-        return path if stat.S_ISREG(os.stat(path).st_mode) else None
+        info = os.stat(path)
     except (OSError, ValueError):
         return None
+    return path if stat.S_ISREG(info.st_mode) and info.st_size > 0 else None
 
 
-def session_dir(given: str | Path, base: Path) -> Path:
+def session_dir(given: str | Path, base: Path, home: Path) -> Path:
     """The directory ``given`` names (relative to ``base``) for pi's session file: created
-    0700 when missing (its parent must exist), else a real directory (not a symlink) that this
-    user owns and nobody else may write to.
+    0700 when missing (its parent must exist), else a real directory that this user owns and
+    nobody else may write to. The whole path is checked like OpenSSH's ``StrictModes``
+    (:mod:`pisub.core.strict_path`: pi reopens the session by name on every write, so nobody
+    else may own or write to a directory above it), and it is not inside pisub's ``home``.
 
     Raises:
         InvalidInput: naming ``sessionDir`` and what is wrong.
@@ -125,18 +132,21 @@ def session_dir(given: str | Path, base: Path) -> Path:
     except UnicodeEncodeError:
         raise InvalidInput("sessionDir: the path is not valid UTF-8") from None
     path = Path(os.path.abspath(base / text))
-    parent = Path(os.path.realpath(path.parent))  # the parent's own symlinks are the user's
-    where = parent / path.name
+    if any(len(os.fsencode(part)) > MAX_NAME_BYTES for part in path.parts):
+        raise InvalidInput(f"sessionDir: a name in the path is longer than {MAX_NAME_BYTES} bytes")
+    problem = unsafe_ancestor(path)
+    if problem is not None:
+        raise InvalidInput(f"sessionDir: {problem}")
+    if inside(path, home):
+        raise InvalidInput(f"sessionDir: {path} is inside pisub's home {home}; give a directory of your own")
     try:
         with contextlib.suppress(FileExistsError):
-            os.mkdir(where, 0o700)
-        info = os.lstat(where)
-    except FileNotFoundError:
-        raise InvalidInput(f"sessionDir: {path.parent} does not exist") from None
+            os.mkdir(path, 0o700)
+        info = os.lstat(path)
     except (NotADirectoryError, PermissionError) as exc:
         raise InvalidInput(f"sessionDir: cannot create {path}: {exc.strerror}") from None
     except OSError as exc:
-        raise storage_error(exc, "create", where) from exc
+        raise storage_error(exc, "create", path) from exc
     if stat.S_ISLNK(info.st_mode):
         raise InvalidInput(f"sessionDir: {path} is a symlink; give the directory itself")
     if not stat.S_ISDIR(info.st_mode):
@@ -147,4 +157,10 @@ def session_dir(given: str | Path, base: Path) -> Path:
         raise InvalidInput(
             f"sessionDir: {path} is writable by others (mode {stat.S_IMODE(info.st_mode):o}); chmod go-w it"
         )
-    return where
+    return path
+
+
+def inside(path: Path, home: Path) -> bool:
+    """Whether ``path`` (absolute) is ``home`` or below it (both resolved)."""
+    real = Path(os.path.realpath(path))
+    return real.is_relative_to(os.path.realpath(home)) or path.is_relative_to(home)

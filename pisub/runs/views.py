@@ -9,7 +9,6 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from pisub.core.fsio import read_tail
 from pisub.core.redact import redact
 from pisub.errors import PisubError
 from pisub.protocol.codec import Record
@@ -150,8 +149,8 @@ def open_log(log: Path) -> int | None:
         raise storage_error(exc, "read", log) from exc
 
 
-def _read_log_tail(log: Path) -> bytes | None:
-    """The last :data:`TAIL_BYTES` of the log from its first whole line; None when it does not
+def _read_log_tail(log: Path, nbytes: int = TAIL_BYTES) -> bytes | None:
+    """The last ``nbytes`` of the log from its first whole line; None when it does not
     exist (:func:`open_log`)."""
     from pisub.errors import storage_error
 
@@ -160,8 +159,8 @@ def _read_log_tail(log: Path) -> bytes | None:
         return None
     try:
         size = os.fstat(fd).st_size
-        start = max(0, size - TAIL_BYTES)
-        data = os.pread(fd, TAIL_BYTES, start)
+        start = max(0, size - nbytes)
+        data = os.pread(fd, nbytes, start)
     except OSError as exc:
         raise storage_error(exc, "read", log) from exc
     finally:
@@ -190,16 +189,18 @@ def json_lines_of(lines: list[str]) -> tuple[list[str], bool]:
 
 
 def session_lines(session: Path) -> list[str]:
-    """A pi session's messages as text lines (tool calls and results in brackets)."""
-    try:
-        data = read_tail(session, TAIL_BYTES * 4)
-    except OSError:
-        return []
+    """A pi session's messages as text lines (tool calls and results in brackets); none when
+    it does not exist. A line that is not JSON, or nested too deeply to parse, is skipped.
+
+    Raises:
+        StorageError: the session is not a readable regular file (a FIFO, a symlink), as a log.
+    """
+    data = _read_log_tail(session, TAIL_BYTES * 4) or b""
     found: list[str] = []
     for raw in data.splitlines():
         try:
             entry = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         message = entry.get("message") if isinstance(entry, dict) and entry.get("type") == "message" else None
         if isinstance(message, dict):

@@ -10,7 +10,7 @@ import errno
 import os
 import shutil
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -43,7 +43,7 @@ from pisub.protocol.result import Result
 from pisub.protocol.status import RunState, Status
 from pisub.store import fencing, live_index
 from pisub.store.paths import Home, RunPaths, is_run_id, validate_run_ref
-from pisub.store.session_fork import strip_private_thinking
+from pisub.store.session_fork import copy_session
 
 T = TypeVar("T")
 
@@ -97,12 +97,8 @@ class RunStore:
             assert name in SEED_NAMES, name
             # A file inside the home (a run's own copy) is never followed through a symlink
             # someone planted there; a path the caller gave is the caller's to choose.
-            copy_private(
-                source,
-                staging.root / name,
-                follow=not _inside(source, self.home.root),
-                line_filter=strip_private_thinking if name == "session.jsonl" else None,  # a fork
-            )
+            copy = copy_session if name == "session.jsonl" else copy_private  # a fork: checked, filtered
+            copy(source, staging.root / name, follow=not _inside(source, self.home.root))
         lock_fd = try_lock(staging.runner_lock)
         assert lock_fd is not None, "a fresh run's lock cannot be held"
         try:
@@ -317,12 +313,9 @@ def _inside(path: Path, root: Path) -> bool:
     return os.path.abspath(path).startswith(os.path.abspath(root) + os.sep)
 
 
-def copy_private(
-    source: Path, dest: Path, *, follow: bool = True, line_filter: Callable[[bytes], bytes] | None = None
-) -> None:
+def copy_private(source: Path, dest: Path, *, follow: bool = True) -> None:
     """Copy the regular file ``source`` to a new 0600 file ``dest`` (synced); without
-    ``follow`` a symlink at ``source`` is refused (``ELOOP``). ``line_filter``: each line (without
-    its newline) is written as it returns it."""
+    ``follow`` a symlink at ``source`` is refused (``ELOOP``)."""
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
     src_fd = os.open(source, flags)
     try:
@@ -330,16 +323,8 @@ def copy_private(
             raise OSError(errno.EINVAL, "not a regular file", str(source))
         dst_fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
-            pending = b""
             while chunk := os.read(src_fd, 1 << 20):
-                if line_filter is None:
-                    write_all(dst_fd, chunk)
-                    continue
-                *lines, pending = (pending + chunk).split(b"\n")
-                for line in lines:
-                    write_all(dst_fd, line_filter(line) + b"\n")
-            if pending:
-                write_all(dst_fd, line_filter(pending) if line_filter is not None else pending)
+                write_all(dst_fd, chunk)
             os.fsync(dst_fd)
         finally:
             os.close(dst_fd)

@@ -19,8 +19,16 @@ from pisub.api.share import share
 from pisub.errors import InvalidInput, NotResumable
 from pisub.protocol.fields import Context
 from pisub.testing.fake_model import FakeModelServer
-from tests.conftest import pisub_cli
-from tests.helpers import REDACTED, SIGNED, UNSIGNED, run_event_types, sent_with, write_script
+from tests.conftest import pisub_cli, wait_for
+from tests.helpers import (
+    REDACTED,
+    SIGNED,
+    UNSIGNED,
+    run_event_types,
+    sent_with,
+    stop_and_end,
+    write_script,
+)
 
 pytestmark = pytest.mark.pi
 
@@ -107,6 +115,67 @@ def test_session_dir_refuses_what_is_not_a_private_directory(pi_home: Path, tmp_
     assert not list(real.iterdir())
     bad = pisub_cli("run", "--agent", "pi", "hello", "--session-dir", str(tmp_path / "link"))
     assert bad.returncode == 1 and "is a symlink" in bad.stderr and "Traceback" not in bad.stderr
+    empty = pisub_cli("run", "--agent", "pi", "hello", "--session-dir", "")  # it was taken as '.'
+    assert empty.returncode == 1 and "sessionDir: give a directory [INVALID_INPUT]" in empty.stderr
+
+
+@pytest.mark.pi_versions  # pi writes its header into the empty file pisub creates
+def test_a_kept_session_is_private_from_its_first_byte(pi_home: Path, tmp_path: Path) -> None:
+    """pi creates the session with the launcher's umask and pisub made it 0600 only after the
+    first reply (a dead runner left it readable for good): now it is 0600 before pi starts."""
+    sessions = tmp_path / "open"
+    sessions.mkdir(mode=0o755)  # readable by others: the names show, never the contents
+    old = os.umask(0o022)
+    try:
+        run = pisub.launch("pi", "SLOW:12 story", session_dir=str(sessions))
+    finally:
+        os.umask(old)
+    kept = sessions / f"{run.id}.jsonl"
+    wait_for(lambda: kept.exists() and kept.stat().st_size > 0, what="pi to write its session")
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    assert run.wait(timeout=60).state == "complete"
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    kept.chmod(0o644)  # a resume makes it private again before pi writes to it
+    again = pisub.resume(run.id, "SLOW:60 more")
+    wait_for(lambda: again.status().state == "running", what="the resume to start")
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    stop_and_end(again)
+
+
+def test_session_dir_refuses_an_unsafe_path_above_it(pi_home: Path, tmp_path: Path) -> None:
+    """Like OpenSSH's StrictModes: no symlink anywhere in the path, no directory above it that
+    someone else may write to; and never inside pisub's home."""
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(real)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    (shared / "mine").mkdir(mode=0o700)
+    for given, needle in (
+        (tmp_path / "link" / "new", "link is a symlink"),
+        (tmp_path / "link" / "new" / "deeper", "link is a symlink"),
+        (shared / "mine", "shared is writable by others"),
+        (shared / "mine" / "new", "shared is writable by others"),
+        (pi_home, "inside pisub's home"),
+        (pi_home / "runs" / "x", "inside pisub's home"),
+        (tmp_path / ("n" * 256), "longer than 255 bytes"),
+    ):
+        with pytest.raises(InvalidInput, match=f"sessionDir: .*{needle}"):
+            pisub.launch("pi", "hello", session_dir=str(given))
+    assert not list(pisub.list_runs(children=True)) and not list(real.iterdir())
+    long = pisub_cli("run", "--agent", "pi", "x", "--session-dir", str(tmp_path / ("n" * 256)))
+    assert long.returncode == 1 and "[INVALID_INPUT]" in long.stderr, long.stderr
+
+
+@pytest.mark.root
+def test_session_dir_refuses_a_directory_above_it_of_another_user(pi_home: Path, tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, 999, 999)
+    (theirs / "mine").mkdir(mode=0o700)
+    with pytest.raises(InvalidInput, match=r"sessionDir: .*theirs belongs to another user"):
+        pisub.launch("pi", "hello", session_dir=str(theirs / "mine"))
 
 
 @pytest.mark.pi_versions
@@ -229,6 +298,22 @@ def test_share_exports_the_session_as_pi_does(pi_home: Path, tmp_path: Path, mak
     assert refused.returncode == 1 and "not a pi run" in refused.stderr and "Traceback" not in refused.stderr
 
 
+def test_share_never_writes_into_pisubs_home(pi_home: Path, tmp_path: Path) -> None:
+    """``--out`` inside the home overwrote pisub's own files (a manifest, another run's result);
+    a 256-byte name was ``IO_ERROR``."""
+    run = _first_run()
+    result = run.dir / "result.json"
+    before = result.read_bytes()
+    for bad in (result, run.dir / "manifest.json", pi_home / "x.html", pi_home / "runs" / "y.html"):
+        with pytest.raises(InvalidInput, match=r"--out: .* is inside pisub's home"):
+            share(run.id, bad)
+    assert result.read_bytes() == before
+    assert share(run.id, run.dir / "share.html").path == str(run.dir / "share.html")  # the default
+    long = pisub_cli("share", run.id, "--out", str(tmp_path / ("n" * 256)))
+    assert long.returncode == 1
+    assert "--out: the file name is longer than 255 bytes [INVALID_INPUT]" in long.stderr
+
+
 @pytest.mark.pi_versions
 def test_no_artifacts_and_progress_for_pi(pi_home: Path) -> None:
     run = pisub.launch("pi", "please run TOOL: echo hi", artifacts=False, include_progress=True)
@@ -280,3 +365,36 @@ def test_a_fork_source_that_is_no_session_starts_nothing(pi_home: Path, tmp_path
         with pytest.raises(pisub.PisubError, match=needle):
             pisub.launch("pi", "x", fork_from=str(given))
     assert not list(pisub.list_runs(children=True))
+
+
+def test_a_fork_source_must_be_a_pi_session_before_anything_is_copied(pi_home: Path, tmp_path: Path) -> None:
+    """``/proc/self/environ`` was copied into the run (the launcher's environment), a symlink to
+    a secret or ``--parent-session secret`` copied as it was and only then failed."""
+    secret = tmp_path / "secret"
+    secret.write_text("TOKEN=hunter2\n")
+    (tmp_path / "x.jsonl").symlink_to(secret)
+    cases: tuple[tuple[dict[str, Any], str], ...] = (
+        ({"fork_from": "/proc/self/environ"}, "--fork-from: .*the system's"),
+        ({"fork_from": str(tmp_path / "x.jsonl")}, "--fork-from: .*not a pi session"),
+        ({"parent_session": str(secret), "context": "fork"}, "parentSession: .*not a pi session"),
+    )
+    for options, needle in cases:
+        with pytest.raises(InvalidInput, match=needle):
+            pisub.launch("pi", "x", **options)
+    assert not list(pisub.list_runs(children=True))
+    assert not [p for p in (pi_home / "runs").iterdir() if p.name.startswith(".creating-")]
+    cli = pisub_cli("run", "--agent", "pi", "x", "--fork-from", "/proc/self/environ")
+    assert cli.returncode == 1 and "[INVALID_INPUT]" in cli.stderr and "TOKEN" not in cli.stderr
+    # a parent session is checked only when a fork copies it (the pi tool passes it always)
+    fresh = pisub.launch("pi", "hello", parent_session=str(secret))
+    assert fresh.wait(timeout=60).state == "complete" and fresh.manifest().context == Context.FRESH
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file (CI runs this as pisub-ci)")
+def test_an_unreadable_fork_source_is_named(pi_home: Path, tmp_path: Path) -> None:
+    """It said ``cannot create a run in ~/runs: Permission denied [HOME_UNUSABLE]``."""
+    locked = tmp_path / "locked.jsonl"
+    locked.write_text('{"type":"session","id":"s"}\n')
+    locked.chmod(0)
+    with pytest.raises(InvalidInput, match=f"--fork-from: cannot read {locked}: Permission denied"):
+        pisub.launch("pi", "x", fork_from=str(locked))

@@ -4,11 +4,13 @@ baseRef for one run) with real runners and real children: an external-cli agent,
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 import pisub
+from pisub.api.launch import start
 from pisub.errors import InvalidInput
 from tests.conftest import AgentMaker, pisub_cli
 from tests.helpers import run_event_types
@@ -59,6 +61,9 @@ def test_max_output_cuts_the_result_and_marks_it(make_agent: AgentMaker) -> None
         ({"context": ["fork"]}, "context: must be one of"),
         ({"context": "fork"}, "for pi agents"),
         ({"session_dir": "s"}, "for pi agents"),
+        ({"session_dir": ""}, "sessionDir: for pi agents"),
+        ({"context": "fresh", "session_dir": "s"}, "sessionDir: for pi agents"),
+        ({"context": "profile"}, "context: for pi agents"),
         ({"isolation": "worktree"}, "isolation='worktree'"),
         ({"base_ref": "main"}, "--base-ref needs --isolation worktree"),
     ],
@@ -70,6 +75,47 @@ def test_bad_options_start_nothing(
     with pytest.raises(InvalidInput, match=needle.replace("(", r"\(")):
         pisub.launch("lines", "x", **options)  # type: ignore[arg-type]
     assert not list(pisub.list_runs(children=True))
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--session-dir", "SD"],
+        ["--max-output-bytes", "10"],
+        ["--max-output-lines", "3"],
+        ["--no-artifacts"],
+        ["--include-progress"],
+        ["--context", "fork"],
+    ],
+)
+def test_a_workflow_refuses_a_single_runs_options(
+    make_agent: AgentMaker, tmp_path: Path, flags: list[str]
+) -> None:
+    """They were left aside silently for a workflow (``--task``, ``--parallel``...)."""
+    make_agent("lines", python=LINES)
+    done = pisub_cli("run", "--task", "lines=x", *[str(tmp_path / "sd") if f == "SD" else f for f in flags])
+    assert done.returncode == 1, done.stdout
+    assert f"{flags[0]} is for a single run" in done.stderr and "[INVALID_INPUT]" in done.stderr
+    assert not list(pisub.list_runs(children=True)) and not (tmp_path / "sd").exists()
+
+
+def test_a_workflow_takes_the_defaults_of_a_single_runs_options(make_agent: AgentMaker) -> None:
+    make_agent("lines", python=LINES)
+    run = start(  # a parent session only names a fork's source (the pi tool passes it always)
+        tasks=[{"agent": "lines", "task": "x"}],
+        artifacts=True,
+        include_progress=False,
+        parent_session="p.jsonl",
+    )
+    assert run.wait(timeout=60).state == "complete"
+    with pytest.raises(InvalidInput, match="--no-artifacts is for a single run"):
+        start(tasks=[{"agent": "lines", "task": "x"}], artifacts=False)
+
+
+def test_context_fresh_is_a_no_op_for_any_agent(make_agent: AgentMaker) -> None:
+    make_agent("lines", python=LINES)
+    run = pisub.launch("lines", "x", context="fresh")
+    assert run.wait(timeout=30).state == "complete" and run.manifest().context is None
 
 
 def test_no_artifacts_keeps_only_the_protocol(make_agent: AgentMaker) -> None:
@@ -136,3 +182,24 @@ def test_a_single_worktree_run_needs_a_clean_repository_and_a_real_ref(repo: Pat
                     "--cwd", str(repo))  # fmt: skip
     assert bad.returncode == 1 and "nosuchref" in bad.stderr and "Traceback" not in bad.stderr
     assert not list(pisub.list_runs(children=True))
+
+
+def test_a_transcript_from_a_hostile_session(make_agent: AgentMaker, tmp_path: Path) -> None:
+    """Once ``output-0.log`` is gone the transcript reads the session: a line nested too deeply
+    was ``INTERNAL_ERROR RecursionError``; a FIFO or a symlink printed nothing with exit 0."""
+    make_agent("lines", python=LINES)
+    run = pisub.launch("lines", "x")
+    assert run.wait(timeout=30).state == "complete"
+    (run.dir / "output-0.log").unlink()
+    session = run.dir / "session.jsonl"
+    message = {"type": "message", "message": {"role": "assistant", "content": "still here"}}
+    session.write_text("[" * 100_000 + "\n" + json.dumps(message) + "\n")
+    done = pisub_cli("status", run.id, "--view", "transcript", "--json", check=True)
+    assert json.loads(done.stdout)["lines"] == ["assistant: still here"]
+    target = tmp_path / "elsewhere.jsonl"
+    target.write_text(json.dumps(message) + "\n")
+    for swap in ("fifo", "symlink"):
+        session.unlink()
+        os.mkfifo(session) if swap == "fifo" else session.symlink_to(target)
+        proc = pisub_cli("status", run.id, "--view", "transcript", timeout=30)
+        assert proc.returncode == 1 and proc.stdout == "" and "[IO_ERROR]" in proc.stderr, proc

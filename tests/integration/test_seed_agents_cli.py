@@ -273,3 +273,79 @@ def test_create_warns_when_it_overrides_a_shipped_agent(home: Path) -> None:
     assert "overrides the agent pisub ships as 'reviewer'" in proc.stderr and "review gates" in proc.stderr
     quiet = pisub_cli("agents", "create", "mine", "--config", '{"tools": "read"}', check=True)
     assert quiet.stderr == ""
+
+
+ECHO = "---\nname: echo\nrunner: {type: external-cli, command: sh, args: ['-c', 'cat']}\n"
+
+
+def _checks() -> dict[str, dict[str, Any]]:
+    report = json.loads(pisub_cli("doctor", "--json").stdout)
+    return {c["name"]: c for c in report["checks"]}
+
+
+def test_a_project_reviewer_is_named_at_launch_and_by_doctor(repo: Path) -> None:
+    agents = repo / ".pi" / "agents"
+    assert _checks()["reviewer"]["detail"] == "review gates run the 'reviewer' pisub ships"
+    (agents / "echo.md").write_text(
+        f"{ECHO}acceptance: {{level: attested, review: {{required: true}}}}\n---\nP\n"
+    )
+    reviewer = agents / "reviewer.md"
+    reviewer.write_text(
+        "---\nname: reviewer\nrunner: {type: external-cli, command: sh, args: ['-c', 'echo none']}\n---\nR\n"
+    )
+    first = pisub_cli("run", "-a", "echo", "hi", "--json", check=True)
+    assert f"review gate runs the reviewer in {reviewer} (project scope" in first.stderr
+    assert "not the one pisub ships" in first.stderr and "shown once" in first.stderr
+    second = pisub_cli("run", "-a", "echo", "again", "--json", check=True)
+    assert "reviewer" not in second.stderr
+    # The seed's semantics: a reviewer without tools gets pi's default tools, and says so.
+    reviewer.write_text("---\nname: reviewer\ndescription: mine\n---\nR\n")
+    third = pisub_cli("run", "-a", "echo", "third", "--json", check=True)
+    assert "sets no tools, so it gets pi's default tools and can change files" in third.stderr
+    check = _checks()["reviewer"]
+    assert check["ok"] is True and check["detail"].startswith(f"warning: review gates run {reviewer}")
+    assert "pi's default tools" in check["detail"]
+    for proc in (first, second, third):
+        pisub.Run(json.loads(proc.stdout)["runId"]).wait(timeout=60)
+
+
+def _bomb(path: Path) -> None:
+    levels = "".join(f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9)}]\n" for n in range(1, 9))
+    path.write_text(f"---\nl0: &l0 [lol]\n{levels}agent: echo\n---\nG\n")
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "huge", "bomb", "other-agent"])
+def test_an_unused_overlay_is_named_at_launch_and_by_doctor(repo: Path, tmp_path: Path, kind: str) -> None:
+    (repo / ".pi" / "agents" / "echo.md").write_text(
+        f"{ECHO}acceptance: {{level: none, reason: t}}\n---\nP\n"
+    )
+    api.refine("echo", {"guidance": "G"})
+    overlay = repo / ".pi" / "subagents" / "refinements" / "echo.md"
+    overlay.unlink()
+    if kind == "symlink":
+        (tmp_path / "target.md").write_text("---\nagent: echo\nrevision: 1\n---\nG\n")
+        overlay.symlink_to(tmp_path / "target.md")
+    elif kind == "fifo":
+        os.mkfifo(overlay)
+    elif kind == "huge":
+        overlay.write_text("---\nagent: echo\nrevision: 1\n---\n" + "x" * (1024 * 1024 + 1))
+    elif kind == "bomb":
+        _bomb(overlay)
+    else:
+        overlay.write_text("---\nagent: scout\nrevision: 1\n---\nG\n")
+    first = pisub_cli("run", "-a", "echo", "hi", "--json", check=True)
+    assert f"warning: the refinement overlay {overlay}: " in first.stderr and "not used" in first.stderr
+    second = pisub_cli("run", "-a", "echo", "again", "--json", check=True)
+    assert "overlay" not in second.stderr
+    checks = _checks()
+    assert checks["overlays"]["ok"] is False and str(overlay) in checks["overlays"]["detail"]
+    assert checks["agents"]["ok"] is True
+    for proc in (first, second):
+        assert pisub.Run(json.loads(proc.stdout)["runId"]).wait(timeout=60).state == "complete"
+
+
+def test_refine_leaves_no_lock_file_in_the_repository(repo: Path) -> None:
+    api.refine("scout", {"guidance": "G"})
+    api.refine_rollback("scout")
+    folder = repo / ".pi" / "subagents" / "refinements"
+    assert sorted(p.name for p in folder.iterdir()) == ["scout.revisions"]

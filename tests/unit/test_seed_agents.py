@@ -261,3 +261,59 @@ def test_a_huge_folder_is_cut_short_with_a_reason(tmp_path: Path, monkeypatch: p
     fifo = tmp_path / "fifo-root"
     os.mkfifo(fifo)
     assert walk.agent_files(fifo, recursive=True, follow_root=True) == ([], {fifo: "not a folder"})
+
+
+def _seed_keys(text: str) -> dict[str, str]:
+    """pi-subagents' frontmatter reader: line by line, ``^([\\w-]+):\\s*(.*)$``."""
+    import re
+
+    lines = text.split("\n")
+    assert lines[0] == "---"
+    end = lines.index("---", 1)
+    found = (re.match(r"^([\w-]+):\s*(.*)$", line) for line in lines[1:end])
+    return {m.group(1): m.group(2) for m in found if m}
+
+
+def test_edits_of_a_pi_folder_agent_stay_readable_line_by_line(tmp_path: Path) -> None:
+    import subprocess
+
+    from pisub.agents import files
+
+    repo, home = tmp_path / "repo", tmp_path / "home" / "agents"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / ".pi" / "agents").mkdir(parents=True)
+    ro = repo / ".pi" / "agents" / "ro.md"
+    ro.write_text("---\nname: ro\ndescription: Read-only helper\ntools: read\n---\nBody line\n\n  kept\n")
+    files.update(home, repo, "ro", {"description": "Read-only helper v2", "aliases": ["r1", "r2"]})
+    keys = _seed_keys(ro.read_text())
+    assert keys == {"name": "ro", "description": "Read-only helper v2", "tools": "read", "aliases": "r1, r2"}
+    assert ro.read_text().endswith("---\nBody line\n\n  kept\n")
+    files.set_disabled(home, repo, "ro", True)
+    assert _seed_keys(ro.read_text())["disabled"] == "true" and _seed_keys(ro.read_text())["tools"] == "read"
+    files.set_disabled(home, repo, "ro", False)
+    assert "disabled" not in _seed_keys(ro.read_text()) and len(_seed_keys(ro.read_text())) == 4
+    # The folder's lock is in pisub's home, never a stray file in the repository.
+    assert sorted(p.name for p in ro.parent.iterdir()) == ["ro.md"]
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"], cwd=repo, capture_output=True, text=True
+    )
+    assert status.stdout.split() == ["??", ".pi/agents/ro.md"]
+    assert list((home / files.LOCKS).iterdir())
+
+
+@pytest.mark.parametrize(
+    "name", ["re\u200bviewer", "re\u00adviewer", "reviewer\u2028", "re\u3000viewer", "re\tviewer"]
+)
+def test_names_with_invisible_characters_are_skipped_not_normalised(tmp_path: Path, name: str) -> None:
+    import json
+
+    agents = tmp_path / "repo" / ".pi" / "agents"
+    agents.mkdir(parents=True)
+    (tmp_path / "repo" / ".git").mkdir()
+    (agents / "planted.md").write_text(f"---\nname: {json.dumps(name)}\ntools: read\n---\nP\n")
+    (agents / f"{name}.md").write_text("---\ndescription: no name, the stem\n---\nP\n")
+    catalog = discover(tmp_path / "user", tmp_path / "repo", pi_dir=tmp_path / "pi")
+    assert catalog.agents["reviewer"].scope == "builtin"
+    reasons = {p.name: why for p, why in catalog.problems.items()}
+    assert "invisible or control character" in reasons["planted.md"]
+    assert "invisible or control character" in reasons[f"{name}.md"]

@@ -20,6 +20,7 @@ does (``stopReason`` ``error`` / ``aborted`` and ``errorMessage``).
 from __future__ import annotations
 
 import enum
+import errno
 import json
 import os
 import selectors
@@ -54,6 +55,7 @@ from pisub.children.pi.steers import Steer, SteerBook, SteerState
 from pisub.children.pi.versions import INSTALL_HINT, caps_of
 from pisub.children.process import PipeWriter, ProcessChild
 from pisub.core.fsio import atomic_write, open_regular
+from pisub.core.strict_path import unsafe_ancestor
 from pisub.defaults import TAIL_BYTES
 from pisub.errors import LaunchFailed
 from pisub.protocol.manifest import AgentSpec, Manifest
@@ -191,6 +193,10 @@ class PiChild(ProcessChild):
         if budget is not None:
             extensions.append(TOOL_BUDGET_EXTENSION)
             self.env[ENV_TOOL_BUDGET] = json.dumps({"hard": budget.hard, "block": budget.block})
+        if self.manifest.session_dir is not None or not self.session_path.is_relative_to(
+            self.paths.root.parent
+        ):
+            self._prepare_session()  # kept outside the runs (--session-dir, or a resume of one)
         argv = pi_argv(spec, self.session_path, prompt_file, extensions)
         self.spawn(argv, cwd=self.manifest.cwd, env=self.env, umask=self.manifest.umask)
 
@@ -453,6 +459,25 @@ class PiChild(ProcessChild):
             usage=self.totals.usage,
             session_file=self.session_file if self.session_path.exists() else None,
         )
+
+    def _prepare_session(self) -> None:
+        """A session kept outside the runs (``--session-dir``) is 0600 from its first byte:
+        created empty here (pi writes its header into an empty session file) or made 0600
+        before pi opens it, once its path is checked again (no symlink, no directory above it
+        someone else may change: pi reopens it by name).
+
+        Raises:
+            OSError: the path is no longer safe, or the file cannot be made.
+        """
+        problem = unsafe_ancestor(self.session_path)
+        if problem is not None:
+            raise OSError(errno.EPERM, f"the session path is not safe: {problem}")
+        fd = open_regular(self.session_path, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+        finally:
+            os.close(fd)
+        self._session_private = True
 
     def _make_session_private(self) -> None:
         """pi creates ``session.jsonl`` with the child's umask (the user's, for the files it
