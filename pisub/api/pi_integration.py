@@ -22,6 +22,10 @@ TOPICS = (
     "configuration",
     "tool-reference",
     "models",
+    "missions",
+    "observability",
+    "watchdog",
+    "extension-api",
 )
 _DEFAULT_LINE = "const PISUB_ARGV_DEFAULT: string[] | null = null;"
 

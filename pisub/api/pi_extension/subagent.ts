@@ -23,6 +23,7 @@ const HEAD_CHARS = 600;
 const ACTIONS = [
   "run",
   "status",
+  "wait",
   "steer",
   "follow_up",
   "interrupt",
@@ -91,7 +92,7 @@ export const PARAMETERS = {
     agent: str("The agent to run (action list shows them), or the agent an agent action is about."),
     task: str("What the agent should do."),
     async: bool("false: wait for the run and return its result (default: background)."),
-    id: str("A run id or a unique prefix (status, steer, interrupt, stop, resume, get, worktree.discard)."),
+    id: str("A run id or a unique prefix (status, wait, steer, interrupt, stop, resume, get, worktree.discard)."),
     childId: str("A workflow child's key or index (status, steer, interrupt, stop, get)."),
     index: num("A child's index (status, steer, resume, interrupt, stop); the same as childId."),
     message: str("The message of a steer, follow_up or resume."),
@@ -100,7 +101,7 @@ export const PARAMETERS = {
     model: str("pi agents: provider/id (a :thinking suffix sets the thinking level)."),
     thinking: str("Only for watchdog.configure in the seed; ignored when a run starts."),
     cwd: str("The working directory."),
-    timeoutMs: num("The run's maximum runtime in milliseconds."),
+    timeoutMs: num("The run's maximum runtime in milliseconds (wait: how long to wait; the run goes on after)."),
     maxRuntimeMs: num("The same as timeoutMs (give one, or both equal)."),
     toolTimeoutMs: num("Milliseconds one tool call may take."),
     checkpointBeforeDeadlineMs: num("A single agent's run: ask it to checkpoint and stop this many ms before its deadline."),
@@ -607,7 +608,7 @@ function statusArgv(p: any, child: string | null): string[] | Result {
     if (child !== null) return invalid("status with childId/index needs the run's id");
     if (p.view === "fleet") return ["fleet", "--json"];
     if (p.view === "transcript") return invalid('status view "transcript" needs id (the run whose transcript)');
-    return ["list", "--json"];
+    return insideRun() ? ["list", "--json", "--all"] : ["list", "--json"]; // inside a run: its own (shape)
   }
   const argv = ["status", "--json"];
   flag(argv, "--child", child);
@@ -660,6 +661,12 @@ export function plan(p: any, ctx: PlanContext = {}): string[] | Result {
       return startArgv(p, ctx);
     case "status":
       return statusArgv(p, child);
+    case "wait": {
+      if (!p.id) return invalid("wait needs id");
+      const argv = withChild(["wait", "--json"]);
+      flag(argv, "--timeout", seconds(p.timeoutMs));
+      return end(argv, p.id);
+    }
     case "steer":
     case "follow_up": {
       if (!p.id || !p.message) return invalid(`${action} needs id and message`);
@@ -772,17 +779,224 @@ function parseLines(stdout: string): any[] {
   return out;
 }
 
+// ---- What the model and the person see. Every answer's text is a readable summary (never raw
+// JSON); `details` keeps the structure pisub printed. A value shown inside a line is made one
+// line (termSafe oneLine: a hostile value cannot end its line and print a fake one); blocks (a
+// result, a transcript, a guide) keep their newlines. answer() escapes the whole text again.
+
+function one(value: unknown, max = 200): string {
+  let s: string;
+  if (typeof value === "string") s = value;
+  else if (value === undefined || value === null) s = "";
+  else s = JSON.stringify(value) ?? String(value);
+  s = termSafe(s, true);
+  return s.length > max ? s.slice(0, max - 1) + "…" : s;
+}
+
+const LIST_MAX = 200; // rows shown of a listing (details keep every item pisub printed)
+
+function rows<T>(items: T[], line: (item: T) => string, empty: string): string {
+  if (!items.length) return empty;
+  const shown = items.slice(0, LIST_MAX).map(line);
+  if (items.length > LIST_MAX) shown.push(`… ${items.length - LIST_MAX} more (details.items has them)`);
+  return shown.join("\n");
+}
+
+// Any object as `key: value` lines (a fallback: an answer no renderer below knows).
+export function readable(value: unknown): string {
+  if (value === null || typeof value !== "object") return one(value, 2000);
+  if (Array.isArray(value)) return rows(value, (v) => "- " + one(v, 400), "(none)");
+  const lines = Object.entries(value as Record<string, unknown>)
+    .filter(([, v]) => v !== null && v !== undefined)
+    .map(([k, v]) => `${one(k, 64)}: ${one(v, 400)}`);
+  return lines.join("\n") || "(empty)";
+}
+
+function runLine(s: any): string {
+  if (!s || typeof s !== "object") return one(s);
+  const key = s.key ? ` [${one(s.key, 64)}]` : "";
+  const ended = s.endedAt ? `, ended ${one(s.endedAt, 40)}` : "";
+  return `${one(s.runId, 64)}  ${one(s.state, 20)}  ${one(s.agent, 64)}${key}  started ${one(s.startedAt, 40)}${ended}`;
+}
+
+function next(id: string, state: string): string {
+  const ref = `id: "${one(id, 64)}"`;
+  return TERMINAL.has(state)
+    ? `next: the result {action: "get", ${ref}}; continue it {action: "resume", ${ref}, message}`
+    : `next: {action: "wait", ${ref}} blocks until it ends; {action: "steer", ${ref}, message}; {action: "stop", ${ref}}`;
+}
+
+export function statusText(s: any): string {
+  if (!s || typeof s !== "object") return readable(s);
+  const out = [`run ${one(s.runId, 64)}: ${one(s.state, 20)} (agent ${one(s.agent, 64)}, runner ${one(s.runner, 32)})`];
+  out.push(`started ${one(s.startedAt, 40)}${s.endedAt ? `, ended ${one(s.endedAt, 40)}` : ""}`);
+  if (s.error) out.push(`error: ${one(s.error, 400)}`);
+  if (s.parentRunId) out.push(`parent run: ${one(s.parentRunId, 64)}${s.key ? ` (key ${one(s.key, 64)})` : ""}`);
+  const steps: any[] = Array.isArray(s.steps) ? s.steps : [];
+  for (const step of steps.slice(0, 20)) {
+    if (!step || typeof step !== "object") continue;
+    const name = step.key ? ` ${one(step.key, 64)}` : "";
+    const run = step.runId ? ` run ${one(step.runId, 64)}` : "";
+    const tool = step.currentTool ? `, now ${one(step.currentTool?.name ?? step.currentTool, 64)}` : "";
+    const exit = step.exitCode !== null && step.exitCode !== undefined ? `, exit ${one(step.exitCode, 8)}` : "";
+    out.push(`step ${one(step.index, 8)}${name}${run}: ${one(step.status, 20)}, turns ${one(step.turnCount ?? 0, 8)}, tools ${one(step.toolCount ?? 0, 8)}${tool}${exit}`);
+  }
+  if (steps.length > 20) out.push(`… ${steps.length - 20} more steps`);
+  const st = s.steering;
+  if (st && typeof st === "object" && st.requested) {
+    out.push(`steering: ${one(st.requested, 8)} requested, ${one(st.delivered, 8)} delivered, ${one(st.queued, 8)} queued, ${one(st.failed, 8)} failed`);
+  }
+  const recent: unknown[] = steps.length && Array.isArray(steps[steps.length - 1]?.recentOutput) ? steps[steps.length - 1].recentOutput : [];
+  if (recent.length) out.push("recent output:", ...recent.slice(-5).map((l) => "  " + one(l, 300)));
+  out.push(next(String(s.runId ?? ""), String(s.state ?? "")));
+  return out.join("\n");
+}
+
+function fleetLine(r: any): string {
+  if (!r || typeof r !== "object") return one(r);
+  const key = r.key ? ` [${one(r.key, 64)}]` : "";
+  const tool = r.currentTool ? ` · now ${one(r.currentTool?.name ?? r.currentTool, 64)}` : "";
+  return `${one(r.runId, 64)}${key}  ${one(r.agent, 64)}  ${one(r.state, 20)} · turns ${one(r.turns ?? 0, 8)} · tools ${one(r.tools ?? 0, 8)}${tool} · steers ${one(r.steersDelivered ?? 0, 8)}/${one(r.steersRequested ?? 0, 8)} delivered · last activity ${one(r.lastActivityAt, 40)}`;
+}
+
+function agentLine(a: any): string {
+  if (!a || typeof a !== "object") return one(a);
+  return `${one(a.name, 128)} [${one(a.runner, 32)}, ${one(a.scope, 32)}]${a.description ? " " + one(a.description, 300) : ""}`;
+}
+
+function modelLine(m: any): string {
+  if (!m || typeof m !== "object") return one(m);
+  const traits = [m.context ? `context ${one(m.context, 16)}` : "", m.max_out ? `max output ${one(m.max_out, 16)}` : ""];
+  if (m.thinking) traits.push("thinking");
+  if (m.images) traits.push("images");
+  return `${one(m.name ?? `${m.provider}/${m.id}`, 200)}  ${traits.filter(Boolean).join(", ")}`;
+}
+
+function childLine(c: any): string {
+  if (!c || typeof c !== "object") return one(c);
+  const can = c.resumable ? "resumable" : `not resumable${c.reason ? ": " + one(c.reason, 200) : ""}`;
+  return `${one(c.runId, 64)} [${one(c.key, 64)}] ${one(c.agent, 64)} ${one(c.state, 20)}, ended ${one(c.endedAt, 40)} — ${can}`;
+}
+
+function agentText(shown: any): string {
+  const spec = shown?.spec;
+  if (!spec || typeof spec !== "object") return readable(shown);
+  const out = [`agent ${one(spec.name, 128)} (${one(shown.scope, 32)}, runner ${one(spec.runner, 32)})`, `file: ${one(shown.path, 400)}`];
+  for (const [k, v] of Object.entries(spec)) {
+    if (["name", "runner", "systemPrompt", "source"].includes(k) || v === null || v === false) continue;
+    if (Array.isArray(v) && !v.length) continue;
+    out.push(`${one(k, 64)}: ${one(v, 400)}`);
+  }
+  if (typeof spec.systemPrompt === "string" && spec.systemPrompt) {
+    out.push("system prompt:", spec.systemPrompt.length > 4000 ? spec.systemPrompt.slice(0, 4000) + "\n…" : spec.systemPrompt);
+  }
+  return out.join("\n");
+}
+
+function validateText(v: any): string {
+  if (!v || typeof v !== "object") return readable(v);
+  if (v.ok === true) return "valid: the workflow script passed every static check (nothing was started)";
+  const errors: any[] = Array.isArray(v.errors) ? v.errors : [];
+  return ["not valid:", ...errors.slice(0, 50).map((e) => `  line ${one(e?.line, 8)}:${one(e?.col, 8)} ${one(e?.message, 400)}`)].join("\n");
+}
+
+const RECEIPT_MEANING: Record<string, string> = {
+  delivered: "the run took it",
+  queued: "accepted; it is taken at the run's next turn boundary",
+  scheduled: "kept: it is delivered when the run (or child) next starts or resumes",
+  pending: "no answer within the wait; look again with {action: \"status\", id}",
+  partial: "some children took it, some did not (details.receipt)",
+  recovered: "the run was paused and resumed with it",
+};
+
+function receiptText(verb: string, r: any, p: any): string {
+  const rid = r.requestId ?? r.id;
+  const run = r.runId ?? p.id;
+  const child = p.childId !== undefined ? ` child ${one(p.childId, 128)}` : "";
+  const head = `${one(r.state, 20)}: ${verb}${rid ? " " + one(rid, 64) : ""} → run ${one(run, 64)}${child}`;
+  const why = r.reason ? one(r.reason, 400) : RECEIPT_MEANING[String(r.state)] ?? "";
+  return why ? `${head}: ${why}` : head;
+}
+
+// A pi session's assistant messages as the seed's displayItems (text and tool calls), the last
+// DISPLAY_MAX of them; each text and argument bounded and escaped.
+const DISPLAY_MAX = 50;
+const DISPLAY_TEXT = 2000;
+const DISPLAY_ARGS = 2000;
+const MAX_SESSION = 16 << 20;
+type DisplayItem = { type: "text"; text: string } | { type: "toolCall"; name: string; args: Record<string, unknown> };
+
+function safeArgs(args: unknown): Record<string, unknown> {
+  if (!args || typeof args !== "object" || Array.isArray(args)) return {};
+  const text = JSON.stringify(args) ?? "{}";
+  if (text.length > DISPLAY_ARGS) return { truncated: termSafe(text.slice(0, DISPLAY_ARGS), true) + "…" };
+  return JSON.parse(text, (_k, v) => (typeof v === "string" ? termSafe(v) : v));
+}
+
+export function displayItems(session: string): DisplayItem[] {
+  const items: DisplayItem[] = [];
+  for (const line of session.split("\n")) {
+    if (!line.includes('"assistant"')) continue;
+    let entry: any;
+    try {
+      entry = JSON.parse(line);
+    } catch {
+      continue;
+    }
+    const msg = entry?.message;
+    if (entry?.type !== "message" || msg?.role !== "assistant" || !Array.isArray(msg.content)) continue;
+    for (const part of msg.content) {
+      if (part?.type === "text" && typeof part.text === "string" && part.text.trim()) {
+        const t = part.text.length > DISPLAY_TEXT ? part.text.slice(0, DISPLAY_TEXT) + "…" : part.text;
+        items.push({ type: "text", text: termSafe(t) });
+      } else if (part?.type === "toolCall" && typeof part.name === "string") {
+        items.push({ type: "toolCall", name: one(part.name, 128), args: safeArgs(part.arguments) });
+      }
+    }
+    if (items.length > 4 * DISPLAY_MAX) items.splice(0, items.length - DISPLAY_MAX);
+  }
+  return items.slice(-DISPLAY_MAX);
+}
+
+// A session file a result or status names: only a regular `.jsonl` file (never through a
+// symlink, never a FIFO: readSmall), at most MAX_SESSION bytes.
+function sessionItems(file: unknown): DisplayItem[] | null {
+  if (typeof file !== "string" || !file.endsWith(".jsonl") || !path.isAbsolute(file)) return null;
+  const text = readSmall(file, MAX_SESSION);
+  return text === null ? null : displayItems(text);
+}
+
+// details.results[] with displayItems (from the session file, else the output as one text).
+function withDisplayItems(details: any): any {
+  if (!details || typeof details !== "object" || !Array.isArray(details.results)) return details;
+  const results = details.results.map((r: any) => {
+    if (!r || typeof r !== "object" || Array.isArray(r.displayItems)) return r;
+    const items = sessionItems(r.sessionFile) ?? [];
+    if (!items.length && typeof r.output === "string" && r.output) items.push({ type: "text", text: termSafe(r.output.slice(0, DISPLAY_TEXT)) });
+    return { ...r, displayItems: items };
+  });
+  return { ...details, results };
+}
+
+function resultText(first: any): string {
+  const text = first?.content?.[0]?.text;
+  if (typeof text === "string" && text.trim()) return text;
+  const id = first?.details?.runId ?? "";
+  return `run ${one(id, 64)} ended ${one(first?.state, 20)} with no output`;
+}
+
 // The tool result of a finished command.
 export function shape(p: any, argv: string[], code: number, stdout: string, stderr: string): Result {
-  const control = ["steer", "follow-up", "interrupt", "stop"].includes(argv[0]);
+  const verb = argv[0];
+  const control = ["steer", "follow-up", "interrupt", "stop"].includes(verb);
   const receipt = control && (code === 2 || code === 3) && stdout.trim().startsWith("{");
-  const waited = argv[0] === "wait" && code === 1 && stdout.trim().startsWith("{"); // a run that ended otherwise
-  const checked = argv[0] === "workflow" && stdout.trim().startsWith("{"); // validate: {ok, errors}
-  if (code !== 0 && !receipt && !waited && !checked && argv[0] !== "doctor") {
+  const waited = verb === "wait" && code === 1 && stdout.trim().startsWith("{"); // a run that ended otherwise
+  const checked = verb === "workflow" && stdout.trim().startsWith("{"); // validate: {ok, errors}
+  if (verb === "wait" && code === 3) return waitGaveUp(p);
+  if (code !== 0 && !receipt && !waited && !checked && verb !== "doctor") {
     const err = cliError(stderr, code);
     return failure(err.code, err.message);
   }
-  const verb = argv[0];
   if (verb === "guide" || verb === "doctor") {
     return answer(stdout.trim(), { mode: "management", results: [], ok: code === 0 });
   }
@@ -790,48 +1004,101 @@ export function shape(p: any, argv: string[], code: number, stdout: string, stde
   const first = items[0];
   if (checked) {
     // a failing validate ({ok: false, errors}) is a failed tool call, as the seed's
-    const result = answer(stdout.trim(), { mode: "management", results: [], ok: first?.ok === true, errors: first?.errors ?? [] });
+    const result = answer(validateText(first), { mode: "management", results: [], ok: first?.ok === true, errors: first?.errors ?? [] });
     return first?.ok === true ? result : { ...result, isError: true };
   }
   if (verb === "run" || verb === "resume") {
     if (typeof first?.runId !== "string") {
       return failure("SUBAGENT_FAILED", `pisub ${verb} gave no run id: ${JSON.stringify(stdout.trim().slice(0, 200))}`);
     }
-    const text = `started run ${first.runId} (${first.state}); it runs in the background: ` +
-      `subagent {action: "status", id: "${first.runId}"}; a notice comes when it ends.`;
+    const what = verb === "resume" ? `resume of ${one(p?.id, 64)}` : p?.agent ? one(p.agent, 128) : p?.lanes ? "lanes" : "workflow";
+    const who = ` (${what})`; // a space after the id: "started run ID (...)" splits cleanly
+    const text = `started run ${first.runId}${who}: ${one(first.state, 20)}; it runs in the background and a notice comes when it ends.\n` +
+      `look: {action: "status", id: "${first.runId}"}; block until it ends: {action: "wait", id: "${first.runId}"}`;
     return answer(text, { mode: "single", runId: first.runId, runDir: first.runDir, results: [], started: first });
   }
   if (verb === "result" || verb === "wait") {
-    const text = first?.content?.[0]?.text ?? "";
-    const result = answer(text, first?.details ?? { mode: "single", results: [] });
+    const result = answer(resultText(first), withDisplayItems(first?.details ?? { mode: "single", results: [] }));
     return first?.state === "complete" || verb === "result" ? result : { ...result, isError: true };
   }
   if (control) {
     // exit 2: failed / rejected / partial; 3: no answer past pending within the wait
-    const r = first ?? {};
-    const rid = r.id ?? r.requestId ?? "";
-    const text = `${r.state}: ${verb} ${rid}${r.reason ? ": " + r.reason : ""}`;
-    return answer(text, { mode: "management", runId: p.id, results: [], receipt: r, deliveryStatus: r.state });
+    const r = first && typeof first === "object" ? first : {};
+    return answer(receiptText(verb, r, p), { mode: "management", runId: p.id, results: [], receipt: r, deliveryStatus: r.state });
   }
   if (verb === "agents" && argv[1] === "list") {
     const scoped = p.agentScope === "user" || p.agentScope === "project"; // both (the default): every agent
     const agents = items.filter((a) => !scoped || a.scope === p.agentScope);
     if (p.capabilities) {
-      const lines = agents.map((a) => `${a.name} [${a.runner}, ${a.scope}]${a.description ? " " + a.description : ""}`);
-      return answer(lines.join("\n") || "(no agents)", {
+      return answer(rows(agents, agentLine, "(no agents)"), {
         mode: "management",
         results: [],
         agentCapabilities: { agents, restrictedCount: agents.filter((a) => a?.capabilities?.ceilings?.allowed === false).length },
       });
     }
-    return answer(agents.map((a) => JSON.stringify(a)).join("\n") || "(no agents)", {
-      mode: "management",
-      results: [],
-      items: agents,
-    });
+    return answer(rows(agents, agentLine, "(no agents)"), { mode: "management", results: [], items: agents });
   }
-  const text = items.map((i) => (typeof i === "string" ? i : JSON.stringify(i))).join("\n") || "(nothing)";
-  return answer(text.slice(0, 50_000), { mode: "management", results: [], items: items.slice(0, 500) });
+  const shown = verb === "list" ? ownRuns(items) : items;
+  return answer(render(p, argv, shown).slice(0, 50_000), { mode: "management", results: [], items: shown.slice(0, 500) });
+}
+
+// An option's value in an argv (`--name=value` or `--name value`, before the `--`), or null.
+function option(argv: string[], name: string): string | null {
+  for (let i = 0; i < argv.length && argv[i] !== "--"; i++) {
+    if (argv[i].startsWith(name + "=")) return argv[i].slice(name.length + 1);
+    if (argv[i] === name && i + 1 < argv.length) return argv[i + 1];
+  }
+  return null;
+}
+
+// The text of a listing or an object pisub printed, by the command that printed it.
+function render(p: any, argv: string[], items: any[]): string {
+  const first = items[0];
+  const [verb, sub] = argv;
+  if (verb === "status") {
+    const view = option(argv, "--view");
+    if (view === "fleet") return rows(items, fleetLine, "(nothing live)");
+    if (view === "transcript") {
+      const lines: unknown[] = Array.isArray(first?.lines) ? first.lines : [];
+      const head = `transcript of run ${one(first?.runId, 64)} (last ${lines.length} lines)`;
+      return lines.length ? `${head}:\n${lines.map((l) => (typeof l === "string" ? l : one(l))).join("\n")}` : `${head}: no output yet`;
+    }
+    return statusText(first);
+  }
+  if (verb === "list") return bareStatus(items);
+  if (verb === "fleet") return rows(items, fleetLine, "(nothing live: no run or workflow child is running or queued)");
+  if (verb === "models") return rows(items, modelLine, "(no models)");
+  if (verb === "children") return rows(Array.isArray(first) ? first : items, childLine, "(no retained children)");
+  if (verb === "workflow" && sub === "validate") return validateText(first);
+  if (verb === "agents" && sub === "show") return agentText(first);
+  return items.map((i) => (typeof i === "string" ? i : readable(i))).join("\n") || "(nothing)";
+}
+
+// Inside a pisub run (its markers in this process's environment), a bare status shows only that
+// run and the runs it started: a child cannot enumerate unrelated runs (the seed's fan-out-safe
+// status). Elsewhere: every top-level run.
+function insideRun(): string | null {
+  const own = process.env.PISUB_RUN_ID;
+  return own && RUN_ID.test(own) ? own : null;
+}
+
+function ownRuns(items: any[]): any[] {
+  const own = insideRun();
+  return own ? items.filter((s) => s && typeof s === "object" && (s.runId === own || s.parentRunId === own)) : items;
+}
+
+function bareStatus(mine: any[]): string {
+  const own = insideRun();
+  if (!own) return rows(mine, runLine, "(no runs)");
+  const head = `inside run ${own}: this run and the runs it started (a bare status here shows no other run; give an id)`;
+  return `${head}\n${rows(mine, runLine, "(none)")}`;
+}
+
+function waitGaveUp(p: any): Result {
+  const s = seconds(p?.timeoutMs);
+  const text = `run ${one(p?.id, 64)} is still going: the wait gave up after ${s ?? "?"} s and the run goes on. ` +
+    `Wait again: {action: "wait", id: "${one(p?.id, 64)}"}; look: {action: "status", id: "${one(p?.id, 64)}"}`;
+  return answer(text, { mode: "single", runId: p?.id, results: [], waiting: { done: false, reason: "timeout" } });
 }
 
 // The parent session's file (the source of context "fork"), or null when it has none.
@@ -1074,6 +1341,8 @@ export default function (pi: any) {
   });
   pi.on("session_shutdown", async () => notices.stop());
 
+  registerCommands(pi, notices);
+
   pi.registerTool({
     name: "subagent",
     label: "Subagent",
@@ -1083,9 +1352,9 @@ export default function (pi: any) {
       ACTIONS.join(", ") + ". action guide explains everything.",
     promptSnippet: "Start and steer background sub-agent runs (pisub)",
     parameters: PARAMETERS,
-    async execute(_id: string, params: any, signal: any, _onUpdate: any, ctx: any): Promise<Result> {
+    async execute(_id: string, params: any, signal: any, onUpdate: any, ctx: any): Promise<Result> {
       try {
-        return await execute(params, signal, ctx);
+        return await execute(params, signal, onUpdate, ctx);
       } catch (e: any) {
         // a bug here must be an answer, never a crash of the extension
         return failure("INTERNAL_ERROR", termSafe(String(e?.message ?? e), true).slice(0, 500));
@@ -1093,9 +1362,10 @@ export default function (pi: any) {
     },
   });
 
-  async function execute(params: any, signal: any, ctx: any): Promise<Result> {
+  async function execute(params: any, signal: any, onUpdate: any, ctx: any): Promise<Result> {
     const planned = plan(params ?? {}, { sessionFile: sessionFileOf(ctx) });
     if (!Array.isArray(planned)) return planned;
+    if (planned[0] === "wait") return waitFor(params, planned, params.id, signal, onUpdate);
     const argv = pisubArgv();
     let r: any;
     try {
@@ -1116,29 +1386,272 @@ export default function (pi: any) {
     } catch (e: any) {
       result.content[0].text += termSafe(` (no completion notice: ${e?.message ?? e})`, true);
     }
-    if (params?.async === false) {
-      let waited: any = null;
-      try {
-        waited = await pi.exec(argv[0], [...argv.slice(1), "wait", "--json", "--", runId], { signal });
-      } catch {
-        waited = null;
-      }
-      if (waited && (waited.code === 0 || waited.code === 1) && String(waited.stdout ?? "").trim().startsWith("{")) {
-        notices.settle(runId); // its result is this answer: no notice on top
-        const done = shape(params, ["wait"], waited.code, waited.stdout ?? "", waited.stderr ?? "");
-        if (params?.share === true) {
-          done.details = { ...done.details, share: await shareRun(pi, runId, signal) };
-          done.content[0].text += termSafe(shareText(done.details.share));
-        }
-        return done;
-      }
-      result.content[0].text =
-        `run ${runId} was not waited for to its end (interrupted); it goes on in the background, ` +
-        "and a notice comes when it ends.";
+    const later = " share: its session is exported to an HTML file when it ends (the notice names it).";
+    if (params?.async !== false) {
+      if (params?.share === true) result.content[0].text += later;
+      return result;
     }
-    if (params?.share === true) {
-      result.content[0].text += " share: its session is exported to an HTML file when it ends (the notice names it).";
+    const waited = await waitFor(params, ["wait", "--json", "--", runId], runId, signal, onUpdate);
+    if (waited.details?.waiting) {
+      const text = waited.content[0].text + (params?.share === true ? later : "");
+      return { ...result, content: [{ type: "text", text }] }; // the run goes on: its notice comes
     }
-    return result;
+    if (params?.share === true && !waited.details?.error) {
+      waited.details = { ...waited.details, share: await shareRun(pi, runId, signal) };
+      waited.content[0].text += termSafe(shareText(waited.details.share));
+    }
+    return waited;
   }
+
+  // `pisub wait` for a run (async: false, or the wait action): the run's result; while it
+  // works, streaming updates (onUpdate) from its files. An interrupted wait (the signal) or one
+  // that timed out leaves the run going and says so.
+  async function waitFor(params: any, planned: string[], id: string, signal: any, onUpdate: any): Promise<Result> {
+    const argv = pisubArgv();
+    const runDir = RUN_ID.test(id) && notices.home ? notices.runDir(id) : await locate(id);
+    const exec = pi.exec(argv[0], [...argv.slice(1), ...planned], { signal });
+    const stream = runDir && typeof onUpdate === "function" ? follow(runDir, exec, signal, onUpdate) : null;
+    let waited: any = null;
+    try {
+      waited = await exec;
+    } catch {
+      waited = null;
+    } finally {
+      await stream;
+    }
+    const out = String(waited?.stdout ?? "");
+    if (waited && (waited.code === 0 || waited.code === 1) && out.trim().startsWith("{")) {
+      const result = shape(params, ["wait"], waited.code, out, waited.stderr ?? "");
+      const runId = result.details?.runId;
+      if (typeof runId === "string") notices.settle(runId); // its result is this answer: no notice on top
+      return result;
+    }
+    if (waited && waited.code === 3) return shape(params, ["wait"], 3, out, waited.stderr ?? "");
+    if (waited && !signal?.aborted && waited.code !== 0 && waited.code !== 1) {
+      return shape(params, ["wait"], waited.code, out, waited.stderr ?? "");
+    }
+    const text = `the wait for run ${one(id, 64)} was interrupted before the run ended; the run goes on in the background ` +
+      `(a notice comes when it ends if this session started it; wait again: {action: "wait", id: "${one(id, 64)}"}).`;
+    return answer(text, { mode: "single", runId: id, results: [], waiting: { done: false, reason: "interrupted" } });
+  }
+
+  // A run id (or unique prefix)'s directory, from `pisub status` (null: unknown: no streaming).
+  async function locate(id: string): Promise<string | null> {
+    if (!notices.home) {
+      const home = await homeOf(pi);
+      if (!home) return null;
+      notices.home = home;
+    }
+    if (RUN_ID.test(id)) return notices.runDir(id);
+    const argv = pisubArgv();
+    const r = await pi.exec(argv[0], [...argv.slice(1), "status", "--json", "--", id], { timeout: 30_000 }).catch(() => null);
+    const runId = parseLines(String(r?.stdout ?? ""))[0]?.runId;
+    return typeof runId === "string" && RUN_ID.test(runId) ? notices.runDir(runId) : null;
+  }
+}
+
+// Streaming updates while a foreground wait lasts: every STREAM_MS the run's status.json and
+// its pi session (files only: no process per poll, never blocking: readSmall) become a partial
+// result `{content, details: {mode: "single", runId, results: [], streaming: {displayItems,
+// usage, turnCount}}}`, sent when it changed. Ends when the wait ends or the call is aborted.
+const STREAM_MS = 1000;
+
+export function streamingUpdate(runDir: string): Result | null {
+  const status = readJson(path.join(runDir, "status.json"), MAX_STATUS);
+  if (!status || typeof status !== "object") return null;
+  const steps: any[] = Array.isArray(status.steps) ? status.steps.filter((s: any) => s && typeof s === "object") : [];
+  const turnCount = steps.reduce((n, s) => n + (Number.isFinite(s.turnCount) ? s.turnCount : 0), 0);
+  const tools = steps.reduce((n, s) => n + (Number.isFinite(s.toolCount) ? s.toolCount : 0), 0);
+  const live = steps.find((s) => s.status === "running") ?? steps[steps.length - 1];
+  const items = sessionItems(status.sessionFile) ?? [];
+  const usage = status.usage && typeof status.usage === "object" ? status.usage : { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, cost: 0, turns: turnCount };
+  const now = live?.currentTool ? ` · now ${one(live.currentTool?.name ?? live.currentTool, 64)}` : "";
+  const started = Date.parse(String(status.startedAt ?? ""));
+  const age = Number.isFinite(started) ? ` · ${Math.max(0, Math.round((Date.now() - started) / 1000))} s` : "";
+  const lines = [`run ${one(status.runId, 64)} (${one(status.agent, 64)}): ${one(status.state, 20)}${age} · turn ${turnCount} · ${tools} tool calls${now}`];
+  const recent: unknown[] = Array.isArray(live?.recentOutput) ? live.recentOutput : [];
+  lines.push(...recent.slice(-3).map((l) => "  " + one(l, 300)));
+  const last = items[items.length - 1];
+  if (!recent.length && last) lines.push("  " + (last.type === "text" ? one(last.text, 300) : `${last.name} ${one(last.args, 200)}`));
+  return answer(lines.join("\n"), {
+    mode: "single",
+    runId: status.runId,
+    results: [],
+    streaming: { displayItems: items, usage, turnCount },
+  });
+}
+
+async function follow(runDir: string, done: Promise<unknown>, signal: any, onUpdate: any): Promise<void> {
+  let over = false;
+  done.then(() => (over = true), () => (over = true));
+  let last = "";
+  while (!over && !signal?.aborted) {
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, STREAM_MS);
+      done.then(() => { clearTimeout(timer); resolve(); }, () => { clearTimeout(timer); resolve(); });
+    });
+    if (over || signal?.aborted) return;
+    const update = streamingUpdate(runDir);
+    const key = update ? JSON.stringify(update) : "";
+    if (!update || key === last) continue;
+    last = key;
+    try {
+      onUpdate(update);
+    } catch {
+      // a renderer's trouble never ends the wait
+    }
+  }
+}
+
+// ---- Slash commands (the seed's): /subagents-guide [topic], /subagents-stop [RUN [CHILD]] (a
+// picker of this session's running runs), /subagents-steer [--child K] RUN [--child K] MESSAGE,
+// /subagents-refine AGENT [GUIDANCE | --show | --rollback] (`pisub agents refine`).
+// What they say goes to pi's UI (a notification; the guide as a message in the session), or,
+// with no UI (print and JSON modes), into the session as a message.
+const GUIDE_TOPICS = [
+  "overview", "workflows", "agents", "control", "acceptance", "configuration", "tool-reference", "models",
+  "missions", "observability", "watchdog", "extension-api",
+];
+
+// `/subagents-steer` arguments: flags (`--child K`) only before the message; `--` ends them.
+export function parseSteer(args: string): { run: string; child: string | null; message: string } | string {
+  let rest = String(args ?? "").trim();
+  let run: string | null = null;
+  let child: string | null = null;
+  while (rest) {
+    const flagged = /^--child(?:=(\S+)|\s+(\S+))\s*/.exec(rest);
+    if (flagged) {
+      if (child !== null) return "--child given twice";
+      child = flagged[1] ?? flagged[2];
+      rest = rest.slice(flagged[0].length);
+      continue;
+    }
+    if (rest === "--" || rest.startsWith("-- ")) {
+      rest = rest.slice(2).trimStart();
+      break;
+    }
+    if (run !== null) break;
+    const word = /^(\S+)\s*/.exec(rest) as RegExpExecArray;
+    run = word[1];
+    rest = rest.slice(word[0].length);
+  }
+  if (!run || !rest) return "usage: /subagents-steer [--child KEY] RUN MESSAGE";
+  if (!ID.test(run)) return `not a run id: ${one(run, 80)}`;
+  if (child !== null && !CHILD.test(child)) return `not a child key or index: ${one(child, 80)}`;
+  return { run, child, message: rest };
+}
+
+function registerCommands(pi: any, notices: Notices): void {
+  const pisub = async (args: string[], ctx: any): Promise<any> => {
+    const argv = pisubArgv();
+    return pi.exec(argv[0], [...argv.slice(1), ...args], { cwd: ctx?.cwd, timeout: 60_000 }).catch((e: any) => ({
+      code: -1,
+      stdout: "",
+      stderr: `pisub: cannot run pisub (${argv[0]}): ${e?.message ?? e} [LAUNCH_FAILED]`,
+    }));
+  };
+  const tell = (ctx: any, text: string, level: "info" | "warning" | "error" = "info"): void => {
+    const safe = termSafe(text);
+    if (ctx?.hasUI && ctx.ui?.notify) ctx.ui.notify(safe, level);
+    else pi.sendMessage({ customType: "pisub-command", content: safe, display: true, details: { level } }, { triggerTurn: false });
+  };
+  const failed = (r: any): string => {
+    const err = cliError(String(r?.stderr ?? ""), Number(r?.code ?? 1));
+    return `${err.code}: ${err.message}`;
+  };
+  const stop = async (ctx: any, run: string, child: string | null): Promise<void> => {
+    const argv = ["stop", "--json", "--wait", "3", "--reason", "/subagents-stop"];
+    if (child !== null) argv.push("--child", child);
+    const r = await pisub([...argv, "--", run], ctx);
+    const out = String(r.stdout ?? "").trim();
+    if (!out.startsWith("{")) return tell(ctx, failed(r), "error");
+    const result = shape({ id: run, childId: child ?? undefined }, argv, r.code, out, String(r.stderr ?? ""));
+    tell(ctx, result.content[0].text, result.details?.receipt?.state === "delivered" ? "info" : "warning");
+  };
+
+  pi.registerCommand("subagents-guide", {
+    description: "Show a pisub guide: /subagents-guide [topic]",
+    getArgumentCompletions: (prefix: string) => {
+      const found = GUIDE_TOPICS.filter((t) => t.startsWith(String(prefix ?? "").trim()));
+      return found.length ? found.map((t) => ({ value: t, label: t })) : null;
+    },
+    handler: async (args: string, ctx: any) => {
+      const topic = String(args ?? "").trim();
+      const r = await pisub(topic ? ["guide", "--", topic] : ["guide"], ctx);
+      if (r.code !== 0) return tell(ctx, failed(r), "error");
+      pi.sendMessage(
+        { customType: "pisub-guide", content: termSafe(String(r.stdout ?? "").trim()), display: true, details: { topic: topic || "overview" } },
+        { triggerTurn: false },
+      );
+    },
+  });
+
+  pi.registerCommand("subagents-stop", {
+    description: "Stop a run: /subagents-stop [RUN [CHILD]] (no run: pick one of this session's running runs)",
+    handler: async (args: string, ctx: any) => {
+      const words = String(args ?? "").trim().split(/\s+/).filter(Boolean);
+      if (words.length > 2) return tell(ctx, "usage: /subagents-stop [RUN [CHILD]]", "error");
+      if (words.length) {
+        if (!ID.test(words[0])) return tell(ctx, `not a run id: ${one(words[0], 80)}`, "error");
+        if (words[1] !== undefined && !CHILD.test(words[1])) return tell(ctx, `not a child key or index: ${one(words[1], 80)}`, "error");
+        return stop(ctx, words[0], words[1] ?? null);
+      }
+      if (!notices.dir) {
+        const home = await homeOf(pi);
+        if (home) notices.bind(home, sessionKey(ctx));
+      }
+      const running = notices.pending().filter((r) => !TERMINAL.has(readState(notices.runDir(r.runId)) ?? "complete"));
+      if (!running.length) return tell(ctx, "no run started from this session is running (/subagents-stop RUN stops any run)");
+      const label = (r: Pending) => `${r.runId}  ${r.agent ? termSafe(r.agent, true).slice(0, 64) : "?"}  ${readState(notices.runDir(r.runId)) ?? "?"}`;
+      if (!ctx?.hasUI || !ctx.ui?.select) {
+        const lines = running.map((r) => `${label(r)}\n  subagent({action: "stop", id: "${r.runId}"})  or  /subagents-stop ${r.runId}`);
+        return tell(ctx, `running runs of this session (no UI to pick from here):\n${lines.join("\n")}`);
+      }
+      const options = running.map(label);
+      const picked = await ctx.ui.select("Stop which run? (a stop is final: not a pause)", options);
+      const index = options.indexOf(picked);
+      if (index < 0) return tell(ctx, "nothing stopped");
+      const runId = running[index].runId;
+      const sure = ctx.ui.confirm ? await ctx.ui.confirm(`Stop run ${runId}?`, "It ends for good; start a new run to redo it.") : true;
+      if (!sure) return tell(ctx, "nothing stopped");
+      return stop(ctx, runId, null);
+    },
+  });
+
+  pi.registerCommand("subagents-refine", {
+    description: "Refine an agent in this project: /subagents-refine AGENT [GUIDANCE | --show | --rollback]",
+    handler: async (args: string, ctx: any) => {
+      const text = String(args ?? "").trim();
+      const agent = /^\S+/.exec(text)?.[0] ?? "";
+      let rest = text.slice(agent.length).trim();
+      if (!NAME.test(agent)) return tell(ctx, "usage: /subagents-refine AGENT [GUIDANCE | --show | --rollback]", "error");
+      const refine = async (argv: string[]) => {
+        const r = await pisub(["agents", "refine", ...argv, "--", agent], ctx);
+        return r.code === 0 ? tell(ctx, String(r.stdout ?? "").trim()) : tell(ctx, failed(r), "error");
+      };
+      if (rest === "--show") return refine(["--show"]);
+      if (rest === "--rollback") return refine(["--rollback"]);
+      if (!rest && ctx?.hasUI && ctx.ui?.input) {
+        rest = String((await ctx.ui.input(`Guidance for ${agent} in this project`, "what it should do differently here")) ?? "").trim();
+      }
+      if (!rest) return tell(ctx, `nothing refined: give the guidance (/subagents-refine ${agent} GUIDANCE), or --show / --rollback`);
+      return refine([`--config=${JSON.stringify({ guidance: rest, reason: "/subagents-refine" })}`]);
+    },
+  });
+
+  pi.registerCommand("subagents-steer", {
+    description: "Steer a run: /subagents-steer [--child KEY] RUN MESSAGE (no pause-and-resume recovery)",
+    handler: async (args: string, ctx: any) => {
+      const parsed = parseSteer(args);
+      if (typeof parsed === "string") return tell(ctx, parsed, "error");
+      const argv = ["steer", "--json", "--wait", "3", "--no-recover"];
+      if (parsed.child !== null) argv.push("--child", parsed.child);
+      const r = await pisub([...argv, "--", parsed.run, parsed.message], ctx);
+      const out = String(r.stdout ?? "").trim();
+      if (!out.startsWith("{")) return tell(ctx, failed(r), "error");
+      const result = shape({ id: parsed.run, childId: parsed.child ?? undefined }, argv, r.code, out, String(r.stderr ?? ""));
+      const state = result.details?.receipt?.state;
+      tell(ctx, result.content[0].text, state === "delivered" || state === "queued" || state === "scheduled" ? "info" : "warning");
+    },
+  });
 }
