@@ -133,8 +133,11 @@ def render(state: TopState, height: int) -> Any:
             _text(f"log of {_short(state.current)} (q back)", "bold"), _text(body, lines=True), footer
         )
     table = Table(expand=True, box=None, header_style="bold")
-    for column in ("run", "agent", "state", "age", "turns", "tools", "tool", "active", "steers", "output"):
-        table.add_column(column, no_wrap=True, overflow="ellipsis")
+    for column in ("run", "agent", "state", "age", "turns", "tools", "tool", "active", "steers"):
+        table.add_column(column, no_wrap=True, overflow="ellipsis", min_width=len(column))
+    # the output takes the room the others leave: a reply streaming into one long line must not
+    # squeeze the other columns away
+    table.add_column("output", no_wrap=True, overflow="ellipsis", ratio=1)
     first = max(0, state.selected - (height - 6))
     for index, row in enumerate(state.rows[first : first + max(1, height - 5)], start=first):
         f = row.fleet

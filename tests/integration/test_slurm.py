@@ -74,7 +74,9 @@ def test_scancel_is_a_stop(make_agent: AgentMaker) -> None:
     assert job is not None
     subprocess.run(["scancel", job], check=True)
     assert run.wait(timeout=60).state == "stopped"
-    assert "run.finished" in _event_types(run) and "run.repaired" not in _event_types(run)
+    # the runner's own end (run.finished follows the terminal status), not a reader's repair
+    wait_for(lambda: "run.finished" in _event_types(run), timeout=30, what="the runner's run.finished")
+    assert "run.repaired" not in _event_types(run)
 
 
 def test_a_child_that_escapes_with_setsid_and_a_double_fork_dies_with_the_job(
