@@ -428,3 +428,19 @@ def test_runs_started_by_tool_calls_inside_a_tree_count_against_its_spawn_budget
     runs = {p.name for p in (pi_home / "runs").iterdir() if not p.name.startswith(".")}
     assert runs == set(started)
     assert len(os.listdir(pi_home / "budgets" / root / "claims")) == 2
+
+
+def test_a_waited_run_whose_status_a_child_garbled_is_an_error_not_an_interruption(
+    parent: ParentPi, make_agent: Any
+) -> None:
+    """pisub's own error while waiting (a status.json the child replaced with garbage) is the
+    answer, with its code — not "the wait was interrupted", which is for an aborted turn."""
+    garble = (
+        'printf "{not json" > "$PISUB_RUN_DIR/s.tmp"; mv "$PISUB_RUN_DIR/s.tmp" "$PISUB_RUN_DIR/status.json"'
+    )
+    # after its runner's startup writes (it writes no status while a silent child sleeps)
+    script = f"cat >/dev/null; sleep 2; {garble}; sleep 6; echo done"
+    make_agent("garbler", command="sh", args=["-c", script])
+    answer = parent.call({"agent": "garbler", "task": "x", "async": False})
+    assert answer.startswith("PROTOCOL_ERROR: "), answer
+    assert "interrupted" not in answer, answer

@@ -292,6 +292,7 @@ const UNION: Record<string, (value: unknown) => string | null> = {
 };
 const POSITIVE = ["timeoutMs", "maxRuntimeMs", "toolTimeoutMs", "checkpointBeforeDeadlineMs", "lines"];
 const WHOLE = ["index", "lines"];
+const MAX_MS = 2 ** 31 - 1; // a limit in milliseconds (the protocol's bound for ms limits)
 
 // Every parameter of the type PARAMETERS gives it (pi may pass what a model sent as is): a
 // number where a string belongs, an array, an object, null, a string too long for an argv or
@@ -313,7 +314,10 @@ export function checkParams(p: unknown): Result | null {
     if (union) return invalid(`${key}: ${union}, got ${kind}`);
     if (kind === "number" && !Number.isFinite(value as number)) return invalid(`${key}: expected a finite number`);
     if (kind === "number" && POSITIVE.includes(key) && (value as number) <= 0) return invalid(`${key}: expected a positive number`);
-    if (kind === "number" && WHOLE.includes(key) && (!Number.isInteger(value) || (value as number) < 0)) {
+    if (kind === "number" && key.endsWith("Ms") && (value as number) > MAX_MS) {
+      return invalid(`${key}: at most ${MAX_MS} ms (about 24 days)`);
+    }
+    if (kind === "number" && WHOLE.includes(key) && (!Number.isSafeInteger(value) || (value as number) < 0)) {
       return invalid(`${key}: expected a whole number (0 or more)`);
     }
     if (kind === "string" && (value as string).includes("\u0000")) return invalid(`${key}: contains a NUL character`);
@@ -404,6 +408,21 @@ const ONLY_FOR: Record<string, string[]> = {
   mode: ["steer", "worktree.cleanup"],
   share: ["run", "resume"],
   forkFrom: ["run"],
+  // how a run starts: a resume, a status or a management action would drop them
+  isolation: ["run"],
+  worktree: ["run"],
+  baseRef: ["run"],
+  maxOutput: ["run"],
+  artifacts: ["run"],
+  includeProgress: ["run"],
+  sessionDir: ["run"],
+  context: ["run"],
+  checkpointBeforeDeadlineMs: ["run"],
+  toolTimeoutMs: ["run"],
+  toolBudget: ["run"],
+  gate: ["run"],
+  usageBudget: ["run"],
+  topic: ["guide"],
 };
 
 function subagentsDisabled(): boolean {
@@ -928,7 +947,12 @@ type DisplayItem = { type: "text"; text: string } | { type: "toolCall"; name: st
 
 function safeArgs(args: unknown): Record<string, unknown> {
   if (!args || typeof args !== "object" || Array.isArray(args)) return {};
-  const text = JSON.stringify(args) ?? "{}";
+  let text: string;
+  try {
+    text = JSON.stringify(args) ?? "{}"; // a child wrote the session: it may be nested past the stack
+  } catch {
+    return { truncated: "(arguments not shown: nested too deeply)" };
+  }
   if (text.length > DISPLAY_ARGS) return { truncated: termSafe(text.slice(0, DISPLAY_ARGS), true) + "…" };
   return JSON.parse(text, (_k, v) => (typeof v === "string" ? termSafe(v) : v));
 }
@@ -1038,7 +1062,7 @@ export function shape(p: any, argv: string[], code: number, stdout: string, stde
     }
     return answer(rows(agents, agentLine, "(no agents)"), { mode: "management", results: [], items: agents });
   }
-  const shown = verb === "list" ? ownRuns(items) : items;
+  const shown = verb === "list" || verb === "fleet" ? ownRuns(items) : items;
   return answer(render(p, argv, shown).slice(0, 50_000), { mode: "management", results: [], items: shown.slice(0, 500) });
 }
 
@@ -1427,8 +1451,9 @@ export default function (pi: any) {
       return result;
     }
     if (waited && waited.code === 3) return shape(params, ["wait"], 3, out, waited.stderr ?? "");
-    if (waited && !signal?.aborted && waited.code !== 0 && waited.code !== 1) {
-      return shape(params, ["wait"], waited.code, out, waited.stderr ?? "");
+    if (waited && !signal?.aborted && !waited.killed) {
+      // pisub answered with an error (a run it cannot read, ...): its code and line, not "interrupted"
+      return shape(params, ["wait"], waited.code === 0 ? 1 : waited.code, out, waited.stderr ?? "");
     }
     const text = `the wait for run ${one(id, 64)} was interrupted before the run ended; the run goes on in the background ` +
       `(a notice comes when it ends if this session started it; wait again: {action: "wait", id: "${one(id, 64)}"}).`;
@@ -1491,14 +1516,15 @@ async function follow(runDir: string, done: Promise<unknown>, signal: any, onUpd
       done.then(() => { clearTimeout(timer); resolve(); }, () => { clearTimeout(timer); resolve(); });
     });
     if (over || signal?.aborted) return;
-    const update = streamingUpdate(runDir);
-    const key = update ? JSON.stringify(update) : "";
-    if (!update || key === last) continue;
-    last = key;
     try {
+      // the run's files are a child's to write: nothing in them may end the wait (or pi)
+      const update = streamingUpdate(runDir);
+      const key = update ? JSON.stringify(update) : "";
+      if (!update || key === last) continue;
+      last = key;
       onUpdate(update);
     } catch {
-      // a renderer's trouble never ends the wait
+      // an unreadable update, or a renderer's trouble, never ends the wait
     }
   }
 }
