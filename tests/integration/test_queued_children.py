@@ -135,7 +135,9 @@ def test_a_steer_and_a_follow_up_to_a_queued_child_are_scheduled_then_answered_w
         # an external CLI takes no steer: its runner's own answer comes back through the workflow
         assert final["state"] == "failed", final
         assert "steering is not supported by the external-cli runner" in final["reason"], final
-    child = pisub.Run(run.status().steps[1].run_id or "")
+    # the workflow's status names the child's run once its coalesced write lands
+    started = wait_for(lambda: run.status().steps[1].run_id, 30, what="later's run in the workflow's status")
+    child = pisub.Run(started)
     assert {r["source"] for r in _requests(child)} == {f"workflow {run.id}"}
     (gates / "later").touch()
     assert run.wait(timeout=60).state == "complete"
