@@ -44,6 +44,12 @@ def printable(text: str, *, one_line: bool = False) -> str:
     return _UNSAFE.sub(_escape, text.replace("\r\n", "\n"))
 
 
+def has_controls(text: str) -> bool:
+    """Whether ``text`` holds a C0 control character (newline and tab included) or DEL: what a
+    path or a one-line name given from outside may not hold."""
+    return any(ord(c) < 32 or ord(c) == 127 for c in text)
+
+
 def printable_bytes(data: bytes, *, one_line: bool = False) -> str:
     """Bytes (a log) as :func:`printable` text; a byte that is not UTF-8 shows as ``\\udcNN``."""
     return printable(data.decode("utf-8", "surrogateescape"), one_line=one_line)

@@ -15,6 +15,7 @@ import msgspec
 
 from pisub.errors import InvalidInput, NotResumable, storage_error
 from pisub.runs.run_options import MAX_NAME_BYTES, inside
+from pisub.termsafe import has_controls
 
 SHARE_FILE = "share.html"
 """The export's name in the run directory when no ``out`` is given."""
@@ -74,7 +75,7 @@ def _destination(given: Path) -> Path:
         InvalidInput: naming ``--out``.
     """
     text = str(given)
-    if not text.strip() or any(ord(c) < 32 or ord(c) == 127 for c in text):
+    if not text.strip() or has_controls(text):
         raise InvalidInput("--out: give a file path without control characters")
     dest = Path(os.path.abspath(given))
     parent = Path(os.path.realpath(dest.parent))

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from pisub.core.strict_path import unsafe_ancestor
 from pisub.errors import InvalidInput, storage_error
 from pisub.protocol.fields import Context
+from pisub.termsafe import has_controls
 
 if TYPE_CHECKING:
     from pisub.protocol.agent import AgentFrontmatter
@@ -102,7 +103,7 @@ def implicit_source(given: object) -> Path | None:
     """
     if not isinstance(given, str) or not given.strip() or len(given) > MAX_SESSION_DIR_CHARS:
         raise InvalidInput("parentSession: give the path of a session file")
-    if any(ord(c) < 32 or ord(c) == 127 for c in given):
+    if has_controls(given):
         raise InvalidInput("parentSession: the path holds control characters")
     path = Path(os.path.abspath(given))
     try:
@@ -125,7 +126,7 @@ def session_dir(given: str | Path, base: Path, home: Path) -> Path:
     text = os.fspath(given)
     if not isinstance(text, str) or not text.strip():
         raise InvalidInput("sessionDir: give a directory")
-    if len(text) > MAX_SESSION_DIR_CHARS or any(ord(c) < 32 or ord(c) == 127 for c in text):
+    if len(text) > MAX_SESSION_DIR_CHARS or has_controls(text):
         raise InvalidInput("sessionDir: a path of at most 4096 characters without control characters")
     try:
         text.encode("utf-8")
