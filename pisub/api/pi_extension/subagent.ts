@@ -984,10 +984,25 @@ export function displayItems(session: string): DisplayItem[] {
 
 // A session file a result or status names: only a regular `.jsonl` file (never through a
 // symlink, never a FIFO: readSmall), at most MAX_SESSION bytes.
+// The last session read: a foreground wait polls once a second, and a session of up to
+// MAX_SESSION bytes is read and parsed again only when it changed (its inode, size or mtime).
+let lastSession: { key: string; items: DisplayItem[] } | null = null;
+
 function sessionItems(file: unknown): DisplayItem[] | null {
   if (typeof file !== "string" || !file.endsWith(".jsonl") || !path.isAbsolute(file)) return null;
+  let key: string;
+  try {
+    const st = fs.lstatSync(file);
+    key = `${file}\0${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}`;
+  } catch {
+    return null;
+  }
+  if (lastSession?.key === key) return [...lastSession.items];
   const text = readSmall(file, MAX_SESSION);
-  return text === null ? null : displayItems(text);
+  if (text === null) return null;
+  const items = displayItems(text);
+  lastSession = { key, items };
+  return [...items];
 }
 
 // details.results[] with displayItems (from the session file, else the output as one text).
