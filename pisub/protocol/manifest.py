@@ -270,6 +270,8 @@ class Manifest(Record, kw_only=True):
     """pi: how the child's conversation began, as resolved at launch (absent: fresh)."""
     forked_from: str | None = None
     """``context`` fork: the session file copied (signed thinking blocks stripped)."""
+    label: str | None = None
+    """``--label``: a person's name for the run (printable, one line, at most 80 characters)."""
 
 
 def _is_seconds(value: object) -> bool:

@@ -124,3 +124,10 @@ class Status(Record, kw_only=True):
     depth: int = 0
     repaired: RepairCause | None = None
     """Set when a reader repaired the run (its runner died): whether its child ever started."""
+    label: str | None = None
+    """``--label``: the name a person gave the run (copied from the manifest at creation)."""
+    task: str | None = None
+    """The head of the task (its first line, at most 120 characters, redacted), so that a
+    listing tells runs apart with one read per run."""
+    cwd: str | None = None
+    """The directory the child works in (copied from the manifest at creation)."""

@@ -26,7 +26,7 @@ from pisub.core.fsio import (
 )
 from pisub.core.locks import try_lock
 from pisub.core.procs import boot_id, host_name
-from pisub.core.redact import scrub
+from pisub.core.redact import redact, scrub
 from pisub.errors import (
     AmbiguousRun,
     HomeUnusable,
@@ -118,6 +118,9 @@ class RunStore:
                 root_run_id=manifest.root_run_id,
                 key=manifest.key,
                 depth=manifest.depth,
+                label=manifest.label,
+                task=task_head(manifest.task),
+                cwd=manifest.cwd,
             )
             atomic_write(staging.status, encode_pretty(status))
             append_event(staging, "run.created", agent=manifest.agent.name, pid=os.getpid(), sync=True)
@@ -337,3 +340,14 @@ def _is_real_dir(entry: os.DirEntry[str]) -> bool:
         return entry.is_dir(follow_symlinks=False)
     except OSError:
         return False
+
+
+TASK_HEAD = 120
+"""How much of a task a run's status carries (its first line)."""
+
+
+def task_head(task: str) -> str:
+    """The first non-blank line of ``task``, redacted, cut to :data:`TASK_HEAD` characters."""
+    line = next((ln.strip() for ln in task.splitlines() if ln.strip()), "")
+    line = redact(line)
+    return line if len(line) <= TASK_HEAD else line[: TASK_HEAD - 1] + "…"
