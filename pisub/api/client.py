@@ -289,7 +289,7 @@ def _command(text: str, what: str) -> list[str]:
 
 def resume(
     ref: str,
-    message: str,
+    message: str | None = None,
     *,
     child: int | None = None,
     timeout: float | None = None,
@@ -298,9 +298,11 @@ def resume(
     """Continue a finished pi run's session in a new run with ``message`` as the next turn.
 
     The new run's runner takes the session's lease before pi starts; briefs stored by
-    ``follow-up`` are prepended to ``message``.
+    ``follow-up`` (and steers carried from a pause) are prepended to ``message``. Without a
+    message the briefs alone are the next turn.
 
     Raises:
+        InvalidInput: no message and no brief stored.
         NotResumable: the run is stopped, running, not a pi run, or has no session file.
         LaunchFailed: e.g. another run holds the session's lease (named in the message).
     """
@@ -314,8 +316,25 @@ def resume(
     from pisub.store.lineage import caller_lineage
 
     lineage = caller_lineage(os.environ)
-    new = plan_resume(source.home, source.id, _text(message, "message"), lineage=lineage, timeout=timeout)
+    text = _text(message, "message") if message is not None else _briefs_only(source)
+    new = plan_resume(source.home, source.id, text, lineage=lineage, timeout=timeout)
     return Run(start_run(source.home, new).run_id, home=source.home.root)
+
+
+def _briefs_only(source: Run) -> str:
+    """The next turn of a resume given no message: its stored briefs alone.
+
+    Raises:
+        InvalidInput: no brief is stored (saying both ways to give the next turn).
+    """
+    from pisub.store.briefs import BRIEFS_ONLY_TASK, pending_briefs
+
+    if not pending_briefs(source.paths):
+        raise InvalidInput(
+            f"run {source.id} holds no follow-up: give the next user turn (pisub resume "
+            f"{source.id[:8]} MESSAGE), or store one first (pisub follow-up {source.id[:8]} MESSAGE)"
+        )
+    return BRIEFS_ONLY_TASK
 
 
 def launch_workflow(
@@ -888,10 +907,12 @@ class Run:
             return request_id, None
         receipt = self.wait_for_receipt(request_id, wait)
         if child is None and (receipt is None or receipt.state == ReceiptState.PENDING):
-            self._cancel()
+            self.cancel_placement()
         return request_id, receipt
 
-    def _cancel(self) -> None:
+    def cancel_placement(self) -> None:
+        """Cancel the run through the engine that placed it (``scancel``: its runner takes it as
+        a stop), while it has not ended; nothing for a local run."""
         from pisub.backends import backend_for
         from pisub.store.runs import load_placement
 
@@ -908,6 +929,7 @@ class Run:
         """Steer the child (``mode``: ``steer``, ``follow_up`` or ``auto``); the request id."""
         if mode not in ("steer", "follow_up", "auto"):
             raise InvalidInput(f"unknown mode {mode!r}; one of steer, follow_up, auto")
+        self._check_steerable("steer")
         return self.send(Steer(v=1, message=message, mode=mode, child=child, source=source))  # type: ignore[arg-type]
 
     def steer(
@@ -952,12 +974,43 @@ class Run:
         """Continue this finished pi run's session in a new run (see :func:`resume`)."""
         return resume(self.id, message, timeout=timeout, home=self.home.root)
 
+    def _check_steerable(self, what: str) -> None:
+        """Refused before anything is written: an external CLI's runner cannot pass it messages
+        (a workflow routes to its children, which answer for themselves).
+
+        Raises:
+            NotSteerable: naming the run and what to do instead.
+        """
+        from pisub.errors import NotSteerable
+
+        runner = self.manifest().agent.runner
+        if runner not in ("pi", "workflow") and not self.status().state.is_terminal:
+            raise NotSteerable(
+                f"run {self.id} is an {runner} run: its runner cannot pass it a {what}; "
+                f"stop it (pisub stop {self.id[:8]}) and start a new run with the message"
+            )
+
     def send_follow_up(self, message: str, *, child: int | None = None, source: str | None = "pisub") -> str:
+        self._check_steerable("follow-up")
         return self.send(FollowUp(v=1, message=message, child=child, source=source))
 
     def send_interrupt(
         self, *, child: int | None = None, reason: str | None = None, source: str | None = "pisub"
     ) -> str:
+        """Interrupt the child: its run ends ``paused``, to be resumed; the request id.
+
+        Raises:
+            NotResumable: the run cannot be resumed (an external CLI): stop it instead.
+            InboxClosed: the run has finished.
+        """
+        from pisub.errors import NotResumable
+
+        runner = self.manifest().agent.runner
+        if runner not in ("pi", "workflow") and not self.status().state.is_terminal:
+            raise NotResumable(
+                f"run {self.id} is an {runner} run: an interrupt pauses a run to resume it, and "
+                f"only pi runs can be resumed; end it with: pisub stop {self.id[:8]}"
+            )
         return self.send(Interrupt(v=1, child=child, reason=reason, source=source))
 
     def send_stop(

@@ -441,13 +441,16 @@ def wait(
     refs: list[str] = typer.Argument(..., metavar="RUN...", autocompletion=run_ids),
     child: str | None = CHILD,
     any_: bool = typer.Option(False, "--any", help="Several runs: return when the first one ends."),
-    all_: bool = typer.Option(False, "--all", help="Several runs: return when every one has ended."),
+    all_: bool = typer.Option(
+        False, "--all", help="Several runs: return when every one has ended (the default)."
+    ),
     timeout: float | None = typer.Option(None, "--timeout", help="Give up after this many seconds (exit 3)."),
     as_json: bool = JSON,
 ) -> None:
-    """Wait for a run to end and print its result; exit 0 only for a complete run. With several
-    runs and --any or --all: one line per ended run (run id, state); exit 0 when every run
-    printed is complete, 1 otherwise."""
+    """Wait for a run to end and print its result; exit 0 only for a complete run.
+
+    Several runs: wait for every one (or with --any, the first to end) and print one line per
+    ended run (run id, state); exit 0 when every run printed is complete, 1 otherwise."""
     from pisub.errors import InvalidInput, WaitTimeout
 
     if any_ and all_:
@@ -455,9 +458,7 @@ def wait(
     if len(refs) > 1 or any_ or all_:
         if child is not None:
             raise InvalidInput("--child names one run's child: wait for one run")
-        if not (any_ or all_):
-            raise InvalidInput("several runs: give --any (the first to end) or --all (every one)")
-        _wait_many(refs, every=all_, timeout=timeout, as_json=as_json)
+        _wait_many(refs, every=not any_, timeout=timeout, as_json=as_json)
     handle = _run(refs[0], child)
     try:
         res = handle.wait(timeout)
