@@ -168,7 +168,7 @@ def launch(
         include_progress,
     )
     if on_done is not None:
-        manifest.on_done = _command(on_done, "on_done")
+        manifest.on_done = _on_done(on_done, workdir)
     sources = (fork_from, parent_session)
     seeds = _pi_session(h, manifest, catalog, session_dir, context, sources, workdir)
     if worktree is not None:
@@ -285,6 +285,30 @@ def _command(text: str, what: str) -> list[str]:
         return shlex.split(text)
     except ValueError as exc:
         raise InvalidInput(f"{what}: the command does not split like a shell line ({exc})") from None
+
+
+def _on_done(text: str, workdir: Path) -> list[str]:
+    """``--on-done``'s command line, its command found now (on PATH, or a path relative to the
+    run's working directory, executable): a typo is refused at launch, not found when the run
+    has ended.
+
+    Raises:
+        InvalidInput: a bad command line, or its command is not found or not executable.
+    """
+    from pisub.errors import LaunchFailed
+    from pisub.runs.launch import check_command
+
+    argv = _command(text, "on_done")
+    if not argv or not argv[0]:
+        raise InvalidInput("--on-done: the command is empty")
+    try:
+        check_command(argv[0], workdir)
+    except (LaunchFailed, InvalidInput) as exc:
+        raise InvalidInput(
+            f"--on-done: {exc.message}; give a command on PATH or the path of an executable "
+            "(relative to the run's working directory)"
+        ) from None
+    return argv
 
 
 def resume(
@@ -529,7 +553,7 @@ def _launch_workflow(
     manifest = new_manifest(agent, what, str(workdir), limits, lineage=lineage, run_id=run_id)
     manifest.workflow = spec
     if on_done is not None:
-        manifest.on_done = _command(on_done, "on_done")
+        manifest.on_done = _on_done(on_done, workdir)
     seeds = {"workflow.py": script} if script is not None else {}
     return Run(start_run(h, manifest, seeds=seeds).run_id, home=h.root)
 

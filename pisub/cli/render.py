@@ -138,6 +138,7 @@ def status_text(st: Status, placement: Placement | None = None) -> str:
         lines.append(f"session  {cell(st.session_file)}")
     if st.error:
         lines.append(f"error    {cell(st.error.code)}: {cell(st.error.message)}")
+    lines += steering_lines(st)
     return "\n".join(lines)
 
 
@@ -241,3 +242,45 @@ def print_report(report: Any, as_json: bool, width: int = 8) -> None:
             out(f"{'':>{width + 3}}fix: {check.fix}")
     out("healthy" if report.healthy else "problems found")
     raise typer.Exit(0 if report.healthy else 1)
+
+
+STEERING_SHOWN = 3
+"""How many of a run's last requests ``pisub status`` shows."""
+
+_STATE_WORDS = {
+    "delivered": "delivered",
+    "queued": "waiting in pi's queue",
+    "pending": "not yet taken by the child",
+    "scheduled": "kept for the next resume",
+    "recovered": "delivered to a resumed run",
+    "partial": "delivered to some children",
+    "failed": "failed",
+    "rejected": "rejected",
+}
+
+
+def steering_lines(st: Status) -> list[str]:
+    """The steering of a run in words (nothing when it had none): the counts, then its last
+    :data:`STEERING_SHOWN` requests, each with its state and message."""
+    ledger = st.steering
+    if not ledger.requested and not ledger.recent:
+        return []
+    counts = [
+        f"{n} {what}"
+        for n, what in (
+            (ledger.delivered, "delivered"),
+            (ledger.queued, "queued"),
+            (ledger.carried, "carried to the next resume"),
+            (ledger.failed, "failed"),
+            (ledger.rejected, "rejected"),
+        )
+        if n
+    ]
+    plural = "" if ledger.requested == 1 else "s"
+    lines = [f"steering {ledger.requested} request{plural}" + (f": {', '.join(counts)}" if counts else "")]
+    for entry in ledger.recent[-STEERING_SHOWN:]:
+        words = _STATE_WORDS.get(str(entry.state), str(entry.state))
+        what = entry.type.replace("_", "-")
+        message = f'  "{cell(entry.preview)}"' if entry.preview else ""
+        lines.append(f"         {what} {words}{message}  ({age(entry.updated_at)})")
+    return lines
