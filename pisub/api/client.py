@@ -953,7 +953,6 @@ class Run:
         """Steer the child (``mode``: ``steer``, ``follow_up`` or ``auto``); the request id."""
         if mode not in ("steer", "follow_up", "auto"):
             raise InvalidInput(f"unknown mode {mode!r}; one of steer, follow_up, auto")
-        self._check_steerable("steer")
         return self.send(Steer(v=1, message=message, mode=mode, child=child, source=source))  # type: ignore[arg-type]
 
     def steer(
@@ -978,6 +977,7 @@ class Run:
         Raises:
             InboxClosed: the run has finished.
         """
+        self._check_steerable("steer")
         request_id = self.send_steer(message, mode=mode, child=child)
         if wait <= 0:
             return request_id, None
@@ -1015,13 +1015,16 @@ class Run:
             )
 
     def send_follow_up(self, message: str, *, child: int | None = None, source: str | None = "pisub") -> str:
-        self._check_steerable("follow-up")
         return self.send(FollowUp(v=1, message=message, child=child, source=source))
 
     def send_interrupt(
         self, *, child: int | None = None, reason: str | None = None, source: str | None = "pisub"
     ) -> str:
-        """Interrupt the child: its run ends ``paused``, to be resumed; the request id.
+        return self.send(Interrupt(v=1, child=child, reason=reason, source=source))
+
+    def interrupt(self, *, child: int | None = None, reason: str | None = None) -> str:
+        """Interrupt the child: its run ends ``paused``, to be resumed; the request id (its
+        receipt: :meth:`wait_for_receipt`).
 
         Raises:
             NotResumable: the run cannot be resumed (an external CLI): stop it instead.
@@ -1035,7 +1038,7 @@ class Run:
                 f"run {self.id} is an {runner} run: an interrupt pauses a run to resume it, and "
                 f"only pi runs can be resumed; end it with: pisub stop {self.id[:8]}"
             )
-        return self.send(Interrupt(v=1, child=child, reason=reason, source=source))
+        return self.send_interrupt(child=child, reason=reason)
 
     def send_stop(
         self, *, child: int | None = None, reason: str | None = None, source: str | None = "pisub"
@@ -1054,6 +1057,7 @@ class Run:
             return target.follow_up(message)  # a finished (retained) child: a brief for its resume
         status = self.status()
         if not status.state.is_terminal:
+            self._check_steerable("follow-up")
             return self.send_follow_up(message, child=child), None
         if child is not None:
             steps = status.steps

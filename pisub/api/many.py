@@ -103,7 +103,7 @@ def interrupt_runs(
 ) -> list[Outcome]:
     """Interrupt every run in ``runs`` (each ends ``paused``); one outcome each, in order. A
     run that cannot be resumed (an external CLI) is refused (``NOT_RESUMABLE``): stop it."""
-    return _act(runs, "interrupt", lambda run: run.send_interrupt(reason=reason), wait, selected)
+    return _act(runs, "interrupt", lambda run: run.interrupt(reason=reason), wait, selected)
 
 
 def _act(

@@ -128,7 +128,7 @@ def interrupt(
     if many is None:
         _send(
             (refs or [""])[0],
-            lambda run: run.send_interrupt(child=_child(run, child), reason=reason),
+            lambda run: run.interrupt(child=_child(run, child), reason=reason),
             "interrupt",
             wait,
             as_json,
