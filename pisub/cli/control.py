@@ -317,8 +317,7 @@ def _closed(run: Run, type_: str, exc: InboxClosed, as_json: bool) -> NoReturn:
                 "code": exc.code,
             }
         )
-    else:
-        err(f"pisub: {exc.message} [{exc.code}]")
+    err(f"pisub: {exc.message} [{exc.code}]")
     raise typer.Exit(1)
 
 
