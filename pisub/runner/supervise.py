@@ -123,10 +123,14 @@ class Supervisor(RunShell["Dispatcher"]):
         it, or the run ended first) as a brief for its next resume; otherwise each fails with
         why it was not taken."""
         from pisub.store.briefs import CARRIED_REASON
+        from pisub.store.mailbox import recovery_claim
 
         dispatcher = self.dispatcher
         assert dispatcher is not None
+        reviving = recovery_claim(self.paths)  # a pause-and-revive delivers that one itself
         for rid, message in list(dispatcher.messages.items()):
+            if rid == reviving:
+                continue
             why = self._untaken.pop(rid, None) or self.OPEN_AT_END
             refusal = self._keep_as_brief(rid, message, state)
             if refusal is None:
