@@ -194,7 +194,12 @@ def _selection(
     runs = live_runs(agent=agent, label=label)
     if not runs:
         which = " ".join(
-            w for w in (f"of agent {agent!r}" if agent else "", f"labelled {label!r}" if label else "") if w
+            w
+            for w in (
+                f"of agent {agent!r}" if agent is not None else "",
+                f"labelled {label!r}" if label is not None else "",
+            )
+            if w
         )
         out(f"no live run{' ' + which if which else ''}")
         raise typer.Exit(0)
