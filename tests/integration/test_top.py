@@ -1,8 +1,11 @@
-"""`pisub top` driven in tmux: select a real pi run, steer it (the receipt is shown), open its log,
-stop it after the confirmation, quit."""
+"""`pisub top` driven in tmux: select a real pi run, steer it (the receipt is shown), open its log
+(the model's text as it streams), stop it after the confirmation, quit; where the cursor starts,
+rows that keep their place while keys act on the highlighted run, the layout at 80 and 200
+columns, colours (and none under NO_COLOR)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -13,8 +16,9 @@ from pathlib import Path
 import pytest
 
 import pisub
+from pisub.api.client import launch_parallel
 from pisub.cli.top import keys_of
-from tests.conftest import processes_of, wait_for
+from tests.conftest import AgentMaker, processes_of, wait_for
 
 pytestmark = pytest.mark.pi
 
@@ -39,6 +43,21 @@ class Tmux:
     def type(self, text: str) -> None:
         self("send-keys", "-t", "top", "-l", text)
 
+    def styled(self) -> str:
+        """The screen with its colours and attributes (SGR sequences)."""
+        return self("capture-pane", "-e", "-p", "-t", "top")
+
+    def highlighted(self) -> str:
+        """The selected row (shown in reverse video), without its escape sequences."""
+        rows = [line for line in self.styled().splitlines() if _REVERSE.search(line)]
+        return _SGR.sub("", rows[0]) if rows else ""
+
+
+_SGR = re.compile(r"\x1b\[[0-9;:]*m")
+_REVERSE = re.compile(r"\x1b\[(?:[0-9;:]*;)?7(?:;[0-9;:]*)?m")
+TOP = f"env -u COLUMNS -u LINES {sys.executable} -m pisub top"  # the pane's own size, not the test's
+SLEEPER = "import sys, time\nsys.stdin.read()\nprint('working on it', flush=True)\ntime.sleep(600)\n"
+
 
 @pytest.fixture
 def tmux(monkeypatch: pytest.MonkeyPatch) -> Iterator[Tmux]:
@@ -54,7 +73,7 @@ def tmux(monkeypatch: pytest.MonkeyPatch) -> Iterator[Tmux]:
 def test_top_selects_steers_logs_and_stops_a_run(pi_home: Path, tmux: Tmux) -> None:
     run = pisub.launch("pi", "SLOW:600 a long piece of work")
     wait_for(lambda: run.status().state == "running", timeout=30)
-    tmux("new-session", "-d", "-s", "top", "-x", "180", "-y", "40", f"{sys.executable} -m pisub top")
+    tmux("new-session", "-d", "-s", "top", "-x", "180", "-y", "40", TOP)
     short = run.id[:8]
     wait_for(lambda: short in tmux.screen(), timeout=30, what="the run in the table")
     tmux.keys("s")
@@ -68,8 +87,14 @@ def test_top_selects_steers_logs_and_stops_a_run(pi_home: Path, tmux: Tmux) -> N
     )
     tmux.keys("Enter")
     wait_for(lambda: f"log of {short}" in tmux.screen(), timeout=10, what="the log view")
+    # the model's text as it streams (pi's text deltas reach output-0.log), the run still running
+    wait_for(lambda: "Slow chunk 3 of 600" in tmux.screen(), timeout=30, what="the streamed text")
+    assert run.status().state == "running"
+    screen = tmux.screen()
+    assert "steering: " in screen and ("1 delivered" in screen or "1 queued" in screen), screen
+    assert "back to the table" in screen and "j/k move" not in screen, screen  # its own footer
     tmux.keys("q")
-    wait_for(lambda: "steers" in tmux.screen(), timeout=10, what="the table again")
+    wait_for(lambda: "label/task" in tmux.screen(), timeout=10, what="the table again")
     tmux.keys("x")
     wait_for(lambda: f"stop {short}? y/n" in tmux.screen(), timeout=10, what="the confirmation")
     tmux.keys("y")
@@ -135,3 +160,98 @@ def _top_alive(home: Path) -> bool:
         except OSError:
             continue
     return False
+
+
+def _sleepers(make_agent: AgentMaker, *tasks: str) -> list[pisub.Run]:
+    make_agent("sleeper", python=SLEEPER)
+    runs = []
+    for task in tasks:
+        runs.append(pisub.launch("sleeper", task))
+        wait_for(lambda: runs[-1].status().state == "running", timeout=30, what="the run to start")
+    return runs
+
+
+def test_top_starts_on_the_newest_run_never_a_placeholder(
+    home: Path, make_agent: AgentMaker, tmux: Tmux
+) -> None:
+    """The newest run is a workflow whose second call waits for a slot (a row with no run): the
+    cursor starts on the workflow, not on the waiting call's row."""
+    (older,) = _sleepers(make_agent, "an older run")
+    workflow = launch_parallel(
+        [
+            {"key": "first", "agent": "sleeper", "task": "one"},
+            {"key": "waits", "agent": "sleeper", "task": "two"},
+        ],
+        concurrency=1,
+    )
+    wait_for(lambda: any(s.run_id for s in workflow.status().steps), timeout=30, what="the first child")
+    tmux("new-session", "-d", "-s", "top", "-x", "80", "-y", "24", TOP)
+    wait_for(lambda: "(queued) waits" in tmux.screen() and older.id[:8] in tmux.screen(), timeout=30)
+    assert workflow.id[:8] in tmux.highlighted(), tmux.screen()
+    tmux.keys("q")
+
+
+def test_top_keeps_rows_in_place_and_acts_on_the_highlighted_run(
+    home: Path, make_agent: AgentMaker, tmux: Tmux
+) -> None:
+    """The newcomer's case: stop the top row, `j`, `i`: the stopped run stays where it was, `j`
+    highlights the next run, and `i` interrupts that one (not a finished run)."""
+    first, second, third = _sleepers(make_agent, "task one", "task two", "task three")
+    tmux("new-session", "-d", "-s", "top", "-x", "80", "-y", "24", TOP)
+    shorts = [run.id[:8] for run in (third, second, first)]
+    wait_for(lambda: all(short in tmux.screen() for short in shorts), timeout=30, what="the three runs")
+    assert shorts[0] in tmux.highlighted(), tmux.screen()
+    tmux.keys("x")
+    wait_for(lambda: f"stop {shorts[0]}? y/n" in tmux.screen(), timeout=10, what="the confirmation")
+    tmux.keys("y")
+    assert third.wait(timeout=30).state == "stopped"
+    wait_for(lambda: "stopped" in _row_of(tmux.screen(), shorts[0]), timeout=10, what="the stopped state")
+    assert _order(tmux.screen(), shorts) == shorts, tmux.screen()  # ended, and still on top
+    tmux.keys("j")
+    wait_for(lambda: shorts[1] in tmux.highlighted(), timeout=10, what="the next run highlighted")
+    tmux.keys("i")
+    wait_for(lambda: f"interrupt {shorts[1]}:" in tmux.screen(), timeout=15, what="the interrupt's answer")
+    assert shorts[1] in tmux.highlighted() and _order(tmux.screen(), shorts) == shorts, tmux.screen()
+    assert "RUN_CLOSED" not in tmux.screen(), tmux.screen()
+    assert first.status().state == "running"
+    tmux.keys("q")
+
+
+def test_top_at_80_and_200_columns_with_colours(
+    home: Path, make_agent: AgentMaker, tmux: Tmux, tmp_path: Path
+) -> None:
+    """At 80x24 the state words are whole, the task is shown and the run column is 8
+    characters; at 200 the last output line is shown too; states are coloured, and not under
+    NO_COLOR (the selection stays reverse video)."""
+    make_agent("quick", python="import sys\nsys.stdin.read()\nprint('all done')\n")
+    done = pisub.launch("quick", "summarise the parser module")
+    assert done.wait(timeout=30).state == "complete"
+    (live,) = _sleepers(make_agent, "refactor the lexer\nsecond line of the task")
+    tmux("new-session", "-d", "-s", "top", "-x", "80", "-y", "24", TOP)
+    wait_for(lambda: done.id[:8] in tmux.screen(), timeout=30, what="the runs")
+    screen = tmux.screen()
+    assert "complete" in _row_of(screen, done.id[:8]) and "running" in _row_of(screen, live.id[:8]), screen
+    assert "summarise the parser module" in _row_of(screen, done.id[:8]), screen
+    assert "refactor the lexer" in _row_of(screen, live.id[:8]), screen
+    rows = [_row_of(screen, run.id[:8]) for run in (done, live)]
+    assert all("…" not in row and live.id not in row for row in rows), screen  # 8-char ids, nothing cut
+    assert f"{live.id[:8]} · in {str(tmp_path)[:40]}" in screen, screen  # the selected run's cwd
+    styled = tmux.styled()
+    assert "\x1b[32m" in styled and "\x1b[36m" in styled, styled  # complete green, running cyan
+    tmux.keys("q")
+    wait_for(lambda: "top" not in tmux("list-sessions"), timeout=10, what="top to quit")
+    tmux("new-session", "-d", "-s", "top", "-x", "200", "-y", "50", f"NO_COLOR=1 {TOP}")
+    wait_for(lambda: "working on it" in _row_of(tmux.screen(), live.id[:8]), timeout=30, what="the output")
+    styled = tmux.styled()
+    assert not re.search(r"\x1b\[(?:[0-9;]*;)?3[0-7]m", styled), styled
+    assert live.id[:8] in tmux.highlighted(), styled
+    tmux.keys("q")
+
+
+def _row_of(screen: str, short: str) -> str:
+    return next((line for line in screen.splitlines() if short in line), "")
+
+
+def _order(screen: str, shorts: list[str]) -> list[str]:
+    lines = screen.splitlines()
+    return sorted(shorts, key=lambda short: next(i for i, line in enumerate(lines) if short in line))
