@@ -5,6 +5,12 @@ back), s steers (a prompt line; the receipt is shown), i interrupts, x stops (af
 confirmation), q quits. Runs that appear, end, are removed, or cannot be read are shown as
 they are; nothing of that ends the view.
 
+Rows keep their place: top-level runs newest first by start time (never by state), a
+workflow's children under it oldest first. The cursor starts on the newest run and follows its
+run (not its line); a run that appears while keys are pressed waits until none was pressed for
+``HOLD_S``; new rows replace the old ones only right before a redraw, so a key acts on the run
+the screen shows highlighted, and a prompt (steer, stop) on the run it was opened on.
+
 Every string shown goes through :func:`_text` — the one terminal filter
 (:func:`pisub.termsafe.printable`), then a rich ``Text`` (never a str cell, which rich would
 read as markup: ``[link=...]`` in a tool name would become an OSC 8 hyperlink)."""
@@ -31,7 +37,7 @@ MAX_ROWS = 300
 REDRAW_MIN_S = 0.2
 TICK_S = 1.0
 CELL_CHARS = 60
-KEY_CHARS = 16
+KEY_CHARS = 12
 """At most this much of a workflow child's key in the run column."""
 HOLD_S = 2.0
 """New rows wait until no key was pressed for this long: nothing moves while a person navigates."""
@@ -232,13 +238,13 @@ def _table(state: TopState, first: int, room: int, *, wide: bool) -> Any:
         table.add_column(column, no_wrap=True, overflow="ellipsis", min_width=len(column))
     # the task and the output take the room the others leave: a reply streaming into one long
     # line must not squeeze the other columns away
-    table.add_column("label/task", no_wrap=True, overflow="ellipsis", ratio=1)
+    table.add_column("label/task", no_wrap=True, overflow="ellipsis", ratio=3)
     if wide:
-        table.add_column("output", no_wrap=True, overflow="ellipsis", ratio=1)
+        table.add_column("output", no_wrap=True, overflow="ellipsis", ratio=2)
     for index, row in enumerate(state.rows[first : first + room], start=first):
         f = row.fleet
         key = f" {f.key[:KEY_CHARS]}" if f.key else ""
-        name = ("  " * min(row.depth, 4)) + (f.run_id[:8] if f.run_id else "(queued)") + key
+        name = ("  " * min(row.depth, 4)) + (f.run_id[:8] if f.run_id else "-".ljust(8)) + key
         cells = [
             (name, ""),
             (f.agent, ""),
@@ -409,6 +415,12 @@ class Top:
         row = self.state.target
         if row is None or row.fleet.run_id is None:
             self.state.log = []
+            return
+        if row.status is not None and row.status.runner == "workflow":
+            self.state.log = [
+                "a workflow: enter on one of its children (the rows under it) for that child's log;",
+                f"pisub logs -f {row.fleet.run_id[:8]} interleaves them all",
+            ]
             return
         try:
             self.state.log = transcript(self.home, 500, run_id=row.fleet.run_id)

@@ -186,7 +186,7 @@ def test_top_starts_on_the_newest_run_never_a_placeholder(
     )
     wait_for(lambda: any(s.run_id for s in workflow.status().steps), timeout=30, what="the first child")
     tmux("new-session", "-d", "-s", "top", "-x", "80", "-y", "24", TOP)
-    wait_for(lambda: "(queued) waits" in tmux.screen() and older.id[:8] in tmux.screen(), timeout=30)
+    wait_for(lambda: "waits" in tmux.screen() and older.id[:8] in tmux.screen(), timeout=30)
     assert workflow.id[:8] in tmux.highlighted(), tmux.screen()
     tmux.keys("q")
 
@@ -255,3 +255,42 @@ def _row_of(screen: str, short: str) -> str:
 def _order(screen: str, shorts: list[str]) -> list[str]:
     lines = screen.splitlines()
     return sorted(shorts, key=lambda short: next(i for i, line in enumerate(lines) if short in line))
+
+
+def test_top_holds_new_rows_while_keys_are_pressed(home: Path, make_agent: AgentMaker, tmux: Tmux) -> None:
+    """A run that starts while a person presses keys waits (a notice says so) and takes its
+    place once the keys stop: nothing moves under the cursor."""
+    (old,) = _sleepers(make_agent, "the old run")
+    tmux("new-session", "-d", "-s", "top", "-x", "80", "-y", "24", TOP)
+    wait_for(lambda: old.id[:8] in tmux.highlighted(), timeout=30, what="the run, selected")
+    tmux.keys("k")
+    new = pisub.launch("sleeper", "the new run")
+
+    def held() -> bool:
+        tmux.keys("k")  # still navigating
+        return "1 new row(s)" in tmux.screen()
+
+    wait_for(held, timeout=30, interval=0.3, what="the notice of a held row")
+    assert new.id[:8] not in tmux.screen() and old.id[:8] in tmux.highlighted(), tmux.screen()
+    wait_for(lambda: new.id[:8] in tmux.screen(), timeout=30, what="the new row once the keys stopped")
+    assert old.id[:8] in tmux.highlighted() and "new row(s)" not in tmux.screen(), tmux.screen()
+    tmux.keys("q")
+
+
+def test_top_shows_a_hostile_task_escaped(home: Path, make_agent: AgentMaker, tmux: Tmux) -> None:
+    """The task head (and the log view's header) reach the terminal escaped: no title change,
+    no rich markup taken as a hyperlink."""
+    (run,) = _sleepers(make_agent, "[link=http://e.x/]x[/link] \x1b]0;pwned-title\x07 \u202eevil")
+    tmux("new-session", "-d", "-s", "top", "-x", "200", "-y", "30", TOP)
+    tmux("set-option", "-g", "allow-rename", "on")
+    title = tmux("display", "-p", "-t", "top", "#{host}")
+    wait_for(lambda: run.id[:8] in tmux.screen(), timeout=30, what="the run")
+    row = _row_of(tmux.screen(), run.id[:8])
+    assert "[link=http://e.x/]x[/link] \\x1b]0;pwned-title\\x07 \\u202eevil" in row, row
+    tmux.keys("Enter")
+    wait_for(lambda: f"log of {run.id[:8]}" in tmux.screen(), timeout=10, what="the log view")
+    assert "\\x1b]0;pwned-title" in tmux.screen(), tmux.screen()
+    assert tmux("display", "-p", "-t", "top", "#{pane_title}") == title
+    assert "\x1b]" not in tmux.styled()
+    tmux.keys("q")
+    tmux.keys("q")
