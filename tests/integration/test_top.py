@@ -294,3 +294,25 @@ def test_top_shows_a_hostile_task_escaped(home: Path, make_agent: AgentMaker, tm
     assert "\x1b]" not in tmux.styled()
     tmux.keys("q")
     tmux.keys("q")
+
+
+def test_top_renders_a_state_it_does_not_know_plain() -> None:
+    """A state a newer pisub writes (or `queued`) is shown whole, uncoloured when unknown."""
+    from rich.console import Console
+
+    from pisub.api.views import FleetRow
+    from pisub.cli.top import Row, TopState, render
+
+    def row(run_id: str, state: str) -> Row:
+        fleet = FleetRow(
+            run_id=run_id, key=None, parent_run_id=None, agent="coder", state=state, started_at=None,
+            last_activity_at=None,
+        )  # fmt: skip
+        return Row(fleet, 0)
+
+    state = TopState(rows=[row("a" * 36, "queued"), row("b" * 36, "brand-new-state")], selected=1)
+    console = Console(width=80, height=24, record=True, force_terminal=True, color_system="standard")
+    console.print(render(state, 24, 80))
+    text = console.export_text(styles=True)
+    assert "queued" in text and "brand-new-state" in text and "aaaaaaaa " in text, text
+    assert "\x1b[36mqueued" in text and "\x1b[7mbrand-new-state" in text, repr(text)
