@@ -211,14 +211,15 @@ def render(state: TopState, height: int, width: int = 80) -> Any:
         footer = _line(f"steer {_short(state.target)}> {state.typed}", "bold yellow")
     elif state.mode == "confirm":
         footer = _line(f"stop {_short(state.target)}? y/n", "bold red")
-    room = max(1, height - 5)
+    fixed = 3 + (1 if state.held else 0)  # the header, the detail line, the footer (the held rows)
+    room = max(1, height - fixed - min(len(state.problems), 3))  # rows; at least 3 lines of problems
     first = max(0, state.selected - (room - 1))
     parts: list[Any] = [_table(state, first, room, wide=width >= WIDE)]
     if not state.rows:
         parts.append(_text("no runs yet (pisub run ...)"))
     else:
         parts.append(_line(_detail(state.current), "dim"))
-    spare = max(3, height - 5 - min(len(state.rows), room))
+    spare = max(1, height - fixed - min(len(state.rows), room))  # the problems take what is left
     shown = state.problems if len(state.problems) <= spare else state.problems[: spare - 1]
     parts += [_line(f"unreadable run {p}", "red") for p in shown]
     if len(shown) < len(state.problems):

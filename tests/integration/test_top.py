@@ -14,10 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 import pisub
 from pisub.api.client import launch_parallel
-from pisub.cli.top import keys_of
+from pisub.api.views import FleetRow
+from pisub.cli.top import Row, TopState, keys_of, render
 from tests.conftest import AgentMaker, processes_of, wait_for
 
 pytestmark = pytest.mark.pi
@@ -296,23 +298,35 @@ def test_top_shows_a_hostile_task_escaped(home: Path, make_agent: AgentMaker, tm
     tmux.keys("q")
 
 
+def _row(run_id: str, state: str) -> Row:
+    fleet = FleetRow(
+        run_id=run_id, key=None, parent_run_id=None, agent="coder", state=state, started_at=None,
+        last_activity_at=None,
+    )  # fmt: skip
+    return Row(fleet, 0)
+
+
+def _rendered(state: TopState, width: int = 80, height: int = 24) -> str:
+    console = Console(width=width, height=height, record=True, force_terminal=True, color_system="standard")
+    console.print(render(state, height, width))
+    return str(console.export_text(styles=True))
+
+
 def test_top_renders_a_state_it_does_not_know_plain() -> None:
     """A state a newer pisub writes (or `queued`) is shown whole, uncoloured when unknown."""
-    from rich.console import Console
-
-    from pisub.api.views import FleetRow
-    from pisub.cli.top import Row, TopState, render
-
-    def row(run_id: str, state: str) -> Row:
-        fleet = FleetRow(
-            run_id=run_id, key=None, parent_run_id=None, agent="coder", state=state, started_at=None,
-            last_activity_at=None,
-        )  # fmt: skip
-        return Row(fleet, 0)
-
-    state = TopState(rows=[row("a" * 36, "queued"), row("b" * 36, "brand-new-state")], selected=1)
-    console = Console(width=80, height=24, record=True, force_terminal=True, color_system="standard")
-    console.print(render(state, 24, 80))
-    text = console.export_text(styles=True)
+    state = TopState(rows=[_row("a" * 36, "queued"), _row("b" * 36, "brand-new-state")], selected=1)
+    text = _rendered(state)
     assert "queued" in text and "brand-new-state" in text and "aaaaaaaa " in text, text
     assert "\x1b[36mqueued" in text and "\x1b[7mbrand-new-state" in text, repr(text)
+
+
+def test_top_fits_its_screen_with_many_rows_and_problems() -> None:
+    """50 rows, 9 unreadable runs and held rows at 80x24: 24 lines, the selected row and the
+    footer on them."""
+    rows = [_row(f"{n:08d}" + "-" * 28, "running") for n in range(50)]
+    problems = [f"run-{n}: not JSON" for n in range(9)]
+    state = TopState(rows=rows, problems=problems, selected=30, held=2)
+    lines = _rendered(state).rstrip("\n").split("\n")
+    assert len(lines) <= 24, lines
+    assert "00000030" in "".join(lines) and "j/k move" in lines[-1] and "2 new row(s)" in lines[-2], lines
+    assert "more unreadable runs" in "".join(lines), lines
