@@ -182,8 +182,8 @@ def _task(row: Row) -> str:
 
 
 def _detail(row: Row | None) -> str:
-    """The line under the table about the selected run: its id, label and task, cwd, steering
-    and the tool it is in."""
+    """The line under the table about the selected run: its id, label, cwd, steering, the tool
+    it is in, and the head of its task when the table shows its label."""
     if row is None:
         return ""
     f, st = row.fleet, row.status
@@ -194,9 +194,9 @@ def _detail(row: Row | None) -> str:
         parts.append(f"[{st.label}]")
     if st.cwd:
         parts.append(f"in {st.cwd}")
-    parts += [
-        words for words in (steering_words(st), f"tool {f.current_tool}" if f.current_tool else "") if words
-    ]
+    tool = f"tool {f.current_tool}" if f.current_tool else ""
+    task = f"task: {st.task}" if st.label and st.task else ""  # (the table shows the label)
+    parts += [words for words in (steering_words(st), tool, task) if words]
     return " · ".join(parts)
 
 

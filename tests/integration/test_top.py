@@ -330,3 +330,22 @@ def test_top_fits_its_screen_with_many_rows_and_problems() -> None:
     assert len(lines) <= 24, lines
     assert "00000030" in "".join(lines) and "j/k move" in lines[-1] and "2 new row(s)" in lines[-2], lines
     assert "more unreadable runs" in "".join(lines), lines
+
+
+def test_top_shows_the_label_cwd_and_steering_in_words() -> None:
+    """A labelled run: the label in the table; its id, cwd, steering in words and task head on
+    the line under it."""
+    from pisub.protocol.control import Ledger
+    from pisub.protocol.status import RunState, Status
+
+    status = Status(
+        v=1, run_id="c" * 36, state=RunState.RUNNING, agent="coder", runner="pi", host="h",
+        started_at="2026-01-01T00:00:00Z", updated_at="2026-01-01T00:00:00Z", label="nightly-build",
+        task="fix the flaky test", cwd="/src/app", steering=Ledger(requested=3, delivered=1, failed=1),
+    )  # fmt: skip
+    row = _row(status.run_id, "running")
+    row.status = status
+    text = _SGR.sub("", _rendered(TopState(rows=[row]), width=120))
+    assert "nightly-build" in _row_of(text, "cccccccc  "), text
+    detail = "cccccccc · [nightly-build] · in /src/app · steering: 1 queued, 1 delivered, 1 failed"
+    assert detail + " · task: fix the flaky test" in text, text
