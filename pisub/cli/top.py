@@ -39,6 +39,8 @@ TICK_S = 1.0
 CELL_CHARS = 60
 KEY_CHARS = 12
 """At most this much of a workflow child's key in the run column."""
+AGENT_CHARS = 16
+"""At most this much of an agent's name in the agent column."""
 HOLD_S = 2.0
 """New rows wait until no key was pressed for this long: nothing moves while a person navigates."""
 WIDE = 120
@@ -248,7 +250,7 @@ def _table(state: TopState, first: int, room: int, *, wide: bool) -> Any:
         name = ("  " * min(row.depth, 4)) + (f.run_id[:8] if f.run_id else "-".ljust(8)) + key
         cells = [
             (name, ""),
-            (f.agent, ""),
+            (f.agent[:AGENT_CHARS], ""),
             (f.state, STATE_STYLES.get(f.state, "")),
             (_age(f.started_at), ""),
         ]
