@@ -265,11 +265,12 @@ def steering_lines(st: Status) -> list[str]:
     ledger = st.steering
     if not ledger.requested and not ledger.recent:
         return []
+    waiting = ledger.requested - ledger.delivered - ledger.failed - ledger.rejected - ledger.carried
     counts = [
         f"{n} {what}"
         for n, what in (
             (ledger.delivered, "delivered"),
-            (ledger.queued, "queued"),
+            (max(0, waiting), "waiting"),
             (ledger.carried, "carried to the next resume"),
             (ledger.failed, "failed"),
             (ledger.rejected, "rejected"),

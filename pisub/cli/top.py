@@ -170,8 +170,13 @@ def steering_words(status: Status | None) -> str:
     if status is None or status.steering.requested == 0:
         return ""
     ledger = status.steering
-    waiting = max(0, ledger.requested - ledger.delivered - ledger.failed - ledger.rejected)
-    counts = (("queued", waiting), ("delivered", ledger.delivered), ("failed", ledger.failed))
+    waiting = max(0, ledger.requested - ledger.delivered - ledger.failed - ledger.rejected - ledger.carried)
+    counts = (
+        ("queued", waiting),
+        ("delivered", ledger.delivered),
+        ("carried to the next resume", ledger.carried),
+        ("failed", ledger.failed),
+    )
     words = [f"{n} {word}" for word, n in (*counts, ("rejected", ledger.rejected)) if n]
     return "steering: " + ", ".join(words)
 
