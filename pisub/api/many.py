@@ -121,9 +121,20 @@ def _act(
         outcome.receipt = receipt
         if receipt is None or receipt.state == ReceiptState.PENDING:
             outcome.state = NO_ANSWER
+        elif closed_meanwhile(receipt):  # it ended between the write and the claim
+            outcome.state, outcome.reason = (ENDED, receipt.reason) if selected else (REFUSED, receipt.reason)
+            outcome.code = None if selected else InboxClosed.code
         else:
             outcome.state, outcome.reason = receipt.state.value, receipt.reason
     return outcomes
+
+
+def closed_meanwhile(receipt: Receipt) -> bool:
+    """The request was written, but the run finished before its runner took it (``failed``:
+    "the run finished before the request was consumed") — a ``RUN_CLOSED`` refusal in effect."""
+    from pisub.store.mailbox import FINISHED_REASON
+
+    return receipt.state == ReceiptState.FAILED and receipt.reason == FINISHED_REASON
 
 
 def _write(run: Run, type_: str, write: Callable[[Run], str], selected: bool) -> Outcome:

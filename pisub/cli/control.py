@@ -182,9 +182,9 @@ def _selection(
 
     selecting = all_ or agent is not None or label is not None
     if selecting and refs:
-        raise click.UsageError("give run ids, or --all / --agent / --label, not both")
+        raise click.UsageError("give run ids, or --all / --agent / --label, not both.")
     if not selecting and not refs:
-        raise click.UsageError("give a run id (or several), or --all / --agent A / --label L")
+        raise click.UsageError("give a run id (or several), or --all / --agent A / --label L.")
     if not selecting and len(refs) == 1:
         return None
     if child is not None:
@@ -346,6 +346,13 @@ def _report(run: Run, rid: str, type_: str, wait: float, as_json: bool, receipt:
 
 
 def _print_receipt(receipt: Receipt, type_: str, rid: str, as_json: bool) -> NoReturn:
+    from pisub.api.many import closed_meanwhile
+
+    if closed_meanwhile(receipt):  # written, but the run finished before taking it
+        if as_json:
+            json_line(receipt)
+        err(f"pisub: run {receipt.run_id} has finished: {receipt.reason} [RUN_CLOSED]")
+        raise typer.Exit(1)
     if as_json:
         json_line(receipt)
     else:

@@ -148,7 +148,7 @@ def test_wait_for_several_runs_waits_for_all(home: Path, make_agent: AgentMaker)
 def test_usage_errors_are_one_line(home: Path) -> None:
     cases = [
         (["stauts"], "No such command 'stauts'. Did you mean 'status'? Try 'pisub --help'."),
-        (["stop"], "give a run id (or several), or --all / --agent A / --label L Try 'pisub stop --help'."),
+        (["stop"], "give a run id (or several), or --all / --agent A / --label L. Try 'pisub stop --help'."),
         (["stop", "--bogus", "x"], "No such option '--bogus'. Try 'pisub stop --help'."),
         (["wait", "--timeout", "soon", "x"], "Invalid value for '--timeout'"),
         (["agents", "lsit"], "Did you mean 'list'? Try 'pisub agents --help'."),
@@ -297,3 +297,35 @@ def test_interrupt_several_pi_runs(pi_home: Path) -> None:
     assert sorted(_lines(proc.stdout)) == sorted(r.id for r in runs)
     for run in runs:
         assert run.wait(timeout=30).state == "paused"
+
+
+def test_hostile_selectors_are_matched_exactly_and_printed_escaped(
+    home: Path, make_agent: AgentMaker
+) -> None:
+    run = _sleeper(make_agent, label="nightly")
+    for label in ("\x1b[31mnightly", "nightly\n", "night", "x" * 100_000, "*"):
+        proc = pisub_cli("stop", "--label", label)
+        assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 1, proc.stdout[:200]
+        assert proc.stdout.startswith("no live run labelled ") and "\x1b" not in proc.stdout
+    for agent in ("sleeper\t", "../sleeper", "SLEEPER", "sleeper\u202e"):
+        proc = pisub_cli("stop", "--agent", agent)
+        assert proc.returncode == 0 and proc.stdout.startswith("no live run of agent "), proc.stdout
+        assert "\u202e" not in proc.stdout
+        assert run.status().state == RunState.RUNNING
+    both = pisub_cli("stop", "--agent", "sleeper", "--label", "other")
+    assert both.stdout == "no live run of agent 'sleeper' labelled 'other'\n"
+    proc = pisub_cli("stop", "--agent", "sleeper", "--label", "nightly")
+    assert list(_lines(proc.stdout)) == [run.id]
+
+
+def test_a_request_the_run_finished_before_taking_is_run_closed(home: Path, make_agent: AgentMaker) -> None:
+    from pisub.api.many import closed_meanwhile
+    from tests.helpers import drop_request
+
+    make_agent("quick", command="true")
+    run = pisub.launch("quick", "x")
+    run.wait(timeout=30)
+    drop_request(run, "late.json", b'{"v":1,"type":"stop"}')  # as if written just before the end
+    run.status()  # the reader answers it
+    receipt = run.receipt("late")
+    assert receipt is not None and closed_meanwhile(receipt)
