@@ -98,7 +98,7 @@ def main() -> None:
     except Exception as exc:
         what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         _fail(InternalError(f"internal error (please report it): {what}"), exc)
-    sys.exit(code if isinstance(code, int) else 0)
+    sys.exit(code if isinstance(code, int) and not isinstance(code, bool) else 0)
 
 
 def app_for(argv: list[str]) -> typer.Typer:
