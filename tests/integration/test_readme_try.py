@@ -1,0 +1,108 @@
+"""README.md's "try it yourself" block, run verbatim in bash with a fresh HOME after the install
+(``scripts/env.sh``: pisub on PATH, the installed pi, the scripted model when pi has none)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, end_processes, pid_alive, processes_of, wait_for
+
+MARKER = "<!-- try-it-yourself -->"
+
+
+def readme_block() -> str:
+    """The bash block right after the marker line in README.md."""
+    text = (ROOT / "README.md").read_text()
+    found = re.search(re.escape(MARKER) + r"\n```bash\n(.*?)\n```\n", text, re.S)
+    assert found, f"README.md has no ```bash block right after {MARKER}"
+    return found.group(1)
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Iterator[Path]:
+    """A checkout as the demo leaves it: scripts/env.sh, the .venv running these tests (pisub
+    installed) and the installed pi (.pi-cli) — linked, so nothing of the real one changes."""
+    if sys.prefix == sys.base_prefix or not (Path(sys.prefix) / "bin" / "pisub").exists():
+        pytest.skip("the tests do not run from a virtualenv with pisub installed")
+    launchers = sorted((ROOT / ".pi-cli").glob("[0-9]*/bin/pi"))
+    if not launchers:
+        pytest.skip("no pi installed in .pi-cli (scripts/install_pi.sh)")
+    where = tmp_path / "checkout"
+    (where / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "env.sh", where / "scripts" / "env.sh")
+    shutil.copy(ROOT / "README.md", where / "README.md")
+    (where / ".venv").symlink_to(sys.prefix)
+    (where / ".pi-cli").symlink_to(ROOT / ".pi-cli")
+    (tmp_path / "home").mkdir()
+    yield where
+    end_processes(processes_of(tmp_path), {os.getuid()})
+
+
+def fresh_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """A new login's environment: a fresh HOME, no pisub, pi or provider variables."""
+    env = {"HOME": str(tmp_path / "home"), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+    if "TMPDIR" in os.environ:
+        env["TMPDIR"] = os.environ["TMPDIR"]
+    return {**env, **extra}
+
+
+def bash(
+    script: str, cwd: Path, env: dict[str, str], timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.pi
+def test_readme_try_it_yourself_runs_verbatim(checkout: Path, tmp_path: Path) -> None:
+    block = readme_block()
+    assert len(block.splitlines()) == 5 and block.splitlines()[0] == ". scripts/env.sh"
+    env = fresh_env(tmp_path)
+    done = bash("set -e\n" + block, checkout, env)
+    try:
+        assert done.returncode == 0, done.stdout + done.stderr
+        out = done.stdout
+        assert "started the scripted model (no API key, no tokens)" in out
+        assert "Hello from the fake LLM. You said: What is in this folder?" in out
+        assert re.search(r"complete\s+scout", out), out  # pisub list
+        assert re.search(r"state\s+complete", out), out  # pisub status
+        home = tmp_path / "home"
+        assert (home / ".local/state/pisub/runs").is_dir()  # the default home of the fresh HOME
+        # Sourced again (a second shell): the same server, nothing new started.
+        again = bash(". scripts/env.sh && echo PI_CODING_AGENT_DIR=$PI_CODING_AGENT_DIR", checkout, env)
+        assert again.returncode == 0 and "already serves" in again.stdout, again.stdout + again.stderr
+        pid = int((home / ".cache/pisub/scripted-model/pid").read_text())
+        assert f"PI_CODING_AGENT_DIR={home}/.cache/pisub/scripted-model/pi-agent" in again.stdout
+    finally:
+        stopped = bash(". scripts/env.sh --stop", checkout, env)
+    assert "stopped the scripted model" in stopped.stdout, stopped.stdout + stopped.stderr
+    wait_for(lambda: not pid_alive(pid), timeout=10, what="the scripted model to end")
+
+
+def test_env_sh_leaves_a_real_provider_alone(checkout: Path, tmp_path: Path) -> None:
+    """A provider's key (pi lists its models): no server started, PI_CODING_AGENT_DIR untouched."""
+    env = fresh_env(tmp_path, ANTHROPIC_API_KEY="sk-test-not-used")
+    done = bash(". scripts/env.sh && echo dir=${PI_CODING_AGENT_DIR-unset} bin=$PISUB_PI_BIN", checkout, env)
+    assert done.returncode == 0, done.stderr
+    assert "no scripted model started" in done.stdout and "dir=unset" in done.stdout
+    assert f"bin={checkout}/.pi-cli/" in done.stdout
+    assert not (tmp_path / "home/.cache/pisub/scripted-model/pid").exists()
+
+
+def test_env_sh_refuses_what_it_cannot_do(checkout: Path, tmp_path: Path) -> None:
+    env = fresh_env(tmp_path)
+    bad = bash(". scripts/env.sh --bogus; echo rc=$?", checkout, env)
+    assert "unknown option --bogus" in bad.stderr and "rc=2" in bad.stdout
+    (checkout / ".venv").unlink()
+    missing = bash(". scripts/env.sh; echo rc=$? still-here", checkout, env)
+    assert "run ./scripts/demo.sh first" in missing.stderr and "rc=1 still-here" in missing.stdout
+    assert "no scripted model running" in bash(". scripts/env.sh --stop", checkout, env).stdout
