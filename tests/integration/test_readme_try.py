@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -106,3 +107,24 @@ def test_env_sh_refuses_what_it_cannot_do(checkout: Path, tmp_path: Path) -> Non
     missing = bash(". scripts/env.sh; echo rc=$? still-here", checkout, env)
     assert "run ./scripts/demo.sh first" in missing.stderr and "rc=1 still-here" in missing.stdout
     assert "no scripted model running" in bash(". scripts/env.sh --stop", checkout, env).stdout
+
+
+def test_the_slurm_recipe_writes_the_config_pisub_reads(tmp_path: Path) -> None:
+    """README's "Runs on a Slurm cluster": its config line, verbatim, sets what `config show` shows."""
+    section = (ROOT / "README.md").read_text().split("## Runs on a Slurm cluster", 1)[1]
+    block = re.search(r"```sh\n(.*?)\n```", section, re.S)
+    assert block
+    (line,) = [line for line in block.group(1).splitlines() if "config.toml" in line]
+    home = tmp_path / "home"
+    home.mkdir()
+    env = fresh_env(tmp_path, PISUB_HOME=str(tmp_path / "state"))
+    done = bash(line, tmp_path, env)
+    assert done.returncode == 0, done.stderr
+    shown = subprocess.run(
+        [sys.executable, "-m", "pisub", "config", "show", "--json"], env=env, capture_output=True, text=True
+    )
+    assert shown.returncode == 0, shown.stderr
+    rows = {r["name"]: r for r in json.loads(shown.stdout)}
+    config = str(home / ".config/pisub/config.toml")
+    assert rows["placement.backend"]["value"] == "slurm" and rows["placement.backend"]["file"] == config
+    assert rows["slurm.partition"]["value"] == "cpu" and rows["slurm.time"]["value"] == "4:00:00"
