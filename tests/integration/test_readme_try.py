@@ -128,3 +128,41 @@ def test_the_slurm_recipe_writes_the_config_pisub_reads(tmp_path: Path) -> None:
     config = str(home / ".config/pisub/config.toml")
     assert rows["placement.backend"]["value"] == "slurm" and rows["placement.backend"]["file"] == config
     assert rows["slurm.partition"]["value"] == "cpu" and rows["slurm.time"]["value"] == "4:00:00"
+
+
+@pytest.mark.pi
+def test_readme_tasks_file_example_runs_verbatim(checkout: Path, tmp_path: Path) -> None:
+    """README's tasks-file example (after `. scripts/env.sh`), and the guide shows the same file."""
+    text = (ROOT / "README.md").read_text()
+    found = re.search(r"<!-- tasks-file -->\n```bash\n(.*?)\n```\n", text, re.S)
+    assert found
+    env = fresh_env(tmp_path)
+    done = bash("set -e\n. scripts/env.sh >/dev/null\n" + found.group(1), checkout, env)
+    try:
+        assert done.returncode == 0, done.stdout + done.stderr
+        said = "Hello from the fake LLM. You said: Summarise in one line: Hello from the fake LLM."
+        assert said in done.stdout
+    finally:
+        bash(". scripts/env.sh --stop", checkout, env)
+    guide = subprocess.run(
+        [sys.executable, "-m", "pisub", "guide", "workflows"], capture_output=True, text=True, check=True
+    ).stdout
+    assert '"agent": "scout", "task": "Summarise in one line: {previous}"' in guide
+    assert "--chain FILE" in guide and "{previous}" in guide
+
+
+def test_the_guide_names_only_agents_that_exist(home: Path) -> None:
+    """The overview's first example starts an agent every user has (pisub ships it)."""
+    overview = subprocess.run(
+        [sys.executable, "-m", "pisub", "guide"], capture_output=True, text=True, check=True
+    ).stdout
+    named = re.findall(r'\{agent: "([^"]+)"', overview)
+    assert named and "pi" not in named
+    listed = subprocess.run(
+        [sys.executable, "-m", "pisub", "agents", "list", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    agents = {json.loads(line)["name"] for line in listed.splitlines()}
+    assert set(named) <= agents, (named, agents)
