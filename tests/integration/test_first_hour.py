@@ -132,3 +132,15 @@ def test_test_sh_help_is_its_own_and_instant(tmp_path: Path) -> None:
     for needed in ("PISUB_NONROOT", "PISUB_SLURM", "PISUB_PI_VERSIONS", "apt-get", "pisub-ci", "minutes"):
         assert needed in done.stdout, needed
     assert "pytest" not in done.stdout.split("\n", 1)[0]  # not pytest's usage
+
+
+def test_no_slurm_job_output_is_tracked_at_the_root() -> None:
+    """A Slurm job submitted by hand writes slurm-<id>.out into its cwd: ignored, never tracked
+    (pisub's own sbatch calls name --output)."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout (a copy)")
+    tracked = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "slurm-*.out"], capture_output=True, text=True, check=True
+    )
+    assert tracked.stdout == ""
+    assert "slurm-*.out" in (ROOT / ".gitignore").read_text().splitlines()
