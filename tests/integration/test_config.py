@@ -85,11 +85,18 @@ def test_a_bad_file_is_one_line_naming_the_field(
     assert not list(pisub.list_runs())
 
 
-@pytest.mark.parametrize("kind", ["symlink", "fifo", "directory", "huge"])
+@pytest.mark.parametrize(
+    ("place", "kind"),
+    [(p, k) for p in ("old", "xdg") for k in ("symlink", "fifo", "directory", "huge")]
+    + [("xdg", "parent is a file")],
+)
 def test_a_hostile_file_is_refused_never_followed_or_waited_on(
-    home: Path, quick: None, tmp_path: Path, kind: str
+    home: Path, quick: None, tmp_path: Path, kind: str, place: str
 ) -> None:
-    path = home / "config.toml"
+    """In either place (``<home>/config.toml``, ``$XDG_CONFIG_HOME/pisub/config.toml``): one line
+    naming the file, and nothing starts."""
+    path = home / "config.toml" if place == "old" else _xdg_config(tmp_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     if kind == "symlink":
         elsewhere = tmp_path / "elsewhere.toml"
         elsewhere.write_text("[limits]\ntimeout = 5\n")
@@ -98,10 +105,16 @@ def test_a_hostile_file_is_refused_never_followed_or_waited_on(
         os.mkfifo(path)
     elif kind == "directory":
         path.mkdir()
-    else:
+    elif kind == "huge":
         path.write_text("# " + "x" * 400_000 + "\n")
-    done = pisub_cli("config", "show", timeout=20)
-    assert done.returncode == 1 and "Traceback" not in done.stderr and "config.toml" in done.stderr
+    else:
+        path.parent.rmdir()
+        path.parent.write_text("not a directory")
+    for args in (["config", "show"], ["run", "--agent", "quick", "x"]):
+        done = pisub_cli(*args, timeout=20)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and "config.toml" in done.stderr
+    assert not list(pisub.list_runs())
 
 
 def _xdg_config(tmp_path: Path) -> Path:
@@ -130,6 +143,9 @@ def test_the_xdg_config_wins_key_by_key_over_the_old_place(home: Path, quick: No
     assert any(line.startswith("limits.timeout ") and line.endswith(f"({xdg})") for line in lines)
     manifest = pisub.launch("quick", "x").manifest()
     assert manifest.limits.timeout == 5 and manifest.limits.idle_timeout == 3
+    xdg.write_text("[limits]\nidle_timeout = -2\n")  # a bad value: the error names its file
+    done = pisub_cli("config", "show")
+    assert done.returncode == 1 and done.stderr.startswith(f"pisub: {xdg}: ") and "idle" in done.stderr
 
 
 def test_config_show_names_the_files_it_looked_for(home: Path, quick: None, tmp_path: Path) -> None:
@@ -141,26 +157,3 @@ def test_config_show_names_the_files_it_looked_for(home: Path, quick: None, tmp_
     env = {**os.environ, "XDG_CONFIG_HOME": "relative/dir", "HOME": str(fake_home)}
     shown = pisub_cli("config", "show", env=env, check=True).stdout.splitlines()
     assert shown[0] == f"# absent {fake_home}/.config/pisub/config.toml"
-
-
-@pytest.mark.parametrize("kind", ["symlink", "fifo", "bad value", "parent is a file"])
-def test_a_hostile_xdg_config_is_one_line_naming_it(
-    home: Path, quick: None, tmp_path: Path, kind: str
-) -> None:
-    xdg = _xdg_config(tmp_path)
-    if kind == "symlink":
-        elsewhere = tmp_path / "elsewhere.toml"
-        elsewhere.write_text("[limits]\ntimeout = 5\n")
-        xdg.symlink_to(elsewhere)
-    elif kind == "fifo":
-        os.mkfifo(xdg)
-    elif kind == "bad value":
-        xdg.write_text("[limits]\nidle_timeout = -2\n")
-    else:
-        xdg.parent.rmdir()
-        xdg.parent.write_text("not a directory")
-    for args in (["config", "show"], ["run", "--agent", "quick", "x"]):
-        done = pisub_cli(*args, timeout=20)
-        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-        assert len(done.stderr.strip().splitlines()) == 1 and "config.toml" in done.stderr
-    assert not list(pisub.list_runs())
