@@ -51,4 +51,5 @@ print(f"  {s['state']}: the agent {s['agent']} took {step.get('turnCount', 0)} t
 PY
 say "try it yourself: in a new shell, from this folder ($PWD)"
 sed -n '/^<!-- try-it-yourself -->$/,/^```$/p' README.md | sed -e '1,2d' -e '$d'
+echo "  (scripts/env.sh starts the scripted model only when pi has no model of yours; . scripts/env.sh --stop ends it)"
 exit "$ended"

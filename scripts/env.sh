@@ -1,4 +1,4 @@
-# Source me after ./scripts/demo.sh:   . scripts/env.sh   (bash or zsh; idempotent)
+# Source me after ./scripts/demo.sh:   . scripts/env.sh   (bash; idempotent)
 #
 #   - puts this checkout's .venv/bin (pisub) first on PATH;
 #   - sets PISUB_PI_BIN to the pi that scripts/install_pi.sh installed (unless yours works);
@@ -20,6 +20,7 @@ _pisub_env() {
     state="${XDG_CACHE_HOME:-$HOME/.cache}/pisub/scripted-model"
     case "$mode" in
         "" | --scripted | --stop) ;;
+        [!-]*) mode="" ;;  # sourced from a script: its own arguments are not ours
         *) printf 'env.sh: unknown option %s (give --scripted or --stop)\n' "$mode" >&2; return 2 ;;
     esac
     if [ "$mode" = --stop ]; then
