@@ -13,11 +13,16 @@ say "installing pisub into .venv"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e . --config-settings editable_mode=compat
 export PATH="$PWD/.venv/bin:$PATH"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 say "installing the pinned pi into .pi-cli (npm's output goes to .pi-cli/*/npm-install.log)"
-PISUB_PI_BIN=$(bash scripts/install_pi.sh 2> >(sed 's/^install_pi.sh: /  /' >&2) | tail -n 1)
+if ! PISUB_PI_BIN=$(bash scripts/install_pi.sh 2>"$work/install.log" | tail -n 1); then
+    sed 's/^install_pi.sh: /  /' "$work/install.log" >&2
+    exit 1
+fi
+sed 's/^install_pi.sh: /  /' "$work/install.log"
 export PISUB_PI_BIN
 
-work=$(mktemp -d)
 .venv/bin/python -m pisub.testing.fake_model --port-file "$work/url" --pi-agent-dir "$work/pi-agent" \
     --slow-delay 0.05 >/dev/null &
 server=$!

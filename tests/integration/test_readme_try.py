@@ -166,3 +166,42 @@ def test_the_guide_names_only_agents_that_exist(home: Path) -> None:
     ).stdout
     agents = {json.loads(line)["name"] for line in listed.splitlines()}
     assert set(named) <= agents, (named, agents)
+
+
+@pytest.mark.pi
+def test_the_demo_output_is_short_and_ends_with_the_try_lines(checkout: Path, tmp_path: Path) -> None:
+    """scripts/demo.sh after the install: no npm noise, the task and the scripted model named, the
+    run's output once, then README's try-it-yourself lines. (Its pip and npm steps run against
+    stand-ins here: pip must not re-point the venv the tests run from, and npm must not run.)"""
+    for name in ("demo.sh", "install_pi.sh", "pi-pins.sh"):
+        shutil.copy(ROOT / "scripts" / name, checkout / "scripts" / name)
+    shutil.copytree(ROOT / ".pisub" / "agents", checkout / ".pisub" / "agents")  # coder
+    (checkout / ".venv").unlink()
+    venv_bin = checkout / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    calls = tmp_path / "calls"
+    python = venv_bin / "python"
+    pip = f'if [ "$1 $2" = "-m pip" ]; then echo pip >>{calls}; exit 0; fi'
+    python.write_text(f'#!/bin/sh\n{pip}\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    (venv_bin / "pisub").symlink_to(Path(sys.prefix) / "bin" / "pisub")
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    (fake / "npm").write_text(f"#!/bin/sh\necho npm >>{calls}\nexit 1\n")
+    (fake / "npm").chmod(0o755)
+    env = fresh_env(tmp_path)
+    env["PATH"] = f"{fake}:{env['PATH']}"
+    done = bash("./scripts/demo.sh", checkout, env, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout + done.stderr
+    assert calls.read_text() == "pip\n", "npm ran: the installed pi was not recognised"
+    for noise in ("EBADENGINE", "npm notice", "npm warn", "child 0"):
+        assert noise not in out
+    assert "a local scripted one" in out and "no API key, no tokens" in out
+    assert 'pisub run --agent coder "Look around first: TOOL: ls"' in out
+    assert (
+        out.count("Tool said:") == 1 and "complete: the agent coder took 2 turn(s) and 1 tool call(s)" in out
+    )
+    tail = done.stdout.rstrip("\n").splitlines()[-6:]
+    assert tail[:5] == readme_block().splitlines() and ". scripts/env.sh --stop" in tail[5]
+    assert len(out.splitlines()) < 45, out
