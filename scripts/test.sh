@@ -52,8 +52,8 @@ Environment:
   PISUB_DURATIONS=FILE   write every test's duration to FILE
   PYTHON=python3.X       the Python that makes .venv
 
-How long: the full run (as root, every pin, Slurm; CI on 2 cores) takes about 20-25 minutes;
-PISUB_NONROOT=0 PISUB_SLURM=0 PISUB_PI_VERSIONS=default about 10; --nfs adds ~6 minutes.
+How long: the full run (as root, every pin, Slurm) takes about 10 minutes on 2 idle cores (CI:
+9-10), more on a loaded machine, plus the installs the first time; --nfs adds ~6 minutes.
 EOF
 }
 case " $* " in
