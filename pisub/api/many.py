@@ -6,7 +6,8 @@ runs refuses the whole command: nothing is acted on), the same run named twice i
 every request is written before any receipt is awaited (one deadline for all), and each run gets
 one :class:`Outcome`. A selection (``--all``, ``--agent``, ``--label``) is the live top-level
 runs at the moment it is read: a run that starts later is not in it, and one that ends before
-its request is written is ``ended`` (not a failure: it is no longer live).
+its request is written is ``ended`` (not a failure: it is no longer live); so is a run whose
+stop failed because its child had already exited, once it has ended.
 """
 
 from __future__ import annotations
@@ -124,9 +125,21 @@ def _act(
         elif closed_meanwhile(receipt):  # it ended between the write and the claim
             outcome.state, outcome.reason = (ENDED, receipt.reason) if selected else (REFUSED, receipt.reason)
             outcome.code = None if selected else InboxClosed.code
+        elif receipt.state == ReceiptState.FAILED and type_ == "stop" and _ends(run, deadline):
+            # its child had exited already (it was ending, or stopped by someone else): it is
+            # no longer live, which is what a stop asks
+            outcome.state, outcome.reason = ENDED, f"it ended meanwhile ({run.status().state})"
         else:
             outcome.state, outcome.reason = receipt.state.value, receipt.reason
     return outcomes
+
+
+def _ends(run: Run, deadline: float) -> bool:
+    """Whether ``run`` reaches a terminal state by ``deadline`` (at least a second from now)."""
+    from pisub.core.polling import poll
+
+    wait = max(1.0, deadline - time.monotonic())
+    return poll(lambda: run.status().state.is_terminal or None, wait, interval=0.05) is not None
 
 
 def closed_meanwhile(receipt: Receipt) -> bool:
