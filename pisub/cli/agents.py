@@ -243,7 +243,7 @@ def enable(name: str, scope: str | None = SCOPE) -> None:
 def eject(
     name: str, scope: str | None = typer.Option("user", "--scope", help="user (default) or project.")
 ) -> None:
-    """Copy an agent shipped with pisub (reviewer, scout, worker) into a scope for editing."""
+    """Copy an agent shipped with pisub (coder, hello, reviewer, scout, worker) into a scope for editing."""
     from pisub.api.client import edit_agent
 
     _done("ejected", edit_agent("eject", name, scope=scope))
