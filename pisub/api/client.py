@@ -156,7 +156,8 @@ def launch(
     from pisub.runs.launch import review_runs_of, single_plan
     from pisub.store.config import load_config
 
-    review = review_runs_of(review, load_config(h.root))
+    config = load_config(h.root)
+    review = review_runs_of(review, config)
     manifest = plan_run(
         h,
         agent,
@@ -170,7 +171,7 @@ def launch(
         catalog=catalog,
         review=review,
     )
-    manifest.acceptance_plan = single_plan(manifest, catalog, review)
+    manifest.acceptance_plan = single_plan(manifest, catalog, review, config)
     manifest.max_output, manifest.artifacts, manifest.include_progress = (
         max_output,
         artifacts,

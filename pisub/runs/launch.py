@@ -231,13 +231,19 @@ def overrides_builtin(agent: Agent) -> bool:
     return agent.scope != "builtin" and agent.name in shipped_names()
 
 
-def single_plan(manifest: Manifest, catalog: Catalog, review: bool) -> AcceptancePlan:
+def single_plan(manifest: Manifest, catalog: Catalog, review: bool, config: Config) -> AcceptancePlan:
     """What acceptance adds to one run (its manifest planned with review runs ``review``): the
-    report block, a reviewer run."""
+    report block, a reviewer run.
+
+    Raises:
+        InvalidInput: review runs are on and there is no reviewer agent.
+    """
     from pisub.acceptance.infer import runs_review
     from pisub.acceptance.report import wants_report
     from pisub.protocol.acceptance import AcceptancePlan
 
+    if review:
+        reviewer_of(catalog, config)
     accepted = manifest.acceptance
     report = accepted is not None and wants_report(accepted.spec)
     reviews = int(runs_review(accepted))
@@ -269,11 +275,11 @@ def workflow_plan(
     from pisub.store.config import load_config
 
     config = load_config(home.root)
+    reviewer = reviewer_of(catalog, config) if review else None
     if calls is None:
         plan = AcceptancePlan(review_runs=review)
-        if review:
-            agent = reviewer_of(catalog, config)
-            _name_reviewer(plan, agent, str(agent.path))
+        if reviewer is not None:
+            _name_reviewer(plan, reviewer, str(reviewer.path))
         return plan
     plan = AcceptancePlan(tasks=len(calls), report_blocks=0, review_runs=review, reviews=0)
     for call in calls:

@@ -107,8 +107,10 @@ def test_config_turns_review_runs_on_and_the_flag_off(home: Path, make_agent: Ag
     (home / "config.toml").write_text('[acceptance]\nreviewer = "nobody"\n')
     script = home.parent / "wf.py"
     script.write_text("async def main(runs, state, args):\n    return 1\n")
-    refused = pisub_cli("run", "--workflow", str(script), "--review")
-    assert refused.returncode != 0 and "no reviewer agent 'nobody'" in refused.stderr, refused.stderr
+    for shape in (["--workflow", str(script)], ["--agent", "writer", "x"], ["--task", "writer=x"]):
+        refused = pisub_cli("run", *shape, "--review")
+        assert refused.returncode != 0 and "no reviewer agent 'nobody'" in refused.stderr, refused.stderr
+    assert not (home / "runs").exists() or len(os.listdir(home / "runs")) == 2  # the two above
 
 
 def test_a_user_reviewer_is_marked_and_a_workflow_says_it_runs_it(
