@@ -183,3 +183,20 @@ def test_hello_and_coder_ship_with_pisub_outside_any_checkout(home: Path, tmp_pa
     _wait(run_id)
     output = pisub_cli("result", run_id, check=True).stdout
     assert "looked at 'Summarise'" in output and "Done: the task had" in output
+
+
+@pytest.mark.pi
+@pytest.mark.pi_versions
+def test_the_shipped_coder_runs_the_real_pi_anywhere_and_says_what_it_adds(pi_home: Path) -> None:
+    assert not (Path.cwd() / ".git").exists()  # no checkout here: coder is a builtin
+    run_id, said = _launch("--agent", "coder", "say hello")
+    assert f"acceptance: report block added to the task; {OFF}" in said
+    _wait(run_id)
+    result = pisub.Run(run_id).result()
+    assert result is not None and result.state == "complete", result
+    record = result.details.results[0].acceptance
+    assert record is not None and not record.explicit and record.level == "checked"
+    assert all(c.kind != "review" for c in record.checks)  # no review run, none asked
+    manifest = pisub.Run(run_id).manifest()
+    assert manifest.agent.source.endswith("pisub/agents/builtin/coder.md")
+    assert "```acceptance-report" in manifest.task  # the block said at launch is the one added
