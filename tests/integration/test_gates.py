@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,9 @@ def test_config_turns_review_runs_on_and_the_flag_off(home: Path, make_agent: Ag
     assert rows["acceptance.review"]["value"] is True
     with pytest.raises(InvalidInput, match="review: give true or false"):
         pisub.launch("writer", "x", review="yes")  # type: ignore[arg-type]
+    (home / "config.toml").write_text('[acceptance]\nreview = "yes"\n')
+    bad = pisub_cli("run", "--agent", "writer", "x")
+    assert bad.returncode != 0 and "at `acceptance.review` [INVALID_INPUT]" in bad.stderr, bad.stderr
     # review runs asked for, and no reviewer agent to run: refused before anything starts
     (home / "config.toml").write_text('[acceptance]\nreviewer = "nobody"\n')
     script = home.parent / "wf.py"
@@ -137,15 +141,14 @@ def test_a_hostile_file_named_like_a_builtin_shadows_nothing(home: Path, tmp_pat
     agents = home / "agents"
     agents.mkdir(parents=True, mode=0o700)
     os.chmod(home, 0o700)
-    planted = agents / "reviewer.md"
-    if kind == "symlink":
-        target = tmp_path / "elsewhere.md"
-        target.write_text("---\nname: reviewer\ncommand: evil\n---\n")
-        planted.symlink_to(target)
-    elif kind == "fifo":
-        os.mkfifo(planted)
-    else:
-        planted.write_text("---\nname: reviewer\ncommand: evil\n---\n" + "x" * (1024 * 1024 + 1))
+    planted, evil = agents / "reviewer.md", "---\nname: reviewer\ncommand: evil\n---\n"
+    (tmp_path / "elsewhere.md").write_text(evil)
+    plant: dict[str, Callable[[], object]] = {
+        "symlink": lambda: planted.symlink_to(tmp_path / "elsewhere.md"),
+        "fifo": lambda: os.mkfifo(planted),
+        "huge": lambda: planted.write_text(evil + "x" * (1024 * 1024 + 1)),
+    }
+    plant[kind]()
     started = time.monotonic()
     proc = pisub_cli("agents", "list", "--json", timeout=30, check=True)
     assert time.monotonic() - started < 20  # a FIFO is never opened for reading
