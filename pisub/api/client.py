@@ -532,7 +532,8 @@ def _launch_workflow(
     manifest = new_manifest(agent, what, str(workdir), limits, lineage=lineage, run_id=run_id)
     manifest.workflow = spec
     calls = None if script is not None else list(tasks or [])
-    manifest.acceptance_plan = workflow_plan(h, catalog, calls, lineage.child(run_id), review)
+    children = lineage.child(run_id) if lineage.depth < lineage.max_depth else lineage  # too deep: it fails
+    manifest.acceptance_plan = workflow_plan(h, catalog, calls, children, review)
     if on_done is not None:
         manifest.on_done = _command(on_done, "on_done")
     seeds = {"workflow.py": script} if script is not None else {}
