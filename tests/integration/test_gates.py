@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,7 @@ import pisub
 from pisub.errors import InvalidInput, UnknownAgent
 from tests.conftest import AgentMaker, pisub_cli
 from tests.helpers import run_events
+from tests.integration.test_pi_tool_face import Face
 from tests.integration.test_review_and_inference import REVIEWER
 
 REPORTS = 'print("done"); print("```acceptance-report"); print(\'{"status": "done"}\'); print("```")'
@@ -203,3 +204,22 @@ def test_the_shipped_coder_runs_the_real_pi_anywhere_and_says_what_it_adds(pi_ho
     manifest = pisub.Run(run_id).manifest()
     assert (manifest.agent.source or "").endswith("pisub/agents/builtin/coder.md")
     assert "```acceptance-report" in manifest.task  # the block said at launch is the one added
+
+
+@pytest.fixture
+def tool(pi_home: Path, pi_bin: str, tmp_path: Path) -> Iterator[Face]:
+    """A parent pi with the extension (pisub's tool)."""
+    parent = Face(pi_bin, tmp_path / "parent.jsonl", tmp_path)
+    yield parent
+    parent.close()
+
+
+@pytest.mark.pi
+def test_the_tool_start_carries_what_acceptance_adds(tool: Face) -> None:
+    started = tool.result({"agent": "coder", "task": "say hello"})
+    details = started["result"]["details"]
+    plan = details["started"]["acceptance"]
+    assert plan["reportBlocks"] == 1 and plan["reviewRuns"] is False and plan["reviews"] == 0
+    mistyped = tool.result({"agent": "codr", "task": "x"})
+    assert "Did you mean coder?" in str(mistyped["result"]["content"][0]["text"])
+    pisub.Run(details["runId"]).wait(timeout=60)
