@@ -115,6 +115,11 @@ def run(
     backend: str | None = typer.Option(
         None, "--backend", help="Where the runner lives: local (default) or slurm (a batch job)."
     ),
+    review: bool | None = typer.Option(
+        None,
+        "--review/--no-review",
+        help="Review each writer's work with a reviewer run (real tokens; default: config, else off).",
+    ),
     as_json: bool = JSON,
 ) -> None:
     """Start a detached run — one agent on TASK, or a workflow (--workflow, --parallel, --chain,
@@ -159,6 +164,7 @@ def run(
             usage_budget=_json_option(usage_budget, "--usage-budget"),
             on_done=on_done,
             backend=backend,
+            review=review,
         )
     except DepthExceeded as exc:
         if as_json:  # the refusal as a result (mode "management") on stdout, the line on stderr
@@ -168,9 +174,25 @@ def run(
 
     for line in first_launch_warnings(handle):
         err(line)
+    from pisub.api.acceptance import launch_lines
+
+    manifest = handle.manifest()
+    for line in launch_lines(manifest.acceptance_plan, workflow=manifest.workflow is not None):
+        err(line)
     if as_json:
+        import msgspec
+
         st = handle.status()
-        json_line({"runId": handle.id, "runDir": str(handle.dir), "state": st.state, "pid": st.pid})
+        plan = msgspec.to_builtins(manifest.acceptance_plan)
+        json_line(
+            {
+                "runId": handle.id,
+                "runDir": str(handle.dir),
+                "state": st.state,
+                "pid": st.pid,
+                "acceptance": plan,
+            }
+        )
     else:
         out(handle.id)
 
@@ -308,6 +330,10 @@ def status(
             json_line({**msgspec.to_builtins(st), "placement": msgspec.to_builtins(placement)})
         else:
             out_block(status_text(st, placement))
+        if not as_json and st.runner == "workflow":
+            from pisub.cli.reviews import print_review_runs
+
+            print_review_runs(handle)
     elif view == "fleet":
         from pisub.api.views import fleet as fleet_rows
 
