@@ -5,16 +5,11 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import select
 import shutil
-import struct
 import subprocess
 import sys
-import termios
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +18,7 @@ import pisub
 from pisub.errors import InvalidInput
 from pisub.protocol import Status, decode, encode_pretty
 from tests.conftest import AgentMaker, pisub_cli, wait_for
+from tests.helpers import on_a_terminal
 
 GREEN, RED, RESET = "\x1b[32m", "\x1b[31m", "\x1b[0m"
 
@@ -34,34 +30,9 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def on_a_terminal(
-    *args: str, columns: int = 80, timeout: float = 60, env: dict[str, str] | None = None
-) -> tuple[int, str]:
-    """Run the CLI with stdout and stderr on a pseudo-terminal ``columns`` wide; its exit code
-    and what the terminal got (CRLF line ends made LF)."""
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pisub", *args], stdout=slave, stderr=slave, env=_env(**(env or {}))
-    )
-    os.close(slave)
-    seen = b""
-    deadline = time.monotonic() + timeout
-    while True:
-        assert time.monotonic() < deadline, f"pisub {' '.join(args)} still ran after {timeout:g}s: {seen!r}"
-        ready, _, _ = select.select([master], [], [], 0.2)
-        if ready:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:
-                break  # the terminal closed: the command exited
-            if not chunk:
-                break
-            seen += chunk
-        elif proc.poll() is not None:
-            break
-    os.close(master)
-    return proc.wait(timeout=10), seen.decode("utf-8", "replace").replace("\r\n", "\n")
+def terminal(*args: str, columns: int = 80, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """The CLI with stdout on a terminal ``columns`` wide, without ``NO_COLOR``."""
+    return on_a_terminal(*args, columns=columns, env=_env(**(env or {})))
 
 
 def piped(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -186,7 +157,7 @@ def test_the_api_takes_a_label_for_a_run_and_a_workflow(home: Path, make_agent: 
 def test_a_task_with_escape_sequences_is_shown_escaped_in_list(home: Path, make_agent: AgentMaker) -> None:
     make_agent("quick", python="print('done')")
     pisub.launch("quick", "\x1b]0;pwned\x07 \x1b[31mred \u202eevil").wait(timeout=30)
-    for code, screen in [on_a_terminal("list", columns=200), (0, piped("list").stdout)]:
+    for code, screen in [terminal("list", columns=200), (0, piped("list").stdout)]:
         assert code == 0
         assert "\x1b]" not in screen and "\x1b[31m" not in screen and "\u202e" not in screen
         assert "\\x1b]0;pwned\\x07" in screen and "\\u202eevil" in screen
@@ -196,7 +167,7 @@ def test_list_fits_80_columns_and_cuts_the_task(home: Path, make_agent: AgentMak
     make_agent("quick", python="print('done')")
     long_task = "refactor the whole authentication module " * 5
     pisub.launch("quick", long_task, label="a fairly long label here").wait(timeout=30)
-    code, screen = on_a_terminal("list", columns=80)
+    code, screen = terminal("list", columns=80)
     assert code == 0
     lines = [line.replace(GREEN, "").replace(RESET, "") for line in _rows(screen)]
     assert len(lines) == 2 and all(len(line) <= 80 for line in lines), lines
@@ -296,12 +267,12 @@ def test_states_are_coloured_on_a_terminal_only(home: Path, make_agent: AgentMak
     bad = pisub.launch("broken", "will fail")
     ok.wait(timeout=30)
     bad.wait(timeout=30)
-    code, screen = on_a_terminal("list")
+    code, screen = terminal("list")
     assert code == 0 and f"{GREEN}complete{RESET}" in screen and f"{RED}failed{RESET}" in screen
     assert "\\x1b[32mfake" in screen  # a task's own sequence stays escaped
-    code, screen = on_a_terminal("status", ok.id)
+    code, screen = terminal("status", ok.id)
     assert f"{GREEN}complete{RESET}" in screen
-    code, screen = on_a_terminal("status")
+    code, screen = terminal("status")
     assert f"{RED}failed{RESET}" in screen
     for args, env in [
         (("list",), {"NO_COLOR": "1"}),
@@ -310,18 +281,18 @@ def test_states_are_coloured_on_a_terminal_only(home: Path, make_agent: AgentMak
         (("status", ok.id, "--json"), {}),
         (("list",), {"TERM": "dumb"}),
     ]:
-        code, screen = on_a_terminal(*args, env=env)
+        code, screen = terminal(*args, env=env)
         assert code == 0 and "\x1b[" not in screen, (args, env, screen)
     for args in (("list",), ("status", ok.id), ("status",), ("fleet",)):
         assert "\x1b" not in piped(*args).stdout
 
 
 def test_doctor_colours_its_checks_on_a_terminal_only(home: Path) -> None:
-    _, screen = on_a_terminal("doctor")
+    _, screen = terminal("doctor")
     assert (GREEN + "ok" + RESET) in screen
     assert (GREEN + "healthy" + RESET in screen) or (RED + "problems found" + RESET in screen)
     assert "\x1b[" not in piped("doctor").stdout
-    _, screen = on_a_terminal("doctor", env={"NO_COLOR": "1"})
+    _, screen = terminal("doctor", env={"NO_COLOR": "1"})
     assert "\x1b[" not in screen
 
 
@@ -416,3 +387,15 @@ def test_gc_says_why_it_kept_runs(home: Path, make_agent: AgentMaker) -> None:
     wait_for(lambda: live.status().state.is_terminal, timeout=30)
     said = piped("gc", "--older-than", "3600").stdout
     assert said.endswith("kept 1 run(s) that ended less than 3600s ago\n")
+
+
+@pytest.mark.pi_versions
+def test_a_labelled_pi_run_is_told_apart_and_gc_never_calls_it_live(pi_home: Path) -> None:
+    run_id = launch_cli("--agent", "pi", "--label", "pi smoke", "say hello\nthen stop")
+    assert piped("wait", "@pi smoke").returncode == 0
+    status = piped("status", run_id[:4]).stdout
+    assert "label    pi smoke" in status and "task     say hello" in status
+    assert piped("logs", "@pi smoke", "-n", "1").stdout.strip()
+    shown = json.loads(piped("gc", "--json").stdout)
+    assert shown["keptLive"] == [] and shown["keptRecent"] == [run_id]
+    assert piped("gc").stdout.endswith("kept 1 run(s) that ended less than 30d ago\n")
