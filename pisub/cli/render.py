@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -284,10 +284,15 @@ def _fit(widths: list[int], width: int, shrink: Sequence[tuple[int, int]]) -> No
 
 
 def _cut(text: str, width: int, *, left: bool = False) -> str:
-    """``text`` in ``width`` characters, cut with ``…``."""
+    """``text`` in ``width`` characters, cut with ``…`` (``left``: its start cut, at a ``/``
+    when one is left: ``…/proj``)."""
     if width <= 1:
         return "…"[:width]
-    return "…" + text[-(width - 1) :] if left else text[: width - 1] + "…"
+    if not left:
+        return text[: width - 1] + "…"
+    end = text[-(width - 1) :]
+    slash = end.find("/")
+    return "…" + (end[slash:] if 0 < slash < len(end) - 1 else end)
 
 
 def short_path(path: str | None) -> str:
@@ -302,50 +307,48 @@ def short_path(path: str | None) -> str:
     return path
 
 
+WIDE = 100
+"""From this width on, ``list`` shows when each run ended too, and ``fleet`` turns and tools."""
+
+
 def fleet_text(rows: Sequence[Any], *, width: int | None = None, colour: bool = False) -> str:
-    """The fleet view: one line per live run or workflow child (``width``: fitted to it)."""
+    """The fleet view: one line per live run or workflow child (``width``: fitted to it, as
+    :func:`list_text`); the key, tool and label columns only when a row has one, the turns and
+    tools only from :data:`WIDE` columns."""
+    keyed = any(row.key for row in rows)
+    busy = width is None or width >= WIDE
+    tooled = any(row.current_tool for row in rows)
     labelled = any(getattr(row, "label", None) for row in rows)
-    table = [
-        (
-            "RUN",
-            "KEY",
-            "AGENT",
-            "STATE",
-            "AGE",
-            "TURNS",
-            "TOOLS",
-            "LAST",
-            "STEERS",
-            "TOOL",
-            *(("LABEL",) if labelled else ()),
-            "CWD",
-            "TASK",
-        )
+    columns: list[tuple[str, Callable[[Any], str]]] = [
+        ("RUN", lambda r: r.run_id[:8] if r.run_id else "-"),
+        *([("KEY", lambda r: r.key or "-")] if keyed else []),
+        ("AGENT", lambda r: r.agent),
+        ("STATE", lambda r: r.state),
+        ("AGE", lambda r: age(r.started_at).removesuffix(" ago")),
+        *([("TURNS", lambda r: str(r.turns)), ("TOOLS", lambda r: str(r.tools))] if busy else []),
+        ("LAST", lambda r: age(r.last_activity_at)),
+        ("STEERS", _steers),
+        *([("TOOL", lambda r: (r.current_tool or "")[:40])] if tooled else []),
+        *([("LABEL", lambda r: r.label or "")] if labelled else []),
+        ("CWD", lambda r: short_path(r.cwd) if r.cwd else ""),
+        ("TASK", lambda r: r.task or ""),
     ]
-    for row in rows:
-        failed = f" ({row.steers_failed} failed)" if row.steers_failed else ""
-        table.append(
-            (
-                row.run_id[:8] if row.run_id else "-",
-                row.key or "-",
-                row.agent,
-                row.state,
-                age(row.started_at).removesuffix(" ago"),
-                str(row.turns),
-                str(row.tools),
-                age(row.last_activity_at),
-                f"{row.steers_delivered}/{row.steers_requested}{failed}",
-                (row.current_tool or "")[:40],
-                *((row.label or "",) if labelled else ()),
-                short_path(row.cwd) if row.cwd else "",
-                row.task or "",
-            )
-        )
-    if len(table) == 1:
+    if not rows:
         return "no live runs"
-    last = len(table[0]) - 1
-    shrink = [(last, 16), (last - 1, 12), (9, 8), *([(last - 2, 12)] if labelled else []), (last, 8)]
-    return _table(table, paint_column=3 if colour else None, width=width, shrink=shrink, cut_left=(last - 1,))
+    table = [tuple(name for name, _ in columns), *(tuple(show(row) for _, show in columns) for row in rows)]
+    last = len(columns) - 1
+    shrink = [(last, 16), (last - 1, 12), *([(last - 2, 12)] if labelled else []), (last, 8)]
+    if tooled:
+        shrink.insert(2, (last - 2 - labelled, 8))
+    state = 3 if keyed else 2
+    return _table(
+        table, paint_column=state if colour else None, width=width, shrink=shrink, cut_left=(last - 1,)
+    )
+
+
+def _steers(row: Any) -> str:
+    failed = f" ({row.steers_failed} failed)" if row.steers_failed else ""
+    return f"{row.steers_delivered}/{row.steers_requested}{failed}"
 
 
 def retained_text(children: Sequence[Any]) -> str:
@@ -356,10 +359,6 @@ def retained_text(children: Sequence[Any]) -> str:
         parent = (c.parent_run_id or "-")[:8]
         rows.append((c.run_id[:8], c.key or "-", parent, c.agent, c.state, age(c.ended_at), resume))
     return "no finished children" if len(rows) == 1 else _table(rows)
-
-
-WIDE = 100
-"""From this width on, ``list`` shows when each run ended too."""
 
 
 def list_text(statuses: Iterable[Status], *, width: int | None = None, colour: bool = False) -> str:

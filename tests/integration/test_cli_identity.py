@@ -285,6 +285,15 @@ def test_states_are_coloured_on_a_terminal_only(home: Path, make_agent: AgentMak
         assert code == 0 and "\x1b[" not in screen, (args, env, screen)
     for args in (("list",), ("status", ok.id), ("status",), ("fleet",)):
         assert "\x1b" not in piped(*args).stdout
+    make_agent("sleepy", command="sleep", args=["600"])
+    live = pisub.launch("sleepy", "x")
+    try:
+        for args in (("fleet",), ("list",)):
+            _, screen = terminal(*args)
+            assert "\x1b[36mrunning\x1b[0m" in screen, screen
+        assert "\x1b" not in piped("fleet").stdout
+    finally:
+        live.stop()
 
 
 def test_doctor_colours_its_checks_on_a_terminal_only(home: Path) -> None:
