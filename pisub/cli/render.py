@@ -257,20 +257,34 @@ def _table(
     that order — are narrowed until the table fits, their cells cut with ``…`` (at the start
     for the columns of ``cut_left``: a path's end says most)."""
     rows = [tuple(one_line(value) for value in row) for row in rows]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    widths = [max(columns_of(r[i]) for r in rows) for i in range(len(rows[0]))]
     if width is not None:
         _fit(widths, width, shrink)
     lines = []
     for number, row in enumerate(rows):
         cells = []
         for i, (value, w) in enumerate(zip(row, widths, strict=True)):
-            shown = _cut(value, w, left=i in cut_left) if len(value) > w else value
-            padded = shown.ljust(w)
-            if number and i == paint_column:
-                padded = paint(shown, value, True) + " " * (w - len(shown))
-            cells.append(padded)
+            shown = _cut(value, w, left=i in cut_left) if columns_of(value) > w else value
+            pad = " " * (w - columns_of(shown))
+            cells.append((paint(shown, value, True) if number and i == paint_column else shown) + pad)
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)
+
+
+def columns_of(text: str) -> int:
+    """How many terminal columns ``text`` takes: a wide (East Asian) character two, a combining
+    mark none, any other one."""
+    if text.isascii():
+        return len(text)
+    return sum(_char_columns(c) for c in text)
+
+
+def _char_columns(char: str) -> int:
+    import unicodedata
+
+    if unicodedata.combining(char):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
 
 
 def _fit(widths: list[int], width: int, shrink: Sequence[tuple[int, int]]) -> None:
@@ -284,15 +298,25 @@ def _fit(widths: list[int], width: int, shrink: Sequence[tuple[int, int]]) -> No
 
 
 def _cut(text: str, width: int, *, left: bool = False) -> str:
-    """``text`` in ``width`` characters, cut with ``…`` (``left``: its start cut, at a ``/``
-    when one is left: ``…/proj``)."""
+    """``text`` in ``width`` columns, cut with ``…`` (``left``: its start cut, at a ``/`` when
+    one is left: ``…/proj``)."""
     if width <= 1:
         return "…"[:width]
     if not left:
-        return text[: width - 1] + "…"
-    end = text[-(width - 1) :]
+        return _within(text, width - 1) + "…"
+    end = _within(text[::-1], width - 1)[::-1]
     slash = end.find("/")
     return "…" + (end[slash:] if 0 < slash < len(end) - 1 else end)
+
+
+def _within(text: str, width: int) -> str:
+    """The longest start of ``text`` that takes at most ``width`` columns."""
+    used = 0
+    for at, char in enumerate(text):
+        used += _char_columns(char)
+        if used > width:
+            return text[:at]
+    return text
 
 
 def short_path(path: str | None) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import pisub
+from pisub.cli.render import columns_of
 from pisub.errors import InvalidInput
 from pisub.protocol import Status, decode, encode_pretty
 from tests.conftest import AgentMaker, pisub_cli, wait_for
@@ -174,6 +175,11 @@ def test_list_fits_80_columns_and_cuts_the_task(home: Path, make_agent: AgentMak
     assert lines[1].endswith("…") and "refactor the" in lines[1]
     wide = piped("list").stdout  # a pipe gets every character
     assert long_task[:119] + "…" in wide  # the status keeps 120 characters of the task
+    pisub.launch("quick", "修复登录页面的错误并添加测试用例 " * 4).wait(timeout=30)
+    _, screen = terminal("list", columns=80)
+    lines = [line.replace(GREEN, "").replace(RESET, "") for line in _rows(screen)]
+    assert len(lines) == 3 and all(columns_of(line) <= 80 for line in lines), lines
+    assert lines[2].endswith("…") and "修复登录" in lines[2]
 
 
 # -- status without RUN ----------------------------------------------------------------------------
