@@ -736,6 +736,7 @@ def resume_workflow(ref: str, *, home: Path | None = None) -> Run:
         created_at=now_iso(),
         umask=current_umask(),
         resumed_from=source.id,
+        label=None,  # a label names one run (@LABEL finds it): a resume starts without one
     )
     seeds = {"workflow.py": source.paths.workflow_script} if manifest.workflow.script is not None else {}
     return Run(start_run(source.home, new, seeds=seeds).run_id, home=source.home.root)

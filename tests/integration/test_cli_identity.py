@@ -414,3 +414,7 @@ def test_a_labelled_pi_run_is_told_apart_and_gc_never_calls_it_live(pi_home: Pat
     shown = json.loads(piped("gc", "--json").stdout)
     assert shown["keptLive"] == [] and shown["keptRecent"] == [run_id]
     assert piped("gc").stdout.endswith("kept 1 run(s) that ended less than 30d ago\n")
+    resumed = json.loads(piped("resume", "@pi smoke", "and again", "--json").stdout)
+    assert json.loads(piped("status", resumed["runId"], "--json").stdout)["label"] is None
+    assert piped("path", "@pi smoke").stdout.strip().endswith(run_id)  # still the one run
+    assert piped("wait", resumed["runId"]).returncode == 0
