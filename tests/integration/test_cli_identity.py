@@ -418,3 +418,16 @@ def test_a_labelled_pi_run_is_told_apart_and_gc_never_calls_it_live(pi_home: Pat
     assert json.loads(piped("status", resumed["runId"], "--json").stdout)["label"] is None
     assert piped("path", "@pi smoke").stdout.strip().endswith(run_id)  # still the one run
     assert piped("wait", resumed["runId"]).returncode == 0
+
+
+def test_a_resumed_workflow_starts_without_its_label(home: Path, make_agent: AgentMaker) -> None:
+    make_agent("sleepy", command="sleep", args=["600"])
+    flow = pisub.launch_parallel([{"key": "s", "agent": "sleepy", "task": "x"}], label="nightly")
+    wait_for(lambda: [s.status for s in flow.status().steps] == ["running"], timeout=30)
+    assert pisub_cli("interrupt", "@nightly").returncode == 0
+    assert flow.wait(timeout=60).state == "paused"
+    again = json.loads(piped("resume", "@nightly", "--json").stdout)
+    assert json.loads(piped("status", again["runId"], "--json").stdout)["label"] is None
+    assert piped("path", "@nightly").stdout.strip() == str(flow.dir)
+    assert piped("stop", again["runId"]).returncode == 0
+    wait_for(lambda: pisub.Run(again["runId"]).status().state.is_terminal, timeout=30)
