@@ -43,6 +43,7 @@ class LaunchOptions(TypedDict, total=False):
     isolation: str | None
     base_ref: str | None
     label: str | None
+    review: bool | None
     home: Path | None
 
 
@@ -61,6 +62,7 @@ class WorkflowOptions(TypedDict, total=False):
     on_done: str | None
     backend: str | None
     label: str | None
+    review: bool | None
     home: Path | None
 
 

@@ -121,6 +121,11 @@ def run(
     label: str | None = typer.Option(
         None, "--label", help="A name for the run: list/status/fleet show it, @LABEL finds it (80 chars)."
     ),
+    review: bool | None = typer.Option(
+        None,
+        "--review/--no-review",
+        help="Review each writer's work with a reviewer run (real tokens; default: config, else off).",
+    ),
     as_json: bool = JSON,
 ) -> None:
     """Start a detached run — one agent on TASK, or a workflow (--workflow, --parallel, --chain,
@@ -166,6 +171,7 @@ def run(
             on_done=on_done,
             backend=backend,
             label=label,
+            review=review,
         )
     except DepthExceeded as exc:
         if as_json:  # the refusal as a result (mode "management") on stdout, the line on stderr
@@ -175,10 +181,26 @@ def run(
 
     for line in first_launch_warnings(handle):
         err(line)
+    from pisub.api.acceptance import launch_lines
+
+    manifest = handle.manifest()
+    for line in launch_lines(manifest.acceptance_plan, workflow=manifest.workflow is not None):
+        err(line)
     if as_json:
+        import msgspec
+
         st = handle.status()
-        shown = {"runId": handle.id, "runDir": str(handle.dir), "state": st.state, "pid": st.pid}
-        json_line({**shown, "label": st.label})
+        plan = msgspec.to_builtins(manifest.acceptance_plan)
+        json_line(
+            {
+                "runId": handle.id,
+                "runDir": str(handle.dir),
+                "state": st.state,
+                "pid": st.pid,
+                "acceptance": plan,
+                "label": st.label,
+            }
+        )
     else:
         out(handle.id)
 
@@ -329,6 +351,10 @@ def status(
             json_line({**msgspec.to_builtins(st), "placement": msgspec.to_builtins(placement)})
         else:
             out_painted(status_text(st, placement, colour=colour))
+        if not as_json and st.runner == "workflow":
+            from pisub.cli.reviews import print_review_runs
+
+            print_review_runs(handle)
     elif view == "fleet":
         from pisub.api.views import fleet as fleet_rows
 
