@@ -49,6 +49,13 @@ def _text(value: str, what: str) -> str:
     return check_text(value, what)
 
 
+def _label(label: str | None) -> str | None:
+    """A run's label when given (:func:`pisub.store.paths.check_label`)."""
+    from pisub.store.paths import check_label
+
+    return None if label is None else check_label(label, "label")
+
+
 def _seconds(value: float | None, what: str) -> float | None:
     """``value`` when it is None or a finite number of seconds >= 0 (never NaN: a NaN deadline
     never comes)."""
@@ -90,6 +97,7 @@ def launch(
     parent_session: str | None = None,
     isolation: str | None = None,
     base_ref: str | None = None,
+    label: str | None = None,
     review: bool | None = None,
     home: Path | None = None,
 ) -> Run:
@@ -113,9 +121,10 @@ def launch(
     session, what a fork that is only a preference copies (a missing file: it begins fresh).
     ``isolation="worktree"``: the child
     works in a git worktree of its own at ``base_ref`` (``HEAD``), captured at its end
-    (``pisub worktree apply``). ``review``: a writer's work is reviewed by a reviewer run (real
-    tokens; default: config ``[acceptance] review``, else off). What acceptance adds is in
-    ``manifest().acceptance_plan``.
+    (``pisub worktree apply``). ``label``: a name for the run that ``list``, ``status`` and
+    ``fleet`` show and ``@LABEL`` finds (one printable line, at most 80 characters).
+    ``review``: a writer's work is reviewed by a reviewer run (real tokens; default: config
+    ``[acceptance] review``, else off). What acceptance adds is in ``manifest().acceptance_plan``.
 
     Raises:
         InvalidInput: empty task, bad cwd or limits, a bad option (named).
@@ -128,6 +137,7 @@ def launch(
     from pisub.store.lineage import caller_lineage
 
     check_task(task)
+    checked_label = _label(label)
     caller = LimitValues(
         timeout=timeout,
         idle_timeout=idle_timeout,
@@ -179,6 +189,7 @@ def launch(
     )
     if on_done is not None:
         manifest.on_done = _on_done(on_done, workdir)
+    manifest.label = checked_label
     sources = (fork_from, parent_session)
     seeds = _pi_session(h, manifest, catalog, session_dir, context, sources, workdir)
     if worktree is not None:
@@ -386,6 +397,7 @@ def launch_workflow(
     usage_budget: dict[str, Any] | None = None,
     on_done: str | None = None,
     backend: str | None = None,
+    label: str | None = None,
     review: bool | None = None,
     home: Path | None = None,
 ) -> Run:
@@ -425,6 +437,7 @@ def launch_workflow(
         usage_budget=usage_budget,
         on_done=on_done,
         backend=backend,
+        label=label,
         review=review,
         home=home,
     )
@@ -508,6 +521,7 @@ def _launch_workflow(
     usage_budget: dict[str, Any] | None = None,
     on_done: str | None = None,
     backend: str | None = None,
+    label: str | None = None,
     review: bool | None = None,
     home: Path | None = None,
 ) -> Run:
@@ -516,6 +530,7 @@ def _launch_workflow(
     if backend is not None:
         raise InvalidInput(WORKFLOW_BACKEND)
     _warm_up()  # first: it starts while the launch is checked
+    checked_label = _label(label)
     from pisub.protocol.workflow import DEFAULT_CONCURRENCY, DEFAULT_MAX_SPAWNS, Isolation, WorkflowSpec
     from pisub.runs.launch import new_manifest, start_run, working_dir
     from pisub.store.lineage import caller_lineage
@@ -574,6 +589,7 @@ def _launch_workflow(
         what = f"lanes: {len(lanes)} lanes, {count} stages"
     manifest = new_manifest(agent, what, str(workdir), limits, lineage=lineage, run_id=run_id)
     manifest.workflow = spec
+    manifest.label = checked_label
     calls = None if script is not None else list(tasks or [])
     children = lineage.child(run_id) if lineage.depth < lineage.max_depth else lineage  # too deep: it fails
     manifest.acceptance_plan = workflow_plan(h, catalog, calls, children, review)
@@ -788,6 +804,7 @@ def resume_workflow(ref: str, *, home: Path | None = None) -> Run:
         created_at=now_iso(),
         umask=current_umask(),
         resumed_from=source.id,
+        label=None,  # a label names one run (@LABEL finds it): a resume starts without one
     )
     seeds = {"workflow.py": source.paths.workflow_script} if manifest.workflow.script is not None else {}
     return Run(start_run(source.home, new, seeds=seeds).run_id, home=source.home.root)

@@ -42,6 +42,7 @@ class LaunchOptions(TypedDict, total=False):
     parent_session: str | None
     isolation: str | None
     base_ref: str | None
+    label: str | None
     review: bool | None
     home: Path | None
 
@@ -60,6 +61,7 @@ class WorkflowOptions(TypedDict, total=False):
     usage_budget: dict[str, Any] | None
     on_done: str | None
     backend: str | None
+    label: str | None
     review: bool | None
     home: Path | None
 

@@ -30,6 +30,7 @@ from pisub.cli import leases as _leases
 from pisub.cli import ops as _ops
 from pisub.cli import pi_ext as _pi_ext
 from pisub.cli import runs as _runs
+from pisub.cli import version as _version
 from pisub.cli import workflows as _workflows
 from pisub.cli import worktrees as _worktrees
 from pisub.errors import InternalError, PisubError, storage_error
@@ -61,6 +62,8 @@ SETTINGS: dict[str, object] = {
 }
 app = typer.Typer(add_completion=True, **SETTINGS)  # type: ignore[arg-type]
 _runs.register(app)
+_version.register(app)
+app.callback()(_version.root)
 _control.register(app)
 _ops.register(app)
 app.add_typer(_agents.app, name="agents")
@@ -113,12 +116,8 @@ def app_for(argv: list[str]) -> typer.Typer:
     one.registered_groups = [g for g in app.registered_groups if g.name == name]
     if not one.registered_commands and not one.registered_groups:
         return app  # click names the unknown command, with the whole list
-    one.callback()(_root)
+    one.callback()(_version.root)
     return one
-
-
-def _root() -> None:
-    """Detached background runs of coding sub-agents, controlled through plain files."""
 
 
 def _fail(error: PisubError, cause: BaseException | None = None) -> NoReturn:

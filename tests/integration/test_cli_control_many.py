@@ -4,7 +4,6 @@ checked at launch; external CLIs refused steer and interrupt up front."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 from pathlib import Path
@@ -27,33 +26,8 @@ def _sleeper(make_agent: AgentMaker, name: str = "sleeper", label: str | None = 
 
 
 def _launch(name: str, label: str | None) -> pisub.Run:
-    """A run of ``name`` labelled ``label`` (through ``launch(label=)`` once it exists)."""
-    if label is None:
-        return pisub.launch(name, "x")
-    if "label" in inspect.signature(pisub.launch).parameters:
-        return pisub.launch(name, "x", label=label)  # type: ignore[call-arg]
-    from pisub.api.client import agent_catalog
-    from pisub.protocol.manifest import LimitValues
-    from pisub.runs.launch import plan_run, start_run, working_dir
-    from pisub.store.lineage import caller_lineage
-    from pisub.store.paths import open_home
-
-    home = open_home(None)
-    cwd = working_dir(None)
-    manifest = plan_run(
-        home,
-        name,
-        "x",
-        cwd=cwd,
-        caller=LimitValues().check("the call"),
-        lineage=caller_lineage(os.environ),
-        acceptance=None,
-        model=None,
-        backend=None,
-        catalog=agent_catalog(home=home.root, cwd=cwd),
-    )
-    manifest.label = label
-    return pisub.Run(start_run(home, manifest).run_id, home=home.root)
+    """A run of ``name``, labelled ``label`` when given."""
+    return pisub.launch(name, "x", label=label)
 
 
 def _lines(text: str) -> dict[str, str]:
