@@ -48,23 +48,28 @@ def err(text: str) -> None:
     sys.stderr.write(printable(text.rstrip("\n"), one_line=True) + "\n")
 
 
-STATE_COLOURS: dict[str, str] = {
-    "complete": "32",
-    "ok": "32",
-    "healthy": "32",
-    "failed": "31",
-    "BAD": "31",
-    "problems found": "31",
-    "stopped": "33",
-    "paused": "33",
-    "skipped": "33",
-    "running": "36",
-    "starting": "36",
-    "queued": "36",
-    "pending": "36",
+STATE_HUES: dict[str, str] = {
+    "complete": "green",
+    "ok": "green",
+    "healthy": "green",
+    "failed": "red",
+    "BAD": "red",
+    "problems found": "red",
+    "stopped": "yellow",
+    "paused": "yellow",
+    "skipped": "yellow",
+    "running": "cyan",
+    "starting": "cyan",
+    "queued": "cyan",
+    "pending": "cyan",
 }
-"""The SGR colour of each state word (green ended well, red failed, yellow stopped or paused,
-cyan still to come or going); a state not named here (a newer one) is shown uncoloured."""
+"""Each state word's colour (green ended well, red failed, yellow stopped or paused, cyan still
+to come or going) for every view (``top`` too); a state not named here (a newer one) is shown
+uncoloured."""
+
+_SGR_OF = {"red": "31", "green": "32", "yellow": "33", "cyan": "36"}
+STATE_COLOURS: dict[str, str] = {state: _SGR_OF[hue] for state, hue in STATE_HUES.items()}
+""":data:`STATE_HUES` as SGR colour codes."""
 
 _SGR = re.compile(r"\x1b\[3[1-6]m|\x1b\[0m")
 """Exactly the sequences :func:`paint` writes: the only ones :func:`out_painted` lets through."""

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pisub.api.views import FleetRow, Home, fleet_of, last_line, transcript
+from pisub.cli.render import STATE_HUES as STATE_STYLES
 from pisub.errors import PisubError
 from pisub.protocol.status import Status
 
@@ -47,19 +48,6 @@ WIDE = 120
 """From this width on, the table also shows activity, turns, tools and the last output line."""
 HELP = "j/k move · enter log · s steer · i interrupt · x stop · q quit · newest first"
 LOG_HELP = "q/esc/enter back to the table · the log follows the run"
-
-STATE_STYLES = {
-    "complete": "green",
-    "failed": "red",
-    "stopped": "yellow",
-    "paused": "yellow",
-    "skipped": "yellow",
-    "running": "cyan",
-    "starting": "cyan",
-    "queued": "cyan",
-    "pending": "cyan",
-}
-"""A state's colour (any other state, one a newer pisub wrote, is shown plain)."""
 
 
 @dataclass
