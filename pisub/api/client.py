@@ -1019,7 +1019,7 @@ class Run:
         Raises:
             InboxClosed: the run has finished.
         """
-        self._check_steerable("steer")
+        self.check_steerable("steer")
         request_id = self.send_steer(message, mode=mode, child=child)
         if wait <= 0:
             return request_id, None
@@ -1040,7 +1040,7 @@ class Run:
         """Continue this finished pi run's session in a new run (see :func:`resume`)."""
         return resume(self.id, message, timeout=timeout, home=self.home.root)
 
-    def _check_steerable(self, what: str) -> None:
+    def check_steerable(self, what: str) -> None:
         """Refused before anything is written: an external CLI's runner cannot pass it messages
         (a workflow routes to its children, which answer for themselves).
 
@@ -1064,7 +1064,9 @@ class Run:
     ) -> str:
         return self.send(Interrupt(v=1, child=child, reason=reason, source=source))
 
-    def interrupt(self, *, child: int | None = None, reason: str | None = None) -> str:
+    def interrupt(
+        self, *, child: int | None = None, reason: str | None = None, source: str | None = "pisub"
+    ) -> str:
         """Interrupt the child: its run ends ``paused``, to be resumed; the request id (its
         receipt: :meth:`wait_for_receipt`).
 
@@ -1080,7 +1082,7 @@ class Run:
                 f"run {self.id} is an {runner} run: an interrupt pauses a run to resume it, and "
                 f"only pi runs can be resumed; end it with: pisub stop {self.id[:8]}"
             )
-        return self.send_interrupt(child=child, reason=reason)
+        return self.send_interrupt(child=child, reason=reason, source=source)
 
     def send_stop(
         self, *, child: int | None = None, reason: str | None = None, source: str | None = "pisub"
@@ -1099,7 +1101,7 @@ class Run:
             return target.follow_up(message)  # a finished (retained) child: a brief for its resume
         status = self.status()
         if not status.state.is_terminal:
-            self._check_steerable("follow-up")
+            self.check_steerable("follow-up")
             return self.send_follow_up(message, child=child), None
         if child is not None:
             steps = status.steps

@@ -483,9 +483,10 @@ class Top:
         try:
             run = Run(run_id, home=self.home.root)
             if what == "steer":
+                run.check_steerable("steer")
                 rid = run.send_steer(message, source="pisub top")
             elif what == "interrupt":
-                rid = run.send_interrupt(source="pisub top")
+                rid = run.interrupt(source="pisub top")
             else:
                 rid = run.send_stop(source="pisub top")
             receipt = run.wait_for_receipt(rid, timeout=3)
