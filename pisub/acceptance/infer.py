@@ -12,8 +12,10 @@ writer      a declared workflow child     checked
 writer      a child a script started      checked + review required
 =========== ============================= =====================================
 
-A required review starts a reviewer run (real tokens) only when the person launching opted in
-to review runs (``pisub run --review``, config ``[acceptance] review = true``); then every
+A required review — inferred, or asked for by a call, an agent file or a script's child —
+starts a reviewer run (real tokens) only when the person launching opted in to review runs
+(``pisub run --review``, ``review=True``, config ``[acceptance] review = true``; ``--no-review``
+wins over the config); then every
 writer row is reviewed, and a reviewer agent must be known (when none is, the row is
 ``checked`` and its reason says why). Without the opt-in the review row is recorded and not
 run: the result's evidence status is ``review-required`` (the seed's meaning: the evidence
@@ -84,10 +86,18 @@ def role_of(declared: AcceptanceRole | None, runner: str, tools: Iterable[str] |
 REVIEW_RUNS_OFF = "review runs are off: pisub run --review, or [acceptance] review = true, turns them on"
 
 
-def infer(role: Role, setting: Setting, reviewer: str | None, *, review_runs: bool = False) -> Acceptance:
+def infer(
+    role: Role,
+    setting: Setting,
+    reviewer: str | None,
+    *,
+    review_runs: bool = False,
+    no_reviewer: str = "no reviewer agent",
+) -> Acceptance:
     """The inferred acceptance (``explicit`` false) of a run; ``reviewer``: the reviewer agent,
-    None when there is none (then no review is run); ``review_runs``: the person opted in to
-    review runs (every writer is then reviewed; else a review row is recorded, not run)."""
+    None when there is none (then no review is run, ``no_reviewer`` says why); ``review_runs``:
+    the person opted in to review runs (every writer is then reviewed; else a review row is
+    recorded, not run)."""
     row = TABLE[(role, setting)]
     review = None
     why = f"inferred: {row.why}"
@@ -96,16 +106,21 @@ def infer(role: Role, setting: Setting, reviewer: str | None, *, review_runs: bo
         review = Review(required=True, agent=reviewer)
         why += " (review runs on)"
     elif wanted and review_runs:
-        why += " (no reviewer agent, so no review)"
+        why += f" ({no_reviewer}, so no review)"
     elif wanted:
         review = Review(required=True)
         why += f" (review required, not run: {REVIEW_RUNS_OFF})"
     return Acceptance(spec=AcceptanceSpec(level=row.level, review=review, reason=why), explicit=False)
 
 
+def asks_review(acceptance: Acceptance | None) -> bool:
+    """Whether the acceptance requires a review (run or only recorded)."""
+    return acceptance is not None and acceptance.spec.review is not None and acceptance.spec.review.required
+
+
 def runs_review(acceptance: Acceptance | None) -> bool:
     """Whether the runner starts a reviewer run for this acceptance: a required review whose
-    reviewer was taken at launch (an inferred review without the opt-in has none)."""
-    if acceptance is None or acceptance.spec.review is None or not acceptance.spec.review.required:
-        return False
-    return acceptance.explicit or acceptance.reviewer is not None
+    reviewer was taken at launch — only a launch that opted in to review runs takes one (a
+    review asked for without the opt-in, by a call, an agent file or the inference, is
+    recorded as ``review-required``, not run)."""
+    return asks_review(acceptance) and acceptance is not None and acceptance.reviewer is not None

@@ -60,6 +60,16 @@ class Agent:
         fm = self.frontmatter
         return f"{fm.package}.{fm.name}" if fm.package else fm.name
 
+    def access(self) -> str:
+        """What it may do, in words: its command (an external CLI), its tools, or pi's default
+        ones (a pi agent without ``tools`` gets what pi-subagents gives it)."""
+        eff = self.effective
+        if eff.runner != "pi":
+            return f"it runs {eff.command!r} (external-cli)"
+        if eff.tools is None:
+            return "it sets no tools, so it gets pi's default tools and can change files"
+        return f"its tools: {', '.join(eff.tools) or '(none)'}"
+
     def limits(self) -> LimitValues:
         """The limits this agent file sets (each may be absent)."""
         return limits_of(self.frontmatter, self.effective)
@@ -120,7 +130,28 @@ class Catalog:
         broken = [f"{path}: {why}" for path, why in self.problems.items() if path.stem == name]
         hint = f" (unreadable: {'; '.join(broken)})" if broken else ""
         mean = did_you_mean(name, [*self.agents, *self.aliases])
-        raise UnknownAgent(f"Unknown agent: {name}.{mean} Available agents: {available}{hint}")
+        raise UnknownAgent(f"Unknown agent: {shown_name(name)}.{mean} Available agents: {available}{hint}")
+
+
+MAX_SHOWN = 80
+"""How much of an unknown name an error echoes."""
+
+
+def shown_name(name: str) -> str:
+    """An agent name from outside as an error shows it: at most :data:`MAX_SHOWN` characters
+    (then ``…``), a newline as ``\\n``, any other control character or a byte that is not
+    UTF-8 escaped (``\\x1b``, ``\\xff``), quoted when it was changed at all."""
+    import re
+
+    from pisub.termsafe import printable
+
+    cut = name[:MAX_SHOWN]
+    text = cut.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+    text = re.sub("[\udc80-\udcff]", lambda m: f"\\x{ord(m[0]) - 0xDC00:02x}", text)
+    text = printable(text, one_line=True)
+    if text == name:
+        return name
+    return f"'{text}'" + ("…" if len(name) > MAX_SHOWN else "")
 
 
 MAX_GUESSED = 256

@@ -14,27 +14,34 @@ if TYPE_CHECKING:
 REVIEW_HINT = "--review turns them on"
 
 
-def launch_lines(plan: AcceptancePlan | None, *, workflow: bool) -> list[str]:
-    """The launch's acceptance line (none when it adds nothing), and for a workflow a warning
-    when its reviewer is a user's or project's agent that overrides the one pisub ships (a
-    single run's is said once by :func:`pisub.api.agents.reviewer_notice`)."""
+def launch_lines(plan: AcceptancePlan | None) -> list[str]:
+    """The launch's acceptance line (none when it adds nothing), and a warning at every launch
+    whose review runs start a reviewer that is not the one pisub ships (a user's or a
+    project's: its file and what it may do)."""
     if plan is None:
         return []
     reports = _reports(plan)
-    reviews = _reviews(plan)
-    if reports is None and reviews is None:
+    if plan.tasks is not None and not (reports or plan.reviews or plan.recorded_reviews):
         return []
-    lines = [f"acceptance: {reports or 'no report block'}; {reviews or f'review runs: off ({REVIEW_HINT})'}"]
-    if (
-        workflow
-        and plan.reviewer_overrides_builtin
-        and (plan.reviews or (plan.reviews is None and plan.review_runs))
-    ):
-        lines.append(
-            f"pisub: warning: review runs start your agent {plan.reviewer!r} ({plan.reviewer_path}), "
-            f"which overrides the reviewer pisub ships (rename yours to keep the builtin)"
-        )
-    return lines
+    lines = [f"acceptance: {reports or 'no report block'}; {_reviews(plan)}"]
+    warning = reviewer_warning(plan)
+    return lines + ([warning] if warning else [])
+
+
+def reviewer_warning(plan: AcceptancePlan) -> str | None:
+    """The warning when the plan's review runs start a reviewer other than pisub's."""
+    runs = plan.reviews or (plan.reviews is None and plan.review_runs)
+    if not runs or plan.reviewer is None:
+        return None
+    if plan.reviewer_scope in (None, "builtin") and not plan.reviewer_overrides_builtin:
+        return None
+    scope = f"the {plan.reviewer_scope}'s agent" if plan.reviewer_scope else "the agent"
+    overrides = " (it takes the name of pisub's: rename it to keep the builtin)"
+    return (
+        f"pisub: warning: review runs start {scope} {plan.reviewer!r} ({plan.reviewer_path}), not the "
+        f"reviewer pisub ships: {plan.reviewer_access or 'see its file'}"
+        f"{overrides if plan.reviewer_overrides_builtin else ''}"
+    )
 
 
 def _reports(plan: AcceptancePlan) -> str | None:
@@ -46,22 +53,36 @@ def _reports(plan: AcceptancePlan) -> str | None:
     return f"report block added to {of}"
 
 
-def _reviews(plan: AcceptancePlan) -> str | None:
+def _reviews(plan: AcceptancePlan) -> str:
     agent = f"agent {plan.reviewer!r}, real tokens" if plan.reviewer else "real tokens"
-    if plan.reviews is None:
-        return f"review runs: on, one per writer child ({agent})" if plan.review_runs else None
+    if plan.tasks is None:  # a script: what each child it starts gets
+        who = "each writer child the script starts (and any child that asks)"
+        if plan.report_blocks is not None:  # [acceptance] infer = false: only what children ask
+            who = "each child the script starts that asks for review"
+        if plan.review_runs:
+            return f"review runs: on — {who} gets a reviewer run ({agent})"
+        return f"review runs: off — {who} is recorded review-required, not run ({REVIEW_HINT})"
     if plan.reviews:
         runs = "1 reviewer run" if plan.reviews == 1 else f"{plan.reviews} reviewer runs"
         return f"review runs: {runs} ({agent})"
-    return "review runs: on, none (no writer)" if plan.review_runs else None
+    if plan.review_runs:
+        return f"review runs: on, none ({plan.no_review or 'no writer'})"
+    recorded = plan.recorded_reviews or 0
+    if recorded == 1:
+        return (
+            "review runs: off — the review asked for is recorded review-required, not run (--review runs it)"
+        )
+    if recorded:
+        return (
+            f"review runs: off — {recorded} reviews asked for are recorded review-required, not run "
+            "(--review runs them)"
+        )
+    return f"review runs: off ({REVIEW_HINT})"
 
 
 def review_runs_of(run: Run) -> list[ReviewRun]:
-    """The reviewer runs a workflow's children started (``pisub status WORKFLOW`` lists them;
-    none for a run that is not a workflow)."""
+    """The reviewer runs a run started: a single run's own, or its children's for a workflow
+    (``pisub status RUN`` lists them)."""
     from pisub.runs.reviews import review_runs
 
-    status = run.status()
-    if status.runner != "workflow":
-        return []
-    return review_runs(run.home, status)
+    return review_runs(run.home, run.status())

@@ -271,10 +271,9 @@ def refine_rollback(name: str, *, home: Path | None = None, cwd: Path | None = N
 
 def first_launch_warnings(run: Any, home: Path | None = None) -> list[str]:
     """The lines to show once for a run just started: the keys its agent file sets that pisub
-    does not act on (recorded in its manifest's ``agent.ignored``), a review gate's reviewer
-    that is not the one pisub ships, and a refinement overlay of its agent that is not used —
-    each the first time this version of that file is launched from this home (a marker under
-    ``<home>/cache/agent-warnings``)."""
+    does not act on (recorded in its manifest's ``agent.ignored``) and a refinement overlay of
+    its agent that is not used — each the first time this version of that file is launched from
+    this home (a marker under ``<home>/cache/agent-warnings``)."""
     try:
         manifest = run.manifest()
     except (PisubError, OSError):
@@ -289,9 +288,6 @@ def first_launch_warnings(run: Any, home: Path | None = None) -> list[str]:
             f"{agent.source}\n{listed}",
             [head, *(f"pisub:   {i.key}: {i.reason}" for i in agent.ignored)],
         )
-    reviewer = reviewer_notice(manifest)
-    if reviewer is not None:
-        lines += _once(home, f"reviewer\n{reviewer}", [reviewer])
     overlay = overlay_notice(agent.name, Path(manifest.cwd))
     if overlay is not None:
         lines += _once(home, f"overlay\n{overlay[1]}\n{overlay[0]}", [overlay[0]])
@@ -320,42 +316,9 @@ def _once(home: Path | None, key: str, lines: list[str]) -> list[str]:
     return lines
 
 
-def reviewer_notice(manifest: Any) -> str | None:
-    """A line when the run's review gate runs a reviewer other than the one pisub ships (say, a
-    project's ``.pi/agents/reviewer.md``), naming its file and whether its tools are limited;
-    the text of the file taken at launch makes the line differ for each version."""
-    import hashlib
-
-    taken = manifest.acceptance.reviewer if manifest.acceptance is not None else None
-    if taken is None or taken.scope == "builtin":
-        return None
-    digest = hashlib.sha256(taken.text.encode("utf-8", "surrogateescape")).hexdigest()[:12]
-    return (
-        f"pisub: note: this run's review gate runs the reviewer in {taken.path} ({taken.scope} scope, "
-        f"sha256 {digest}), not the one pisub ships (tools read, grep, find, ls); {_tools_of(taken)} "
-        "(shown once)"
-    )
-
-
-def _tools_of(taken: Any) -> str:
-    from pisub.agents.catalog import parse_agent
-
-    try:
-        agent = parse_agent(taken.text, Path(taken.path), "project")
-    except (PisubError, RecursionError):
-        return "its file no longer parses"
-    return reviewer_tools(agent)
-
-
 def reviewer_tools(agent: Agent) -> str:
-    """What a reviewer other than pisub's may do: its command, its tools, or pi's default ones
-    (a reviewer without ``tools`` gets what pi-subagents gives it: pi's default tools)."""
-    eff = agent.effective
-    if eff.runner != "pi":
-        return f"it runs {eff.command!r} (external-cli)"
-    if eff.tools is None:
-        return "it sets no tools, so it gets pi's default tools and can change files"
-    return f"its tools: {', '.join(eff.tools) or '(none)'}"
+    """What a reviewer other than pisub's may do (:meth:`pisub.agents.catalog.Agent.access`)."""
+    return agent.access()
 
 
 def overlay_notice(name: str, cwd: Path) -> tuple[str, str] | None:

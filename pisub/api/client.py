@@ -609,14 +609,18 @@ def _check_script(path: Path, catalog: Catalog) -> None:
     """The checks of ``pisub workflow validate``, agents included, before a run directory exists.
 
     Raises:
+        UnknownAgent: every problem is a name that is no agent here (the first ones, with
+            "did you mean").
         InvalidInput: the script does not validate (the first problems, with their lines).
     """
+    from pisub.errors import UnknownAgent
     from pisub.workflow.validate import validate_file
 
     report = validate_file(path, set(catalog.agents))
     if not report.ok:
         first = "; ".join(f"line {e.line}: {e.message}" for e in report.errors[:5])
-        raise InvalidInput(f"{path} does not validate: {first}")
+        error = UnknownAgent if all(e.unknown_agent for e in report.errors) else InvalidInput
+        raise error(f"{path} does not validate: {first}")
 
 
 def _tool_budget(given: dict[str, Any] | None) -> Any:

@@ -184,7 +184,7 @@ def run(
     from pisub.api.acceptance import launch_lines
 
     manifest = handle.manifest()
-    for line in launch_lines(manifest.acceptance_plan, workflow=manifest.workflow is not None):
+    for line in launch_lines(manifest.acceptance_plan):
         err(line)
     if as_json:
         import msgspec
@@ -241,11 +241,20 @@ def _task_pairs(tasks: list[str]) -> list[dict[str, Any]]:
 
 
 def _acceptance_option(text: str | None) -> Any:
-    """``--acceptance``: ``auto`` (bare or as JSON), ``false`` (omitted), or a JSON object."""
+    """``--acceptance``: ``auto`` (bare or as JSON), ``false`` (no acceptance: the seed's
+    shorthand that turns the gates off), or a JSON object; ``off``/``none`` are refused with
+    that fix."""
+    from pisub.errors import InvalidInput
+
     if text is None or text.strip() in ("auto", '"auto"'):
         return None if text is None else "auto"
     if text.strip() == "false":
         return False
+    if text.strip().strip('"').lower() in ("off", "none", "no", "0"):
+        raise InvalidInput(
+            f"--acceptance: {text.strip()[:20]!r} is not a value; --acceptance false turns acceptance "
+            """off (the task as written), '{"level": "none", "reason": "..."}' says why"""
+        )
     return _json_option(text, "--acceptance")
 
 
@@ -351,7 +360,7 @@ def status(
             json_line({**msgspec.to_builtins(st), "placement": msgspec.to_builtins(placement)})
         else:
             out_painted(status_text(st, placement, colour=colour))
-        if not as_json and st.runner == "workflow":
+        if not as_json:
             from pisub.cli.reviews import print_review_runs
 
             print_review_runs(handle)

@@ -85,7 +85,10 @@ class Acceptance(Record, kw_only=True, omit_defaults=True):
     explicit: bool
     """Asked for by the call or the agent (a failure fails the run); else inferred (reported)."""
     reviewer: ReviewerAgent | None = None
-    """A review gate's reviewer, taken at launch."""
+    """A review gate's reviewer, taken at launch (only when the launch opted in to review runs)."""
+    auto_level: bool | None = None
+    """Set while parsing: the caller left ``level`` to ``auto`` (resolved before the manifest is
+    written, so a manifest never holds it)."""
 
 
 class AcceptancePlan(Record, kw_only=True):
@@ -100,9 +103,18 @@ class AcceptancePlan(Record, kw_only=True):
     """The person opted in to review runs (``--review``, config ``[acceptance] review``)."""
     reviews: int | None = None
     """Reviewer runs that will start (None: one per writer child a script starts, when on)."""
+    recorded_reviews: int | None = None
+    """Reviews asked for (by a call, an agent file or the inference) that are recorded as
+    ``review-required`` and not run, review runs being off (None: a script, not known ahead)."""
+    no_review: str | None = None
+    """Review runs are on and none starts: why."""
     reviewer: str | None = None
     """The agent a review run starts."""
     reviewer_path: str | None = None
+    reviewer_scope: str | None = None
+    """``builtin`` (the one pisub ships), ``user`` or ``project``."""
+    reviewer_access: str | None = None
+    """What a reviewer that is not the builtin may do (its command, or its tools)."""
     reviewer_overrides_builtin: bool = False
     """The reviewer is a user's or project's agent that takes the name of the one pisub ships."""
 

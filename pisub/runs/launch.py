@@ -157,45 +157,98 @@ def _acceptance(
     review_runs: bool,
 ) -> Acceptance | None:
     """The call's acceptance, else the agent file's, else the inferred one (None when the
-    config turns inference off); a review gate that runs must have its reviewer (an inferred
-    review without the opt-in ``review_runs`` is recorded, not run, and takes none).
+    config turns inference off); a level left to ``auto`` takes the inferred one. A required
+    review takes its reviewer only when the launch opted in to review runs (``review_runs``):
+    else it is recorded, not run (:func:`take_reviewer`).
 
     Raises:
         InvalidInput: a bad ``acceptance`` / ``gate`` in the agent file, or no reviewer agent.
     """
-    from pisub.acceptance.infer import Setting, infer, role_of
-    from pisub.acceptance.spec import parse
+    from pisub.acceptance.infer import TABLE, Setting, infer, role_of
+    from pisub.acceptance.spec import parse, resolve_level
 
     fm = found.frontmatter
     chosen = given if given is not None else parse(fm.acceptance, fm.gate, str(found.path))
-    reviewer = config.acceptance.reviewer or "reviewer"
+    role = role_of(fm.acceptance_role, found.effective.runner, found.effective.tools)
+    setting = setting or Setting.DIRECT
     if chosen is None:
         if config.acceptance.infer is False:
             return None
-        role = role_of(fm.acceptance_role, found.effective.runner, found.effective.tools)
-        deep = lineage.depth >= lineage.max_depth  # its reviewer could not start
-        known = reviewer if reviewer in catalog.agents and reviewer != found.name and not deep else None
-        chosen = infer(role, setting or Setting.DIRECT, known, review_runs=review_runs)
+        why = _no_reviewer(found.name, catalog, config, lineage)
+        known = None if why else (config.acceptance.reviewer or "reviewer")
+        chosen = infer(role, setting, known, review_runs=review_runs, no_reviewer=why or "")
+    resolve_level(chosen, TABLE[(role, setting)].level, "the call" if given is not None else str(found.path))
+    return take_reviewer(chosen, catalog, config, lineage, review_runs)
+
+
+def resumed_acceptance(
+    given: Acceptance | None,
+    agent: str,
+    catalog: Catalog,
+    config: Config,
+    lineage: Lineage,
+    review_runs: bool,
+) -> Acceptance | None:
+    """A resume's acceptance: the call's only (a resume infers nothing; a level left to
+    ``auto`` is the one of a run of its own), its reviewer taken as for a new run.
+
+    Raises:
+        InvalidInput: as :func:`take_reviewer`, or a level that contradicts the rest.
+    """
+    from pisub.acceptance.infer import TABLE, Role, Setting, role_of
+    from pisub.acceptance.spec import resolve_level
+
+    if given is None:
+        return None
+    found = catalog.agents.get(agent)
+    role = Role.UNKNOWN
+    if found is not None:
+        role = role_of(found.frontmatter.acceptance_role, found.effective.runner, found.effective.tools)
+    resolve_level(given, TABLE[(role, Setting.DIRECT)].level, "the call")
+    return take_reviewer(given, catalog, config, lineage, review_runs)
+
+
+def _no_reviewer(agent: str, catalog: Catalog, config: Config, lineage: Lineage) -> str | None:
+    """Why an inferred review of ``agent`` can have no reviewer (None: it can)."""
+    reviewer = config.acceptance.reviewer or "reviewer"
+    if reviewer not in catalog.agents:
+        return f"no reviewer agent {reviewer!r}"
+    if reviewer == agent:
+        return f"the reviewer {reviewer!r} is this agent: it does not review its own work"
+    if lineage.depth >= lineage.max_depth:
+        return "at the depth limit, a reviewer could not start"
+    return None
+
+
+def take_reviewer(
+    chosen: Acceptance, catalog: Catalog, config: Config, lineage: Lineage, review_runs: bool
+) -> Acceptance:
+    """``chosen`` with its reviewer agent taken now, when it requires a review and the launch
+    opted in to review runs; without the opt-in (``--no-review`` included, whoever asked: the
+    call, an agent file, a script's child) the review is recorded, not run.
+
+    Raises:
+        InvalidInput: the review could never start (the depth limit), or no such reviewer.
+    """
     review = chosen.spec.review
-    if not chosen.explicit and not review_runs:
+    if review is None or not review.required or not review_runs:
         return chosen
-    if review is not None and review.required and lineage.depth >= lineage.max_depth:
+    if lineage.depth >= lineage.max_depth:
         raise InvalidInput(
             f"acceptance.review: this run sits at the depth limit (depth {lineage.depth}, max "
             f"{lineage.max_depth}), so its reviewer could not start; raise the limit or drop the review"
         )
-    if review is not None and review.required:
-        name = review.agent or reviewer
-        try:
-            agent = catalog.get(name)
-        except UnknownAgent:
-            available = ", ".join(sorted(catalog.agents)) or "(none)"
-            raise InvalidInput(
-                f"acceptance.review.agent: no agent {name!r} to review with (available: {available}); "
-                "write one (a read-only pi agent) or name another"
-            ) from None
-        review.agent = agent.name
-        chosen.reviewer = _snapshot(agent)  # the runner reviews with the agent as it is now
+    name = review.agent or config.acceptance.reviewer or "reviewer"
+    try:
+        agent = catalog.get(name)
+    except UnknownAgent:
+        available = ", ".join(sorted(catalog.agents)) or "(none)"
+        raise InvalidInput(
+            f"acceptance.review.agent: no agent {name!r} to review with (available: {available}); "
+            "write one (a read-only pi agent) or name another"
+        ) from None
+    review.agent = agent.name
+    chosen.reviewer = _snapshot(agent)  # the runner reviews with the agent as it is now
     return chosen
 
 
@@ -224,21 +277,14 @@ def reviewer_of(catalog: Catalog, config: Config) -> Agent:
         raise InvalidInput(f"review runs: no reviewer agent {name!r} ({exc.message})") from None
 
 
-def overrides_builtin(agent: Agent) -> bool:
-    """A user's or project's agent that takes the name of one pisub ships."""
-    from pisub.agents.files import shipped_names
-
-    return agent.scope != "builtin" and agent.name in shipped_names()
-
-
 def single_plan(manifest: Manifest, catalog: Catalog, review: bool, config: Config) -> AcceptancePlan:
     """What acceptance adds to one run (its manifest planned with review runs ``review``): the
-    report block, a reviewer run.
+    report block, a reviewer run or a review recorded and not run.
 
     Raises:
         InvalidInput: review runs are on and there is no reviewer agent.
     """
-    from pisub.acceptance.infer import runs_review
+    from pisub.acceptance.infer import asks_review, runs_review
     from pisub.acceptance.report import wants_report
     from pisub.protocol.acceptance import AcceptancePlan
 
@@ -247,10 +293,34 @@ def single_plan(manifest: Manifest, catalog: Catalog, review: bool, config: Conf
     accepted = manifest.acceptance
     report = accepted is not None and wants_report(accepted.spec)
     reviews = int(runs_review(accepted))
-    plan = AcceptancePlan(tasks=1, report_blocks=int(report), review_runs=review, reviews=reviews)
+    plan = AcceptancePlan(
+        tasks=1,
+        report_blocks=int(report),
+        review_runs=review,
+        reviews=reviews,
+        recorded_reviews=int(asks_review(accepted) and not reviews),
+    )
     if accepted is not None and accepted.reviewer is not None and accepted.spec.review is not None:
-        _name_reviewer(plan, catalog.agents.get(accepted.spec.review.agent or ""), accepted.reviewer.path)
+        _name_reviewer(plan, accepted.spec.review.agent or "", accepted.reviewer)
+    elif review:
+        lineage = Lineage(manifest.parent_run_id, manifest.root_run_id, manifest.depth, manifest.max_depth)
+        plan.no_review = _unreviewed(accepted, manifest.agent.name, catalog, config, lineage)
     return plan
+
+
+def _unreviewed(
+    accepted: Acceptance | None, agent: str, catalog: Catalog, config: Config, lineage: Lineage
+) -> str:
+    """Why a run launched with review runs on gets none."""
+    from pisub.protocol.acceptance import Level
+
+    if accepted is None:
+        return "acceptance is off ([acceptance] infer = false)"
+    if accepted.explicit:
+        return "its acceptance asks for no review"
+    if accepted.spec.level is Level.NONE:
+        return "not a writer"
+    return _no_reviewer(agent, catalog, config, lineage) or "not a writer"
 
 
 def workflow_plan(
@@ -260,15 +330,16 @@ def workflow_plan(
     lineage: Lineage,
     review: bool,
 ) -> AcceptancePlan:
-    """What acceptance adds to a workflow: for declared tasks (``calls``), the report blocks and
-    reviewer runs each child will get; for a script (None), what each writer child it starts
-    gets. A script's review runs need their reviewer now.
+    """What acceptance adds to a workflow: for declared tasks (``calls``), the report blocks,
+    the reviewer runs and the reviews recorded, not run, each child will get; for a script
+    (None), what each child it starts gets (not known ahead: ``None`` counts). A script's
+    review runs need their reviewer now.
 
     Raises:
         InvalidInput: review runs are on and there is no reviewer agent; a bad task (as the
             launch's own checks say).
     """
-    from pisub.acceptance.infer import Setting, runs_review
+    from pisub.acceptance.infer import Setting, asks_review, runs_review
     from pisub.acceptance.report import wants_report
     from pisub.acceptance.spec import parse
     from pisub.protocol.acceptance import AcceptancePlan
@@ -277,30 +348,50 @@ def workflow_plan(
     config = load_config(home.root)
     reviewer = reviewer_of(catalog, config) if review else None
     if calls is None:
-        plan = AcceptancePlan(review_runs=review)
+        inferring = config.acceptance.infer is not False
+        plan = AcceptancePlan(review_runs=review, report_blocks=None if inferring else 0)
         if reviewer is not None:
-            _name_reviewer(plan, reviewer, str(reviewer.path))
+            _name_reviewer(plan, reviewer.name, _snapshot(reviewer))
         return plan
-    plan = AcceptancePlan(tasks=len(calls), report_blocks=0, review_runs=review, reviews=0)
+    plan = AcceptancePlan(
+        tasks=len(calls), report_blocks=0, review_runs=review, reviews=0, recorded_reviews=0
+    )
     for call in calls:
         given = parse(call.acceptance, call.gate, "acceptance", resume=call.resume is not None)
         found = catalog.get(call.agent)
-        chosen = given
         if call.resume is None:
             chosen = _acceptance(given, found, catalog, config, Setting.DECLARED, lineage, review)
+        else:
+            chosen = resumed_acceptance(given, found.name, catalog, config, lineage, review)
         plan.report_blocks = (plan.report_blocks or 0) + bool(chosen and wants_report(chosen.spec))
-        if chosen is not None and runs_review(chosen):
+        if runs_review(chosen):
+            assert chosen is not None and chosen.reviewer is not None and chosen.spec.review is not None
             plan.reviews = (plan.reviews or 0) + 1
-            named = chosen.spec.review.agent if chosen.spec.review is not None else None
-            if plan.reviewer is None and chosen.reviewer is not None:
-                _name_reviewer(plan, catalog.agents.get(named or ""), chosen.reviewer.path)
+            if plan.reviewer is None:
+                _name_reviewer(plan, chosen.spec.review.agent or "", chosen.reviewer)
+        elif asks_review(chosen):
+            plan.recorded_reviews = (plan.recorded_reviews or 0) + 1
+        elif review and plan.no_review is None:
+            why = _unreviewed(chosen, found.name, catalog, config, lineage)
+            plan.no_review = None if why == "not a writer" else why
+    if review and not plan.reviews:
+        plan.no_review = plan.no_review or "no writer"
     return plan
 
 
-def _name_reviewer(plan: AcceptancePlan, agent: Agent | None, path: str) -> None:
-    if agent is not None:
-        plan.reviewer, plan.reviewer_path = agent.name, path
-        plan.reviewer_overrides_builtin = overrides_builtin(agent)
+def _name_reviewer(plan: AcceptancePlan, name: str, taken: ReviewerAgent) -> None:
+    """The plan's reviewer: the agent a review run starts, as it was taken at launch."""
+    from pisub.agents.catalog import parse_agent
+    from pisub.agents.files import shipped_names
+
+    plan.reviewer, plan.reviewer_path, plan.reviewer_scope = name, taken.path, taken.scope
+    if taken.scope == "builtin":
+        return
+    plan.reviewer_overrides_builtin = name in shipped_names()
+    try:
+        plan.reviewer_access = parse_agent(taken.text, Path(taken.path), "project").access()
+    except (PisubError, RecursionError):
+        plan.reviewer_access = "its file no longer parses"
 
 
 def placement_request(call: str | None, fm: AgentFrontmatter, config: Config) -> PlacementRequest | None:

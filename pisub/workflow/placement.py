@@ -75,7 +75,8 @@ class Placement:
                 ``where``.
         """
         from pisub.acceptance.infer import Setting
-        from pisub.runs.launch import plan_resume, plan_run, with_report_section
+        from pisub.runs.launch import plan_resume, plan_run, resumed_acceptance, with_report_section
+        from pisub.store.config import load_config
 
         assert call.key is not None
         lineage = self.table.lineage.child(self.table.manifest.run_id)
@@ -102,7 +103,14 @@ class Placement:
                     key=call.key,
                     timeout=call.timeout,
                 )
-                manifest.acceptance = accept
+                manifest.acceptance = resumed_acceptance(
+                    accept,
+                    manifest.agent.name,
+                    self.catalog(cwd),
+                    load_config(self.table.home.root),
+                    lineage,
+                    self.table.spec.review,
+                )
                 with_report_section(manifest)
                 if manifest.agent.name != call.agent:
                     raise InvalidInput(

@@ -28,6 +28,8 @@ class Problem:
     line: int
     col: int
     message: str
+    unknown_agent: bool = False
+    """The problem is a name that is no agent here."""
 
 
 @dataclass
@@ -38,10 +40,10 @@ class Report:
     def ok(self) -> bool:
         return not self.errors
 
-    def add(self, node: ast.AST | None, message: str) -> None:
+    def add(self, node: ast.AST | None, message: str, *, unknown_agent: bool = False) -> None:
         line = getattr(node, "lineno", 1) if node is not None else 1
         col = getattr(node, "col_offset", 0) + 1 if node is not None else 1
-        self.errors.append(Problem(line=line, col=col, message=message))
+        self.errors.append(Problem(line=line, col=col, message=message, unknown_agent=unknown_agent))
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -270,11 +272,13 @@ class _Calls:
         if self.agents is None or not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
             return
         if node.value not in self.agents:
-            from pisub.agents.catalog import did_you_mean
+            from pisub.agents.catalog import did_you_mean, shown_name
 
             known = ", ".join(sorted(self.agents)) or "(none)"
             mean = did_you_mean(node.value, list(self.agents))
-            self.report.add(node, f"unknown agent {node.value!r};{mean} agents: {known}")
+            name = shown_name(node.value)
+            name = name if name.startswith("'") else repr(name)
+            self.report.add(node, f"unknown agent {name};{mean} agents: {known}", unknown_agent=True)
 
 
 _COLLECTING = ("append", "add", "extend", "insert", "appendleft")

@@ -63,7 +63,7 @@ def test_a_review_gate_runs_a_pi_reviewer_on_the_diff(pi_home: Path, tmp_path: P
     for status, verdict in verdicts.items():
         review = {"required": True, "focus": f"REVIEW_VERDICT:{verdict}"}
         task = "please run TOOL: echo new > made.txt"
-        run = pisub.launch("pi", task, cwd=repo, acceptance={"level": "none", "review": review})
+        run = pisub.launch("pi", task, cwd=repo, acceptance={"level": "none", "review": review}, review=True)
         result = run.wait(timeout=180)
         record = result.details.results[0].acceptance
         assert record is not None and record.evidence_status == status, result.content[0].text

@@ -32,6 +32,8 @@ if verdict is not None:
     print("```")
 """
 
+ASKS = {"level": "none", "review": {"required": True}}
+
 
 @pytest.fixture
 def reviewer(make_agent: AgentMaker) -> str:
@@ -177,6 +179,7 @@ def _reviewed(agent_task: str, **review: object) -> pisub.Result:
         "worker",
         agent_task,
         acceptance={"level": "none", "review": {"required": True, **review}},
+        review=True,
     )
     return run.wait(timeout=120)
 
@@ -214,7 +217,7 @@ def test_a_stop_during_the_review_stops_the_reviewer_and_the_run(
     home: Path, make_agent: AgentMaker, reviewer: str
 ) -> None:
     make_agent("worker", command="true")
-    run = pisub.launch("worker", "HANG please", acceptance={"level": "none", "review": {"required": True}})
+    run = pisub.launch("worker", "HANG please", acceptance=ASKS, review=True)
     started = wait_for(lambda: run_events(run, "review.started"), timeout=30)
     review = pisub.Run(str(started[0]["data"]["runId"]))
     receipt = run.wait_for_receipt(run.send_stop(), timeout=10)
@@ -228,7 +231,9 @@ def test_a_review_gates_reviewer_must_exist(home: Path, make_agent: AgentMaker) 
     make_agent("worker", command="true")
     review = {"required": True, "agent": "nobody"}
     with pytest.raises(InvalidInput, match=r"acceptance\.review\.agent: no agent 'nobody'"):
-        pisub.launch("worker", "x", acceptance={"level": "none", "review": review})
+        pisub.launch("worker", "x", acceptance={"level": "none", "review": review}, review=True)
+    # without the opt-in nothing would run it: the name is not needed, the review is recorded
+    pisub.launch("worker", "x", acceptance={"level": "none", "review": review})
     with pytest.raises(InvalidInput, match="reviewed"):
         pisub.launch("worker", "x", acceptance={"level": "reviewed"})
 

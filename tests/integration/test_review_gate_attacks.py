@@ -34,11 +34,13 @@ for line in task.splitlines():
 APPROVE = '{"verdict": "approve", "findings": []}'
 REJECT = '{"verdict": "reject", "findings": [{"severity": "blocking", "message": "broken"}]}'
 
+ASKS = {"level": "none", "review": {"required": True}}
+
 
 def _gate(make_agent: AgentMaker, task: str, **reviewer: Any) -> Any:
     make_agent("reviewer", python=REVIEWER, args=None, acceptanceRole="read-only", **reviewer)
     make_agent("worker", command="true")
-    run = pisub.launch("worker", task, acceptance={"level": "none", "review": {"required": True}})
+    run = pisub.launch("worker", task, acceptance=ASKS, review=True)
     result = run.wait(timeout=120)
     record = result.details.results[0].acceptance
     assert record is not None
@@ -88,7 +90,7 @@ def test_a_reviewer_whose_runner_never_ends_is_not_waited_for_for_ever(
 ) -> None:
     make_agent("reviewer", python=REVIEWER, args=None, acceptanceRole="read-only", timeout=2)
     make_agent("worker", command="true")
-    run = pisub.launch("worker", "HANG", acceptance={"level": "none", "review": {"required": True}})
+    run = pisub.launch("worker", "HANG", acceptance=ASKS, review=True)
     started = wait_for(lambda: run_events(run, "review.started"), timeout=60, what="the review to start")
     review = pisub.Run(str(started[0]["data"]["runId"]))
     runner = wait_for(lambda: review.status().pid, timeout=30, what="the reviewer's runner")

@@ -296,19 +296,21 @@ def test_a_project_reviewer_is_named_at_launch_and_by_doctor(repo: Path) -> None
     reviewer.write_text(
         "---\nname: reviewer\nrunner: {type: external-cli, command: sh, args: ['-c', 'echo none']}\n---\nR\n"
     )
-    first = pisub_cli("run", "-a", "echo", "hi", "--json", check=True)
-    assert f"review gate runs the reviewer in {reviewer} (project scope" in first.stderr
-    assert "not the one pisub ships" in first.stderr and "shown once" in first.stderr
-    second = pisub_cli("run", "-a", "echo", "again", "--json", check=True)
-    assert "review gate runs the reviewer" not in second.stderr  # said once; the launch line stays
+    quiet = pisub_cli("run", "-a", "echo", "hi", "--json", check=True)  # review runs off: nothing runs it
+    assert "warning" not in quiet.stderr and "recorded review-required" in quiet.stderr
+    said = f"pisub: warning: review runs start the project's agent 'reviewer' ({reviewer}), not the reviewer"
+    launched = [quiet]
+    for task in ("hi", "again"):  # said at every launch that would run it
+        launched.append(pisub_cli("run", "-a", "echo", task, "--review", "--json", check=True))
+        assert said in launched[-1].stderr and "it runs 'sh' (external-cli)" in launched[-1].stderr
     # The seed's semantics: a reviewer without tools gets pi's default tools, and says so.
     reviewer.write_text("---\nname: reviewer\ndescription: mine\n---\nR\n")
-    third = pisub_cli("run", "-a", "echo", "third", "--json", check=True)
+    third = pisub_cli("run", "-a", "echo", "third", "--review", "--json", check=True)
     assert "sets no tools, so it gets pi's default tools and can change files" in third.stderr
     check = _checks()["reviewer"]
     assert check["ok"] is True and check["detail"].startswith(f"warning: review gates run {reviewer}")
     assert "pi's default tools" in check["detail"]
-    for proc in (first, second, third):
+    for proc in (*launched, third):
         pisub.Run(json.loads(proc.stdout)["runId"]).wait(timeout=60)
 
 
