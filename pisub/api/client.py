@@ -90,6 +90,9 @@ def launch(
     parent_session: str | None = None,
     isolation: str | None = None,
     base_ref: str | None = None,
+    group: str | None = None,
+    priority: int | None = None,
+    after: Sequence[str] | None = None,
     home: Path | None = None,
 ) -> Run:
     """Start a detached run of ``agent`` on ``task`` and return once its runner committed
@@ -113,6 +116,8 @@ def launch(
     ``isolation="worktree"``: the child
     works in a git worktree of its own at ``base_ref`` (``HEAD``), captured at its end
     (``pisub worktree apply``).
+    ``group``: the group it waits in for a slot (``queued`` until admitted; ``spec/queue.md``),
+    ``priority`` (higher first) and ``after`` (runs that must end ``complete`` first).
 
     Raises:
         InvalidInput: empty task, bad cwd or limits, a bad option (named).
@@ -162,6 +167,7 @@ def launch(
         backend=backend,
         catalog=catalog,
     )
+    manifest.queue = _queue(h, group, priority, after, lineage.parent_run_id is None, backend)
     manifest.max_output, manifest.artifacts, manifest.include_progress = (
         max_output,
         artifacts,
@@ -176,6 +182,22 @@ def launch(
 
         manifest = workspace(worktree).prepare(h, manifest, SINGLE_RUN_KEY, base_ref)
     return Run(start_run(h, manifest, seeds=seeds).run_id, home=h.root)
+
+
+def _queue(
+    home: Home,
+    group: str | None,
+    priority: int | None,
+    after: Sequence[str] | None,
+    top_level: bool,
+    backend: str | None,
+) -> Any:
+    """The run's place in a group (``Manifest.queue``), checked before anything is created."""
+    from pisub.runs.queue import request_for
+
+    if isinstance(after, str):
+        after = [after]
+    return request_for(home, group, priority, list(after or []), top_level=top_level, backend=backend)
 
 
 SINGLE_RUN_KEY = "run"
@@ -333,6 +355,9 @@ def launch_workflow(
     usage_budget: dict[str, Any] | None = None,
     on_done: str | None = None,
     backend: str | None = None,
+    group: str | None = None,
+    priority: int | None = None,
+    after: Sequence[str] | None = None,
     home: Path | None = None,
 ) -> Run:
     """Start a detached workflow run of the Python file ``script`` (``async def main(runs,
@@ -367,6 +392,9 @@ def launch_workflow(
         usage_budget=usage_budget,
         on_done=on_done,
         backend=backend,
+        group=group,
+        priority=priority,
+        after=after,
         home=home,
     )
 
@@ -449,6 +477,9 @@ def _launch_workflow(
     usage_budget: dict[str, Any] | None = None,
     on_done: str | None = None,
     backend: str | None = None,
+    group: str | None = None,
+    priority: int | None = None,
+    after: Sequence[str] | None = None,
     home: Path | None = None,
 ) -> Run:
     import uuid
@@ -509,6 +540,7 @@ def _launch_workflow(
         what = f"lanes: {len(lanes)} lanes, {count} stages"
     manifest = new_manifest(agent, what, str(workdir), limits, lineage=lineage, run_id=run_id)
     manifest.workflow = spec
+    manifest.queue = _queue(h, group, priority, after, lineage.parent_run_id is None, None)
     if on_done is not None:
         manifest.on_done = _command(on_done, "on_done")
     seeds = {"workflow.py": script} if script is not None else {}
@@ -946,7 +978,8 @@ class Run:
         return request_id, receipt
 
     def _revivable(self) -> bool:
-        return self.manifest().agent.runner == "pi" and not self.status().state.is_terminal
+        state = self.status().state  # (a queued run's steer waits for its child: nothing to revive)
+        return self.manifest().agent.runner == "pi" and not state.is_terminal and state != RunState.QUEUED
 
     def resume(self, message: str, *, timeout: float | None = None) -> Run:
         """Continue this finished pi run's session in a new run (see :func:`resume`)."""

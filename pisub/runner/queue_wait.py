@@ -1,0 +1,265 @@
+"""A runner's wait for its turn in a group (``spec/queue.md``): before its run mode starts.
+
+The runner registers its run in the group (``groups/<name>/q-…``) and the decision is taken at
+once under the group's lock; admitted, it goes on as any runner. Otherwise it commits ``queued``
+with its identity (pid, start ticks: a reader proves its death as for a running run), answers
+the launcher and waits, woken by ``SIGUSR1`` (rung by whoever admits it), by its inbox (inotify,
+else a 0.2 s poll) and by its own check every :data:`CHECK_S`: is it admitted, did its entry
+vanish (written again), did an ``--after`` run end otherwise than ``complete`` (the run fails),
+is a slot free that nobody filled (a holder killed, a promoter that died halfway: it decides
+itself, under the lock). A whole-run stop (inbox request, SIGTERM, SIGINT) ends the run
+``stopped`` without its child ever starting; steering requests stay in the inbox for the child.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import selectors
+import signal
+import time
+
+from pisub.errors import PisubError
+from pisub.protocol.codec import now_iso
+from pisub.protocol.manifest import Manifest
+from pisub.protocol.queue import QueueRequest
+from pisub.protocol.result import ErrorCode, ErrorInfo
+from pisub.protocol.status import RunState
+from pisub.runner.lifecycle import drain
+from pisub.runner.modes import Report
+from pisub.runs import queue
+from pisub.store import groups
+from pisub.store.groups import EntryName
+from pisub.store.paths import RunPaths
+
+CHECK_S = 1.0
+"""How often a waiting runner checks its group on its own (jittered ±25 %)."""
+INBOX_POLL_S = 0.2
+"""How often the inbox is listed when inotify is unavailable."""
+STOPPED_REASON = "the run was stopped while queued; its child never started"
+
+
+class _Ended(Exception):
+    """The wait ended the run (stopped, failed): its final files are written."""
+
+
+class QueueWait:
+    """One runner's wait; :meth:`run` returns True once admitted."""
+
+    def __init__(self, paths: RunPaths, manifest: Manifest, request: QueueRequest, report: Report) -> None:
+        self.paths = paths
+        self.manifest = manifest
+        self.request = request
+        self.report = report
+        self.home = paths.home
+        self.directory = groups.group_dir(self.home, request.group)
+        self.sel = selectors.DefaultSelector()
+        self.signalled: int | None = None
+        self.entry: EntryName | None = None
+        self.watcher: object | None = None
+        self.inbox_polled = False
+        self.queued_at = time.monotonic()
+
+    def run(self) -> bool:
+        """Wait for admission; False when the wait ended the run (or its directory vanished)."""
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._take_signals(wake_r)
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        try:
+            self.entry = queue.register(self.home, self.paths.run_id, self.request)
+            if self.entry.admitted:
+                return True
+            self._commit_queued()
+            self.report({"ok": True, "pid": os.getpid(), "queued": True})
+            self._watch_inbox(wake_w)
+            return self._wait(wake_r)
+        except _Ended:
+            return False
+        finally:
+            self._stop_watching()
+            # (the handlers stay: a late ring must not kill the runner; its run mode takes the
+            # signals again before anything runs)
+            signal.set_wakeup_fd(-1)
+            self.sel.close()
+            os.close(wake_r)
+            os.close(wake_w)
+
+    # -- waiting ---------------------------------------------------------------------------
+    def _wait(self, wake_r: int) -> bool:
+        next_check = 0.0
+        while True:
+            if self.signalled is not None:
+                self._end_stopped(f"stopped by signal {self.signalled} while queued; its child never started")
+            if not os.path.isdir(self.paths.root):
+                return False  # the run directory was removed: nothing left to run
+            self._check_inbox()
+            entry = groups.find(self.directory, self.paths.run_id)
+            if entry is not None and entry.admitted:
+                self._admitted()
+                return True
+            now = time.monotonic()
+            if entry is None or now >= next_check:
+                self._check(entry)
+                next_check = now + CHECK_S * random.uniform(0.75, 1.25)
+                continue  # at once: the check may have admitted this run
+            timeout = next_check - now
+            if self.inbox_polled:
+                timeout = min(timeout, INBOX_POLL_S)
+            for _key, _mask in self.sel.select(timeout):
+                drain(wake_r)
+
+    def _check(self, entry: EntryName | None) -> None:
+        """The slow check: the ``--after`` runs, the entry, and a free slot nobody filled."""
+        ready, why = queue.deps_state(self.home, self._observed_after())
+        if why is not None:
+            self._end_failed(f"{why}; this run never started")
+        if entry is None:  # vanished (removed, set aside): written again in its place
+            self.entry = queue.register(self.home, self.paths.run_id, self.request, self.entry)
+            return
+        if ready and self._maybe_free():
+            queue.promote(self.home, self.request.group)
+
+    def _observed_after(self) -> list[str]:
+        """The ``--after`` runs, each observed (a dead one repaired) until it has ended."""
+        from pisub.runs.reconcile import observe
+
+        for run_id in self.request.after:
+            with contextlib.suppress(PisubError, OSError):
+                observe(self.home.run(run_id))
+        return self.request.after
+
+    def _maybe_free(self) -> bool:
+        """Whether a slot may be free (read without the lock; the lock's decision is final)."""
+        limit, paused = queue._limit_of(self.home, self.request.group)
+        if paused:
+            return False
+        if limit is None:
+            return True
+        admitted = [e for e in groups.entries(self.directory) if e.admitted]
+        if len(admitted) < limit:
+            return True
+        return any(queue.verdict(self.home, e.run_id) is queue.Verdict.GONE for e in admitted)
+
+    # -- the inbox -------------------------------------------------------------------------
+    def _watch_inbox(self, wake_w: int) -> None:
+        from pisub.runner.inbox import InboxWatcher
+
+        watcher = InboxWatcher(self.paths.inbox / "new", wake_w)
+        self.inbox_polled = watcher.start().watch != "inotify"
+        self.watcher = watcher
+
+    def _stop_watching(self) -> None:
+        from pisub.runner.inbox import InboxWatcher
+
+        if isinstance(self.watcher, InboxWatcher):
+            self.watcher.stop()
+        self.watcher = None
+
+    def _check_inbox(self) -> None:
+        """A whole-run stop in the inbox ends the run (answered ``delivered``); anything else
+        waits there for the child."""
+        from pisub.protocol.control import Stop
+        from pisub.store.mailbox import claim, make_receipt, parse_request_file, pending_files, write_receipt
+
+        for name in pending_files(self.paths, "new"):
+            parsed = parse_request_file(self.paths.inbox / "new" / name)
+            if not isinstance(parsed.request, Stop) or parsed.request.child is not None:
+                continue
+            claimed = claim(self.paths, name)
+            if claimed is None:
+                continue
+            from pisub.protocol.control import ReceiptState
+
+            write_receipt(
+                self.paths,
+                make_receipt(self.paths.run_id, parsed.request_id, "stop", ReceiptState.DELIVERED),
+            )
+            reason = parsed.request.reason
+            self._end_stopped(STOPPED_REASON + (f" ({reason})" if reason else ""))
+
+    # -- the startup and the end -------------------------------------------------------------
+    def _take_signals(self, wake_r: int) -> None:
+        def stop(signum: int, _frame: object) -> None:
+            self.signalled = signum
+
+        def nothing(_signum: int, _frame: object) -> None:
+            return None
+
+        for sig, handler in ((signal.SIGTERM, stop), (signal.SIGINT, stop)):
+            signal.signal(sig, handler)
+        for sig in (signal.SIGUSR1, signal.SIGHUP):
+            signal.signal(sig, nothing)
+        self.sel.register(wake_r, selectors.EVENT_READ)
+
+    def _commit_queued(self) -> None:
+        """``queued``, with this runner's identity (what a reader's liveness check reads)."""
+        from pisub.runner.lifecycle import mark_running
+        from pisub.store.runs import append_event, load_status, write_status
+
+        status = mark_running(load_status(self.paths))
+        status.state = RunState.QUEUED
+        status.group = self.request.group
+        status.updated_at = now_iso()
+        write_status(self.paths, status)
+        place = queue.position(self.home, self.request.group, self.paths.run_id)
+        append_event(
+            self.paths,
+            "run.queued",
+            group=self.request.group,
+            priority=self.request.priority,
+            position=place[0] if place else None,
+            pid=os.getpid(),
+        )
+
+    def _admitted(self) -> None:
+        from pisub.store.runs import append_event
+
+        waited = round(time.monotonic() - self.queued_at, 3)
+        append_event(self.paths, "run.admitted", group=self.request.group, waited_s=waited)
+
+    def _end_stopped(self, message: str) -> None:
+        self._end("stopped", ErrorInfo(code=ErrorCode.SUBAGENT_FAILED, message=message))
+
+    def _end_failed(self, message: str) -> None:
+        self._end("failed", ErrorInfo(code=ErrorCode.SUBAGENT_FAILED, message=message))
+
+    def _end(self, state: str, error: ErrorInfo) -> None:
+        """End the run without starting its child: inbox closed and answered, result, terminal
+        status, ``run.finished``, ``--on-done``, the group left."""
+        from pisub.store.mailbox import close_inbox, settle_closed_inbox
+        from pisub.store.on_done import after_end
+        from pisub.store.results import make_result
+        from pisub.store.runs import append_event, load_status, write_result, write_status
+
+        close_inbox(self.paths, state)
+        settle_closed_inbox(self.paths, self.paths.run_id, error.message)
+        result = make_result(
+            run_id=self.paths.run_id,
+            state=state,
+            agent=self.manifest.agent.name,
+            task=self.manifest.task,
+            exit_code=1,
+            output="",
+            error=error,
+            full_output=self.paths.output_log(0),
+        )
+        write_result(self.paths, result)
+        status = load_status(self.paths)
+        status.state = RunState(state)
+        status.ended_at = result.ended_at
+        status.updated_at = now_iso()
+        status.error = result.details.error
+        write_status(self.paths, status)
+        append_event(self.paths, "run.finished", state=state, queued=True, sync=True)
+        queue.leave(self.home, self.request.group, self.paths.run_id)
+        after_end(self.paths, self.manifest, state)
+        raise _Ended
+
+
+def wait_turn(paths: RunPaths, manifest: Manifest, report: Report) -> bool:
+    """Wait for the run's turn in its group (True: go on and start it); False when the run
+    ended while it waited (its final files written) or its directory vanished."""
+    if manifest.queue is None:
+        return True
+    return QueueWait(paths, manifest, manifest.queue, report).run()
