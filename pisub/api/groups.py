@@ -113,7 +113,7 @@ def group_rm(name: str, *, home: Path | None = None) -> None:
     with groups.locked(h, name) as directory:
         if not groups.exists(h, name):
             raise InvalidInput(f"no group {name!r}")
-        live = [e for e in groups.entries(directory) if verdict(h, e.run_id) is Verdict.RUNS]
+        live = [e for e in groups.entries(directory) if verdict(h, e.run_id) is not Verdict.GONE]
         if live:
             shown = ", ".join(e.run_id[:8] for e in live[:5])
             raise InvalidInput(

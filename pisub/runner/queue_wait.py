@@ -3,8 +3,8 @@
 The runner registers its run in the group (``groups/<name>/q-…``) and the decision is taken at
 once under the group's lock; admitted, it goes on as any runner. Otherwise it commits ``queued``
 with its identity (pid, start ticks: a reader proves its death as for a running run), answers
-the launcher and waits, woken by ``SIGUSR1`` (rung by whoever admits it), by its inbox (inotify,
-else a 0.2 s poll) and by its own check every :data:`CHECK_S`: is it admitted, did its entry
+the launcher and waits, woken by ``SIGUSR1`` (rung by whoever admits it), by a look at its inbox
+every :data:`INBOX_POLL_S` and by its own check every :data:`CHECK_S`: is it admitted, did its entry
 vanish (written again), did an ``--after`` run end otherwise than ``complete`` (the run fails),
 is a slot free that nobody filled (a holder killed, a promoter that died halfway: it decides
 itself, under the lock). A whole-run stop (inbox request, SIGTERM, SIGINT) ends the run
@@ -26,7 +26,6 @@ from pisub.protocol.manifest import Manifest
 from pisub.protocol.queue import QueueRequest
 from pisub.protocol.result import ErrorCode, ErrorInfo
 from pisub.protocol.status import RunState
-from pisub.runner.lifecycle import drain
 from pisub.runner.modes import Report
 from pisub.runs import queue
 from pisub.store import groups
@@ -35,8 +34,9 @@ from pisub.store.paths import RunPaths
 
 CHECK_S = 1.0
 """How often a waiting runner checks its group on its own (jittered ±25 %)."""
-INBOX_POLL_S = 0.2
-"""How often the inbox is listed when inotify is unavailable."""
+INBOX_POLL_S = 0.25
+"""How often a waiting runner lists its inbox (no inotify: a few hundred waiting runners would
+take every inotify instance this user has, which running runners need)."""
 STOPPED_REASON = "the run was stopped while queued; its child never started"
 
 
@@ -57,8 +57,6 @@ class QueueWait:
         self.sel = selectors.DefaultSelector()
         self.signalled: int | None = None
         self.entry: EntryName | None = None
-        self.watcher: object | None = None
-        self.inbox_polled = False
         self.queued_at = time.monotonic()
 
     def run(self) -> bool:
@@ -72,12 +70,10 @@ class QueueWait:
                 return True
             self._commit_queued()
             self.report({"ok": True, "pid": os.getpid(), "queued": True})
-            self._watch_inbox(wake_w)
             return self._wait(wake_r)
         except _Ended:
             return False
         finally:
-            self._stop_watching()
             # (the handlers stay: a late ring must not kill the runner; its run mode takes the
             # signals again before anything runs)
             signal.set_wakeup_fd(-1)
@@ -87,27 +83,30 @@ class QueueWait:
 
     # -- waiting ---------------------------------------------------------------------------
     def _wait(self, wake_r: int) -> bool:
-        next_check = 0.0
+        next_check = next_inbox = 0.0
+        rung = True
         while True:
             if self.signalled is not None:
                 self._end_stopped(f"stopped by signal {self.signalled} while queued; its child never started")
-            if not os.path.isdir(self.paths.root):
-                return False  # the run directory was removed: nothing left to run
-            self._check_inbox()
-            entry = groups.find(self.directory, self.paths.run_id)
-            if entry is not None and entry.admitted:
-                self._admitted()
-                return True
             now = time.monotonic()
-            if entry is None or now >= next_check:
-                self._check(entry)
-                next_check = now + CHECK_S * random.uniform(0.75, 1.25)
-                continue  # at once: the check may have admitted this run
-            timeout = next_check - now
-            if self.inbox_polled:
-                timeout = min(timeout, INBOX_POLL_S)
-            for _key, _mask in self.sel.select(timeout):
-                drain(wake_r)
+            if now >= next_inbox:
+                self._check_inbox()
+                next_inbox = now + INBOX_POLL_S
+            if rung or now >= next_check:
+                rung = False
+                if not os.path.isdir(self.paths.root):
+                    return False  # the run directory was removed: nothing left to run
+                entry = groups.find(self.directory, self.paths.run_id)
+                if entry is not None and entry.admitted:
+                    self._admitted()
+                    return True
+                if now >= next_check:
+                    self._check(entry)
+                    next_check = now + CHECK_S * random.uniform(0.75, 1.25)
+                    rung = True  # look again at once: the check may have admitted this run
+                    continue
+            for _key, _mask in self.sel.select(max(0.0, min(next_check, next_inbox) - now)):
+                rung = _read_wake(wake_r) or rung
 
     def _check(self, entry: EntryName | None) -> None:
         """The slow check: the ``--after`` runs, the entry, and a free slot nobody filled."""
@@ -130,7 +129,11 @@ class QueueWait:
         return self.request.after
 
     def _maybe_free(self) -> bool:
-        """Whether a slot may be free (read without the lock; the lock's decision is final)."""
+        """Whether a slot may be free (read without the lock; the lock's decision is final). A
+        holder whose runner is proven dead is repaired first (its child's leftovers ended, its
+        slot given on: the repair leaves the group)."""
+        from pisub.runs.reconcile import observe
+
         limit, paused = queue._limit_of(self.home, self.request.group)
         if paused:
             return False
@@ -139,23 +142,13 @@ class QueueWait:
         admitted = [e for e in groups.entries(self.directory) if e.admitted]
         if len(admitted) < limit:
             return True
-        return any(queue.verdict(self.home, e.run_id) is queue.Verdict.GONE for e in admitted)
+        dead = [e for e in admitted if queue.verdict(self.home, e.run_id) is queue.Verdict.DEAD]
+        for entry in dead:
+            with contextlib.suppress(PisubError, OSError):
+                observe(self.home.run(entry.run_id))  # (its repair leaves the group: the next admitted)
+        return bool(dead)
 
     # -- the inbox -------------------------------------------------------------------------
-    def _watch_inbox(self, wake_w: int) -> None:
-        from pisub.runner.inbox import InboxWatcher
-
-        watcher = InboxWatcher(self.paths.inbox / "new", wake_w)
-        self.inbox_polled = watcher.start().watch != "inotify"
-        self.watcher = watcher
-
-    def _stop_watching(self) -> None:
-        from pisub.runner.inbox import InboxWatcher
-
-        if isinstance(self.watcher, InboxWatcher):
-            self.watcher.stop()
-        self.watcher = None
-
     def _check_inbox(self) -> None:
         """A whole-run stop in the inbox ends the run (answered ``delivered``); anything else
         waits there for the child."""
@@ -255,6 +248,15 @@ class QueueWait:
         queue.leave(self.home, self.request.group, self.paths.run_id)
         after_end(self.paths, self.manifest, state)
         raise _Ended
+
+
+def _read_wake(fd: int) -> bool:
+    """Empty the wake-up pipe; whether the ring (``SIGUSR1``) was among what woke the runner."""
+    rung = False
+    with contextlib.suppress(BlockingIOError):
+        while data := os.read(fd, 512):
+            rung = rung or signal.SIGUSR1 in data
+    return rung
 
 
 def wait_turn(paths: RunPaths, manifest: Manifest, report: Report) -> bool:

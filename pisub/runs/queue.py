@@ -2,14 +2,15 @@
 group's lock by whoever frees a slot or finds one free — a runner that ends, a reader that
 repairs a dead run, a waiting runner's own check, ``pisub group resume`` / ``set-limit``.
 
-The rule: the *holders* are the admitted entries (``a-…``) whose runner is not proven dead and
-whose run has not ended; while fewer than the group's limit hold a slot and the group is not
+The rule: the *holders* are the admitted entries (``a-…``) whose run has not ended (one whose
+runner is proven dead holds its slot until a repair — a reader's, or a waiting runner's —
+ended what is left of its child); while fewer than the group's limit hold a slot and the group is not
 paused, the first waiting entries (``q-…``, highest priority first, then launch order) whose
 runner lives and whose ``--after`` runs all ended ``complete`` are admitted — each by one
-atomic rename to ``a-…`` — and their runners rung (``SIGUSR1``). An entry of an ended or
-provably dead run is removed. Liveness is the runner's lock or its pid with its start ticks
-(never the wall clock), as :mod:`pisub.runs.reconcile` proves it; a run whose state cannot be
-read holds its slot (never more than the limit run).
+atomic rename to ``a-…`` — and their runners rung (``SIGUSR1``). An entry of an ended run,
+and a waiting entry whose runner is provably dead, is removed. Liveness is the runner's lock or
+its pid with its start ticks (never the wall clock), as :mod:`pisub.runs.reconcile` proves it;
+a run whose state cannot be read holds its slot (never more than the limit run).
 """
 
 from __future__ import annotations
@@ -37,13 +38,17 @@ def _step(point: str) -> None:
 
 class Verdict(enum.Enum):
     RUNS = "runs"
-    """Its runner lives and its run has not ended."""
+    """Its runner is not proven dead and its run has not ended."""
+    DEAD = "dead"
+    """Its runner is proven dead but its run is not repaired yet: an admitted one keeps its
+    slot until a repair ends what is left of its child (its slot is never used twice)."""
     GONE = "gone"
-    """Ended, provably dead, or its run directory is gone: its entry is removed."""
+    """Its run ended, or its directory is gone: its entry is removed."""
 
 
 def verdict(home: Home, run_id: str) -> Verdict:
-    """Whether the run of an entry still runs (or waits): anything but proof of its end."""
+    """What became of the run of an entry: anything but proof of its end or its runner's death
+    is :attr:`Verdict.RUNS`."""
     paths = home.run(run_id)
     if is_held(paths.runner_lock):
         return Verdict.RUNS
@@ -56,7 +61,7 @@ def verdict(home: Home, run_id: str) -> Verdict:
         status = load_status(paths)
         if status.state.is_terminal or os.path.lexists(paths.result):
             return Verdict.GONE
-        return Verdict.GONE if liveness(paths, status) == Liveness.DEAD else Verdict.RUNS
+        return Verdict.DEAD if liveness(paths, status) == Liveness.DEAD else Verdict.RUNS
     except (PisubError, OSError):
         return Verdict.RUNS  # unreadable: it keeps its slot (fail closed)
 
@@ -115,8 +120,8 @@ def _promote(home: Home, group: str, directory: Path) -> Promotion:
     done = Promotion([], 0, [])
     for entry in found:
         if entry.admitted:
-            if verdict(home, entry.run_id) is Verdict.RUNS:
-                done.holders += 1
+            if verdict(home, entry.run_id) is not Verdict.GONE:
+                done.holders += 1  # a dead one until its repair ended what is left of it
             elif groups.remove(directory, entry):
                 done.dropped.append(entry.run_id)
     if paused:
@@ -127,7 +132,7 @@ def _promote(home: Home, group: str, directory: Path) -> Promotion:
             break
         if entry.admitted:
             continue
-        if verdict(home, entry.run_id) is Verdict.GONE:
+        if verdict(home, entry.run_id) is not Verdict.RUNS:  # a dead waiter never started a child
             if groups.remove(directory, entry):
                 done.dropped.append(entry.run_id)
             continue
@@ -282,7 +287,7 @@ def view(home: Home, name: str) -> GroupView:
     except PisubError as exc:
         config, error = None, exc.message
     found = groups.entries(groups.group_dir(home, name))
-    running = sum(1 for e in found if e.admitted and verdict(home, e.run_id) is Verdict.RUNS)
+    running = sum(1 for e in found if e.admitted and verdict(home, e.run_id) is not Verdict.GONE)
     queued = sum(1 for e in found if not e.admitted)
     config = config or GroupConfig(v=1, name=name)
     return GroupView(name, config.limit, config.paused or error is not None, running, queued, error)
