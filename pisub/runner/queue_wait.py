@@ -70,6 +70,7 @@ class QueueWait:
                 return True
             self._commit_queued()
             self.report({"ok": True, "pid": os.getpid(), "queued": True})
+            _preload()
             return self._wait(wake_r)
         except _Ended:
             return False
@@ -248,6 +249,15 @@ class QueueWait:
         queue.leave(self.home, self.request.group, self.paths.run_id)
         after_end(self.paths, self.manifest, state)
         raise _Ended
+
+
+def _preload() -> None:
+    """Import what the run's start needs while it waits (as a warm runner does), so that an
+    admitted run starts without paying for its imports."""
+    from pisub.backends import warm
+
+    with contextlib.suppress(ImportError):
+        warm.preload()
 
 
 def _read_wake(fd: int) -> bool:

@@ -19,6 +19,7 @@ import pytest
 from pisub.core.locks import is_held
 from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for
 from tests.helpers import run_events, run_receipts
+from tests.nonroot import Unprivileged
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -384,3 +385,23 @@ def test_group_rm_refuses_while_runs_are_in_it(queue_env: Path) -> None:
     wait_state(a, "complete")
     assert "removed group g" in cli("group", "rm", "g")
     assert [json.loads(line)["name"] for line in cli("group", "list", "--json").splitlines()] == ["default"]
+
+
+@pytest.mark.root
+def test_a_user_queues_and_stops_runs_of_a_group(unprivileged: Unprivileged) -> None:
+    """As the unprivileged user: a group of one, a queued run stopped, the next one started."""
+    user = unprivileged
+    user.make_agent("napper", python="import sys, time\ntime.sleep(float(sys.stdin.read()))\nprint('ok')")
+    user.pisub("group", "add", "g", "--limit", "1", check=True)
+    ids = [
+        user.pisub("run", "--agent", "napper", "--group", "g", seconds, check=True).stdout.strip()
+        for seconds in ("4", "0", "0")
+    ]
+
+    def user_state(run_id: str) -> str:
+        return str(json.loads(user.pisub("status", run_id, "--json", check=True).stdout)["state"])
+
+    assert user_state(ids[1]) == "queued"
+    assert "delivered" in user.pisub("stop", ids[1], check=True).stdout
+    wait_for(lambda: user_state(ids[2]) == "complete", 30, interval=0.2, what="the third run")
+    assert [user_state(r) for r in ids] == ["complete", "stopped", "complete"]
