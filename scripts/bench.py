@@ -1068,7 +1068,7 @@ def bench_queue(b: Bench) -> None:
     wall = time.monotonic() - start
     events = [json.loads(line) for line in log.read_text().splitlines()]
     most, turnover = _replay(events, limit)
-    refill = _slot_to_child(runs)
+    refill, admitted = _slot_to_child(runs)
     states = [str(r.status().state) for r in runs]
     b.data["queue"] = {
         "runs": n,
@@ -1077,6 +1077,7 @@ def bench_queue(b: Bench) -> None:
         "max_running": most,
         "refill_s": refill,
         "turnover_s": turnover,
+        "admitted_s": admitted,
         "wall_s": wall,
         "launch_s": launched,
         "states": {s: states.count(s) for s in set(states)},
@@ -1087,6 +1088,12 @@ def bench_queue(b: Bench) -> None:
         "freed slot → next run running p50 / p90",
         f"{ms(statistics.median(refill))} / {ms(pct(refill, 90))}",
         f"{len(refill)} refills (slot freed: the ending run's last event)",
+    )
+    b.row(
+        "queue",
+        "… of which freed slot → next run admitted p50 / p90",
+        f"{ms(statistics.median(admitted))} / {ms(pct(admitted, 90))}",
+        "the rest is the admitted runner's startup commit",
     )
     b.row(
         "queue",
@@ -1133,7 +1140,7 @@ def _kill_holders(runs: list[Any], kills: int, n: int) -> list[str]:
     return killed
 
 
-def _slot_to_child(runs: list[Any]) -> list[float]:
+def _slot_to_child(runs: list[Any]) -> tuple[list[float], list[float]]:
     """For each queued run's start (``run.started``: its startup commit, ``running``), the time
     since the slot it took was freed: the oldest
     unpaired end (``run.finished``, or ``run.repaired`` of a killed runner) before it. From the
@@ -1152,14 +1159,19 @@ def _slot_to_child(runs: list[Any]) -> list[float]:
                 marks.append((at(event), 0))
             elif event["type"] == "run.started" and "run.queued" in kinds:
                 marks.append((at(event), 1))
+            elif event["type"] == "run.admitted":
+                marks.append((at(event), 2))
     freed: list[float] = []
     found: list[float] = []
+    admitted: list[float] = []
     for when, kind in sorted(marks):
         if kind == 0:
             freed.append(when)
-        elif freed:
+        elif kind == 2 and freed:
+            admitted.append(when - freed[0])
+        elif kind == 1 and freed:
             found.append(when - freed.pop(0))
-    return found
+    return found, admitted
 
 
 def _replay(events: list[list[Any]], limit: int) -> tuple[int, list[float]]:

@@ -33,8 +33,10 @@ from pisub.store.groups import EntryName
 from pisub.store.paths import RunPaths
 
 CHECK_S = 1.0
-"""How often a waiting runner checks its group on its own (jittered ±25 %)."""
-INBOX_POLL_S = 0.25
+"""How often a waiting runner near the head of the queue checks its group on its own (jittered
+±25 %); one at place P checks every ``P / (2 * limit)`` of that, at most :data:`MAX_CHECK_S`."""
+MAX_CHECK_S = 5.0
+INBOX_POLL_S = 0.5
 """How often a waiting runner lists its inbox (no inotify: a few hundred waiting runners would
 take every inotify instance this user has, which running runners need)."""
 STOPPED_REASON = "the run was stopped while queued; its child never started"
@@ -102,23 +104,29 @@ class QueueWait:
                     self._admitted()
                     return True
                 if now >= next_check:
-                    self._check(entry)
-                    next_check = now + CHECK_S * random.uniform(0.75, 1.25)
+                    next_check = now + self._check(entry) * random.uniform(0.75, 1.25)
                     rung = True  # look again at once: the check may have admitted this run
                     continue
             for _key, _mask in self.sel.select(max(0.0, min(next_check, next_inbox) - now)):
                 rung = _read_wake(wake_r) or rung
 
-    def _check(self, entry: EntryName | None) -> None:
-        """The slow check: the ``--after`` runs, the entry, and a free slot nobody filled."""
+    def _check(self, entry: EntryName | None) -> float:
+        """The slow check: the ``--after`` runs, the entry, and a free slot nobody filled; how
+        long until the next one (:data:`CHECK_S` near the head of the queue, up to
+        :data:`MAX_CHECK_S` far back: hundreds of waiting runners stay cheap)."""
         ready, why = queue.deps_state(self.home, self._observed_after())
         if why is not None:
             self._end_failed(f"{why}; this run never started")
         if entry is None:  # vanished (removed, set aside): written again in its place
             self.entry = queue.register(self.home, self.paths.run_id, self.request, self.entry)
-            return
-        if ready and self._maybe_free():
+            return CHECK_S
+        limit, paused = queue._limit_of(self.home, self.request.group)
+        found = groups.entries(self.directory)
+        if ready and not paused and self._maybe_free(found, limit):
             queue.promote(self.home, self.request.group)
+        waiting = [e.run_id for e in found if not e.admitted]
+        place = waiting.index(self.paths.run_id) if self.paths.run_id in waiting else 0
+        return min(MAX_CHECK_S, CHECK_S * max(1.0, place / (2 * (limit or 2))))
 
     def _observed_after(self) -> list[str]:
         """The ``--after`` runs, each observed (a dead one repaired) until it has ended."""
@@ -129,18 +137,15 @@ class QueueWait:
                 observe(self.home.run(run_id))
         return self.request.after
 
-    def _maybe_free(self) -> bool:
+    def _maybe_free(self, found: list[EntryName], limit: int | None) -> bool:
         """Whether a slot may be free (read without the lock; the lock's decision is final). A
         holder whose runner is proven dead is repaired first (its child's leftovers ended, its
         slot given on: the repair leaves the group)."""
         from pisub.runs.reconcile import observe
 
-        limit, paused = queue._limit_of(self.home, self.request.group)
-        if paused:
-            return False
         if limit is None:
             return True
-        admitted = [e for e in groups.entries(self.directory) if e.admitted]
+        admitted = [e for e in found if e.admitted]
         if len(admitted) < limit:
             return True
         dead = [e for e in admitted if queue.verdict(self.home, e.run_id) is queue.Verdict.DEAD]
