@@ -1087,7 +1087,7 @@ def bench_queue(b: Bench) -> None:
         "queue",
         "freed slot → next run running p50 / p90",
         f"{ms(statistics.median(refill))} / {ms(pct(refill, 90))}",
-        f"{len(refill)} refills (slot freed: the ending run's last event)",
+        f"{len(refill)} refills (slot freed: the ending run's run.left)",
     )
     b.row(
         "queue",
@@ -1141,37 +1141,27 @@ def _kill_holders(runs: list[Any], kills: int, n: int) -> list[str]:
 
 
 def _slot_to_child(runs: list[Any]) -> tuple[list[float], list[float]]:
-    """For each queued run's start (``run.started``: its startup commit, ``running``), the time
-    since the slot it took was freed: the oldest
-    unpaired end (``run.finished``, or ``run.repaired`` of a killed runner) before it. From the
-    runs' events (wall-clock milliseconds: a measurement, never a decision)."""
+    """For each run given a slot by a run that ended (its ``run.left`` event names whom it
+    admitted), the time from that event to the admitted run's ``run.admitted`` (it saw its
+    admission) and to its ``run.started`` (its startup commit: ``running``). From the runs'
+    events (wall-clock milliseconds: a measurement, never a decision)."""
     import datetime as dt
 
     def at(event: dict[str, Any]) -> float:
         return dt.datetime.fromisoformat(str(event["ts"]).replace("Z", "+00:00")).timestamp()
 
-    marks: list[tuple[float, int]] = []
+    left: dict[str, float] = {}
+    seen: dict[str, dict[str, float]] = {}
     for run in runs:
         events = [json.loads(line) for line in (run.dir / "events.jsonl").read_text().splitlines() if line]
-        kinds = {e["type"] for e in events}
+        seen[run.id] = {e["type"]: at(e) for e in events}
         for event in events:
-            if event["type"] in ("run.finished", "run.repaired"):
-                marks.append((at(event), 0))
-            elif event["type"] == "run.started" and "run.queued" in kinds:
-                marks.append((at(event), 1))
-            elif event["type"] == "run.admitted":
-                marks.append((at(event), 2))
-    freed: list[float] = []
-    found: list[float] = []
-    admitted: list[float] = []
-    for when, kind in sorted(marks):
-        if kind == 0:
-            freed.append(when)
-        elif kind == 2 and freed:
-            admitted.append(when - freed[0])
-        elif kind == 1 and freed:
-            found.append(when - freed.pop(0))
-    return found, admitted
+            if event["type"] == "run.left":
+                for admitted in event["data"].get("admitted", []):
+                    left[admitted] = at(event)
+    to_running = [seen[r]["run.started"] - t for r, t in left.items() if "run.started" in seen.get(r, {})]
+    to_admitted = [seen[r]["run.admitted"] - t for r, t in left.items() if "run.admitted" in seen.get(r, {})]
+    return to_running, to_admitted
 
 
 def _replay(events: list[list[Any]], limit: int) -> tuple[int, list[float]]:

@@ -194,14 +194,18 @@ def leave(home: Home, group: str, run_id: str) -> Promotion | None:
 
 
 def leave_run(paths: RunPaths) -> None:
-    """:func:`leave` for the run of ``paths`` when its manifest names a group (never raises:
-    the waiting runners' own checks fill the slot when this could not)."""
-    from pisub.store.runs import load_manifest
+    """:func:`leave` for the run of ``paths`` when its manifest names a group, then the event
+    ``run.left`` (``group``, ``admitted``: the runs given a slot). Never raises: the waiting
+    runners' own checks fill the slot when this could not."""
+    from pisub.store.runs import append_event, load_manifest
 
     try:
         request = load_manifest(paths).queue
-        if request is not None:
-            leave(paths.home, request.group, paths.run_id)
+        if request is None:
+            return
+        done = leave(paths.home, request.group, paths.run_id)
+        if done is not None:
+            append_event(paths, "run.left", group=request.group, admitted=done.admitted)
     except (PisubError, OSError):
         pass
 
