@@ -23,6 +23,20 @@ install_root="$project_dir/.pi-cli"
 
 command -v npm >/dev/null 2>&1 || die "npm not found on PATH; install Node.js and npm (https://nodejs.org/)"
 
+# npm's output (EBADENGINE warnings when npm itself runs on an older Node than pi needs, notices,
+# install-script warnings) goes to a log; it is shown only when npm fails.
+quiet_npm() {  # quiet_npm LOG ARGS...
+    local log="$1"
+    shift
+    mkdir -p "$(dirname -- "$log")"
+    if npm --no-update-notifier "$@" >"$log" 2>&1; then
+        return 0
+    fi
+    note "npm $1 failed; its output ($log):"
+    tail -n 60 "$log" >&2
+    return 1
+}
+
 version_ge() {  # version_ge A B: A >= B (dotted numbers)
     [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n 1)" = "$2" ]
 }
@@ -32,19 +46,19 @@ node_for_pi() {
     system="$(node --version 2>/dev/null || true)"
     system="${system#v}"
     if [ -n "$system" ] && version_ge "$system" "$NODE_MIN"; then
-        command -v node
+        readlink -f "$(command -v node)"  # resolved: launchers compare it
         return
     fi
     local dir="$install_root/node" bin
     bin="$dir/node_modules/${NODE_PIN%@*}/bin/node"
     if [ ! -x "$bin" ] || [ "$("$bin" --version 2>/dev/null)" != "v${NODE_PIN##*@}" ]; then
-        note "system Node is ${system:-missing}; pi needs >= $NODE_MIN: installing $NODE_PIN into $dir"
+        note "system Node is ${system:-missing}; pi needs >= $NODE_MIN: installing $NODE_PIN into $dir (for pi alone; nothing else changes)"
         mkdir -p "$dir"
-        npm install --prefix "$dir" --no-audit --no-fund --no-save "$NODE_PIN" 1>&2 \
+        quiet_npm "$dir/npm-install.log" install --prefix "$dir" --no-audit --no-fund --no-save "$NODE_PIN" \
             || die "npm install of $NODE_PIN failed"
         [ -x "$bin" ] || die "$NODE_PIN did not provide $bin"
     fi
-    printf '%s\n' "$bin"
+    readlink -f "$bin"
 }
 
 install_one() {  # install_one PACKAGE@VERSION NODE
@@ -59,8 +73,8 @@ install_one() {  # install_one PACKAGE@VERSION NODE
     else
         note "installing $pin into $dir"
         mkdir -p "$dir/bin"
-        npm install --prefix "$dir" --no-audit --no-fund --no-save --engine-strict=false "$pin" 1>&2 \
-            || die "npm install of $pin failed"
+        quiet_npm "$dir/npm-install.log" install --prefix "$dir" --no-audit --no-fund --no-save \
+            --engine-strict=false "$pin" || die "npm install of $pin failed"
         cli="$(readlink -f "$dir/node_modules/.bin/pi")" || die "$pin has no pi binary"
         # The package's bin says `#!/usr/bin/env node`: the launcher names the Node to use.
         printf '#!/bin/sh\n# pi %s (%s), run by the Node pisub installed or found for it.\nexec %q %q "$@"\n' \

@@ -27,6 +27,38 @@
 # 0.85.1" picks versions. PISUB_NONROOT=0 (as root) runs everything as root. PISUB_SLURM=0 skips
 # the one-node Slurm cluster (the Slurm tests then skip). PISUB_TEST_WORKERS=0 runs without xdist.
 set -euo pipefail
+usage() {
+    cat <<'EOF'
+usage: scripts/test.sh [PYTEST ARGS...]     (this help: scripts/test.sh --help; it installs nothing)
+
+Installs pisub with its dev tools into .venv and every pinned pi into .pi-cli (npm; an older
+Node is supplemented there), then runs ruff (pisub tests scripts), mypy --strict and the tests in
+passes: main (xdist), root, each other pi version, serial. Extra arguments go to every pytest
+pass (e.g. -k crash, --stress, --nfs); -m is the script's own.
+
+As root it also changes the system:
+  - apt-get installs what is missing of tmux and bindfs (and, for the Slurm tests, slurm-wlm,
+    slurmctld, slurmd, slurm-client, munge);
+  - adds the system user pisub-ci (useradd, no home) and runs most tests as that user from a
+    copy of the project in /tmp/pisub-nonroot.*;
+  - starts a one-node Slurm cluster (scripts/slurm-up.sh) and stops it before the serial pass.
+As an ordinary user it changes nothing outside the checkout (root-only tests skip).
+
+Environment:
+  PISUB_NONROOT=0        as root: run everything as root (no pisub-ci user, no copy)
+  PISUB_SLURM=0          no Slurm packages or cluster (the Slurm tests skip)
+  PISUB_PI_VERSIONS=default | "1.6.0 0.85.1"   which pinned pis to test (default: all)
+  PISUB_TEST_WORKERS=N   xdist workers of the main pass (default 4; 0: no xdist)
+  PISUB_DURATIONS=FILE   write every test's duration to FILE
+  PYTHON=python3.X       the Python that makes .venv
+
+How long: the full run (as root, every pin, Slurm) takes about 10 minutes on 2 idle cores (CI:
+9-10), more on a loaded machine, plus the installs the first time; --nfs adds ~6 minutes.
+EOF
+}
+case " $* " in
+    *" -h "* | *" --help "*) usage; exit 0 ;;
+esac
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 WORKERS=${PISUB_TEST_WORKERS:-4}
@@ -226,7 +258,7 @@ pi_for() {
 
 # --- lint and tests --------------------------------------------------------------------------
 lint() {
-    .venv/bin/ruff check .
+    .venv/bin/ruff check pisub tests scripts  # the project's files, never a stray one in the checkout
     .venv/bin/ruff format --check pisub tests scripts
     .venv/bin/mypy
 }

@@ -150,6 +150,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("PISUB_HOME", str(root))
     # pi's own agent folder (~/.pi/agent/agents) is a user scope: never the developer's in a test.
     monkeypatch.setenv("PI_CODING_AGENT_DIR", str(tmp_path / "pi-agent"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))  # never the developer's config.toml
     # Warm runners, but no spare left in this process between tests (a spare carries the
     # home in its environment until this process exits): tests/integration/test_warm_launch.py.
     monkeypatch.setenv("PISUB_WARM", os.environ.get("PISUB_WARM", "1"))

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from pisub.api.doctor import GcResult, Report
-    from pisub.store.config import Setting
+    from pisub.store.config import Loaded, Setting
     from pisub.store.leases import LeaseInfo
     from pisub.workflow.validate import Report as ValidationReport
 
@@ -29,14 +29,24 @@ def home_dir(home: Path | None = None) -> Path:
 
 
 def settings(home: Path | None = None) -> tuple[Path, list[Setting]]:
-    """``config.toml``'s path and every setting it may hold: the value used when neither a call
-    nor an agent sets it, and where that comes from (``config.toml``, an environment variable,
-    pisub's default)."""
-    from pisub.store.config import config_path, effective
+    """The winning ``config.toml``'s path (``$XDG_CONFIG_HOME/pisub/config.toml``) and every
+    setting it may hold: the value used when neither a call nor an agent sets it, and where that
+    comes from (``config.toml`` — :attr:`Setting.file` says which —, an environment variable,
+    pisub's default). :func:`config_sources` lists every file looked at."""
+    from pisub.store.config import effective, user_config_path
     from pisub.store.paths import open_home
 
     root = open_home(home).root
-    return config_path(root), effective(root)
+    return user_config_path(), effective(root)
+
+
+def config_sources(home: Path | None = None) -> Loaded:
+    """Every ``config.toml`` looked at (the winning one first: found or not, the keys it sets)
+    and the keys both set to different values (:meth:`Loaded.conflicts`)."""
+    from pisub.store.config import load_all
+    from pisub.store.paths import open_home
+
+    return load_all(open_home(home).root)
 
 
 def leases(home: Path | None = None) -> list[LeaseInfo]:

@@ -159,14 +159,14 @@ def _check_inotify(report: Report) -> None:
 
 
 def _check_pi(pi_bin: str | None, home: Home, report: Report) -> None:
-    from pisub.children.pi.versions import INSTALL_HINT, SUPPORTED, supported_version
+    from pisub.children.pi.versions import SUPPORTED, install_hint, supported_version
 
     if pi_bin is None:
         report.add(
             "pi",
             False,
             f"the pi coding agent was not found (PISUB_PI_BIN, PATH); pisub drives {SUPPORTED}",
-            INSTALL_HINT,
+            install_hint(),
         )
         return
     try:
@@ -177,6 +177,65 @@ def _check_pi(pi_bin: str | None, home: Home, report: Report) -> None:
         )
         return
     report.add("pi", True, f"{pi_bin} {version} (pisub drives {SUPPORTED})")
+    _check_model(pi_bin, report)
+
+
+LIST_MODELS_TIMEOUT_S = 20.0
+MODEL_FIX = (
+    "give pi a provider's key (e.g. export ANTHROPIC_API_KEY=… or OPENAI_API_KEY=…; or run pi and "
+    "/login), or try pisub without one: . scripts/env.sh in a pisub checkout (a local scripted model)"
+)
+
+
+def pi_agent_dir(env: dict[str, str] | None = None) -> Path:
+    """pi's own folder (``models.json``, ``settings.json``, ``auth.json``): ``$PI_CODING_AGENT_DIR``,
+    else ``~/.pi/agent``."""
+    env = dict(os.environ) if env is None else env
+    configured = env.get("PI_CODING_AGENT_DIR")
+    return Path(configured).expanduser() if configured else Path.home() / ".pi" / "agent"
+
+
+def listed_models(text: str) -> list[str]:
+    """``provider/model`` of each row ``pi --list-models`` prints under its ``provider model``
+    header (none when it says ``No models available``)."""
+    rows: list[str] = []
+    seen_header = False
+    for line in text.splitlines():
+        words = line.split()
+        if seen_header and len(words) >= 2:
+            rows.append(f"{words[0]}/{words[1]}")
+        elif words[:2] == ["provider", "model"]:
+            seen_header = True
+    return rows
+
+
+def _check_model(pi_bin: str, report: Report) -> None:
+    """pi has a model it can use — a provider with a key (an environment variable, auth.json) or a
+    models.json entry: what ``pi --list-models`` lists. Without one every pi run fails at once."""
+    from pisub.core.procs import run_bounded
+    from pisub.termsafe import printable
+
+    where = printable(os.fspath(pi_agent_dir()), one_line=True)
+    env = {**os.environ, "PI_OFFLINE": "1", "PI_SKIP_VERSION_CHECK": "1", "PI_TELEMETRY": "0"}
+    done = run_bounded([pi_bin, "--list-models"], timeout=LIST_MODELS_TIMEOUT_S, env=env)
+    said = done.stdout[:262144].decode("utf-8", "replace")
+    models = listed_models(said)
+    if done.timed_out or done.returncode != 0:
+        why = "did not answer in time" if done.timed_out else f"exited {done.returncode}"
+        detail = f"{pi_bin} --list-models {why}: cannot tell whether pi has a usable model"
+        report.add("model", False, detail, MODEL_FIX)
+    elif not models:
+        detail = (
+            f"pi has no usable model (pi --list-models lists none; its agent dir {where}): "
+            "every pi run would fail with 'No API key found'"
+        )
+        report.add("model", False, detail, MODEL_FIX)
+    else:
+        shown = printable(", ".join(models[:3]), one_line=True)
+        more = f" and {len(models) - 3} more" if len(models) > 3 else ""
+        report.add(
+            "model", True, f"pi lists {len(models)} usable model(s): {shown}{more} (agent dir {where})"
+        )
 
 
 def _check_agents(home: Home, report: Report) -> None:

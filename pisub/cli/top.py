@@ -5,6 +5,12 @@ back), s steers (a prompt line; the receipt is shown), i interrupts, x stops (af
 confirmation), q quits. Runs that appear, end, are removed, or cannot be read are shown as
 they are; nothing of that ends the view.
 
+Rows keep their place: top-level runs newest first by start time (never by state), a
+workflow's children under it oldest first. The cursor starts on the newest run and follows its
+run (not its line); a run that appears while keys are pressed waits until none was pressed for
+``HOLD_S``; new rows replace the old ones only right before a redraw, so a key acts on the run
+the screen shows highlighted, and a prompt (steer, stop) on the run it was opened on.
+
 Every string shown goes through :func:`_text` — the one terminal filter
 (:func:`pisub.termsafe.printable`), then a rich ``Text`` (never a str cell, which rich would
 read as markup: ``[link=...]`` in a tool name would become an OSC 8 hyperlink)."""
@@ -31,6 +37,29 @@ MAX_ROWS = 300
 REDRAW_MIN_S = 0.2
 TICK_S = 1.0
 CELL_CHARS = 60
+KEY_CHARS = 12
+"""At most this much of a workflow child's key in the run column."""
+AGENT_CHARS = 16
+"""At most this much of an agent's name in the agent column."""
+HOLD_S = 2.0
+"""New rows wait until no key was pressed for this long: nothing moves while a person navigates."""
+WIDE = 120
+"""From this width on, the table also shows activity, turns, tools and the last output line."""
+HELP = "j/k move · enter log · s steer · i interrupt · x stop · q quit · newest first"
+LOG_HELP = "q/esc/enter back to the table · the log follows the run"
+
+STATE_STYLES = {
+    "complete": "green",
+    "failed": "red",
+    "stopped": "yellow",
+    "paused": "yellow",
+    "skipped": "yellow",
+    "running": "cyan",
+    "starting": "cyan",
+    "queued": "cyan",
+    "pending": "cyan",
+}
+"""A state's colour (any other state, one a newer pisub wrote, is shown plain)."""
 
 
 @dataclass
@@ -38,6 +67,17 @@ class Row:
     fleet: FleetRow
     depth: int
     spark: str = ""
+    status: Status | None = None
+    """The run's status (None for a workflow's call that has no run yet)."""
+
+    @property
+    def ident(self) -> str:
+        """What the selection follows: a workflow child's parent and key (the same before and
+        after its run starts), else its run id."""
+        f = self.fleet
+        if f.parent_run_id is not None and f.key is not None:
+            return f"{f.parent_run_id}/{f.key}"
+        return f.run_id or f"{f.parent_run_id}/?"
 
 
 @dataclass
@@ -48,8 +88,12 @@ class TopState:
     mode: str = "table"
     """``table``, ``log``, ``steer`` (typing a message) or ``confirm`` (stopping)."""
     typed: str = ""
-    message: str = "arrows/j/k select · enter log · s steer · i interrupt · x stop · q quit"
+    message: str = HELP
     log: list[str] = field(default_factory=list)
+    target: Row | None = None
+    """The run a prompt, a confirmation or the log view is about (fixed when it opened)."""
+    held: int = 0
+    """New rows not shown yet (a key was pressed less than ``HOLD_S`` ago)."""
 
     @property
     def current(self) -> Row | None:
@@ -57,8 +101,9 @@ class TopState:
 
 
 def collect(home: Home) -> tuple[list[Row], list[str]]:
-    """Every run as a row — live ones first, then the newest ended ones — with a workflow's
-    children (and queued calls) right under it; the runs that could not be read."""
+    """Every run as a row — the newest top-level run first, by start time (never by state, so
+    that a run's place does not change when it ends) — with a workflow's children (and queued
+    calls) right under it, oldest first; the runs that could not be read."""
     from pisub.api.client import list_runs
 
     problems: list[str] = []
@@ -68,25 +113,21 @@ def collect(home: Home) -> tuple[list[Row], list[str]]:
     for st in statuses:  # a child whose parent is gone (gc) is shown at the top level
         parent = st.parent_run_id if st.parent_run_id in known else None
         by_parent.setdefault(parent, []).append(st)
-    tops = sorted(by_parent.get(None, []), key=lambda s: (s.state.is_terminal, _negated(s.started_at or "")))
+    tops = sorted(by_parent.get(None, []), key=lambda s: (s.started_at or "", s.run_id), reverse=True)
     rows: list[Row] = []
 
     def add(status: Status, depth: int) -> None:
         if len(rows) >= MAX_ROWS:
             return
         own = fleet_of([status], live_only=False)
-        rows.append(Row(own[0], depth, last_line(home, status)))
+        rows.append(Row(own[0], depth, last_line(home, status), status))
         rows.extend(Row(queued, depth + 1) for queued in own[1:])
-        for child in sorted(by_parent.get(status.run_id, []), key=lambda s: s.started_at or ""):
+        for child in sorted(by_parent.get(status.run_id, []), key=lambda s: (s.started_at or "", s.run_id)):
             add(child, depth + 1)
 
     for status in tops:
         add(status, 0)
     return rows, problems
-
-
-def _negated(stamp: str) -> str:
-    return "".join(chr(0x10FFFF - ord(c)) for c in stamp)
 
 
 def _age(stamp: str | None) -> str:
@@ -116,61 +157,140 @@ def _text(text: str, style: str = "", *, lines: bool = False, limit: int | None 
     return Text(printable(text, one_line=not lines)[:limit], style=style)
 
 
-def render(state: TopState, height: int) -> Any:
+def _line(text: str, style: str = "") -> Any:
+    """One screen line: escaped, cut at the screen's edge (never wrapped)."""
+    shown = _text(text, style)
+    shown.no_wrap, shown.overflow = True, "ellipsis"
+    return shown
+
+
+def steering_words(status: Status | None) -> str:
+    """The run's control requests in words: ``steering: 1 queued, 1 delivered, 1 failed``
+    (queued: asked for and not answered yet); empty when it had none."""
+    if status is None or status.steering.requested == 0:
+        return ""
+    ledger = status.steering
+    waiting = max(0, ledger.requested - ledger.delivered - ledger.failed - ledger.rejected)
+    counts = (("queued", waiting), ("delivered", ledger.delivered), ("failed", ledger.failed))
+    words = [f"{n} {word}" for word, n in (*counts, ("rejected", ledger.rejected)) if n]
+    return "steering: " + ", ".join(words)
+
+
+def _task(row: Row) -> str:
+    """A run's label when it has one, else the head of its task."""
+    if row.status is None:
+        return ""
+    return row.status.label or row.status.task or ""
+
+
+def _detail(row: Row | None) -> str:
+    """The line under the table about the selected run: its id, label, cwd, steering, the tool
+    it is in, and the head of its task when the table shows its label."""
+    if row is None:
+        return ""
+    f, st = row.fleet, row.status
+    if st is None:
+        return f"{f.key or '?'} of {(f.parent_run_id or '?')[:8]}: {f.state}, no run yet ({f.agent})"
+    parts = [st.run_id[:8]]
+    if st.label:
+        parts.append(f"[{st.label}]")
+    if st.cwd:
+        parts.append(f"in {st.cwd}")
+    tool = f"tool {f.current_tool}" if f.current_tool else ""
+    task = f"task: {st.task}" if st.label and st.task else ""  # (the table shows the label)
+    parts += [words for words in (steering_words(st), tool, task) if words]
+    return " · ".join(parts)
+
+
+def render(state: TopState, height: int, width: int = 80) -> Any:
     """The screen: the table (or the selected run's log) and a status line."""
     from rich.console import Group
-    from rich.table import Table
 
-    footer = _text(state.message, "bold")
-    if state.mode == "steer":
-        footer = _text(f"steer {_short(state.current)}> {state.typed}", "bold yellow")
-    elif state.mode == "confirm":
-        footer = _text(f"stop {_short(state.current)}? y/n", "bold red")
     if state.mode == "log":
-        lines = state.log[-max(1, height - 3) :]
-        body = "\n".join(_text(line).plain for line in lines)
-        return Group(
-            _text(f"log of {_short(state.current)} (q back)", "bold"), _text(body, lines=True), footer
-        )
-    table = Table(expand=True, box=None, header_style="bold")
-    for column in ("run", "agent", "state", "age", "turns", "tools", "tool", "active", "steers"):
-        table.add_column(column, no_wrap=True, overflow="ellipsis", min_width=len(column))
-    # the output takes the room the others leave: a reply streaming into one long line must not
-    # squeeze the other columns away
-    table.add_column("output", no_wrap=True, overflow="ellipsis", ratio=1)
-    first = max(0, state.selected - (height - 6))
-    for index, row in enumerate(state.rows[first : first + max(1, height - 5)], start=first):
-        f = row.fleet
-        name = (
-            ("  " * row.depth) + (f.run_id[:8] if f.run_id else "(queued)") + (f" {f.key}" if f.key else "")
-        )
-        style = "reverse" if index == state.selected else ""
-        steers = f"{f.steers_delivered}/{f.steers_requested}" + (
-            f" !{f.steers_failed}" if f.steers_failed else ""
-        )
-        cells = (
-            name,
-            f.agent,
-            f.state,
-            _age(f.started_at),
-            str(f.turns),
-            str(f.tools),
-            f.current_tool or "",
-            _age(f.last_activity_at),
-            steers,
-            row.spark,
-        )
-        table.add_row(*(_text(cell, limit=CELL_CHARS) for cell in cells), style=style)
-    parts: list[Any] = [table]
+        return _render_log(state, height, width)
+    footer = _line(state.message, "bold")
+    if state.mode == "steer":
+        footer = _line(f"steer {_short(state.target)}> {state.typed}", "bold yellow")
+    elif state.mode == "confirm":
+        footer = _line(f"stop {_short(state.target)}? y/n", "bold red")
+    fixed = 3 + (1 if state.held else 0)  # the header, the detail line, the footer (the held rows)
+    room = max(1, height - fixed - min(len(state.problems), 3))  # rows; at least 3 lines of problems
+    first = max(0, state.selected - (room - 1))
+    parts: list[Any] = [_table(state, first, room, wide=width >= WIDE)]
     if not state.rows:
         parts.append(_text("no runs yet (pisub run ...)"))
-    room = max(3, height - 6 - min(len(state.rows), max(1, height - 5)))
-    shown = state.problems if len(state.problems) <= room else state.problems[: room - 1]
-    parts += [_text(f"unreadable run {p}", "red") for p in shown]
+    else:
+        parts.append(_line(_detail(state.current), "dim"))
+    spare = max(1, height - fixed - min(len(state.rows), room))  # the problems take what is left
+    shown = state.problems if len(state.problems) <= spare else state.problems[: spare - 1]
+    parts += [_line(f"unreadable run {p}", "red") for p in shown]
     if len(shown) < len(state.problems):
         more = len(state.problems) - len(shown)
-        parts.append(_text(f"... and {more} more unreadable runs (pisub list names them all)", "red"))
+        parts.append(_line(f"... and {more} more unreadable runs (pisub list names them all)", "red"))
+    if state.held:
+        parts.append(_line(f"{state.held} new row(s): shown when no key was pressed for {HOLD_S:g} s", "dim"))
     return Group(*parts, footer)
+
+
+def _table(state: TopState, first: int, room: int, *, wide: bool) -> Any:
+    from rich.table import Table
+
+    table = Table(expand=True, box=None, header_style="bold", pad_edge=False, padding=(0, 1))
+    names = ["run", "agent", "state", "age"] + (["active", "turns", "tools"] if wide else [])
+    for column in names:
+        table.add_column(column, no_wrap=True, overflow="ellipsis", min_width=len(column))
+    # the task and the output take the room the others leave: a reply streaming into one long
+    # line must not squeeze the other columns away
+    table.add_column("label/task", no_wrap=True, overflow="ellipsis", ratio=3)
+    if wide:
+        table.add_column("output", no_wrap=True, overflow="ellipsis", ratio=2)
+    for index, row in enumerate(state.rows[first : first + room], start=first):
+        f = row.fleet
+        key = f" {f.key[:KEY_CHARS]}" if f.key else ""
+        name = ("  " * min(row.depth, 4)) + (f.run_id[:8] if f.run_id else "-".ljust(8)) + key
+        cells = [
+            (name, ""),
+            (f.agent[:AGENT_CHARS], ""),
+            (f.state, STATE_STYLES.get(f.state, "")),
+            (_age(f.started_at), ""),
+        ]
+        if wide:
+            cells += [(_age(f.last_activity_at), ""), (str(f.turns), ""), (str(f.tools), "")]
+        cells.append((_task(row), ""))
+        if wide:
+            cells.append((row.spark, "dim"))
+        style = "reverse" if index == state.selected else ""
+        table.add_row(*(_text(cell, colour, limit=CELL_CHARS) for cell, colour in cells), style=style)
+    return table
+
+
+def _render_log(state: TopState, height: int, width: int) -> Any:
+    """The log view: a header about the run, its log's last lines (wrapped at the screen's
+    width; the newest at the bottom) and its own footer."""
+    from rich.console import Group
+
+    row = state.target
+    head = f"log of {_short(row)}"
+    if row is not None:
+        head += f" · {row.fleet.agent} · {row.fleet.state}"
+        head += "".join(f" · {part}" for part in (_task(row), steering_words(row.status)) if part)
+        if row.status is not None and row.status.cwd:
+            head += f" · in {row.status.cwd}"
+    lines = _wrapped(state.log, max(10, width))[-max(1, height - 2) :]
+    message = state.message if state.message != HELP else LOG_HELP
+    body = [_line(line) for line in lines] or [_text("(nothing written yet)", "dim")]
+    return Group(_line(head, "bold"), *body, _line(message, "bold"))
+
+
+def _wrapped(lines: list[str], width: int) -> list[str]:
+    """Each log line escaped and cut into screen lines of ``width`` characters."""
+    from pisub.termsafe import printable
+
+    out: list[str] = []
+    for line in lines:
+        shown = printable(line, one_line=True).expandtabs(8)
+        out += [shown[i : i + width] for i in range(0, len(shown), width)] or [""]
+    return out
 
 
 def _short(row: Row | None) -> str:
@@ -251,29 +371,59 @@ def keys_of(data: bytes) -> list[str]:
 
 
 class Top:
-    """The view's loop: keys and inotify events in, a redraw out (at most every 0.2 s)."""
+    """The view's loop: keys and inotify events in, a redraw out (at most every 0.2 s).
+
+    What the screen shows is what the keys act on: the rows are replaced only right before a
+    redraw, the selection follows its run (not its place), and a prompt, a confirmation or the
+    log view acts on the run it was opened on."""
 
     def __init__(self, home: Home) -> None:
         self.home = home
         self.state = TopState()
         self.watch = Watch(home)
         self.done = False
+        self.started = False
+        self.last_key = float("-inf")
 
     def refresh(self) -> None:
-        chosen = self.state.current.fleet.run_id if self.state.current is not None else None
-        self.state.rows, self.state.problems = collect(self.home)
-        ids = [r.fleet.run_id for r in self.state.rows]
-        if chosen in ids:
-            self.state.selected = ids.index(chosen)
-        self.state.selected = min(self.state.selected, max(0, len(self.state.rows) - 1))
-        self.watch.follow(self.home, [i for i in ids[:64] if i is not None])
-        if self.state.mode == "log":
+        st = self.state
+        chosen = st.current.ident if st.current is not None else None
+        rows, st.problems = collect(self.home)
+        st.held = 0
+        if self.holding() and st.rows:  # the person is navigating: no new row moves the others
+            shown = {row.ident for row in st.rows}
+            st.held = sum(1 for row in rows if row.ident not in shown)
+            rows = [row for row in rows if row.ident in shown]
+        st.rows = rows
+        idents = [row.ident for row in rows]
+        if not self.started:  # the newest run, never the placeholder of a call that has no run
+            st.selected = next((i for i, row in enumerate(rows) if row.fleet.run_id), 0)
+            self.started = bool(rows)
+        elif chosen in idents:
+            st.selected = idents.index(chosen)
+        st.selected = min(st.selected, max(0, len(rows) - 1))
+        if st.target is not None:
+            st.target = next((row for row in rows if row.ident == st.target.ident), st.target)
+        ids = [row.fleet.run_id for row in rows[:64] if row.fleet.run_id]
+        target = st.target.fleet.run_id if st.target is not None else None
+        self.watch.follow(self.home, ids + ([target] if target and target not in ids else []))
+        if st.mode == "log":
             self._load_log()
 
+    def holding(self) -> bool:
+        """Whether a key was pressed less than ``HOLD_S`` ago."""
+        return time.monotonic() - self.last_key < HOLD_S
+
     def _load_log(self) -> None:
-        row = self.state.current
+        row = self.state.target
         if row is None or row.fleet.run_id is None:
             self.state.log = []
+            return
+        if row.status is not None and row.status.runner == "workflow":
+            self.state.log = [
+                "a workflow: enter on one of its children (the rows under it) for that child's log;",
+                f"pisub logs -f {row.fleet.run_id[:8]} interleaves them all",
+            ]
             return
         try:
             self.state.log = transcript(self.home, 500, run_id=row.fleet.run_id)
@@ -281,6 +431,7 @@ class Top:
             self.state.log = [f"cannot read the log: {exc}"]
 
     def key(self, key: str) -> None:
+        self.last_key = time.monotonic()
         handler = {
             "table": self._table_key,
             "log": self._log_key,
@@ -297,19 +448,19 @@ class Top:
             st.selected = max(0, st.selected - 1)
         elif key == "down":
             st.selected = min(max(0, len(st.rows) - 1), st.selected + 1)
-        elif key == "enter" and st.current is not None and st.current.fleet.run_id:
-            st.mode = "log"
-            self._load_log()
-        elif key == "s" and st.current is not None and st.current.fleet.run_id:
-            st.mode, st.typed = "steer", ""
-        elif key == "i" and st.current is not None and st.current.fleet.run_id:
+        elif st.current is None or st.current.fleet.run_id is None:
+            return
+        elif key in ("enter", "s", "x"):
+            st.target, st.message = st.current, HELP
+            st.mode, st.typed = {"enter": "log", "s": "steer", "x": "confirm"}[key], ""
+            if st.mode == "log":
+                self.refresh()
+        elif key == "i":
             self._control("interrupt", st.current.fleet.run_id)
-        elif key == "x" and st.current is not None and st.current.fleet.run_id:
-            st.mode = "confirm"
 
     def _log_key(self, key: str) -> None:
         if key in ("q", "esc", "enter"):
-            self.state.mode = "table"
+            self.state.mode, self.state.target = "table", None
 
     def _steer_key(self, key: str) -> None:
         st = self.state
@@ -317,8 +468,8 @@ class Top:
             st.mode = "table"
         elif key == "enter":
             st.mode = "table"
-            if st.typed.strip() and st.current is not None and st.current.fleet.run_id:
-                self._control("steer", st.current.fleet.run_id, st.typed)
+            if st.typed.strip():
+                self._control("steer", _run_id(st.target), st.typed)
         elif key in ("\x7f", "\x08"):
             st.typed = st.typed[:-1]
         elif len(key) == 1 and key.isprintable():
@@ -327,14 +478,15 @@ class Top:
     def _confirm_key(self, key: str) -> None:
         st = self.state
         st.mode = "table"
-        if key in ("y", "Y") and st.current is not None and st.current.fleet.run_id:
-            self._control("stop", st.current.fleet.run_id)
+        if key in ("y", "Y"):
+            self._control("stop", _run_id(st.target))
         else:
             st.message = "not stopped"
 
     def _control(self, what: str, run_id: str, message: str = "") -> None:
         from pisub.api.client import Run
 
+        self.state.target = None
         try:
             run = Run(run_id, home=self.home.root)
             if what == "steer":
@@ -363,13 +515,16 @@ class Top:
         with raw_terminal(stdin), Live(console=console, screen=True, auto_refresh=False) as live:
             while not self.done:
                 now = time.monotonic()
-                if stale and now - last_collect >= REDRAW_MIN_S:  # what changed, at most 5 times a second
+                if self.state.held and not self.holding():
+                    stale = True  # the keys stopped: show the rows that waited
+                if stale and now - last_collect >= REDRAW_MIN_S and now - last_draw >= REDRAW_MIN_S:
+                    # new rows only right before a redraw: a key acts on what the screen shows
                     self.refresh()
                     last_collect, stale, dirty = now, False, True
                 if dirty and now - last_draw >= REDRAW_MIN_S:
-                    live.update(render(self.state, console.size.height), refresh=True)
+                    live.update(render(self.state, console.size.height, console.size.width), refresh=True)
                     last_draw, dirty = now, False
-                wait = REDRAW_MIN_S if (dirty or stale) else TICK_S
+                wait = REDRAW_MIN_S if (dirty or stale or self.state.held) else TICK_S
                 ready, _, _ = select.select([stdin, self.watch.fd], [], [], wait)
                 if stdin in ready:
                     data = os.read(stdin, 1024)
@@ -383,6 +538,10 @@ class Top:
                 if not ready:
                     dirty = True  # the clock tick: ages move
         self.watch.close()
+
+
+def _run_id(row: Row | None) -> str:
+    return row.fleet.run_id or "" if row is not None else ""
 
 
 def run_top(home_root: Path | None = None) -> None:

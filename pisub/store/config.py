@@ -1,8 +1,11 @@
-"""The user's configuration: ``<home>/config.toml``, defaults for settings a call and an agent
-file may also give. Precedence everywhere: the call (CLI flag, API argument, workflow child
-field) → the agent's frontmatter → this file → an environment variable (where one exists) →
-pisub's built-in default. Input from outside, so strict: an unknown key or a wrong type is an
-error naming ``config.toml`` and the field."""
+"""The user's configuration: ``$XDG_CONFIG_HOME/pisub/config.toml`` (default
+``~/.config/pisub/config.toml``), and the old place ``<home>/config.toml`` (under the XDG *state*
+home), still read: when both set a key, the first wins, key by key (``pisub config show`` names
+both files and every key they disagree on). Defaults for settings a call and an agent file may
+also give. Precedence everywhere: the call (CLI flag, API argument, workflow child field) → the
+agent's frontmatter → these files → an environment variable (where one exists) → pisub's
+built-in default. Input from outside, so strict: an unknown key or a wrong type is an error
+naming the file and the field."""
 
 from __future__ import annotations
 
@@ -33,39 +36,129 @@ class Setting:
     value: Any
     source: str
     """``config.toml``, ``env PISUB_…`` or ``default``."""
+    file: Path | None = None
+    """The ``config.toml`` it came from (source ``config.toml``)."""
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    """One place a ``config.toml`` is looked for, and what it sets (its dotted keys)."""
+
+    path: Path
+    found: bool
+    old: bool
+    """``<home>/config.toml``: the old place, read after the XDG one."""
+    keys: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """The configuration and the files it came from, the winning one first."""
+
+    config: Config
+    files: list[ConfigFile]
+
+    def file_of(self, name: str) -> Path | None:
+        return next((f.path for f in self.files if name in f.keys), None)
+
+    def conflicts(self) -> list[tuple[str, Any, Any]]:
+        """Keys both files set to different values: (key, the value used, the value ignored)."""
+        if len(self.files) < 2:
+            return []
+        first, second = self.files[0].keys, self.files[1].keys
+        return [(k, first[k], second[k]) for k in first if k in second and first[k] != second[k]]
+
+
+def user_config_path(env: dict[str, str] | None = None) -> Path:
+    """``$XDG_CONFIG_HOME/pisub/config.toml`` (an absolute ``XDG_CONFIG_HOME``, as the XDG spec
+    says), else ``~/.config/pisub/config.toml``."""
+    env = dict(os.environ) if env is None else env
+    xdg = env.get("XDG_CONFIG_HOME", "")
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".config"
+    return base / "pisub" / "config.toml"
 
 
 def config_path(home_root: Path) -> Path:
+    """The old place: ``<home>/config.toml`` (still read, after :func:`user_config_path`)."""
     return home_root / "config.toml"
 
 
-def load_config(home_root: Path) -> Config:
-    """The configuration (an empty one when there is no file).
+def config_files(home_root: Path, env: dict[str, str] | None = None) -> list[Path]:
+    """Every place a ``config.toml`` is looked for, the winning one first."""
+    return [user_config_path(env), config_path(home_root)]
+
+
+def load_config(home_root: Path, env: dict[str, str] | None = None) -> Config:
+    """The configuration (an empty one when there is no file): see :func:`load_all`.
 
     Raises:
-        InvalidInput: it cannot be read (a symlink, a FIFO, too large), is not TOML, or has an
-            unknown key or a bad value — naming the file and the field.
+        InvalidInput: see :func:`load_all`.
     """
+    return load_all(home_root, env).config
+
+
+def load_all(home_root: Path, env: dict[str, str] | None = None) -> Loaded:
+    """Both files, each checked on its own (an error names the file), merged key by key: the
+    XDG file's value wins over the old place's.
+
+    Raises:
+        InvalidInput: a file cannot be read (a symlink, a FIFO, too large), is not TOML, or has
+            an unknown key or a bad value — naming the file and the field.
+    """
+    files, tables = [], []
+    for index, path in enumerate(config_files(home_root, env)):
+        table = _read_table(path)
+        if table is not None:  # each file checked on its own: an error names its file
+            config_limits(_convert(table, path)).check(printable(os.fspath(path)))
+        tables.append(table or {})
+        files.append(ConfigFile(path, table is not None, index > 0, _dotted(table or {})))
+    merged: dict[str, Any] = {}
+    for table in reversed(tables):  # the old place first: the XDG file's keys replace its keys
+        for key, value in table.items():
+            if isinstance(value, dict) and isinstance(merged.get(key), dict):
+                merged[key] = {**merged[key], **value}
+            else:
+                merged[key] = value
+    return Loaded(_convert(merged, files[0].path), files)
+
+
+def _read_table(path: Path) -> dict[str, Any] | None:
+    """The file's TOML table, or None when there is no file."""
     from pisub.core.fsio import read_bytes
 
-    path = config_path(home_root)
     shown = printable(os.fspath(path))
     try:
         data = read_bytes(path, limit=MAX_CONFIG_BYTES)
     except FileNotFoundError:
-        return Config()
+        return None
+    except NotADirectoryError:
+        raise InvalidInput(f"{shown} cannot be read: a parent is not a directory; fix it") from None
     except OSError as exc:
         raise InvalidInput(f"{shown} cannot be read: {exc.strerror or exc}; fix or remove it") from None
     if len(data) > MAX_CONFIG_BYTES:
         raise InvalidInput(f"{shown} is larger than {MAX_CONFIG_BYTES} bytes; shorten it")
     try:
-        table = tomllib.loads(data.decode("utf-8"))
+        return tomllib.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
         raise InvalidInput(f"{shown} is not valid TOML: {exc}") from None
+
+
+def _convert(table: dict[str, Any], path: Path) -> Config:
     try:
-        return convert(table, Config, shown)
+        return convert(table, Config, printable(os.fspath(path)))
     except PisubError as exc:
         raise InvalidInput(exc.message.replace("`$.", "`")) from None
+
+
+def _dotted(table: dict[str, Any]) -> dict[str, Any]:
+    """``{"limits": {"timeout": 5}}`` → ``{"limits.timeout": 5}`` (one level: sections)."""
+    keys: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            keys.update({f"{key}.{sub}": inner for sub, inner in value.items()})
+        else:
+            keys[key] = value
+    return keys
 
 
 def config_limits(config: Config) -> LimitValues:
@@ -112,8 +205,8 @@ def effective(home_root: Path, env: dict[str, str] | None = None) -> list[Settin
     """
     from pisub.store.lineage import caller_lineage
 
-    config = load_config(home_root)
-    config_limits(config).check(os.fspath(config_path(home_root)))  # as a run checks them
+    loaded = load_all(home_root, env)
+    config = loaded.config
     env = dict(os.environ) if env is None else env
     rows = []
     limit_defaults: dict[str, Any] = {
@@ -126,7 +219,7 @@ def effective(home_root: Path, env: dict[str, str] | None = None) -> list[Settin
         rows.append(_pick(f"limits.{name}", getattr(config.limits, name), default))
     tool_ms = config.limits.tool_timeout_ms
     if tool_ms is not None:
-        rows.append(Setting("limits.tool_timeout_ms", tool_ms, "config.toml"))
+        rows.append(Setting("limits.tool_timeout_ms", tool_ms, "config.toml"))  # its file: below
     elif env.get(ENV_TOOL_TIMEOUT_MS, "").strip():
         env_ms = env_limits(env).tool_timeout
         rows.append(
@@ -175,7 +268,10 @@ def effective(home_root: Path, env: dict[str, str] | None = None) -> list[Settin
         rows.append(_pick(f"slurm.{key}", getattr(slurm, key) if slurm is not None else None, None))
     depth_source = "env PISUB_MAX_DEPTH" if env.get("PISUB_MAX_DEPTH") else "default"
     rows.append(Setting("depth.max_depth", caller_lineage(env).max_depth, depth_source))
-    return rows
+    return [
+        Setting(r.name, r.value, r.source, loaded.file_of(r.name)) if r.source == "config.toml" else r
+        for r in rows
+    ]
 
 
 def _pick(name: str, configured: Any, default: Any) -> Setting:

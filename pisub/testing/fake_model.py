@@ -599,10 +599,28 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
+MARKERS_HELP: Final = """\
+The reply is scripted by markers in the task (the last user message); first match wins:
+  (a tool result)       the last message is a tool's output -> "Tool said: <output>"
+  ERROR500              HTTP 500 "fake server error"
+  REVIEW_VERDICT:<json> in a review request (pisub's review gates) -> a review-verdict block
+  CALLS:[[name, args]]  those tool calls in one message, e.g. CALLS:[["read", {"path": "x"}]]
+  TOOL:<cmd>            one bash tool call running <cmd> (rest of the line)
+  SLOW or SLOW:<n>      a long text streamed in n chunks, --slow-delay seconds apart
+  ECHO_HISTORY          (in any user message) "History: " + every user message, joined by " | "
+  (anything else)       "Hello from the fake LLM. You said: <task>"
+
+pi's config for this server: --pi-agent-dir DIR writes models.json and settings.json (provider
+"fake", model "fake-model", no real key); run pi with PI_CODING_AGENT_DIR=DIR PI_OFFLINE=1.
+A pisub checkout's scripts/env.sh starts one in the background for you."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m pisub.testing.fake_model",
         description="Scripted OpenAI-compatible chat-completions server on 127.0.0.1 for pi tests.",
+        epilog=MARKERS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--port", type=int, default=0, help="port to bind (default: 0, chosen by the OS)")
     parser.add_argument(

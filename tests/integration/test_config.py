@@ -1,4 +1,5 @@
-"""``<home>/config.toml``: defaults below the call and the agent file, above the built-ins."""
+"""config.toml (`$XDG_CONFIG_HOME/pisub/config.toml`, and the old `<home>/config.toml`): defaults below
+the call and the agent file, above the built-ins."""
 
 from __future__ import annotations
 
@@ -84,11 +85,18 @@ def test_a_bad_file_is_one_line_naming_the_field(
     assert not list(pisub.list_runs())
 
 
-@pytest.mark.parametrize("kind", ["symlink", "fifo", "directory", "huge"])
+@pytest.mark.parametrize(
+    ("place", "kind"),
+    [(p, k) for p in ("old", "xdg") for k in ("symlink", "fifo", "directory", "huge")]
+    + [("xdg", "parent is a file")],
+)
 def test_a_hostile_file_is_refused_never_followed_or_waited_on(
-    home: Path, quick: None, tmp_path: Path, kind: str
+    home: Path, quick: None, tmp_path: Path, kind: str, place: str
 ) -> None:
-    path = home / "config.toml"
+    """In either place (``<home>/config.toml``, ``$XDG_CONFIG_HOME/pisub/config.toml``): one line
+    naming the file, and nothing starts."""
+    path = home / "config.toml" if place == "old" else _xdg_config(tmp_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     if kind == "symlink":
         elsewhere = tmp_path / "elsewhere.toml"
         elsewhere.write_text("[limits]\ntimeout = 5\n")
@@ -97,7 +105,55 @@ def test_a_hostile_file_is_refused_never_followed_or_waited_on(
         os.mkfifo(path)
     elif kind == "directory":
         path.mkdir()
-    else:
+    elif kind == "huge":
         path.write_text("# " + "x" * 400_000 + "\n")
-    done = pisub_cli("config", "show", timeout=20)
-    assert done.returncode == 1 and "Traceback" not in done.stderr and "config.toml" in done.stderr
+    else:
+        path.parent.rmdir()
+        path.parent.write_text("not a directory")
+    for args in (["config", "show"], ["run", "--agent", "quick", "x"]):
+        done = pisub_cli(*args, timeout=20)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and "config.toml" in done.stderr
+    assert not list(pisub.list_runs())
+
+
+def _xdg_config(tmp_path: Path) -> Path:
+    """``$XDG_CONFIG_HOME/pisub/config.toml`` of the test (the home fixture points it at tmp)."""
+    path = Path(os.environ["XDG_CONFIG_HOME"]) / "pisub" / "config.toml"
+    assert path.is_relative_to(tmp_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def test_the_xdg_config_wins_key_by_key_over_the_old_place(home: Path, quick: None, tmp_path: Path) -> None:
+    xdg = _xdg_config(tmp_path)
+    xdg.write_text('[limits]\ntimeout = 5\n\n[placement]\nbackend = "local"\n')
+    (home / "config.toml").write_text("[limits]\ntimeout = 9\nidle_timeout = 3\n")
+    rows = {r["name"]: r for r in json.loads(pisub_cli("config", "show", "--json", check=True).stdout)}
+    assert (rows["limits.timeout"]["value"], rows["limits.timeout"]["file"]) == (5, str(xdg))
+    assert (rows["limits.idle_timeout"]["value"], rows["limits.idle_timeout"]["file"]) == (
+        3,
+        str(home / "config.toml"),
+    )
+    assert rows["limits.output_cap"]["file"] is None and rows["limits.timeout"]["source"] == "config.toml"
+    lines = pisub_cli("config", "show", check=True).stdout.splitlines()
+    assert lines[0] == f"# read   {xdg}"
+    assert lines[1].startswith(f"# read   {home / 'config.toml'} (the old place: still read;")
+    assert lines[2] == "# both set limits.timeout = 5 (not 9, from the old place)"
+    assert any(line.startswith("limits.timeout ") and line.endswith(f"({xdg})") for line in lines)
+    manifest = pisub.launch("quick", "x").manifest()
+    assert manifest.limits.timeout == 5 and manifest.limits.idle_timeout == 3
+    xdg.write_text("[limits]\nidle_timeout = -2\n")  # a bad value: the error names its file
+    done = pisub_cli("config", "show")
+    assert done.returncode == 1 and done.stderr.startswith(f"pisub: {xdg}: ") and "idle" in done.stderr
+
+
+def test_config_show_names_the_files_it_looked_for(home: Path, quick: None, tmp_path: Path) -> None:
+    xdg = _xdg_config(tmp_path)
+    lines = pisub_cli("config", "show", check=True).stdout.splitlines()
+    assert lines[0] == f"# absent {xdg}" and lines[1].startswith(f"# absent {home / 'config.toml'}")
+    # A relative XDG_CONFIG_HOME is ignored (the XDG spec): ~/.config/pisub/config.toml then.
+    fake_home = tmp_path / "user"
+    env = {**os.environ, "XDG_CONFIG_HOME": "relative/dir", "HOME": str(fake_home)}
+    shown = pisub_cli("config", "show", env=env, check=True).stdout.splitlines()
+    assert shown[0] == f"# absent {fake_home}/.config/pisub/config.toml"

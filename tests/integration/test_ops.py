@@ -18,8 +18,9 @@ from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for
 
 @pytest.mark.pi_versions
 def test_doctor_healthy_then_finds_a_stuck_run(
-    home: Path, make_agent: AgentMaker, pi_bin: str, monkeypatch: pytest.MonkeyPatch
+    pi_home: Path, make_agent: AgentMaker, pi_bin: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """(pi_home: pi has a usable model, the scripted one; else doctor says so.)"""
     monkeypatch.setenv("PISUB_PI_BIN", pi_bin)
     make_agent("sleepy", command="sleep", args=["600"])
     run = pisub.launch("sleepy", "x")
@@ -42,7 +43,11 @@ def test_doctor_reports_a_missing_pi(home: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PISUB_PI_BIN"}
     env["PATH"] = "/usr/bin:/bin"
     proc = pisub_cli("doctor", env=env)
-    assert proc.returncode == 1 and "npm install -g @earendil-works/pi-coding-agent" in proc.stdout
+    from pisub.children.pi.versions import installed_pi
+
+    launcher = installed_pi()  # a checkout's own pi is named first (tests/integration/test_first_hour.py)
+    hint = f"export PISUB_PI_BIN={launcher}" if launcher else "npm install -g @earendil-works/pi-coding-agent"
+    assert proc.returncode == 1 and hint in proc.stdout
 
 
 def test_gc_removes_old_finished_runs_only(home: Path, make_agent: AgentMaker) -> None:

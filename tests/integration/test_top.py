@@ -1,8 +1,11 @@
-"""`pisub top` driven in tmux: select a real pi run, steer it (the receipt is shown), open its log,
-stop it after the confirmation, quit."""
+"""`pisub top` driven in tmux: select a real pi run, steer it (the receipt is shown), open its log
+(the model's text as it streams), stop it after the confirmation, quit; where the cursor starts,
+rows that keep their place while keys act on the highlighted run, the layout at 80 and 200
+columns, colours (and none under NO_COLOR)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -11,10 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 import pisub
-from pisub.cli.top import keys_of
-from tests.conftest import processes_of, wait_for
+from pisub.api.client import launch_parallel
+from pisub.api.views import FleetRow
+from pisub.cli.top import Row, TopState, keys_of, render
+from tests.conftest import AgentMaker, processes_of, wait_for
 
 pytestmark = pytest.mark.pi
 
@@ -39,6 +45,21 @@ class Tmux:
     def type(self, text: str) -> None:
         self("send-keys", "-t", "top", "-l", text)
 
+    def styled(self) -> str:
+        """The screen with its colours and attributes (SGR sequences)."""
+        return self("capture-pane", "-e", "-p", "-t", "top")
+
+    def highlighted(self) -> str:
+        """The selected row (shown in reverse video), without its escape sequences."""
+        rows = [line for line in self.styled().splitlines() if _REVERSE.search(line)]
+        return _SGR.sub("", rows[0]) if rows else ""
+
+
+_SGR = re.compile(r"\x1b\[[0-9;:]*m")
+_REVERSE = re.compile(r"\x1b\[(?:[0-9;:]*;)?7(?:;[0-9;:]*)?m")
+TOP = f"env -u COLUMNS -u LINES {sys.executable} -m pisub top"  # the pane's own size, not the test's
+SLEEPER = "import sys, time\nsys.stdin.read()\nprint('working on it', flush=True)\ntime.sleep(600)\n"
+
 
 @pytest.fixture
 def tmux(monkeypatch: pytest.MonkeyPatch) -> Iterator[Tmux]:
@@ -54,7 +75,7 @@ def tmux(monkeypatch: pytest.MonkeyPatch) -> Iterator[Tmux]:
 def test_top_selects_steers_logs_and_stops_a_run(pi_home: Path, tmux: Tmux) -> None:
     run = pisub.launch("pi", "SLOW:600 a long piece of work")
     wait_for(lambda: run.status().state == "running", timeout=30)
-    tmux("new-session", "-d", "-s", "top", "-x", "180", "-y", "40", f"{sys.executable} -m pisub top")
+    tmux("new-session", "-d", "-s", "top", "-x", "180", "-y", "40", TOP)
     short = run.id[:8]
     wait_for(lambda: short in tmux.screen(), timeout=30, what="the run in the table")
     tmux.keys("s")
@@ -68,8 +89,14 @@ def test_top_selects_steers_logs_and_stops_a_run(pi_home: Path, tmux: Tmux) -> N
     )
     tmux.keys("Enter")
     wait_for(lambda: f"log of {short}" in tmux.screen(), timeout=10, what="the log view")
+    # the model's text as it streams (pi's text deltas reach output-0.log), the run still running
+    wait_for(lambda: "Slow chunk 3 of 600" in tmux.screen(), timeout=30, what="the streamed text")
+    assert run.status().state == "running"
+    screen = tmux.screen()
+    assert "steering: " in screen and ("1 delivered" in screen or "1 queued" in screen), screen
+    assert "back to the table" in screen and "j/k move" not in screen, screen  # its own footer
     tmux.keys("q")
-    wait_for(lambda: "steers" in tmux.screen(), timeout=10, what="the table again")
+    wait_for(lambda: "label/task" in tmux.screen(), timeout=10, what="the table again")
     tmux.keys("x")
     wait_for(lambda: f"stop {short}? y/n" in tmux.screen(), timeout=10, what="the confirmation")
     tmux.keys("y")
@@ -135,3 +162,190 @@ def _top_alive(home: Path) -> bool:
         except OSError:
             continue
     return False
+
+
+def _sleepers(make_agent: AgentMaker, *tasks: str) -> list[pisub.Run]:
+    make_agent("sleeper", python=SLEEPER)
+    runs = []
+    for task in tasks:
+        runs.append(pisub.launch("sleeper", task))
+        wait_for(lambda: runs[-1].status().state == "running", timeout=30, what="the run to start")
+    return runs
+
+
+def test_top_starts_on_the_newest_run_never_a_placeholder(
+    home: Path, make_agent: AgentMaker, tmux: Tmux
+) -> None:
+    """The newest run is a workflow whose second call waits for a slot (a row with no run): the
+    cursor starts on the workflow, not on the waiting call's row."""
+    (older,) = _sleepers(make_agent, "an older run")
+    workflow = launch_parallel(
+        [
+            {"key": "first", "agent": "sleeper", "task": "one"},
+            {"key": "waits", "agent": "sleeper", "task": "two"},
+        ],
+        concurrency=1,
+    )
+    wait_for(lambda: any(s.run_id for s in workflow.status().steps), timeout=30, what="the first child")
+    tmux("new-session", "-d", "-s", "top", "-x", "80", "-y", "24", TOP)
+    wait_for(lambda: "waits" in tmux.screen() and older.id[:8] in tmux.screen(), timeout=30)
+    assert workflow.id[:8] in tmux.highlighted(), tmux.screen()
+    tmux.keys("q")
+
+
+def test_top_keeps_rows_in_place_and_acts_on_the_highlighted_run(
+    home: Path, make_agent: AgentMaker, tmux: Tmux
+) -> None:
+    """The newcomer's case: stop the top row, `j`, `i`: the stopped run stays where it was, `j`
+    highlights the next run, and `i` interrupts that one (not a finished run)."""
+    first, second, third = _sleepers(make_agent, "task one", "task two", "task three")
+    tmux("new-session", "-d", "-s", "top", "-x", "80", "-y", "24", TOP)
+    shorts = [run.id[:8] for run in (third, second, first)]
+    wait_for(lambda: all(short in tmux.screen() for short in shorts), timeout=30, what="the three runs")
+    assert shorts[0] in tmux.highlighted(), tmux.screen()
+    tmux.keys("x")
+    wait_for(lambda: f"stop {shorts[0]}? y/n" in tmux.screen(), timeout=10, what="the confirmation")
+    tmux.keys("y")
+    assert third.wait(timeout=30).state == "stopped"
+    wait_for(lambda: "stopped" in _row_of(tmux.screen(), shorts[0]), timeout=10, what="the stopped state")
+    assert _order(tmux.screen(), shorts) == shorts, tmux.screen()  # ended, and still on top
+    tmux.keys("j")
+    wait_for(lambda: shorts[1] in tmux.highlighted(), timeout=10, what="the next run highlighted")
+    tmux.keys("i")
+    wait_for(lambda: f"interrupt {shorts[1]}:" in tmux.screen(), timeout=15, what="the interrupt's answer")
+    assert shorts[1] in tmux.highlighted() and _order(tmux.screen(), shorts) == shorts, tmux.screen()
+    assert "RUN_CLOSED" not in tmux.screen(), tmux.screen()
+    assert first.status().state == "running"
+    tmux.keys("q")
+
+
+def test_top_at_80_and_200_columns_with_colours(
+    home: Path, make_agent: AgentMaker, tmux: Tmux, tmp_path: Path
+) -> None:
+    """At 80x24 the state words are whole, the task is shown and the run column is 8
+    characters; at 200 the last output line is shown too; states are coloured, and not under
+    NO_COLOR (the selection stays reverse video)."""
+    make_agent("quick", python="import sys\nsys.stdin.read()\nprint('all done')\n")
+    done = pisub.launch("quick", "summarise the parser module")
+    assert done.wait(timeout=30).state == "complete"
+    (live,) = _sleepers(make_agent, "refactor the lexer\nsecond line of the task")
+    tmux("new-session", "-d", "-s", "top", "-x", "80", "-y", "24", TOP)
+    wait_for(lambda: done.id[:8] in tmux.screen(), timeout=30, what="the runs")
+    screen = tmux.screen()
+    assert "complete" in _row_of(screen, done.id[:8]) and "running" in _row_of(screen, live.id[:8]), screen
+    assert "summarise the parser module" in _row_of(screen, done.id[:8]), screen
+    assert "refactor the lexer" in _row_of(screen, live.id[:8]), screen
+    rows = [_row_of(screen, run.id[:8]) for run in (done, live)]
+    assert all("…" not in row and live.id not in row for row in rows), screen  # 8-char ids, nothing cut
+    assert f"{live.id[:8]} · in {str(tmp_path)[:40]}" in screen, screen  # the selected run's cwd
+    styled = tmux.styled()
+    assert "\x1b[32m" in styled and "\x1b[36m" in styled, styled  # complete green, running cyan
+    tmux.keys("q")
+    wait_for(lambda: "top" not in tmux("list-sessions"), timeout=10, what="top to quit")
+    tmux("new-session", "-d", "-s", "top", "-x", "200", "-y", "50", f"NO_COLOR=1 {TOP}")
+    wait_for(lambda: "working on it" in _row_of(tmux.screen(), live.id[:8]), timeout=30, what="the output")
+    styled = tmux.styled()
+    assert not re.search(r"\x1b\[(?:[0-9;]*;)?3[0-7]m", styled), styled
+    assert live.id[:8] in tmux.highlighted(), styled
+    tmux.keys("q")
+
+
+def _row_of(screen: str, short: str) -> str:
+    return next((line for line in screen.splitlines() if short in line), "")
+
+
+def _order(screen: str, shorts: list[str]) -> list[str]:
+    lines = screen.splitlines()
+    return sorted(shorts, key=lambda short: next(i for i, line in enumerate(lines) if short in line))
+
+
+def test_top_holds_new_rows_while_keys_are_pressed(home: Path, make_agent: AgentMaker, tmux: Tmux) -> None:
+    """A run that starts while a person presses keys waits (a notice says so) and takes its
+    place once the keys stop: nothing moves under the cursor."""
+    (old,) = _sleepers(make_agent, "the old run")
+    tmux("new-session", "-d", "-s", "top", "-x", "80", "-y", "24", TOP)
+    wait_for(lambda: old.id[:8] in tmux.highlighted(), timeout=30, what="the run, selected")
+    tmux.keys("k")
+    new = pisub.launch("sleeper", "the new run")
+
+    def held() -> bool:
+        tmux.keys("k")  # still navigating
+        return "1 new row(s)" in tmux.screen()
+
+    wait_for(held, timeout=30, interval=0.3, what="the notice of a held row")
+    assert new.id[:8] not in tmux.screen() and old.id[:8] in tmux.highlighted(), tmux.screen()
+    wait_for(lambda: new.id[:8] in tmux.screen(), timeout=30, what="the new row once the keys stopped")
+    assert old.id[:8] in tmux.highlighted() and "new row(s)" not in tmux.screen(), tmux.screen()
+    tmux.keys("q")
+
+
+def test_top_shows_a_hostile_task_escaped(home: Path, make_agent: AgentMaker, tmux: Tmux) -> None:
+    """The task head (and the log view's header) reach the terminal escaped: no title change,
+    no rich markup taken as a hyperlink."""
+    (run,) = _sleepers(make_agent, "[link=http://e.x/]x[/link] \x1b]0;pwned-title\x07 \u202eevil")
+    tmux("new-session", "-d", "-s", "top", "-x", "200", "-y", "30", TOP)
+    tmux("set-option", "-g", "allow-rename", "on")
+    title = tmux("display", "-p", "-t", "top", "#{host}")
+    wait_for(lambda: run.id[:8] in tmux.screen(), timeout=30, what="the run")
+    row = _row_of(tmux.screen(), run.id[:8])
+    assert "[link=http://e.x/]x[/link] \\x1b]0;pwned-title\\x07 \\u202eevil" in row, row
+    tmux.keys("Enter")
+    wait_for(lambda: f"log of {run.id[:8]}" in tmux.screen(), timeout=10, what="the log view")
+    assert "\\x1b]0;pwned-title" in tmux.screen(), tmux.screen()
+    assert tmux("display", "-p", "-t", "top", "#{pane_title}") == title
+    assert "\x1b]" not in tmux.styled()
+    tmux.keys("q")
+    tmux.keys("q")
+
+
+def _row(run_id: str, state: str) -> Row:
+    fleet = FleetRow(
+        run_id=run_id, key=None, parent_run_id=None, agent="coder", state=state, started_at=None,
+        last_activity_at=None,
+    )  # fmt: skip
+    return Row(fleet, 0)
+
+
+def _rendered(state: TopState, width: int = 80, height: int = 24) -> str:
+    console = Console(width=width, height=height, record=True, force_terminal=True, color_system="standard")
+    console.print(render(state, height, width))
+    return str(console.export_text(styles=True))
+
+
+def test_top_renders_a_state_it_does_not_know_plain() -> None:
+    """A state a newer pisub writes (or `queued`) is shown whole, uncoloured when unknown."""
+    state = TopState(rows=[_row("a" * 36, "queued"), _row("b" * 36, "brand-new-state")], selected=1)
+    text = _rendered(state)
+    assert "queued" in text and "brand-new-state" in text and "aaaaaaaa " in text, text
+    assert "\x1b[36mqueued" in text and "\x1b[7mbrand-new-state" in text, repr(text)
+
+
+def test_top_fits_its_screen_with_many_rows_and_problems() -> None:
+    """50 rows, 9 unreadable runs and held rows at 80x24: 24 lines, the selected row and the
+    footer on them."""
+    rows = [_row(f"{n:08d}" + "-" * 28, "running") for n in range(50)]
+    problems = [f"run-{n}: not JSON" for n in range(9)]
+    state = TopState(rows=rows, problems=problems, selected=30, held=2)
+    lines = _rendered(state).rstrip("\n").split("\n")
+    assert len(lines) <= 24, lines
+    assert "00000030" in "".join(lines) and "j/k move" in lines[-1] and "2 new row(s)" in lines[-2], lines
+    assert "more unreadable runs" in "".join(lines), lines
+
+
+def test_top_shows_the_label_cwd_and_steering_in_words() -> None:
+    """A labelled run: the label in the table; its id, cwd, steering in words and task head on
+    the line under it."""
+    from pisub.protocol.control import Ledger
+    from pisub.protocol.status import RunState, Status
+
+    status = Status(
+        v=1, run_id="c" * 36, state=RunState.RUNNING, agent="coder", runner="pi", host="h",
+        started_at="2026-01-01T00:00:00Z", updated_at="2026-01-01T00:00:00Z", label="nightly-build",
+        task="fix the flaky test", cwd="/src/app", steering=Ledger(requested=3, delivered=1, failed=1),
+    )  # fmt: skip
+    row = _row(status.run_id, "running")
+    row.status = status
+    text = _SGR.sub("", _rendered(TopState(rows=[row]), width=120))
+    assert "nightly-build" in _row_of(text, "cccccccc  "), text
+    detail = "cccccccc · [nightly-build] · in /src/app · steering: 1 queued, 1 delivered, 1 failed"
+    assert detail + " · task: fix the flaky test" in text, text

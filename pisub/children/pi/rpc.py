@@ -52,7 +52,7 @@ from pisub.children.pi.framing import (
     decode_object,
 )
 from pisub.children.pi.steers import Steer, SteerBook, SteerState
-from pisub.children.pi.versions import INSTALL_HINT, caps_of
+from pisub.children.pi.versions import caps_of, install_hint
 from pisub.children.process import PipeWriter, ProcessChild
 from pisub.core.fsio import atomic_write, open_regular
 from pisub.core.strict_path import unsafe_ancestor
@@ -77,10 +77,10 @@ def find_pi(env: Mapping[str, str] | None = None) -> str:
         path = Path(configured).expanduser()
         if path.is_file() and os.access(path, os.X_OK):
             return str(path.absolute())
-        raise LaunchFailed(f"PISUB_PI_BIN={configured} is not an executable file; {INSTALL_HINT}")
+        raise LaunchFailed(f"PISUB_PI_BIN={configured} is not an executable file; {install_hint()}")
     found = shutil.which("pi", path=env.get("PATH"))
     if found is None:
-        raise LaunchFailed(f"the pi coding agent was not found on PATH; {INSTALL_HINT}")
+        raise LaunchFailed(f"the pi coding agent was not found on PATH; {install_hint()}")
     return str(Path(found).absolute())
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pisub.core.procs import run_bounded
 from pisub.errors import UnsupportedPi
+from pisub.termsafe import printable
 
 SUPPORTED = "pi 0.85.x or 1.x (>= 0.85.0, < 2.0.0)"
 """The supported range, as refusals and ``pisub doctor`` say it."""
@@ -32,6 +33,42 @@ INSTALL_HINT = (
     "install a supported pi with scripts/install_pi.sh, or: npm install -g @earendil-works/pi-coding-agent@1 "
     "(Node >= 22.19), and set PISUB_PI_BIN"
 )
+CHECKOUT_PI_CLI = Path(__file__).resolve().parents[3] / ".pi-cli"
+"""Where ``scripts/install_pi.sh`` installs pi when pisub runs from a checkout (the demo)."""
+
+
+def installed_pi(pi_cli: Path = CHECKOUT_PI_CLI) -> Path | None:
+    """The newest supported ``<checkout>/.pi-cli/<version>/bin/pi`` that is an executable file,
+    when pisub runs from a checkout where ``scripts/install_pi.sh`` installed one."""
+    found: list[tuple[tuple[int, ...], Path]] = []
+    try:
+        entries = list(pi_cli.iterdir())
+    except OSError:
+        return None
+    for entry in entries:
+        if not _EXACT_RE.fullmatch(entry.name):
+            continue
+        version = tuple(int(part) for part in entry.name.split("."))
+        launcher = entry / "bin" / "pi"
+        if (
+            MIN_VERSION <= version < MAX_VERSION_EXCLUSIVE
+            and launcher.is_file()
+            and os.access(launcher, os.X_OK)
+        ):
+            found.append((version, launcher))
+    return max(found)[1] if found else None
+
+
+def install_hint() -> str:
+    """How to get a pi: the one this checkout installed when there is one, else how to install."""
+    launcher = installed_pi()
+    if launcher is None:
+        return INSTALL_HINT
+    shown = printable(os.fspath(launcher), one_line=True)
+    env_sh = printable(os.fspath(launcher.parents[2].parent / "scripts" / "env.sh"), one_line=True)
+    return f"scripts/install_pi.sh installed one: export PISUB_PI_BIN={shown} (or: . {env_sh})"
+
+
 VERSION_TIMEOUT_S = 10.0
 _VERSION_RE = re.compile(r"([0-9]+)\.([0-9]+)\.([0-9]+)")
 _EXACT_RE = re.compile(r"[0-9]{1,9}\.[0-9]{1,9}\.[0-9]{1,9}", re.ASCII)
