@@ -13,23 +13,13 @@ from typing import TYPE_CHECKING
 
 from pisub.errors import InvalidInput, PisubError
 from pisub.protocol.queue import DEFAULT_GROUP, GroupConfig, check_group_name, check_limit
-from pisub.runs.queue import GroupView, Verdict, promote, verdict, view
+from pisub.runs.queue import GroupView as GroupView  # (what the CLI shows)
+from pisub.runs.queue import Verdict, promote, verdict, view
 from pisub.store import groups
 from pisub.store.paths import Home, open_home
 
 if TYPE_CHECKING:
     from pisub.api.client import Run
-
-__all__ = [
-    "GroupView",
-    "group_add",
-    "group_list",
-    "group_pause",
-    "group_resume",
-    "group_rm",
-    "group_set_limit",
-    "queue_place",
-]
 
 
 def _config(home: Home, name: str) -> GroupConfig | None:

@@ -81,19 +81,17 @@ def check_limit(limit: object, field: str = "limit") -> int:
     Raises:
         InvalidInput: naming ``field``.
     """
-    if isinstance(limit, bool) or not isinstance(limit, int):
-        raise InvalidInput(f"{field}: give a whole number, not {type(limit).__name__}")
-    if not 1 <= limit <= MAX_LIMIT:
-        raise InvalidInput(
-            f"{field}: {limit} is out of range; give 1 to {MAX_LIMIT} (pause the group to admit none)"
-        )
-    return limit
+    return _whole(limit, field, 1, MAX_LIMIT, " (pause the group to admit none)")
 
 
 def check_priority(priority: object, field: str = "priority") -> int:
     """Raises: InvalidInput: not an integer in ``[-MAX_PRIORITY, MAX_PRIORITY]`` (naming ``field``)."""
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise InvalidInput(f"{field}: give a whole number, not {type(priority).__name__}")
-    if not -MAX_PRIORITY <= priority <= MAX_PRIORITY:
-        raise InvalidInput(f"{field}: {priority} is out of range; give {-MAX_PRIORITY} to {MAX_PRIORITY}")
-    return priority
+    return _whole(priority, field, -MAX_PRIORITY, MAX_PRIORITY)
+
+
+def _whole(value: object, field: str, low: int, high: int, hint: str = "") -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{field}: give a whole number, not {type(value).__name__}")
+    if not low <= value <= high:
+        raise InvalidInput(f"{field}: {value} is out of range; give {low} to {high}{hint}")
+    return value

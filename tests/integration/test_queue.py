@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 WORKER = """
 import fcntl, json, os, sys, time
-name, _, how = sys.stdin.read().strip().partition(":")
+name, _, how = sys.stdin.read().strip().splitlines()[0].partition(":")
 log, gates = os.environ["PISUB_TEST_LOG"], os.environ["PISUB_TEST_GATES"]
 def note(kind):
     with open(log, "a") as fh:
@@ -405,3 +405,50 @@ def test_a_user_queues_and_stops_runs_of_a_group(unprivileged: Unprivileged) -> 
     assert "delivered" in user.pisub("stop", ids[1], check=True).stdout
     wait_for(lambda: user_state(ids[2]) == "complete", 30, interval=0.2, what="the third run")
     assert [user_state(r) for r in ids] == ["complete", "stopped", "complete"]
+
+
+@pytest.mark.parametrize("bad", ["garbage", "directory", "symlink", "fifo"])
+def test_a_waiting_runs_entry_replaced_is_set_aside_and_written_again(queue_env: Path, bad: str) -> None:
+    cli("group", "add", "g", "--limit", "1")
+    a = launch("a", "gate", "--group", "g")
+    b = launch("b", "0", "--group", "g")
+    directory = Path(os.environ["PISUB_HOME"]) / "groups" / "g"
+    (entry,) = [p for p in directory.iterdir() if p.name.startswith("q-")]
+    entry.unlink()
+    if bad == "garbage":
+        entry.write_bytes(b"\xff" * 100_000)
+    elif bad == "directory":
+        entry.mkdir()
+    elif bad == "symlink":
+        entry.symlink_to("/etc/passwd")
+    else:
+        os.mkfifo(entry)
+    (directory / "q-junk").write_text("not an entry")  # a name that is no entry: left aside
+    open_gate(queue_env, "a")
+    wait_state(b, "complete", timeout=20)
+    assert started(queue_env) == ["a", "b"] and state(a) == "complete"
+    assert group("g")["queued"] == 0
+
+
+def test_a_groups_folder_that_is_a_symlink_is_refused_in_one_line(queue_env: Path, tmp_path: Path) -> None:
+    home = Path(os.environ["PISUB_HOME"])
+    home.mkdir(exist_ok=True, mode=0o700)
+    (tmp_path / "elsewhere").mkdir()
+    (home / "groups").symlink_to(tmp_path / "elsewhere")
+    proc = pisub_cli("group", "add", "g", "--limit", "1")
+    assert proc.returncode == 1 and proc.stderr.startswith("pisub: ") and "Traceback" not in proc.stderr
+    assert not list((tmp_path / "elsewhere").iterdir())
+
+
+def test_a_workflow_waits_in_its_group_and_its_children_are_in_none(queue_env: Path) -> None:
+    cli("group", "add", "g", "--limit", "1")
+    launch("a", "gate", "--group", "g")
+    line = json.loads(cli("run", "--task", "worker=w1:0", "--task", "worker=w2:0", "--group", "g", "--json"))
+    workflow = str(line["runId"])
+    assert line["state"] == "queued"
+    open_gate(queue_env, "a")
+    wait_state(workflow, "complete", timeout=30)
+    assert sorted(started(queue_env)) == ["a", "w1", "w2"] and started(queue_env)[0] == "a"
+    steps: list[dict[str, str]] = status(workflow)["steps"]  # type: ignore[assignment]
+    children = [s["runId"] for s in steps]
+    assert children and all(status(c)["group"] is None for c in children)
