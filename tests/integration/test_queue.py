@@ -285,16 +285,25 @@ def test_kill_at_each_promotion_step(
 
 
 def test_many_freers_racing_never_exceed_the_limit(queue_env: Path) -> None:
-    """Eight short runs through a group of two: each is admitted exactly once, never more than
-    two children run at once, every run ends complete."""
+    """Ten short runs queued in a paused group of two, then resumed: runs end (and free their
+    slots) at nearly the same moments; each run is admitted exactly once, by one decision, never
+    more than two children run at once, every run ends complete."""
     cli("group", "add", "g", "--limit", "2")
-    runs = [launch(f"r{n}", "0.1", "--group", "g") for n in range(8)]
+    cli("group", "pause", "g")
+    runs = [launch(f"r{n}", "0.1", "--group", "g") for n in range(10)]
+    assert {state(r) for r in runs} == {"queued"}
+    cli("group", "resume", "g")
     for run in runs:
-        wait_state(run, "complete", timeout=30)
+        wait_state(run, "complete", timeout=60)
     assert most_at_once(queue_env) <= 2
-    assert sorted(started(queue_env)) == sorted(f"r{n}" for n in range(8))
+    assert sorted(started(queue_env)) == sorted(f"r{n}" for n in range(10))
+    given = []  # whom each leaving run's decision admitted
     for run in runs:
-        assert [e["type"] for e in run_events(_dir(run))].count("run.started") == 1
+        types = [e["type"] for e in run_events(_dir(run))]
+        assert types.count("run.admitted") == 1 and types.count("run.started") == 1
+        for event in run_events(_dir(run), "run.left"):
+            given += event["data"]["admitted"]
+    assert len(given) == len(set(given)) == 10 - 2  # one per freed slot (the resume admitted two)
     assert group("g")["running"] == 0 and group("g")["queued"] == 0
 
 
