@@ -193,7 +193,7 @@ install_nonroot() {
     # The working tree as git sees it: uncommitted and new files in, ignored ones (.venv, .pi-cli)
     # out; a tracked file deleted in the tree is only warned about.
     { git ls-files -z --cached --others --exclude-standard 2>/dev/null \
-        || printf '%s\0' pisub tests fixtures spec scripts .pisub pyproject.toml README.md; } \
+        || printf '%s\0' pisub tests fixtures spec scripts pyproject.toml README.md; } \
         | tar -cf - --exclude=__pycache__ --ignore-failed-read --null -T - \
         | tar -xf - --no-same-owner -C "$nonroot_dir/src"
     chown -R "$NONROOT_USER:" "$nonroot_dir"

@@ -102,6 +102,7 @@ class Judge:
 
     def judge(self, outcome: Output) -> Judgement:
         """Run the checks; ``outcome.output`` loses its report block."""
+        from pisub.acceptance.infer import runs_review
         from pisub.acceptance.verify import place, run_checks
         from pisub.protocol.acceptance import AcceptanceRecord, Outcome
         from pisub.store.config import load_config
@@ -131,8 +132,11 @@ class Judge:
                 self.host.end_descendants()
         failed = [c for c in checks if c.outcome is Outcome.FAILED]
         review = None
-        wants_review = wanted.spec.review is not None and wanted.spec.review.required
-        if wants_review and not failed and not self.stopped:
+        asked = wanted.spec.review is not None and wanted.spec.review.required
+        if asked and not runs_review(wanted) and not failed:
+            review = _not_run()  # recorded, not run: review-required
+            checks.append(review.check)
+        if runs_review(wanted) and not failed and not self.stopped:
             self.accepting = True
             try:
                 review = self.host.review(wanted.spec, self._stop_requested)
@@ -271,6 +275,16 @@ def _evidence_status(
     if level is Level.ATTESTED:
         return EvidenceStatus.ATTESTED
     return EvidenceStatus.CLAIMED
+
+
+def _not_run() -> ReviewOutcome:
+    """An inferred review the person did not opt in to run: no reviewer run, a skipped check."""
+    from pisub.acceptance.infer import REVIEW_RUNS_OFF
+    from pisub.acceptance.review import ReviewOutcome
+    from pisub.protocol.acceptance import Check, Outcome
+
+    check = Check(id="review", kind="review", outcome=Outcome.SKIPPED, reason=f"not run: {REVIEW_RUNS_OFF}")
+    return ReviewOutcome(check, finished=False)
 
 
 def _git_quiet(cwd: Path, args: list[str]) -> int | None:

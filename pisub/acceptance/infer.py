@@ -12,8 +12,12 @@ writer      a declared workflow child     checked
 writer      a child a script started      checked + review required
 =========== ============================= =====================================
 
-The review row needs a reviewer agent; when none is known, the row is ``checked`` and its
-reason says why. An inferred acceptance is reported and never fails the run.
+A required review starts a reviewer run (real tokens) only when the person launching opted in
+to review runs (``pisub run --review``, config ``[acceptance] review = true``); then every
+writer row is reviewed, and a reviewer agent must be known (when none is, the row is
+``checked`` and its reason says why). Without the opt-in the review row is recorded and not
+run: the result's evidence status is ``review-required`` (the seed's meaning: the evidence
+passed, no reviewer's result yet). An inferred acceptance is reported and never fails the run.
 """
 
 from __future__ import annotations
@@ -77,14 +81,31 @@ def role_of(declared: AcceptanceRole | None, runner: str, tools: Iterable[str] |
     return Role.READ_ONLY if have <= READ_ONLY_TOOLS else Role.WRITER
 
 
-def infer(role: Role, setting: Setting, reviewer: str | None) -> Acceptance:
+REVIEW_RUNS_OFF = "review runs are off: pisub run --review, or [acceptance] review = true, turns them on"
+
+
+def infer(role: Role, setting: Setting, reviewer: str | None, *, review_runs: bool = False) -> Acceptance:
     """The inferred acceptance (``explicit`` false) of a run; ``reviewer``: the reviewer agent,
-    None when there is none (then no review is inferred)."""
+    None when there is none (then no review is run); ``review_runs``: the person opted in to
+    review runs (every writer is then reviewed; else a review row is recorded, not run)."""
     row = TABLE[(role, setting)]
     review = None
     why = f"inferred: {row.why}"
-    if row.review and reviewer is not None:
+    wanted = row.review or (review_runs and role is Role.WRITER)
+    if wanted and review_runs and reviewer is not None:
         review = Review(required=True, agent=reviewer)
-    elif row.review:
+        why += " (review runs on)"
+    elif wanted and review_runs:
         why += " (no reviewer agent, so no review)"
+    elif wanted:
+        review = Review(required=True)
+        why += f" (review required, not run: {REVIEW_RUNS_OFF})"
     return Acceptance(spec=AcceptanceSpec(level=row.level, review=review, reason=why), explicit=False)
+
+
+def runs_review(acceptance: Acceptance | None) -> bool:
+    """Whether the runner starts a reviewer run for this acceptance: a required review whose
+    reviewer was taken at launch (an inferred review without the opt-in has none)."""
+    if acceptance is None or acceptance.spec.review is None or not acceptance.spec.review.required:
+        return False
+    return acceptance.explicit or acceptance.reviewer is not None

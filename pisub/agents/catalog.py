@@ -119,7 +119,24 @@ class Catalog:
         available = ", ".join(sorted(self.agents)) or "(none)"
         broken = [f"{path}: {why}" for path, why in self.problems.items() if path.stem == name]
         hint = f" (unreadable: {'; '.join(broken)})" if broken else ""
-        raise UnknownAgent(f"Unknown agent: {name}. Available agents: {available}{hint}")
+        mean = did_you_mean(name, [*self.agents, *self.aliases])
+        raise UnknownAgent(f"Unknown agent: {name}.{mean} Available agents: {available}{hint}")
+
+
+MAX_GUESSED = 256
+"""A name longer than this gets no "did you mean" (no agent name is; difflib is quadratic)."""
+
+
+def did_you_mean(name: str, names: list[str]) -> str:
+    """`` Did you mean X?`` — the closest of ``names`` to a mistyped agent name — or ``""``."""
+    import difflib
+
+    if len(name) > MAX_GUESSED:
+        return ""
+    close = difflib.get_close_matches(name, sorted(set(names)), n=1, cutoff=0.6)
+    if not close and name.lower() in {n.lower() for n in names}:
+        close = [next(n for n in sorted(names) if n.lower() == name.lower())]
+    return f" Did you mean {close[0]}?" if close else ""
 
 
 def parse_agent(text: str, path: Path, scope: Scope = "user", dialect: Dialect | None = None) -> Agent:

@@ -64,7 +64,8 @@ def list_agents(
 
 def agent_row(agent: Agent, catalog: Catalog) -> dict[str, Any]:
     """``{name, description, runner, scope, path, source, aliases, ignored}`` (``refined`` when
-    the project has an overlay for it)."""
+    the project has an overlay for it, ``shadowsBuiltin`` when it takes the name of an agent
+    pisub ships)."""
     row: dict[str, Any] = {
         "name": agent.name,
         "description": agent.frontmatter.description,
@@ -79,6 +80,10 @@ def agent_row(agent: Agent, catalog: Catalog) -> dict[str, Any]:
         row["disabled"] = True
     if agent.refinement:
         row["refined"] = True
+    if agent.scope != "builtin" and any(
+        a.scope == "builtin" and a.name == agent.name for a in catalog.shadowed
+    ):
+        row["shadowsBuiltin"] = True
     return row
 
 

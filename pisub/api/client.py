@@ -93,6 +93,7 @@ def launch(
     group: str | None = None,
     priority: int | None = None,
     after: Sequence[str] | None = None,
+    review: bool | None = None,
     home: Path | None = None,
 ) -> Run:
     """Start a detached run of ``agent`` on ``task`` and return once its runner committed
@@ -115,7 +116,9 @@ def launch(
     session, what a fork that is only a preference copies (a missing file: it begins fresh).
     ``isolation="worktree"``: the child
     works in a git worktree of its own at ``base_ref`` (``HEAD``), captured at its end
-    (``pisub worktree apply``).
+    (``pisub worktree apply``). ``review``: a writer's work is reviewed by a reviewer run (real
+    tokens; default: config ``[acceptance] review``, else off). What acceptance adds is in
+    ``manifest().acceptance_plan``.
     ``group``: the group it waits in for a slot (``queued`` until admitted; ``spec/queue.md``),
     ``priority`` (higher first) and ``after`` (runs that must end ``complete`` first).
 
@@ -155,6 +158,11 @@ def launch(
     if worktree is not None:
         _check_worktree_source(workdir, "", base_ref, SINGLE_RUN_KEY, h)
     catalog = agent_catalog(home=h.root, cwd=workdir)
+    from pisub.runs.launch import review_runs_of, single_plan
+    from pisub.store.config import load_config
+
+    config = load_config(h.root)
+    review = review_runs_of(review, config)
     manifest = plan_run(
         h,
         agent,
@@ -166,8 +174,10 @@ def launch(
         model=model,
         backend=backend,
         catalog=catalog,
+        review=review,
     )
     manifest.queue = _queue(h, group, priority, after, lineage.parent_run_id is None, backend)
+    manifest.acceptance_plan = single_plan(manifest, catalog, review, config)
     manifest.max_output, manifest.artifacts, manifest.include_progress = (
         max_output,
         artifacts,
@@ -358,6 +368,7 @@ def launch_workflow(
     group: str | None = None,
     priority: int | None = None,
     after: Sequence[str] | None = None,
+    review: bool | None = None,
     home: Path | None = None,
 ) -> Run:
     """Start a detached workflow run of the Python file ``script`` (``async def main(runs,
@@ -368,6 +379,10 @@ def launch_workflow(
 
     ``backend`` is refused: a workflow's coordinator runs here, and its children go where their
     agent files say (``backend: slurm``).
+
+    ``review``: each writer child's work is reviewed by a reviewer run (real tokens; default:
+    config ``[acceptance] review``, else off: a script child's inferred review is recorded as
+    ``review-required``, not run). What acceptance adds is in ``manifest().acceptance_plan``.
 
     Raises:
         InvalidInput: the script does not validate (the message lists the problems), or a bad
@@ -395,6 +410,7 @@ def launch_workflow(
         group=group,
         priority=priority,
         after=after,
+        review=review,
         home=home,
     )
 
@@ -480,6 +496,7 @@ def _launch_workflow(
     group: str | None = None,
     priority: int | None = None,
     after: Sequence[str] | None = None,
+    review: bool | None = None,
     home: Path | None = None,
 ) -> Run:
     import uuid
@@ -499,16 +516,20 @@ def _launch_workflow(
     check_json(spec_args, "the workflow's args")
     from pisub.store.config import load_config
 
-    configured = load_config(h.root).workflow
+    config = load_config(h.root)
+    configured = config.workflow
+    from pisub.runs.launch import review_runs_of, workflow_plan
+
+    review = review_runs_of(review, config)
     concurrency = _count(concurrency, configured.concurrency or DEFAULT_CONCURRENCY, 1, 20, "concurrency")
     max_spawns = _count(max_spawns, configured.max_spawns or DEFAULT_MAX_SPAWNS, 1, 10_000, "max-spawns")
     if state_ns is not None:
         check_namespace(state_ns)
     default_isolation = _isolation(isolation, base_ref)
+    catalog = agent_catalog(home=h.root, cwd=workdir)
     if script is not None:
-        _check_script(script, agent_catalog(home=h.root, cwd=workdir))
+        _check_script(script, catalog)
     if tasks:
-        catalog = agent_catalog(home=h.root, cwd=workdir)
         _check_tasks(tasks, catalog, workdir, fork_from, default_isolation, base_ref, labels, h)
     elif default_isolation is not None:
         _check_worktree_source(workdir, "the workflow", base_ref, home=h)
@@ -530,6 +551,7 @@ def _launch_workflow(
         fork_from=_fork_source(fork_from, h) if fork_from is not None else None,
         journal=str(h.run(run_id).journal),
         budget=lineage.root_run_id or run_id,
+        review=review,
     )
     agent = AgentSpec(name=name, runner="workflow", description=f"{shape.value} workflow")
     limits = Limits.resolve((caller, "the call"))
@@ -541,6 +563,9 @@ def _launch_workflow(
     manifest = new_manifest(agent, what, str(workdir), limits, lineage=lineage, run_id=run_id)
     manifest.workflow = spec
     manifest.queue = _queue(h, group, priority, after, lineage.parent_run_id is None, None)
+    calls = None if script is not None else list(tasks or [])
+    children = lineage.child(run_id) if lineage.depth < lineage.max_depth else lineage  # too deep: it fails
+    manifest.acceptance_plan = workflow_plan(h, catalog, calls, children, review)
     if on_done is not None:
         manifest.on_done = _command(on_done, "on_done")
     seeds = {"workflow.py": script} if script is not None else {}

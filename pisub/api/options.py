@@ -45,6 +45,7 @@ class LaunchOptions(TypedDict, total=False):
     group: str | None
     priority: int | None
     after: Sequence[str] | None
+    review: bool | None
     home: Path | None
 
 
@@ -65,6 +66,7 @@ class WorkflowOptions(TypedDict, total=False):
     group: str | None
     priority: int | None
     after: Sequence[str] | None
+    review: bool | None
     home: Path | None
 
 

@@ -41,6 +41,7 @@ def list_(
 
 def _list_line(row: dict[str, Any], capabilities: bool) -> None:
     flags = " (shadowed)" if row.get("shadowed") else ""
+    flags += _shadows(row)
     flags += " (disabled)" if row.get("disabled") else ""
     flags += " (refined)" if row.get("refined") else ""
     desc = f"  {cell(row['description'])}" if row["description"] else ""
@@ -56,6 +57,13 @@ def _list_line(row: dict[str, Any], capabilities: bool) -> None:
     if row["ignored"]:
         keys = ", ".join(i["key"] for i in row["ignored"])
         out(f"    ignores {keys} (pisub agents show {cell(row['name'])} says why)")
+
+
+def _shadows(row: dict[str, Any]) -> str:
+    if not row.get("shadowsBuiltin"):
+        return ""
+    gates = "; review gates use it" if row["name"] == "reviewer" else ""
+    return f" (shadows builtin{gates})"
 
 
 @app.command()
@@ -235,7 +243,7 @@ def enable(name: str, scope: str | None = SCOPE) -> None:
 def eject(
     name: str, scope: str | None = typer.Option("user", "--scope", help="user (default) or project.")
 ) -> None:
-    """Copy an agent shipped with pisub (reviewer, scout, worker) into a scope for editing."""
+    """Copy an agent shipped with pisub (coder, hello, reviewer, scout, worker) into a scope for editing."""
     from pisub.api.client import edit_agent
 
     _done("ejected", edit_agent("eject", name, scope=scope))

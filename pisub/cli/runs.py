@@ -115,6 +115,11 @@ def run(
     backend: str | None = typer.Option(
         None, "--backend", help="Where the runner lives: local (default) or slurm (a batch job)."
     ),
+    review: bool | None = typer.Option(
+        None,
+        "--review/--no-review",
+        help="Review each writer's work with a reviewer run (real tokens; default: config, else off).",
+    ),
     group: str | None = typer.Option(
         None, "--group", help="Wait in this group for a free slot (pisub group add NAME --limit N)."
     ),
@@ -169,6 +174,7 @@ def run(
             on_done=on_done,
             backend=backend,
             **_queue_options(group, priority, after),
+            review=review,
         )
     except DepthExceeded as exc:
         if as_json:  # the refusal as a result (mode "management") on stdout, the line on stderr
@@ -178,10 +184,18 @@ def run(
 
     for line in first_launch_warnings(handle):
         err(line)
+    from pisub.api.acceptance import launch_lines
+
+    manifest = handle.manifest()
+    for line in launch_lines(manifest.acceptance_plan, workflow=manifest.workflow is not None):
+        err(line)
     if as_json:
+        import msgspec
+
         st = handle.status()
+        plan = msgspec.to_builtins(manifest.acceptance_plan)
         shown: dict[str, object] = {"runId": handle.id, "runDir": str(handle.dir), "state": st.state}
-        shown["pid"] = st.pid
+        shown |= {"pid": st.pid, "acceptance": plan}
         if st.group is not None:
             shown["group"] = st.group
         json_line(shown)
@@ -338,6 +352,10 @@ def status(
             json_line({**msgspec.to_builtins(st), "placement": msgspec.to_builtins(placement)})
         else:
             out_block(status_text(st, placement))
+        if not as_json and st.runner == "workflow":
+            from pisub.cli.reviews import print_review_runs
+
+            print_review_runs(handle)
     elif view == "fleet":
         from pisub.api.views import fleet as fleet_rows
 

@@ -88,6 +88,25 @@ class Acceptance(Record, kw_only=True, omit_defaults=True):
     """A review gate's reviewer, taken at launch."""
 
 
+class AcceptancePlan(Record, kw_only=True):
+    """``manifest.acceptance_plan``: what acceptance adds to a launch, recorded (and printed by
+    ``pisub run``) before anything runs."""
+
+    tasks: int | None = None
+    """The tasks launched (None: a workflow script, whose children are decided as it runs)."""
+    report_blocks: int | None = None
+    """Tasks given the acceptance-report block (None: each writer child a script starts)."""
+    review_runs: bool = False
+    """The person opted in to review runs (``--review``, config ``[acceptance] review``)."""
+    reviews: int | None = None
+    """Reviewer runs that will start (None: one per writer child a script starts, when on)."""
+    reviewer: str | None = None
+    """The agent a review run starts."""
+    reviewer_path: str | None = None
+    reviewer_overrides_builtin: bool = False
+    """The reviewer is a user's or project's agent that takes the name of the one pisub ships."""
+
+
 class Outcome(enum.StrEnum):
     PASSED = "passed"
     FAILED = "failed"

@@ -51,6 +51,8 @@ class AcceptanceSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True
 
     infer: bool | None = None
     """``"auto"`` resolves through the inference table (default true); false: to level none."""
+    review: bool | None = None
+    """Review runs for inferred reviews (default off: a required review is recorded, not run)."""
     reviewer: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")] | None = None
     """The agent a review gate runs when it names none (default ``reviewer``)."""
     verify_env: list[Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]] | None = None

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pisub import defaults
 from pisub.errors import InvalidInput
-from pisub.protocol.acceptance import Acceptance
+from pisub.protocol.acceptance import Acceptance, AcceptancePlan
 from pisub.protocol.budget import ToolBudget
 from pisub.protocol.codec import Record
 from pisub.protocol.fields import Context
@@ -251,6 +251,8 @@ class Manifest(Record, kw_only=True):
     """What a workflow run (``agent.runner`` ``workflow``) runs."""
     acceptance: Acceptance | None = None
     """What the runner checks of the child's work when it ends (acceptance gates)."""
+    acceptance_plan: AcceptancePlan | None = None
+    """What acceptance adds at launch — report blocks, reviewer runs — said before it happens."""
     on_done: list[str] | None = None
     """``--on-done``: an argv run once when the run has ended (:mod:`pisub.store.on_done`)."""
     worktree: WorktreeLink | None = None

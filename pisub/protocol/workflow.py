@@ -103,6 +103,9 @@ class WorkflowSpec(Record, kw_only=True):
     directory)."""
     budget: str
     """The spawn budget this workflow draws on: its root run's (kept across resumes)."""
+    review: bool = False
+    """Review runs: the person opted in (``--review``, config ``[acceptance] review``) to a
+    reviewer run for each writer child; else an inferred review is recorded, not run."""
 
 
 class ChildResult(Record, kw_only=True):

@@ -26,10 +26,11 @@ from pisub.store.runs import RunStore
 if TYPE_CHECKING:
     from pisub.acceptance.infer import Setting
     from pisub.agents.catalog import Agent, Catalog
-    from pisub.protocol.acceptance import Acceptance, ReviewerAgent
+    from pisub.protocol.acceptance import Acceptance, AcceptancePlan, ReviewerAgent
     from pisub.protocol.agent import AgentFrontmatter
     from pisub.protocol.config import Config
     from pisub.protocol.placement import PlacementRequest
+    from pisub.protocol.workflow import ChildCall
 
 MAX_TASK_BYTES = 1024 * 1024
 
@@ -92,11 +93,13 @@ def plan_run(
     acceptance: Acceptance | None = None,
     setting: Setting | None = None,
     backend: str | None = None,
+    review: bool | None = None,
 ) -> Manifest:
     """The manifest of a new run of ``agent`` on ``task`` in ``cwd`` (already checked by
     :func:`working_dir`), after every check; nothing is created. ``acceptance``: the call's
     (else the agent file's ``acceptance`` / ``gate``, else inferred for ``setting``, a run of
-    its own by default: :mod:`pisub.acceptance.infer`).
+    its own by default: :mod:`pisub.acceptance.infer`). ``review``: the person opted in to
+    review runs for inferred reviews (None: config ``[acceptance] review``, else off).
 
     Raises:
         InvalidInput: empty task, bad limits, a model for a non-pi agent.
@@ -137,7 +140,8 @@ def plan_run(
     )
     lineage = lineage.lowered(spec.max_depth)
     manifest = new_manifest(spec, task, str(cwd), limits, lineage=lineage, key=key, run_id=run_id)
-    manifest.acceptance = _acceptance(acceptance, found, catalog, config, setting, lineage)
+    runs = review_runs_of(review, config)
+    manifest.acceptance = _acceptance(acceptance, found, catalog, config, setting, lineage, runs)
     manifest.placement = placement_request(backend, found.frontmatter, config)
     with_report_section(manifest)
     return manifest
@@ -150,9 +154,11 @@ def _acceptance(
     config: Config,
     setting: Setting | None,
     lineage: Lineage,
+    review_runs: bool,
 ) -> Acceptance | None:
     """The call's acceptance, else the agent file's, else the inferred one (None when the
-    config turns inference off); a review gate's reviewer must exist.
+    config turns inference off); a review gate that runs must have its reviewer (an inferred
+    review without the opt-in ``review_runs`` is recorded, not run, and takes none).
 
     Raises:
         InvalidInput: a bad ``acceptance`` / ``gate`` in the agent file, or no reviewer agent.
@@ -169,8 +175,10 @@ def _acceptance(
         role = role_of(fm.acceptance_role, found.effective.runner, found.effective.tools)
         deep = lineage.depth >= lineage.max_depth  # its reviewer could not start
         known = reviewer if reviewer in catalog.agents and reviewer != found.name and not deep else None
-        chosen = infer(role, setting or Setting.DIRECT, known)
+        chosen = infer(role, setting or Setting.DIRECT, known, review_runs=review_runs)
     review = chosen.spec.review
+    if not chosen.explicit and not review_runs:
+        return chosen
     if review is not None and review.required and lineage.depth >= lineage.max_depth:
         raise InvalidInput(
             f"acceptance.review: this run sits at the depth limit (depth {lineage.depth}, max "
@@ -189,6 +197,110 @@ def _acceptance(
         review.agent = agent.name
         chosen.reviewer = _snapshot(agent)  # the runner reviews with the agent as it is now
     return chosen
+
+
+def review_runs_of(given: bool | None, config: Config) -> bool:
+    """Whether review runs are on: the call's ``review``, else config ``[acceptance] review``
+    (default off: an inferred review is recorded, not run).
+
+    Raises:
+        InvalidInput: ``given`` is not a boolean.
+    """
+    if given is not None and not isinstance(given, bool):
+        raise InvalidInput(f"review: give true or false, not {type(given).__name__}")
+    return given if given is not None else bool(config.acceptance.review)
+
+
+def reviewer_of(catalog: Catalog, config: Config) -> Agent:
+    """The agent an inferred review runs (config ``[acceptance] reviewer``, else ``reviewer``).
+
+    Raises:
+        InvalidInput: there is no such agent (review runs were asked for).
+    """
+    name = config.acceptance.reviewer or "reviewer"
+    try:
+        return catalog.get(name)
+    except UnknownAgent as exc:
+        raise InvalidInput(f"review runs: no reviewer agent {name!r} ({exc.message})") from None
+
+
+def overrides_builtin(agent: Agent) -> bool:
+    """A user's or project's agent that takes the name of one pisub ships."""
+    from pisub.agents.files import shipped_names
+
+    return agent.scope != "builtin" and agent.name in shipped_names()
+
+
+def single_plan(manifest: Manifest, catalog: Catalog, review: bool, config: Config) -> AcceptancePlan:
+    """What acceptance adds to one run (its manifest planned with review runs ``review``): the
+    report block, a reviewer run.
+
+    Raises:
+        InvalidInput: review runs are on and there is no reviewer agent.
+    """
+    from pisub.acceptance.infer import runs_review
+    from pisub.acceptance.report import wants_report
+    from pisub.protocol.acceptance import AcceptancePlan
+
+    if review:
+        reviewer_of(catalog, config)
+    accepted = manifest.acceptance
+    report = accepted is not None and wants_report(accepted.spec)
+    reviews = int(runs_review(accepted))
+    plan = AcceptancePlan(tasks=1, report_blocks=int(report), review_runs=review, reviews=reviews)
+    if accepted is not None and accepted.reviewer is not None and accepted.spec.review is not None:
+        _name_reviewer(plan, catalog.agents.get(accepted.spec.review.agent or ""), accepted.reviewer.path)
+    return plan
+
+
+def workflow_plan(
+    home: Home,
+    catalog: Catalog,
+    calls: list[ChildCall] | None,
+    lineage: Lineage,
+    review: bool,
+) -> AcceptancePlan:
+    """What acceptance adds to a workflow: for declared tasks (``calls``), the report blocks and
+    reviewer runs each child will get; for a script (None), what each writer child it starts
+    gets. A script's review runs need their reviewer now.
+
+    Raises:
+        InvalidInput: review runs are on and there is no reviewer agent; a bad task (as the
+            launch's own checks say).
+    """
+    from pisub.acceptance.infer import Setting, runs_review
+    from pisub.acceptance.report import wants_report
+    from pisub.acceptance.spec import parse
+    from pisub.protocol.acceptance import AcceptancePlan
+    from pisub.store.config import load_config
+
+    config = load_config(home.root)
+    reviewer = reviewer_of(catalog, config) if review else None
+    if calls is None:
+        plan = AcceptancePlan(review_runs=review)
+        if reviewer is not None:
+            _name_reviewer(plan, reviewer, str(reviewer.path))
+        return plan
+    plan = AcceptancePlan(tasks=len(calls), report_blocks=0, review_runs=review, reviews=0)
+    for call in calls:
+        given = parse(call.acceptance, call.gate, "acceptance", resume=call.resume is not None)
+        found = catalog.get(call.agent)
+        chosen = given
+        if call.resume is None:
+            chosen = _acceptance(given, found, catalog, config, Setting.DECLARED, lineage, review)
+        plan.report_blocks = (plan.report_blocks or 0) + bool(chosen and wants_report(chosen.spec))
+        if chosen is not None and runs_review(chosen):
+            plan.reviews = (plan.reviews or 0) + 1
+            named = chosen.spec.review.agent if chosen.spec.review is not None else None
+            if plan.reviewer is None and chosen.reviewer is not None:
+                _name_reviewer(plan, catalog.agents.get(named or ""), chosen.reviewer.path)
+    return plan
+
+
+def _name_reviewer(plan: AcceptancePlan, agent: Agent | None, path: str) -> None:
+    if agent is not None:
+        plan.reviewer, plan.reviewer_path = agent.name, path
+        plan.reviewer_overrides_builtin = overrides_builtin(agent)
 
 
 def placement_request(call: str | None, fm: AgentFrontmatter, config: Config) -> PlacementRequest | None:

@@ -242,6 +242,7 @@ def effective(home_root: Path, env: dict[str, str] | None = None) -> list[Settin
     rows.append(_pick("workflow.concurrency", config.workflow.concurrency, DEFAULT_CONCURRENCY))
     rows.append(_pick("workflow.max_spawns", config.workflow.max_spawns, DEFAULT_MAX_SPAWNS))
     rows.append(_pick("acceptance.infer", config.acceptance.infer, True))
+    rows.append(_pick("acceptance.review", config.acceptance.review, False))
     rows.append(_pick("acceptance.reviewer", config.acceptance.reviewer, "reviewer"))
     rows.append(_pick("acceptance.verify_env", config.acceptance.verify_env, []))
     rows.append(

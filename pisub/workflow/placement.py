@@ -123,6 +123,7 @@ class Placement:
                     acceptance=accept,
                     setting=Setting.DYNAMIC if self.table.spec.shape is Shape.WORKFLOW else Setting.DECLARED,
                     backend=call.backend,
+                    review=self.table.spec.review,
                 )
                 if call.context == Context.FORK:
                     seeds["session.jsonl"] = self._fork_source(manifest)

@@ -243,7 +243,12 @@ class _Calls:
             for stage in lane.stages:
                 agent = stage.agent or (lane.defaults.agent if lane.defaults else None)
                 if agent is not None and self.agents is not None and agent not in self.agents:
-                    self.report.add(node, f"lane {lane.key!r} stage {stage.key!r}: no agent named {agent!r}")
+                    from pisub.agents.catalog import did_you_mean
+
+                    mean = did_you_mean(agent, list(self.agents))
+                    self.report.add(
+                        node, f"lane {lane.key!r} stage {stage.key!r}: no agent named {agent!r}.{mean}"
+                    )
 
     def _check_key(self, node: ast.AST | None, params: str) -> None:
         """A literal key must be a key, and unique — unless the calls are the same call (the
@@ -265,8 +270,11 @@ class _Calls:
         if self.agents is None or not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
             return
         if node.value not in self.agents:
+            from pisub.agents.catalog import did_you_mean
+
             known = ", ".join(sorted(self.agents)) or "(none)"
-            self.report.add(node, f"unknown agent {node.value!r}; agents: {known}")
+            mean = did_you_mean(node.value, list(self.agents))
+            self.report.add(node, f"unknown agent {node.value!r};{mean} agents: {known}")
 
 
 _COLLECTING = ("append", "add", "extend", "insert", "appendleft")

@@ -21,7 +21,7 @@ def _no_runs(home: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "code", "text"),
     [
-        (["run", "--agent", "nope", "task"], "UNKNOWN_AGENT", "Available agents: echo"),
+        (["run", "--agent", "nope", "task"], "UNKNOWN_AGENT", "Unknown agent: nope. Available agents: "),
         (
             ["run", "--agent", "ghost", "task"],
             "SUBAGENT_FAILED",

@@ -148,7 +148,8 @@ def test_agents_list_and_show(home: Path, make_agent: AgentMaker, tmp_path: Path
     ]
     mine = [(a["name"], a["scope"]) for a in listed if a["scope"] != "builtin"]
     assert mine == [("alpha", "project")]
-    assert {a["name"] for a in listed if a["scope"] == "builtin"} == {"reviewer", "scout", "worker"}
+    shipped = {a["name"] for a in listed if a["scope"] == "builtin"}
+    assert shipped == {"coder", "hello", "reviewer", "scout", "worker"}
     proc = pisub_cli("agents", "list")
     assert "broken.md" in proc.stderr and "bogus" in proc.stderr
     shown = pisub_cli("agents", "show", "alpha", check=True).stdout

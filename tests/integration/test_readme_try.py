@@ -175,7 +175,6 @@ def test_the_demo_output_is_short_and_ends_with_the_try_lines(checkout: Path, tm
     stand-ins here: pip must not re-point the venv the tests run from, and npm must not run.)"""
     for name in ("demo.sh", "install_pi.sh", "pi-pins.sh"):
         shutil.copy(ROOT / "scripts" / name, checkout / "scripts" / name)
-    shutil.copytree(ROOT / ".pisub" / "agents", checkout / ".pisub" / "agents")  # coder
     (checkout / ".venv").unlink()
     venv_bin = checkout / ".venv" / "bin"
     venv_bin.mkdir(parents=True)

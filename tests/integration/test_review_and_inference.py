@@ -65,9 +65,22 @@ def test_each_row_of_the_inference_table(role: Role, setting: Setting, level: Le
 
 
 def test_a_review_row_without_a_reviewer_is_checked_and_says_why() -> None:
-    got = infer(Role.WRITER, Setting.DYNAMIC, None)
+    got = infer(Role.WRITER, Setting.DYNAMIC, None, review_runs=True)
     assert got.spec.level is Level.CHECKED and got.spec.review is None
     assert "no reviewer agent" in (got.spec.reason or "")
+
+
+@pytest.mark.parametrize("setting", list(Setting))
+def test_review_runs_are_opt_in_and_then_cover_every_writer(setting: Setting) -> None:
+    off = infer(Role.WRITER, setting, "reviewer")
+    on = infer(Role.WRITER, setting, "reviewer", review_runs=True)
+    assert off.reviewer is None and on.spec.review is not None and on.spec.review.agent == "reviewer"
+    if setting is Setting.DYNAMIC:  # the seed's row: recorded as required, not run
+        assert off.spec.review is not None and off.spec.review.agent is None
+        assert "review runs are off" in (off.spec.reason or "")
+    else:
+        assert off.spec.review is None
+    assert infer(Role.READ_ONLY, setting, "reviewer", review_runs=True).spec.review is None
 
 
 @pytest.mark.parametrize(
@@ -128,7 +141,7 @@ def test_config_can_turn_inference_off(home: Path, make_agent: AgentMaker) -> No
     assert rows["acceptance.reviewer"]["value"] == "reviewer"
 
 
-def test_a_script_child_that_writes_is_reviewed_when_a_reviewer_exists(
+def test_a_script_child_that_writes_is_reviewed_only_when_review_runs_are_on(
     home: Path, make_agent: AgentMaker, reviewer: str, tmp_path: Path
 ) -> None:
     reports = 'print("done"); print("```acceptance-report"); print(\'{"status": "done"}\'); print("```")'
@@ -138,13 +151,20 @@ def test_a_script_child_that_writes_is_reviewed_when_a_reviewer_exists(
         "async def main(runs, state, args):\n"
         "    return await runs.run('w', agent='writer', task='VERDICT={\"verdict\": \"approve\"}')\n"
     )
-    dynamic = launch_workflow(script)
+    dynamic = launch_workflow(script, review=True)
+    unasked = launch_workflow(script)
     declared = launch_parallel([{"agent": "writer", "task": "x"}])
-    dynamic.wait(timeout=120)
-    declared.wait(timeout=60)
+    for run in (dynamic, unasked, declared):
+        run.wait(timeout=120)
     record = dynamic.result().details.results[0].acceptance  # type: ignore[union-attr]
     assert record is not None and [c.kind for c in record.checks][-1] == "review", record
     assert record.evidence_status == "reviewed" and not record.explicit
+    # without the opt-in: the seed's review-required, and no reviewer run
+    record = unasked.result().details.results[0].acceptance  # type: ignore[union-attr]
+    assert record is not None and record.evidence_status == "review-required", record
+    assert record.checks[-1].outcome == "skipped" and record.checks[-1].run_id is None
+    child = pisub.Run(unasked.result().details.results[0].run_id or "")  # type: ignore[union-attr]
+    assert not run_events(child, "review.started")
     plain = declared.result().details.results[0].acceptance  # type: ignore[union-attr]
     assert plain is not None and all(c.kind != "review" for c in plain.checks)
 

@@ -300,7 +300,7 @@ def test_a_project_reviewer_is_named_at_launch_and_by_doctor(repo: Path) -> None
     assert f"review gate runs the reviewer in {reviewer} (project scope" in first.stderr
     assert "not the one pisub ships" in first.stderr and "shown once" in first.stderr
     second = pisub_cli("run", "-a", "echo", "again", "--json", check=True)
-    assert "reviewer" not in second.stderr
+    assert "review gate runs the reviewer" not in second.stderr  # said once; the launch line stays
     # The seed's semantics: a reviewer without tools gets pi's default tools, and says so.
     reviewer.write_text("---\nname: reviewer\ndescription: mine\n---\nR\n")
     third = pisub_cli("run", "-a", "echo", "third", "--json", check=True)
