@@ -1093,7 +1093,7 @@ def bench_queue(b: Bench) -> None:
         "queue",
         "… of which freed slot → next run admitted p50 / p90",
         f"{ms(statistics.median(admitted))} / {ms(pct(admitted, 90))}",
-        "the rest is the admitted runner's startup commit",
+        "run.left is written after the decision: ≤ 0 is possible; the rest is the startup",
     )
     b.row(
         "queue",

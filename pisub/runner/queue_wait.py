@@ -18,6 +18,7 @@ import os
 import random
 import selectors
 import signal
+import threading
 import time
 
 from pisub.errors import PisubError
@@ -30,7 +31,7 @@ from pisub.runner.modes import Report
 from pisub.runs import queue
 from pisub.store import groups
 from pisub.store.groups import EntryName
-from pisub.store.paths import RunPaths
+from pisub.store.paths import Home, RunPaths
 
 CHECK_S = 1.0
 """How often a waiting runner near the head of the queue checks its group on its own (jittered
@@ -60,6 +61,7 @@ class QueueWait:
         self.signalled: int | None = None
         self.entry: EntryName | None = None
         self.queued_at = time.monotonic()
+        self.repairing: threading.Thread | None = None
 
     def run(self) -> bool:
         """Wait for admission; False when the wait ended the run (or its directory vanished)."""
@@ -139,20 +141,20 @@ class QueueWait:
 
     def _maybe_free(self, found: list[EntryName], limit: int | None) -> bool:
         """Whether a slot may be free (read without the lock; the lock's decision is final). A
-        holder whose runner is proven dead is repaired first (its child's leftovers ended, its
+        holder whose runner is proven dead is repaired (its child's leftovers ended, then its
         slot given on: the repair leaves the group)."""
-        from pisub.runs.reconcile import observe
-
         if limit is None:
             return True
         admitted = [e for e in found if e.admitted]
         if len(admitted) < limit:
             return True
         dead = [e for e in admitted if queue.verdict(self.home, e.run_id) is queue.Verdict.DEAD]
-        for entry in dead:
-            with contextlib.suppress(PisubError, OSError):
-                observe(self.home.run(entry.run_id))  # (its repair leaves the group: the next admitted)
-        return bool(dead)
+        if dead and (self.repairing is None or not self.repairing.is_alive()):
+            # In a thread: ending a dead run's child takes up to a second, and this runner may be
+            # admitted meanwhile (a repair is idempotent and safe to cut off at any point).
+            self.repairing = threading.Thread(target=_repair, args=(self.home, dead), daemon=True)
+            self.repairing.start()
+        return False  # (a repair leaves the group: its decision gives the slot)
 
     # -- the inbox -------------------------------------------------------------------------
     def _check_inbox(self) -> None:
@@ -254,6 +256,15 @@ class QueueWait:
         queue.leave(self.home, self.request.group, self.paths.run_id)
         after_end(self.paths, self.manifest, state)
         raise _Ended
+
+
+def _repair(home: Home, dead: list[EntryName]) -> None:
+    """Repair the runs of admitted entries whose runners are proven dead (never raises)."""
+    from pisub.runs.reconcile import observe
+
+    for entry in dead:
+        with contextlib.suppress(PisubError, OSError):
+            observe(home.run(entry.run_id))
 
 
 def _preload() -> None:
