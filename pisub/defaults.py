@@ -35,8 +35,8 @@ STATUS_COALESCE_S: float = 0.25
 READ_POLL_S: float = 0.02
 """Poll interval of readers that wait for a file to change (wait, logs -f)."""
 
-MIN_PREFIX: int = 8
-"""Shortest run-id prefix a command accepts."""
+MIN_PREFIX: int = 4
+"""Shortest run-id prefix a command accepts (a longer one when it is ambiguous)."""
 
 DEFAULT_MAX_DEPTH: int = 2
 """How deep runs may nest: a run started from inside a run at this depth or deeper is refused

@@ -20,6 +20,7 @@ Every error pisub raises on purpose is a :class:`PisubError` with a stable ``cod
     ├── FanoutLimit                  RUN_FANOUT_LIMIT    a batch does not fit in the tree's spawn budget
     ├── UsageBudgetExceeded          USAGE_BUDGET_EXCEEDED  the tree's usage budget has nothing left
     ├── InboxClosed                  RUN_CLOSED          the run no longer takes requests
+    ├── NotSteerable                 NOT_STEERABLE       the run cannot take a message (an external CLI)
     ├── LockBusy                     LOCK_BUSY           a lock could not be taken before its deadline
     ├── LeaseHeld                    LEASE_HELD          another live run drives the pi session
     ├── StaleLease                   STALE_LEASE         a fenced write with an old lease generation
@@ -169,6 +170,12 @@ class InboxClosed(PisubError):
     """The run no longer takes requests."""
 
     code = "RUN_CLOSED"
+
+
+class NotSteerable(PisubError):
+    """The run cannot take a message (an external CLI's runner cannot pass one on)."""
+
+    code = "NOT_STEERABLE"
 
 
 class LockBusy(PisubError):

@@ -6,9 +6,16 @@ helper that two test files need belongs here, not in each of them."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import select
+import struct
+import subprocess
+import sys
+import termios
 import textwrap
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -141,3 +148,40 @@ def first_and_later(tmp_path: Path, agent: str, first: str, later: str) -> Path:
             return [[r.key, r.state, r.ok, r.output] for r in results]
         """,
     )
+
+
+def on_a_terminal(
+    *args: str,
+    stdout_too: bool = True,
+    columns: int = 80,
+    timeout: float = 60,
+    env: dict[str, str] | None = None,
+) -> tuple[int, str]:
+    """Run the CLI (``python -m pisub ARGS``) with stderr — and, with ``stdout_too``, stdout — on a
+    pseudo-terminal ``columns`` wide; its exit code and what the terminal got (CRLF made LF)."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pisub", *args],
+        stdout=slave if stdout_too else subprocess.DEVNULL,
+        stderr=slave,
+        env=env if env is not None else dict(os.environ),
+    )
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert time.monotonic() < deadline, f"pisub {' '.join(args)} still ran after {timeout:g}s: {seen!r}"
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break  # the terminal closed: the command exited
+            if not chunk:
+                break
+            seen += chunk
+        elif proc.poll() is not None:
+            break
+    os.close(master)
+    return proc.wait(timeout=10), seen.decode("utf-8", "replace").replace("\r\n", "\n")

@@ -49,6 +49,13 @@ def _text(value: str, what: str) -> str:
     return check_text(value, what)
 
 
+def _label(label: str | None) -> str | None:
+    """A run's label when given (:func:`pisub.store.paths.check_label`)."""
+    from pisub.store.paths import check_label
+
+    return None if label is None else check_label(label, "label")
+
+
 def _seconds(value: float | None, what: str) -> float | None:
     """``value`` when it is None or a finite number of seconds >= 0 (never NaN: a NaN deadline
     never comes)."""
@@ -93,6 +100,7 @@ def launch(
     group: str | None = None,
     priority: int | None = None,
     after: Sequence[str] | None = None,
+    label: str | None = None,
     review: bool | None = None,
     home: Path | None = None,
 ) -> Run:
@@ -116,9 +124,10 @@ def launch(
     session, what a fork that is only a preference copies (a missing file: it begins fresh).
     ``isolation="worktree"``: the child
     works in a git worktree of its own at ``base_ref`` (``HEAD``), captured at its end
-    (``pisub worktree apply``). ``review``: a writer's work is reviewed by a reviewer run (real
-    tokens; default: config ``[acceptance] review``, else off). What acceptance adds is in
-    ``manifest().acceptance_plan``.
+    (``pisub worktree apply``). ``label``: a name for the run that ``list``, ``status`` and
+    ``fleet`` show and ``@LABEL`` finds (one printable line, at most 80 characters).
+    ``review``: a writer's work is reviewed by a reviewer run (real tokens; default: config
+    ``[acceptance] review``, else off). What acceptance adds is in ``manifest().acceptance_plan``.
     ``group``: the group it waits in for a slot (``queued`` until admitted; ``spec/queue.md``),
     ``priority`` (higher first) and ``after`` (runs that must end ``complete`` first).
 
@@ -133,6 +142,7 @@ def launch(
     from pisub.store.lineage import caller_lineage
 
     check_task(task)
+    checked_label = _label(label)
     caller = LimitValues(
         timeout=timeout,
         idle_timeout=idle_timeout,
@@ -184,7 +194,8 @@ def launch(
         include_progress,
     )
     if on_done is not None:
-        manifest.on_done = _command(on_done, "on_done")
+        manifest.on_done = _on_done(on_done, workdir)
+    manifest.label = checked_label
     sources = (fork_from, parent_session)
     seeds = _pi_session(h, manifest, catalog, session_dir, context, sources, workdir)
     if worktree is not None:
@@ -319,9 +330,33 @@ def _command(text: str, what: str) -> list[str]:
         raise InvalidInput(f"{what}: the command does not split like a shell line ({exc})") from None
 
 
+def _on_done(text: str, workdir: Path) -> list[str]:
+    """``--on-done``'s command line, its command found now (on PATH, or a path relative to the
+    run's working directory, executable): a typo is refused at launch, not found when the run
+    has ended.
+
+    Raises:
+        InvalidInput: a bad command line, or its command is not found or not executable.
+    """
+    from pisub.errors import LaunchFailed
+    from pisub.runs.launch import check_command
+
+    argv = _command(text, "on_done")
+    if not argv or not argv[0]:
+        raise InvalidInput("--on-done: the command is empty")
+    try:
+        check_command(argv[0], workdir)
+    except (LaunchFailed, InvalidInput) as exc:
+        raise InvalidInput(
+            f"--on-done: {exc.message}; give a command on PATH or the path of an executable "
+            "(relative to the run's working directory)"
+        ) from None
+    return argv
+
+
 def resume(
     ref: str,
-    message: str,
+    message: str | None = None,
     *,
     child: int | None = None,
     timeout: float | None = None,
@@ -330,9 +365,11 @@ def resume(
     """Continue a finished pi run's session in a new run with ``message`` as the next turn.
 
     The new run's runner takes the session's lease before pi starts; briefs stored by
-    ``follow-up`` are prepended to ``message``.
+    ``follow-up`` (and steers carried from a pause) are prepended to ``message``. Without a
+    message the briefs alone are the next turn.
 
     Raises:
+        InvalidInput: no message and no brief stored.
         NotResumable: the run is stopped, running, not a pi run, or has no session file.
         LaunchFailed: e.g. another run holds the session's lease (named in the message).
     """
@@ -346,8 +383,25 @@ def resume(
     from pisub.store.lineage import caller_lineage
 
     lineage = caller_lineage(os.environ)
-    new = plan_resume(source.home, source.id, _text(message, "message"), lineage=lineage, timeout=timeout)
+    text = _text(message, "message") if message is not None else _briefs_only(source)
+    new = plan_resume(source.home, source.id, text, lineage=lineage, timeout=timeout)
     return Run(start_run(source.home, new).run_id, home=source.home.root)
+
+
+def _briefs_only(source: Run) -> str:
+    """The next turn of a resume given no message: its stored briefs alone.
+
+    Raises:
+        InvalidInput: no brief is stored (saying both ways to give the next turn).
+    """
+    from pisub.store.briefs import BRIEFS_ONLY_TASK, pending_briefs
+
+    if not pending_briefs(source.paths):
+        raise InvalidInput(
+            f"run {source.id} holds no follow-up: give the next user turn (pisub resume "
+            f"{source.id[:8]} MESSAGE), or store one first (pisub follow-up {source.id[:8]} MESSAGE)"
+        )
+    return BRIEFS_ONLY_TASK
 
 
 def launch_workflow(
@@ -368,6 +422,7 @@ def launch_workflow(
     group: str | None = None,
     priority: int | None = None,
     after: Sequence[str] | None = None,
+    label: str | None = None,
     review: bool | None = None,
     home: Path | None = None,
 ) -> Run:
@@ -410,6 +465,7 @@ def launch_workflow(
         group=group,
         priority=priority,
         after=after,
+        label=label,
         review=review,
         home=home,
     )
@@ -496,6 +552,7 @@ def _launch_workflow(
     group: str | None = None,
     priority: int | None = None,
     after: Sequence[str] | None = None,
+    label: str | None = None,
     review: bool | None = None,
     home: Path | None = None,
 ) -> Run:
@@ -504,6 +561,7 @@ def _launch_workflow(
     if backend is not None:
         raise InvalidInput(WORKFLOW_BACKEND)
     _warm_up()  # first: it starts while the launch is checked
+    checked_label = _label(label)
     from pisub.protocol.workflow import DEFAULT_CONCURRENCY, DEFAULT_MAX_SPAWNS, Isolation, WorkflowSpec
     from pisub.runs.launch import new_manifest, start_run, working_dir
     from pisub.store.lineage import caller_lineage
@@ -563,11 +621,12 @@ def _launch_workflow(
     manifest = new_manifest(agent, what, str(workdir), limits, lineage=lineage, run_id=run_id)
     manifest.workflow = spec
     manifest.queue = _queue(h, group, priority, after, lineage.parent_run_id is None, None)
+    manifest.label = checked_label
     calls = None if script is not None else list(tasks or [])
     children = lineage.child(run_id) if lineage.depth < lineage.max_depth else lineage  # too deep: it fails
     manifest.acceptance_plan = workflow_plan(h, catalog, calls, children, review)
     if on_done is not None:
-        manifest.on_done = _command(on_done, "on_done")
+        manifest.on_done = _on_done(on_done, workdir)
     seeds = {"workflow.py": script} if script is not None else {}
     return Run(start_run(h, manifest, seeds=seeds).run_id, home=h.root)
 
@@ -777,6 +836,7 @@ def resume_workflow(ref: str, *, home: Path | None = None) -> Run:
         created_at=now_iso(),
         umask=current_umask(),
         resumed_from=source.id,
+        label=None,  # a label names one run (@LABEL finds it): a resume starts without one
     )
     seeds = {"workflow.py": source.paths.workflow_script} if manifest.workflow.script is not None else {}
     return Run(start_run(source.home, new, seeds=seeds).run_id, home=source.home.root)
@@ -945,10 +1005,12 @@ class Run:
             return request_id, None
         receipt = self.wait_for_receipt(request_id, wait)
         if child is None and (receipt is None or receipt.state == ReceiptState.PENDING):
-            self._cancel()
+            self.cancel_placement()
         return request_id, receipt
 
-    def _cancel(self) -> None:
+    def cancel_placement(self) -> None:
+        """Cancel the run through the engine that placed it (``scancel``: its runner takes it as
+        a stop), while it has not ended; nothing for a local run."""
         from pisub.backends import backend_for
         from pisub.store.runs import load_placement
 
@@ -989,6 +1051,7 @@ class Run:
         Raises:
             InboxClosed: the run has finished.
         """
+        self.check_steerable("steer")
         request_id = self.send_steer(message, mode=mode, child=child)
         if wait <= 0:
             return request_id, None
@@ -1010,6 +1073,22 @@ class Run:
         """Continue this finished pi run's session in a new run (see :func:`resume`)."""
         return resume(self.id, message, timeout=timeout, home=self.home.root)
 
+    def check_steerable(self, what: str) -> None:
+        """Refused before anything is written: an external CLI's runner cannot pass it messages
+        (a workflow routes to its children, which answer for themselves).
+
+        Raises:
+            NotSteerable: naming the run and what to do instead.
+        """
+        from pisub.errors import NotSteerable
+
+        runner = self.manifest().agent.runner
+        if runner not in ("pi", "workflow") and not self.status().state.is_terminal:
+            raise NotSteerable(
+                f"run {self.id} is an {runner} run: its runner cannot pass it a {what}; "
+                f"stop it (pisub stop {self.id[:8]}) and start a new run with the message"
+            )
+
     def send_follow_up(self, message: str, *, child: int | None = None, source: str | None = "pisub") -> str:
         return self.send(FollowUp(v=1, message=message, child=child, source=source))
 
@@ -1017,6 +1096,26 @@ class Run:
         self, *, child: int | None = None, reason: str | None = None, source: str | None = "pisub"
     ) -> str:
         return self.send(Interrupt(v=1, child=child, reason=reason, source=source))
+
+    def interrupt(
+        self, *, child: int | None = None, reason: str | None = None, source: str | None = "pisub"
+    ) -> str:
+        """Interrupt the child: its run ends ``paused``, to be resumed; the request id (its
+        receipt: :meth:`wait_for_receipt`).
+
+        Raises:
+            NotResumable: the run cannot be resumed (an external CLI): stop it instead.
+            InboxClosed: the run has finished.
+        """
+        from pisub.errors import NotResumable
+
+        runner = self.manifest().agent.runner
+        if runner not in ("pi", "workflow") and not self.status().state.is_terminal:
+            raise NotResumable(
+                f"run {self.id} is an {runner} run: an interrupt pauses a run to resume it, and "
+                f"only pi runs can be resumed; end it with: pisub stop {self.id[:8]}"
+            )
+        return self.send_interrupt(child=child, reason=reason, source=source)
 
     def send_stop(
         self, *, child: int | None = None, reason: str | None = None, source: str | None = "pisub"
@@ -1035,6 +1134,7 @@ class Run:
             return target.follow_up(message)  # a finished (retained) child: a brief for its resume
         status = self.status()
         if not status.state.is_terminal:
+            self.check_steerable("follow-up")
             return self.send_follow_up(message, child=child), None
         if child is not None:
             steps = status.steps

@@ -355,6 +355,8 @@ class GcResult:
     removed: list[str] = field(default_factory=list)
     kept_live: list[str] = field(default_factory=list)
     """Runs that are live themselves (not terminal, runner alive, session or journal driven)."""
+    kept_recent: list[str] = field(default_factory=list)
+    """Runs that ended after the cutoff (too recent to remove)."""
     kept_with_tree: list[str] = field(default_factory=list)
     """Runs that ended before the cutoff, kept because a run of their tree stays (or their
     worktree holds work not yet applied)."""
@@ -442,6 +444,8 @@ def collect(
             elif name in kept:
                 if _ended_before(statuses[name], now, older_than):
                     result.kept_with_tree.append(name)  # old, but its tree stays
+                else:
+                    result.kept_recent.append(name)
             else:
                 with contextlib.suppress(PisubError):
                     doomed = _claim_if_removable(paths, now, older_than, dry_run, result, leased)

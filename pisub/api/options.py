@@ -45,6 +45,7 @@ class LaunchOptions(TypedDict, total=False):
     group: str | None
     priority: int | None
     after: Sequence[str] | None
+    label: str | None
     review: bool | None
     home: Path | None
 
@@ -66,6 +67,7 @@ class WorkflowOptions(TypedDict, total=False):
     group: str | None
     priority: int | None
     after: Sequence[str] | None
+    label: str | None
     review: bool | None
     home: Path | None
 

@@ -46,18 +46,28 @@ SPARK_BYTES = 4096
 """Bytes of a live run's log read for its last line."""
 
 
-def log_bytes(run: Run, *, follow: bool = False) -> Iterator[bytes]:
+def log_bytes(
+    run: Run, *, follow: bool = False, tail: int | None = None, stderr: bool = False
+) -> Iterator[bytes]:
     """The bytes of ``run``'s output log as written (escape sequences included: escape them
     before a terminal shows them); with ``follow``, new bytes as they come until the run ends.
+    ``tail``: from the start of its last ``tail`` lines only. ``stderr``: the child's standard
+    error (``stderr-0.log``) instead.
 
     Raises:
-        InvalidInput: the run has no output log (and ``follow`` is not given).
+        InvalidInput: the run has no such log (and ``follow`` is not given); ``stderr`` of a
+            run started without artifacts (it keeps none); a negative ``tail``.
         StorageError: the log is not a readable regular file.
     """
-    log = run.paths.output_log(0)
+    from pisub.runs.views import tail_offset
+
+    _check_tail(tail)
+    if stderr and not run.manifest().artifacts:
+        raise InvalidInput(f"run {run.id} was started with --no-artifacts: it kept no stderr log")
+    log = run.paths.stderr_log(0) if stderr else run.paths.output_log(0)
     if not os.path.lexists(log) and not follow:
-        raise InvalidInput(f"run {run.id} has no output log")
-    offset = 0
+        raise InvalidInput(f"run {run.id} has no {'stderr' if stderr else 'output'} log")
+    offset = tail_offset(log, tail) if tail is not None else 0
 
     def read(final: bool) -> Iterator[bytes]:
         nonlocal offset
@@ -68,16 +78,28 @@ def log_bytes(run: Run, *, follow: bool = False) -> Iterator[bytes]:
     return _until_ended(run, read, follow, interval=_log_poll_s())
 
 
-def workflow_log_lines(run: Run, *, follow: bool = False) -> Iterator[str]:
+def _check_tail(tail: int | None) -> None:
+    if tail is not None and (isinstance(tail, bool) or not isinstance(tail, int) or tail < 0):
+        raise InvalidInput(f"tail: give a number of lines >= 0, not {tail!r:.40}")
+
+
+def workflow_log_lines(run: Run, *, follow: bool = False, tail: int | None = None) -> Iterator[str]:
     """A workflow's children's output, each line as ``[key] line``, the children's interleaved as
-    they are read; with ``follow``, until the workflow ends. A byte that is not UTF-8 is kept
-    as a lone surrogate (``surrogateescape``): escape it before a terminal shows it."""
+    they are read; with ``follow``, until the workflow ends. ``tail``: of what is there now,
+    the last ``tail`` lines only. A byte that is not UTF-8 is kept as a lone surrogate
+    (``surrogateescape``): escape it before a terminal shows it."""
     from pisub.runs.views import InterleavedLogs
 
+    _check_tail(tail)
     reader = InterleavedLogs(run.home, run.paths)
+    keep = tail
 
     def read(final: bool) -> list[str]:
-        return reader.read(final=final)
+        nonlocal keep
+        found = reader.read(final=final)
+        if keep is not None:
+            found, keep = (found[-keep:] if keep else []), None
+        return found
 
     return _until_ended(run, read, follow, interval=0.1)
 

@@ -1,8 +1,8 @@
 """The ``pisub`` command line: a thin skin over :mod:`pisub.api.client`.
 
 Exit codes: 0 success; 1 a pisub error (one line on stderr, with its code); 2 a usage
-error; ``wait`` exits 1 for a run that ended other than ``complete`` and 3 when its
-``--timeout`` ran out.
+error (one line too: ``pisub: <message> Try 'pisub CMD --help'. [USAGE]``); ``wait`` exits 1
+for a run that ended other than ``complete`` and 3 when its ``--timeout`` ran out.
 
 No command prints a traceback: every error is one redacted line ``pisub: <message> [<CODE>]``.
 An ``OSError`` that escaped its seam becomes ``IO_ERROR``, anything else ``INTERNAL_ERROR``
@@ -17,7 +17,9 @@ import sys
 import traceback
 from typing import NoReturn
 
+import click
 import typer
+import typer.core
 
 from pisub.cli import agents as _agents
 from pisub.cli import cluster as _cluster
@@ -29,12 +31,30 @@ from pisub.cli import leases as _leases
 from pisub.cli import ops as _ops
 from pisub.cli import pi_ext as _pi_ext
 from pisub.cli import runs as _runs
+from pisub.cli import version as _version
 from pisub.cli import workflows as _workflows
 from pisub.cli import worktrees as _worktrees
 from pisub.errors import InternalError, PisubError, storage_error
 from pisub.termsafe import printable
 
+
+class Group(typer.core.TyperGroup):
+    """Every group of the command line: its command list shows each command's whole first
+    sentence (wrapped), never one cut mid-sentence."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
 SETTINGS: dict[str, object] = {
+    "cls": Group,
     "name": "pisub",
     "help": "Detached background runs of coding sub-agents, controlled through plain files.",
     "no_args_is_help": True,
@@ -43,6 +63,8 @@ SETTINGS: dict[str, object] = {
 }
 app = typer.Typer(add_completion=True, **SETTINGS)  # type: ignore[arg-type]
 _runs.register(app)
+_version.register(app)
+app.callback()(_version.root)
 _control.register(app)
 _ops.register(app)
 app.add_typer(_agents.app, name="agents")
@@ -55,12 +77,21 @@ app.add_typer(_config.app, name="config")
 app.add_typer(_cluster.app, name="cluster")
 app.add_typer(_groups.app, name="group")
 _pi_ext.register(app)
+for _group in app.registered_groups:
+    if _group.typer_instance is not None:
+        _group.typer_instance.info.cls = Group
 
 
 def main() -> None:
     """Console-script entry point."""
     try:
-        app_for(sys.argv[1:])(prog_name="pisub")
+        code = app_for(sys.argv[1:])(prog_name="pisub", standalone_mode=False)
+    except click.UsageError as exc:
+        _usage(exc)
+    except click.ClickException as exc:  # e.g. a file argument that cannot be opened
+        _fail(PisubError(exc.format_message()))
+    except click.Abort:
+        sys.exit(130)
     except PisubError as exc:
         _fail(exc)
     except KeyboardInterrupt:
@@ -72,6 +103,7 @@ def main() -> None:
     except Exception as exc:
         what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         _fail(InternalError(f"internal error (please report it): {what}"), exc)
+    sys.exit(code if isinstance(code, int) and not isinstance(code, bool) else 0)
 
 
 def app_for(argv: list[str]) -> typer.Typer:
@@ -86,12 +118,8 @@ def app_for(argv: list[str]) -> typer.Typer:
     one.registered_groups = [g for g in app.registered_groups if g.name == name]
     if not one.registered_commands and not one.registered_groups:
         return app  # click names the unknown command, with the whole list
-    one.callback()(_root)
+    one.callback()(_version.root)
     return one
-
-
-def _root() -> None:
-    """Detached background runs of coding sub-agents, controlled through plain files."""
 
 
 def _fail(error: PisubError, cause: BaseException | None = None) -> NoReturn:
@@ -103,6 +131,26 @@ def _fail(error: PisubError, cause: BaseException | None = None) -> NoReturn:
     line = " ".join(redact(error.message).split())
     print(f"pisub: {printable(line, one_line=True)} [{error.code}]", file=sys.stderr)
     sys.exit(1)
+
+
+def _usage(error: click.UsageError) -> NoReturn:
+    """A usage error as one line, like every other error: ``pisub: <message> Try 'pisub CMD
+    --help'. [USAGE]``, exit 2 (click's own says "Usage: …", a blank line and "Error: …",
+    and typer added its "Did you mean" once per resolution)."""
+    import re
+
+    if isinstance(error, click.exceptions.NoArgsIsHelpError):  # a bare group: its help, as click
+        print(error.format_message(), file=sys.stderr)
+        sys.exit(2)
+    message = " ".join(error.format_message().split())
+    hints = list(dict.fromkeys(re.findall(r" ?Did you mean [^?]*\?", message)))
+    message = re.sub(r" ?Did you mean [^?]*\?", "", message).rstrip()
+    if hints:
+        message = f"{message.rstrip('.')}. {hints[0].strip()}"
+    path = error.ctx.command_path if error.ctx is not None else "pisub"
+    line = printable(f"{message} Try '{path} --help'.", one_line=True)
+    print(f"pisub: {line} [USAGE]", file=sys.stderr)
+    sys.exit(2)
 
 
 def _quiet_broken_pipe() -> NoReturn:

@@ -1,7 +1,10 @@
 """``pisub steer|follow-up|interrupt|stop|resume``: write a request, wait for its receipt.
 
-Exit codes: 0 ``delivered`` / ``queued`` / ``scheduled`` / ``recovered`` (and ``--wait 0``),
-2 ``failed`` / ``rejected`` / ``partial``, 3 no answer within the wait.
+Exit codes for one run: 0 ``delivered`` / ``queued`` / ``scheduled`` / ``recovered`` (and
+``--wait 0``), 1 a refusal before anything was written (``RUN_CLOSED``: the run has finished;
+``NOT_STEERABLE``, ``NOT_RESUMABLE``...), 2 ``failed`` / ``rejected`` / ``partial``, 3 no answer
+within the wait. ``stop``/``interrupt`` of several runs (``A B``, ``--all``, ``--agent``,
+``--label``): one line per run, exit 0 when every run took it, else 1.
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
-from pisub.cli.complete import RUN
+from pisub.cli.complete import RUN, run_ids
 from pisub.cli.render import err, json_line, out
 
 if TYPE_CHECKING:
     from pisub.api.client import Run
+    from pisub.api.many import Outcome
+    from pisub.errors import InboxClosed
     from pisub.protocol.control import Receipt
 
 JSON = typer.Option(False, "--json", help="Print the receipt object as in the outbox.")
@@ -69,7 +74,7 @@ def steer(
             text, mode=mode, child=_child(run, child), wait=wait, recover=recover, on_recovery=recovering
         )
     except InboxClosed as exc:
-        _closed(run, "steer", exc.message, as_json)
+        _closed(run, "steer", exc, as_json)
     _report(run, rid, "steer", wait, as_json, receipt)
 
 
@@ -90,49 +95,142 @@ def follow_up(
     try:
         rid, brief = run.follow_up(_message(message), child=_child(run, child))
     except InboxClosed as exc:
-        _closed(run, "follow_up", exc.message, as_json)
+        _closed(run, "follow_up", exc, as_json)
     if brief is not None:
         _print_receipt(brief, "follow_up", rid, as_json)
     _await(run, rid, "follow_up", wait, as_json)
 
 
+RUNS = typer.Argument(None, metavar="RUN...", autocompletion=run_ids, show_default=False)
+ALL = typer.Option(False, "--all", help="Every live top-level run.")
+AGENT = typer.Option(None, "--agent", help="Every live top-level run of this agent.")
+LABEL = typer.Option(None, "--label", help="Every live top-level run with this label.")
+REASON = typer.Option(None, "--reason")
+
+
 def interrupt(
-    ref: str = RUN,
+    refs: list[str] | None = RUNS,
+    all_: bool = ALL,
+    agent: str | None = AGENT,
+    label: str | None = LABEL,
     child: str | None = CHILD,
-    reason: str | None = typer.Option(None, "--reason"),
+    reason: str | None = REASON,
     wait: float = WAIT,
     as_json: bool = JSON,
 ) -> None:
-    """Abort the child's current work; the run ends paused (resumable). A workflow: every
-    running child is paused, or with --child only that one."""
-    _send(
-        ref,
-        lambda run: run.send_interrupt(child=_child(run, child), reason=reason),
-        "interrupt",
-        wait,
-        as_json,
-    )
+    """Abort the current work of one or more runs; each ends paused (resumable).
+
+    A workflow: every running child is paused, or with --child only that one. A run that
+    cannot be resumed (an external CLI) is refused with NOT_RESUMABLE: stop it instead."""
+    from pisub.api.many import interrupt_runs
+
+    many = _selection(refs or [], all_, agent, label, child)
+    if many is None:
+        _send(
+            (refs or [""])[0],
+            lambda run: run.interrupt(child=_child(run, child), reason=reason),
+            "interrupt",
+            wait,
+            as_json,
+        )
+    runs, selected = many
+    _check_wait(wait)
+    _report_many(interrupt_runs(runs, reason=reason, wait=wait, selected=selected), wait, as_json)
 
 
 def stop(
-    ref: str = RUN,
+    refs: list[str] | None = RUNS,
+    all_: bool = ALL,
+    agent: str | None = AGENT,
+    label: str | None = LABEL,
     child: str | None = CHILD,
-    reason: str | None = typer.Option(None, "--reason"),
+    reason: str | None = REASON,
     wait: float = WAIT,
     as_json: bool = JSON,
 ) -> None:
-    """End the child and everything it started; the run ends stopped. A workflow: every child
-    is stopped, or with --child only that one (the others go on)."""
+    """End one or more runs and everything they started; each ends stopped.
+
+    Several runs: give their ids, or --all, --agent A, --label L (the live top-level runs at
+    that moment); one line per run. A workflow: every child is stopped, or with --child only
+    that one (the others go on)."""
     from pisub.api.client import Run
+    from pisub.api.many import stop_runs
     from pisub.errors import InboxClosed
 
+    many = _selection(refs or [], all_, agent, label, child)
     _check_wait(wait)
-    run = Run(ref)
+    if many is not None:
+        runs, selected = many
+        _report_many(stop_runs(runs, reason=reason, wait=wait, selected=selected), wait, as_json)
+    run = Run((refs or [""])[0])
     try:
         rid, receipt = run.stop(child=_child(run, child), reason=reason, wait=wait)
     except InboxClosed as exc:
-        _closed(run, "stop", exc.message, as_json)
+        _closed(run, "stop", exc, as_json)
     _report(run, rid, "stop", wait, as_json, receipt)
+
+
+def _selection(
+    refs: list[str], all_: bool, agent: str | None, label: str | None, child: str | None
+) -> tuple[list[Run], bool] | None:
+    """The runs to act on and whether they are a selection; None for exactly one run named.
+    Every reference is resolved before anything is written (a bad one refuses them all)."""
+    import click
+
+    from pisub.api.many import live_runs, resolve_runs
+    from pisub.errors import InvalidInput
+
+    selecting = all_ or agent is not None or label is not None
+    if selecting and refs:
+        raise click.UsageError("give run ids, or --all / --agent / --label, not both.")
+    if not selecting and not refs:
+        raise click.UsageError("give a run id (or several), or --all / --agent A / --label L.")
+    if not selecting and len(refs) == 1:
+        return None
+    if child is not None:
+        raise InvalidInput("--child names one run's child: give one run")
+    if not selecting:
+        return resolve_runs(refs), False
+    runs = live_runs(agent=agent, label=label)
+    if not runs:
+        which = " ".join(
+            w
+            for w in (
+                f"of agent {agent!r}" if agent is not None else "",
+                f"labelled {label!r}" if label is not None else "",
+            )
+            if w
+        )
+        out(f"no live run{' ' + which if which else ''}")
+        raise typer.Exit(0)
+    return runs, True
+
+
+def _report_many(outcomes: list[Outcome], wait: float, as_json: bool) -> NoReturn:
+    """One line per run (``<run id>  <state>: <type> <request id>[: reason]``); exit 0 when every
+    run took the request (or had ended, in a selection), else 1."""
+    for o in outcomes:
+        if as_json:
+            json_line(
+                o.receipt
+                if o.receipt is not None
+                else {
+                    "requestId": o.request_id,
+                    "runId": o.run_id,
+                    "type": o.type,
+                    "state": o.state,
+                    **({"reason": o.reason} if o.reason else {}),
+                    **({"code": o.code} if o.code else {}),
+                }
+            )
+            continue
+        what = f"{o.type} {o.request_id}" if o.request_id else o.type
+        if o.state == "no answer":
+            what += f" within {wait:g}s"
+        reason = f": {o.reason}" if o.reason else ""
+        code = f" [{o.code}]" if o.code else ""
+        out(f"{o.run_id}  {o.state}: {what}{reason}{code}")
+    raise typer.Exit(0 if all(o.ok for o in outcomes) else 1)
 
 
 def resume(
@@ -144,8 +242,11 @@ def resume(
     timeout: float | None = typer.Option(None, "--timeout", help="Runtime limit of the new run."),
     as_json: bool = JSON,
 ) -> None:
-    """Continue a finished pi run's session in a new run (its briefs first, then MESSAGE), or a
-    failed or paused workflow (its finished children are not run again)."""
+    """Continue a finished pi run's session in a new run, or a failed or paused workflow.
+
+    A pi run: its briefs (``follow-up``, steers carried from a pause) first, then MESSAGE;
+    without MESSAGE the briefs alone are the next turn. A workflow: its finished children are
+    not run again."""
     from pisub.api.client import Run, resume_workflow
     from pisub.api.client import resume as do_resume
     from pisub.errors import InvalidInput
@@ -162,10 +263,8 @@ def resume(
         if child is not None:
             raise InvalidInput("--child continues one child's session: give the message too")
         run = resume_workflow(ref)
-    elif message is None:
-        raise InvalidInput("give the next user turn: pisub resume RUN MESSAGE")
     else:
-        run = do_resume(ref, _message(message), child=child, timeout=timeout)
+        run = do_resume(ref, None if message is None else _message(message), child=child, timeout=timeout)
     if as_json:
         st = run.status()
         json_line(
@@ -181,7 +280,7 @@ def resume(
         out(run.id)
 
 
-def _send(ref: str, write: Callable[[Run], str], type_: str, wait: float, as_json: bool) -> None:
+def _send(ref: str, write: Callable[[Run], str], type_: str, wait: float, as_json: bool) -> NoReturn:
     from pisub.api.client import Run
     from pisub.errors import InboxClosed
 
@@ -190,7 +289,7 @@ def _send(ref: str, write: Callable[[Run], str], type_: str, wait: float, as_jso
     try:
         rid = write(run)
     except InboxClosed as exc:
-        _closed(run, type_, exc.message, as_json)
+        _closed(run, type_, exc, as_json)
     _await(run, rid, type_, wait, as_json)
 
 
@@ -210,15 +309,24 @@ def _check_wait(wait: float) -> None:
         raise InvalidInput("--wait must be a finite number of seconds")
 
 
-def _closed(run: Run, type_: str, reason: str, as_json: bool) -> NoReturn:
+def _closed(run: Run, type_: str, exc: InboxClosed, as_json: bool) -> NoReturn:
+    """The run has finished: nothing was written (``RUN_CLOSED``, exit 1)."""
     if as_json:
-        json_line({"requestId": None, "runId": run.id, "type": type_, "state": "failed", "reason": reason})
-    else:
-        err(f"pisub: failed: {reason}")
-    raise typer.Exit(2)
+        json_line(
+            {
+                "requestId": None,
+                "runId": run.id,
+                "type": type_,
+                "state": "failed",
+                "reason": exc.message,
+                "code": exc.code,
+            }
+        )
+    err(f"pisub: {exc.message} [{exc.code}]")
+    raise typer.Exit(1)
 
 
-def _await(run: Run, rid: str, type_: str, wait: float, as_json: bool) -> None:
+def _await(run: Run, rid: str, type_: str, wait: float, as_json: bool) -> NoReturn:
     _report(run, rid, type_, wait, as_json, run.wait_for_receipt(rid, wait) if wait > 0 else None)
 
 
@@ -238,6 +346,13 @@ def _report(run: Run, rid: str, type_: str, wait: float, as_json: bool, receipt:
 
 
 def _print_receipt(receipt: Receipt, type_: str, rid: str, as_json: bool) -> NoReturn:
+    from pisub.api.many import closed_meanwhile
+
+    if closed_meanwhile(receipt):  # written, but the run finished before taking it
+        if as_json:
+            json_line(receipt)
+        err(f"pisub: run {receipt.run_id} has finished: {receipt.reason} [RUN_CLOSED]")
+        raise typer.Exit(1)
     if as_json:
         json_line(receipt)
     else:

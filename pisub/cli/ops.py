@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from pisub.cli.render import json_line, out, print_report
+
+if TYPE_CHECKING:
+    from pisub.api.doctor import GcResult
 
 JSON = typer.Option(False, "--json", help="Machine-readable output (documented in spec/cli.md).")
 
@@ -50,6 +55,7 @@ def gc(
                 "removed": result.removed,
                 "swept": [str(path) for path in result.swept_tmp],
                 "keptLive": result.kept_live,
+                "keptRecent": result.kept_recent,
                 "keptWithTree": result.kept_with_tree,
             }
         )
@@ -59,12 +65,18 @@ def gc(
         out(f"{verb} run {run_id}")
     for path in result.swept_tmp:
         out(f"{verb} stale {path}")
-    out(
-        f"{verb} {len(result.removed)} run(s) and {len(result.swept_tmp)} temp file(s); "
-        f"kept {len(result.kept_live)} live run(s)"
-        + (
-            f" and {len(result.kept_with_tree)} ended run(s) their trees need"
-            if result.kept_with_tree
-            else ""
-        )
-    )
+    removed = f"{verb} {len(result.removed)} run(s) and {len(result.swept_tmp)} temp file(s)"
+    out(f"{removed}; {kept_text(result, older_than)}")
+
+
+def kept_text(result: GcResult, older_than: str) -> str:
+    """What ``gc`` kept, by why: ``kept 22 run(s) that ended less than 30d ago, 1 live run(s)``."""
+    if older_than.strip().replace(".", "", 1).isdigit():
+        older_than += "s"  # a bare number of seconds
+    kept = [
+        (result.kept_recent, f"run(s) that ended less than {older_than} ago"),
+        (result.kept_live, "live run(s)"),
+        (result.kept_with_tree, "ended run(s) their trees need"),
+    ]
+    said = [f"{len(runs)} {why}" for runs, why in kept if runs]
+    return "kept " + ", ".join(said) if said else "kept no run"

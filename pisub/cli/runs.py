@@ -10,6 +10,7 @@ import typer
 
 from pisub.cli.complete import RUN, agent_names, run_ids
 from pisub.cli.render import (
+    colour_wanted,
     err,
     fleet_text,
     json_line,
@@ -17,8 +18,10 @@ from pisub.cli.render import (
     list_text,
     out,
     out_block,
+    out_painted,
     result_text,
     status_text,
+    terminal_width,
 )
 
 JSON = typer.Option(False, "--json", help="Machine-readable output (documented in spec/cli.md).")
@@ -115,6 +118,9 @@ def run(
     backend: str | None = typer.Option(
         None, "--backend", help="Where the runner lives: local (default) or slurm (a batch job)."
     ),
+    label: str | None = typer.Option(
+        None, "--label", help="A name for the run: list/status/fleet show it, @LABEL finds it (80 chars)."
+    ),
     review: bool | None = typer.Option(
         None,
         "--review/--no-review",
@@ -174,6 +180,7 @@ def run(
             on_done=on_done,
             backend=backend,
             **_queue_options(group, priority, after),
+            label=label,
             review=review,
         )
     except DepthExceeded as exc:
@@ -195,7 +202,7 @@ def run(
         st = handle.status()
         plan = msgspec.to_builtins(manifest.acceptance_plan)
         shown: dict[str, object] = {"runId": handle.id, "runDir": str(handle.dir), "state": st.state}
-        shown |= {"pid": st.pid, "acceptance": plan}
+        shown |= {"pid": st.pid, "acceptance": plan, "label": st.label}
         if st.group is not None:
             shown["group"] = st.group
         json_line(shown)
@@ -317,18 +324,30 @@ def _run(ref: str, child: str | None) -> Any:
     return handle.child(child)
 
 
+RECENT = 20
+"""How many runs ``pisub status`` without RUN shows."""
+
+
 def status(
-    ref: str = RUN,
+    ref: str | None = typer.Argument(
+        None, metavar="[RUN]", autocompletion=run_ids, help="A run id, a unique prefix (4+) or @LABEL."
+    ),
     child: str | None = CHILD,
     view: str = typer.Option("summary", "--view", help="summary | fleet | transcript"),
     lines: int = typer.Option(80, "--lines", help="transcript: how many lines (at most 500)."),
     as_json: bool = JSON,
 ) -> None:
     """Show where a run is now (after crash detection); a workflow lists its children.
-    --view fleet: one line per live child; --view transcript: the tail of the output."""
+    --view fleet: one line per live child; --view transcript: the tail of the output.
+    Without RUN: the most recent runs, newest first."""
     from pisub.errors import InvalidInput, ProtocolError
     from pisub.protocol.placement import BackendName, Placement
 
+    if ref is None:
+        if child is not None or view != "summary":
+            raise InvalidInput("--child and --view name one run's: give RUN")
+        _recent(as_json)
+        return
     handle = _run(ref, child)
     if view == "summary":
         st = handle.status()
@@ -337,21 +356,22 @@ def status(
         except ProtocolError as exc:  # shown as it is: the status is still worth reading
             err(f"pisub: {exc.message} [{exc.code}]")
             placement = Placement(v=1, backend=BackendName.LOCAL, launcher_host="?")
+        colour = not as_json and colour_wanted()
         if not as_json and not st.state.is_terminal and handle.liveness(st) == "unknown":
-            out_block(status_text(st, placement))
+            out_painted(status_text(st, placement, colour=colour))
             out(
                 f"note     this host cannot prove whether the runner (on {st.host}) lives — another "
                 "host, the engine unreachable, or a lease not yet expired: nothing is repaired yet"
             )
         elif placement.backend == "local":
-            json_line(st) if as_json else out_block(status_text(st))
+            json_line(st) if as_json else out_painted(status_text(st, colour=colour))
             _queue_line(handle, st, as_json)
         elif as_json:
             import msgspec
 
             json_line({**msgspec.to_builtins(st), "placement": msgspec.to_builtins(placement)})
         else:
-            out_block(status_text(st, placement))
+            out_painted(status_text(st, placement, colour=colour))
         if not as_json and st.runner == "workflow":
             from pisub.cli.reviews import print_review_runs
 
@@ -371,6 +391,26 @@ def status(
             out_block("\n".join(text))
     else:
         raise InvalidInput(f"unknown view {view!r}; one of summary, fleet, transcript")
+
+
+def _recent(as_json: bool) -> None:
+    """``pisub status`` without RUN: the :data:`RECENT` newest top-level runs, newest first,
+    and how to see more."""
+    from pisub.api.client import list_runs
+
+    problems: list[str] = []
+    every = list(list_runs(problems=problems))
+    shown = every[-RECENT:][::-1]
+    if as_json:
+        json_lines(shown)
+    else:
+        out_painted(list_text(shown, width=terminal_width(), colour=colour_wanted()))
+        if len(every) > RECENT:
+            out(f"the {RECENT} newest of {len(every)} runs; every one: pisub list (--all: child runs too)")
+        elif not every:
+            out("start one: pisub run --agent NAME TASK")
+    for problem in problems:
+        err(f"pisub: unreadable run {problem}")
 
 
 def fleet(as_json: bool = JSON) -> None:
@@ -393,7 +433,7 @@ def _print_fleet(rows: list[Any], as_json: bool) -> None:
         for row in rows:
             json_line(row)
     else:
-        out_block(fleet_text(rows))
+        out_painted(fleet_text(rows, width=terminal_width(), colour=colour_wanted()))
 
 
 def list_(
@@ -427,7 +467,7 @@ def list_(
     if as_json:
         json_lines(statuses)
     else:
-        out_block(list_text(statuses))
+        out_painted(list_text(statuses, width=terminal_width(), colour=colour_wanted()))
     for problem in problems:
         err(f"pisub: unreadable run {problem}")
 
@@ -436,6 +476,10 @@ def logs(
     ref: str = RUN,
     child: str | None = CHILD,
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
+    tail: int | None = typer.Option(
+        None, "--tail", "-n", min=0, help="Only the last N lines (then, with -f, what comes)."
+    ),
+    stderr: bool = typer.Option(False, "--stderr", help="The child's standard error (stderr-N.log)."),
     raw: bool = typer.Option(
         False, "--raw", help="The log's bytes exactly as written (escape sequences included)."
     ),
@@ -445,10 +489,16 @@ def logs(
     controls and bytes that are not UTF-8 are shown escaped (\\x1b, \\u202e, \\udcff) unless
     --raw."""
     from pisub.api.views import log_bytes, workflow_log_lines
+    from pisub.errors import InvalidInput
 
     handle = _run(ref, child)
     if handle.manifest().workflow is not None:
-        for line in workflow_log_lines(handle, follow=follow):
+        if stderr:
+            raise InvalidInput(
+                f"run {handle.id} is a workflow: each child has its own stderr log; "
+                "name one with --child KEY|INDEX"
+            )
+        for line in workflow_log_lines(handle, follow=follow, tail=tail):
             if raw:
                 sys.stdout.buffer.write(line.encode("utf-8", "surrogateescape") + b"\n")
             else:
@@ -458,7 +508,7 @@ def logs(
         sys.stdout.flush()
         return
     sink = _LogSink(raw)
-    for chunk in log_bytes(handle, follow=follow):
+    for chunk in log_bytes(handle, follow=follow, tail=tail, stderr=stderr):
         sink.write(chunk)
         if follow:
             sys.stdout.flush()
@@ -489,13 +539,16 @@ def wait(
     refs: list[str] = typer.Argument(..., metavar="RUN...", autocompletion=run_ids),
     child: str | None = CHILD,
     any_: bool = typer.Option(False, "--any", help="Several runs: return when the first one ends."),
-    all_: bool = typer.Option(False, "--all", help="Several runs: return when every one has ended."),
+    all_: bool = typer.Option(
+        False, "--all", help="Several runs: return when every one has ended (the default)."
+    ),
     timeout: float | None = typer.Option(None, "--timeout", help="Give up after this many seconds (exit 3)."),
     as_json: bool = JSON,
 ) -> None:
-    """Wait for a run to end and print its result; exit 0 only for a complete run. With several
-    runs and --any or --all: one line per ended run (run id, state); exit 0 when every run
-    printed is complete, 1 otherwise."""
+    """Wait for a run to end and print its result; exit 0 only for a complete run.
+
+    Several runs: wait for every one (or with --any, the first to end) and print one line per
+    ended run (run id, state); exit 0 when every run printed is complete, 1 otherwise."""
     from pisub.errors import InvalidInput, WaitTimeout
 
     if any_ and all_:
@@ -503,9 +556,7 @@ def wait(
     if len(refs) > 1 or any_ or all_:
         if child is not None:
             raise InvalidInput("--child names one run's child: wait for one run")
-        if not (any_ or all_):
-            raise InvalidInput("several runs: give --any (the first to end) or --all (every one)")
-        _wait_many(refs, every=all_, timeout=timeout, as_json=as_json)
+        _wait_many(refs, every=not any_, timeout=timeout, as_json=as_json)
     handle = _run(refs[0], child)
     try:
         res = handle.wait(timeout)

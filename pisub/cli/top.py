@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pisub.api.views import FleetRow, Home, fleet_of, last_line, transcript
+from pisub.cli.render import STATE_HUES as STATE_STYLES
 from pisub.errors import PisubError
 from pisub.protocol.status import Status
 
@@ -47,19 +48,6 @@ WIDE = 120
 """From this width on, the table also shows activity, turns, tools and the last output line."""
 HELP = "j/k move · enter log · s steer · i interrupt · x stop · q quit · newest first"
 LOG_HELP = "q/esc/enter back to the table · the log follows the run"
-
-STATE_STYLES = {
-    "complete": "green",
-    "failed": "red",
-    "stopped": "yellow",
-    "paused": "yellow",
-    "skipped": "yellow",
-    "running": "cyan",
-    "starting": "cyan",
-    "queued": "cyan",
-    "pending": "cyan",
-}
-"""A state's colour (any other state, one a newer pisub wrote, is shown plain)."""
 
 
 @dataclass
@@ -170,8 +158,13 @@ def steering_words(status: Status | None) -> str:
     if status is None or status.steering.requested == 0:
         return ""
     ledger = status.steering
-    waiting = max(0, ledger.requested - ledger.delivered - ledger.failed - ledger.rejected)
-    counts = (("queued", waiting), ("delivered", ledger.delivered), ("failed", ledger.failed))
+    waiting = max(0, ledger.requested - ledger.delivered - ledger.failed - ledger.rejected - ledger.carried)
+    counts = (
+        ("queued", waiting),
+        ("delivered", ledger.delivered),
+        ("carried to the next resume", ledger.carried),
+        ("failed", ledger.failed),
+    )
     words = [f"{n} {word}" for word, n in (*counts, ("rejected", ledger.rejected)) if n]
     return "steering: " + ", ".join(words)
 
@@ -490,9 +483,10 @@ class Top:
         try:
             run = Run(run_id, home=self.home.root)
             if what == "steer":
+                run.check_steerable("steer")
                 rid = run.send_steer(message, source="pisub top")
             elif what == "interrupt":
-                rid = run.send_interrupt(source="pisub top")
+                rid = run.interrupt(source="pisub top")
             else:
                 rid = run.send_stop(source="pisub top")
             receipt = run.wait_for_receipt(rid, timeout=3)

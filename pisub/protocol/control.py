@@ -108,8 +108,10 @@ class ReceiptState(enum.StrEnum):
     QUEUED = "queued"
     """The child accepted the message into its queue; ``delivered`` follows."""
     SCHEDULED = "scheduled"
-    """Kept for later: a brief for the next resume, or a request for a workflow's child that has
-    not started yet (sent to it when it starts); ``delivered`` follows when it is taken."""
+    """Kept for later: a brief for the next resume (a ``follow-up`` to a finished run, or a steer
+    the run ended before pi took: reason "carried to the next resume: …"), or a request for a
+    workflow's child that has not started yet (sent to it when it starts); ``delivered`` follows
+    when it is taken."""
     PENDING = "pending"
     """Claimed by the runner, not yet accepted by the child."""
     PARTIAL = "partial"
@@ -181,6 +183,9 @@ class Ledger(Record, kw_only=True):
     queued: int = 0
     failed: int = 0
     rejected: int = 0
+    carried: int = 0
+    """Steers the run ended (paused, or done) before pi took, kept as briefs for its next
+    resume (their receipts ``scheduled``, "carried to the next resume")."""
     recent: list[LedgerEntry] = []
 
 

@@ -102,6 +102,8 @@ class Dispatcher:
         self.on_event = on_event
         self.on_error = on_error
         self.open: dict[str, Receipt] = {}
+        self.messages: dict[str, str] = {}
+        """The message of each open steer or follow-up (what a carried one becomes a brief of)."""
         self._seen: set[str] = set()
         self._stuck: set[str] = set()
         """Names in ``new/`` that could be neither linked nor renamed (answered once)."""
@@ -198,6 +200,7 @@ class Dispatcher:
         refusal = self.controller.steer(child, rid, request.message, "followUp" if follow else "steer")
         if refusal is not None:
             self.open.pop(rid, None)
+            self.messages.pop(rid, None)
             self._count(ReceiptState.FAILED)
             advance(receipt, ReceiptState.FAILED, refusal)
             self._ledger_state(rid, ReceiptState.FAILED, receipt.updated_at)
@@ -227,6 +230,23 @@ class Dispatcher:
         self._ledger_state(rid, state, receipt.updated_at)
         if state.is_final:
             del self.open[rid]
+            self.messages.pop(rid, None)
+        self._write(receipt)
+        self.publish()
+
+    def carry(self, rid: str, reason: str) -> None:
+        """An open steer kept as a brief for the run's next resume: its receipt ``scheduled``
+        with ``reason`` and no targets (a brief's receipt, answered by the resume that delivers
+        it); the caller has stored the brief."""
+        receipt = self.open.pop(rid, None)
+        self.messages.pop(rid, None)
+        if receipt is None:
+            return
+        receipt.targets = []
+        if not advance(receipt, ReceiptState.SCHEDULED, reason):
+            return
+        self.ledger.carried += 1
+        self._ledger_state(rid, ReceiptState.SCHEDULED, receipt.updated_at)
         self._write(receipt)
         self.publish()
 
@@ -269,6 +289,8 @@ class Dispatcher:
         message = request.message if isinstance(request, Steer | FollowUp) else None
         self._ledger_add(rid, request_type(request), state, message, receipt.created_at)
         self.open[rid] = receipt
+        if message is not None:
+            self.messages[rid] = message
         return receipt
 
     def _answer(

@@ -238,6 +238,7 @@ class RunShell(Generic[D]):
         deadline = time.monotonic() + FINAL_WRITE_S
         dispatcher = self.dispatcher
         if dispatcher is not None:
+            self._carry_steers(state)
             dispatcher.fail_open(self.OPEN_AT_END)
             if not self._persist("answer the inbox", lambda: dispatcher.close(state.value), deadline):
                 self._unwritten("answer the inbox", self.paths.outbox)
@@ -321,6 +322,10 @@ class RunShell(Generic[D]):
     def _child_pid(self) -> int | None:
         """The runner's own child (reaped by it), if it has one."""
         return None
+
+    def _carry_steers(self, state: RunState) -> None:
+        """Before the requests still open are failed: keep what the next run may take (a pi
+        run's undelivered steers, as briefs for its resume)."""
 
     def _conclude(self) -> RunState:
         """The work is over: end what is left of it and judge the end; the run's final state."""

@@ -69,6 +69,8 @@ class Supervisor(RunShell["Dispatcher"]):
         self.make = make or make_child
         """Makes the child (tests give a scripted one)."""
         self.child: Child | None = None
+        self._untaken: dict[str, str] = {}
+        """Steers pi dropped (an interrupt cleared them): request id → why; answered at the end."""
         self.deadlines: Deadlines | None = None
         """The child's deadlines, and how it is ended (made with the child)."""
         self.judge: Judge | None = None
@@ -107,7 +109,53 @@ class Supervisor(RunShell["Dispatcher"]):
 
     def steer_update(self, request_id: str, state: ReceiptState, reason: str | None = None) -> None:
         assert self.dispatcher is not None
+        if (
+            state is ReceiptState.FAILED
+            and reason in _untaken_reasons()
+            and request_id in self.dispatcher.messages
+        ):
+            self._untaken[request_id] = reason  # answered when the run ends: carried, or failed
+            return
         self.dispatcher.update(request_id, state, reason=reason)
+
+    def _carry_steers(self, state: RunState) -> None:
+        """A pi run that can be resumed keeps every steer pi did not take (an interrupt cleared
+        it, or the run ended first) as a brief for its next resume; otherwise each fails with
+        why it was not taken."""
+        from pisub.store.briefs import CARRIED_REASON
+        from pisub.store.mailbox import recovery_claim
+
+        dispatcher = self.dispatcher
+        assert dispatcher is not None
+        reviving = recovery_claim(self.paths)  # a pause-and-revive delivers that one itself
+        for rid, message in list(dispatcher.messages.items()):
+            if rid == reviving:
+                continue
+            why = self._untaken.pop(rid, None) or self.OPEN_AT_END
+            refusal = self._keep_as_brief(rid, message, state)
+            if refusal is None:
+                dispatcher.carry(rid, f"{CARRIED_REASON} ({why})")
+                self.event("control.carried", id=rid, reason=why)
+            else:
+                dispatcher.update(rid, ReceiptState.FAILED, reason=why)
+                self.event("control.not_carried", id=rid, reason=refusal)
+
+    def _keep_as_brief(self, rid: str, message: str, state: RunState) -> str | None:
+        """Store the steer ``rid`` as a brief for the next resume; None when kept, else why not."""
+        from pisub.store.briefs import carry_brief
+        from pisub.store.leases import fenced
+
+        if state is RunState.STOPPED:
+            return "a stopped run cannot be resumed"
+        lease, child = self.lease, self.child
+        session = child.session_file if child is not None else None
+        if lease is None or session is None or not os.path.isfile(session):
+            return "the run has no session to resume"
+        try:
+            with fenced(self.paths.home.leases, lease):
+                return carry_brief(self.paths, rid, message, lease.generation)
+        except PisubError as exc:
+            return f"it could not be kept: {exc.message}"
 
     # -- the controller the dispatcher calls ------------------------------------------
     def _usable_child(self, index: int | None) -> tuple[Child | None, str | None]:
@@ -438,3 +486,12 @@ def make_child(manifest: Manifest, paths: RunPaths, hooks: ChildHooks) -> Child:
         "pi": PiChild,
     }
     return kinds[manifest.agent.runner](0, hooks, manifest, paths, env)
+
+
+def _untaken_reasons() -> tuple[str, ...]:
+    """The reasons a pi child gives for a steer it dropped at an interrupt: the run may keep
+    those for its next resume."""
+    from pisub.children.pi.rpc import INTERRUPTED_REASON
+    from pisub.children.pi.steers import CLEARED_REASON
+
+    return (CLEARED_REASON, INTERRUPTED_REASON)

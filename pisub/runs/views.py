@@ -36,6 +36,12 @@ class FleetRow(Record, kw_only=True):
     steers_requested: int = 0
     steers_delivered: int = 0
     steers_failed: int = 0
+    label: str | None = None
+    """The run's ``--label`` (a queued child: none)."""
+    task: str | None = None
+    """The head of the run's task (a queued child: none)."""
+    cwd: str | None = None
+    """The directory the run's child works in."""
 
 
 def fleet_of(statuses: Iterable[Status], *, live_only: bool = True) -> list[FleetRow]:
@@ -86,6 +92,9 @@ def _row(status: Status) -> FleetRow:
         steers_requested=ledger.requested,
         steers_delivered=ledger.delivered,
         steers_failed=ledger.failed + ledger.rejected,
+        label=status.label,
+        task=status.task,
+        cwd=status.cwd,
     )
 
 
@@ -147,6 +156,44 @@ def open_log(log: Path) -> int | None:
         return None
     except OSError as exc:
         raise storage_error(exc, "read", log) from exc
+
+
+TAIL_BLOCK = 64 * 1024
+
+
+def tail_offset(log: Path, lines: int) -> int:
+    """Where the last ``lines`` lines of ``log`` begin (a last line without its newline counts;
+    0 when it has no more; the log read backwards, a block at a time). A missing log: 0.
+
+    Raises:
+        StorageError: the log is not a readable regular file (:func:`open_log`).
+    """
+    from pisub.errors import storage_error
+
+    fd = open_log(log)
+    if fd is None:
+        return 0
+    try:
+        end = os.fstat(fd).st_size
+        if lines <= 0:
+            return end
+        last = os.pread(fd, 1, end - 1) if end else b""
+        wanted = lines + (1 if last == b"\n" else 0)  # a final newline ends the last line
+        pos = end
+        while pos > 0:
+            start = max(0, pos - TAIL_BLOCK)
+            block = os.pread(fd, pos - start, start)
+            at = len(block)
+            while (at := block.rfind(b"\n", 0, at)) >= 0:
+                wanted -= 1
+                if wanted == 0:
+                    return start + at + 1
+            pos = start
+        return 0
+    except OSError as exc:
+        raise storage_error(exc, "read", log) from exc
+    finally:
+        os.close(fd)
 
 
 def _read_log_tail(log: Path, nbytes: int = TAIL_BYTES) -> bytes | None:

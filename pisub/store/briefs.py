@@ -74,6 +74,30 @@ def add_brief(paths: RunPaths, leases_dir: Path, session_file: str, run_id: str,
         return receipt
 
 
+BRIEFS_ONLY_TASK = "Carry on with the follow-ups above."
+"""The task of a resume given no message (``pisub resume RUN``): the briefs are the next turn."""
+
+
+CARRIED_REASON = "carried to the next resume"
+"""The start of the reason of a steer kept as a brief when its run ended before pi took it."""
+
+
+def carry_brief(paths: RunPaths, request_id: str, message: str, generation: int) -> str | None:
+    """Keep an undelivered steer of a run that is ending as a brief for its next resume (the
+    caller, the run's runner, holds the session's lease, fenced); None when kept, else why not.
+
+    Raises:
+        StorageError: the brief could not be written.
+    """
+    if len(pending_briefs(paths)) >= MAX_BRIEFS:
+        return f"the run already holds {MAX_BRIEFS} briefs"
+    directory = paths.briefs
+    private_mkdir(directory)
+    brief = Brief(v=1, id=request_id, message=message, created_at=now_iso(), generation=generation)
+    atomic_write(directory / f"{request_id}.json", encode_pretty(brief))
+    return None
+
+
 def compose(briefs: list[Brief], message: str) -> str:
     """The first prompt of a resume: the briefs, oldest first, then the message."""
     if not briefs:

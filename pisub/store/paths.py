@@ -34,23 +34,72 @@ MAX_HOME_BYTES = 2048
 (a 200-character request id, its collision suffix and temp name), and PATH_MAX is 4096."""
 
 
-def validate_run_ref(ref: str) -> str:
-    """Check that ``ref`` is a run id or a prefix of one, before any disk access.
+LABEL_REF = "@"
+"""``@LABEL`` names the run whose label is LABEL (a label may look like a prefix: ``cafe``)."""
+MAX_LABEL = 80
+"""Longest label (characters)."""
 
-    Returns the reference lower-cased.
+
+def check_label(label: object, where: str = "label") -> str:
+    """``label`` when it is a usable run label: text, one line of printable characters (no
+    control character, escape, bidi control or line separator), not blank, no surrounding
+    spaces, at most :data:`MAX_LABEL` characters.
+
+    Raises:
+        InvalidInput: naming ``where`` (the field path).
+    """
+    from pisub.termsafe import printable
+
+    if not isinstance(label, str):
+        raise InvalidInput(f"{where}: must be text, not {type(label).__name__}")
+    if not label.strip():
+        raise InvalidInput(f"{where}: is empty")
+    if len(label) > MAX_LABEL:
+        raise InvalidInput(f"{where}: is {len(label)} characters long; at most {MAX_LABEL}")
+    if printable(label, one_line=True) != label:
+        shown = printable(label, one_line=True)[:100]
+        raise InvalidInput(f"{where}: holds a control character or line break: {shown} (give one line)")
+    if label != label.strip():
+        raise InvalidInput(f"{where}: {label!r} starts or ends with a space")
+    return label
+
+
+def validate_run_ref(ref: str) -> str:
+    """Check that ``ref`` is a run id, a prefix of one, or ``@LABEL``, before any disk access.
+
+    Returns the reference (an id or prefix lower-cased).
 
     Raises:
         InvalidInput: for anything that is not hex digits and dashes of at least
-            :data:`~pisub.defaults.MIN_PREFIX` characters (``../x``, ``/abs``, empty).
+            :data:`~pisub.defaults.MIN_PREFIX` characters (``../x``, ``/abs``, empty), or a
+            ``@`` and a label (:func:`check_label`).
     """
+    if not isinstance(ref, str):
+        raise InvalidInput(f"a run id must be text, not {type(ref).__name__}")
+    if ref.startswith(LABEL_REF):
+        check_label(ref[1:], f"run label {ref[:90]!r}")
+        return ref
     norm = ref.lower()
     if not norm.strip():
         raise InvalidInput("run id is empty")
     if not _PREFIX_RE.fullmatch(norm):
-        raise InvalidInput(f"not a run id or prefix: {ref!r} (expected hex digits and dashes)")
+        hint = f"; a label: @{ref}" if _looks_like_label(ref) else ""
+        raise InvalidInput(f"not a run id or prefix: {ref[:90]!r} (expected hex digits and dashes{hint})")
     if len(norm) < MIN_PREFIX:
-        raise InvalidInput(f"run id prefix {ref!r} is too short: give at least {MIN_PREFIX} characters")
+        raise InvalidInput(
+            f"run id prefix {ref!r} is too short: give at least {MIN_PREFIX} characters (or @LABEL)"
+        )
     return norm
+
+
+def _looks_like_label(ref: str) -> bool:
+    if "/" in ref or ref.startswith("."):
+        return False  # a path, not a label
+    try:
+        check_label(ref)
+    except InvalidInput:
+        return False
+    return True
 
 
 def is_run_id(name: str) -> bool:

@@ -31,6 +31,7 @@ from pisub.errors import (
     AmbiguousRun,
     HomeUnusable,
     InvalidInput,
+    PisubError,
     ProtocolError,
     RunNotFound,
     storage_error,
@@ -42,7 +43,7 @@ from pisub.protocol.placement import BackendName, Heartbeat, Placement
 from pisub.protocol.result import Result
 from pisub.protocol.status import RunState, Status
 from pisub.store import fencing, live_index
-from pisub.store.paths import Home, RunPaths, is_run_id, validate_run_ref
+from pisub.store.paths import LABEL_REF, Home, RunPaths, is_run_id, validate_run_ref
 from pisub.store.session_fork import copy_session
 
 T = TypeVar("T")
@@ -158,14 +159,17 @@ class RunStore:
             raise storage_error(exc, "list", self.home.runs) from exc
 
     def resolve(self, ref: str) -> RunPaths:
-        """The run that ``ref`` (an id or a unique prefix of at least 8 characters) names.
+        """The run that ``ref`` names: an id, a unique prefix of at least
+        :data:`~pisub.defaults.MIN_PREFIX` characters, or ``@LABEL`` (the one run with that label).
 
         Raises:
-            InvalidInput: ``ref`` is not an id or prefix (checked before any disk access).
+            InvalidInput: ``ref`` is not an id, prefix or ``@LABEL`` (checked before any disk access).
             RunNotFound: nothing matches.
-            AmbiguousRun: several runs match; the message lists them.
+            AmbiguousRun: several runs match; the one-line message lists them.
         """
         norm = validate_run_ref(ref)
+        if norm.startswith(LABEL_REF):
+            return self._by_label(norm[len(LABEL_REF) :])
         if is_run_id(norm):
             paths = self.home.run(norm)
             try:
@@ -179,8 +183,49 @@ class RunStore:
         if not matches:
             raise RunNotFound(f"no run matches {norm!r} in {self.home.runs}")
         if len(matches) > 1:
-            raise AmbiguousRun(f"{norm!r} matches {len(matches)} runs: {', '.join(matches)}")
+            raise AmbiguousRun(
+                f"{norm!r} matches {len(matches)} runs: {self._candidates(matches)}; give more characters"
+            )
         return self.home.run(matches[0])
+
+    def _by_label(self, label: str) -> RunPaths:
+        matches = sorted(i for i in self.ids() if self._label_of(i) == label)
+        if not matches:
+            raise RunNotFound(f"no run is labelled {label!r} in {self.home.runs}")
+        if len(matches) > 1:
+            raise AmbiguousRun(
+                f"{len(matches)} runs are labelled {label!r}: {self._candidates(matches)}; give a run id"
+            )
+        return self.home.run(matches[0])
+
+    def _status_of(self, run_id: str) -> Status | None:
+        try:
+            return load_status(self.home.run(run_id))
+        except (PisubError, OSError):
+            return None
+
+    def _label_of(self, run_id: str) -> str | None:
+        status = self._status_of(run_id)
+        return status.label if status is not None else None
+
+    def _candidates(self, run_ids: list[str]) -> str:
+        """The runs ``run_ids`` in one line, each with its agent, state and label (at most
+        :data:`CANDIDATES`)."""
+        from pisub.termsafe import printable
+
+        shown = []
+        for run_id in run_ids[:CANDIDATES]:
+            status = self._status_of(run_id)
+            what = f"{status.agent}, {status.state}" if status is not None else "unreadable"
+            if status is not None and status.label:
+                what += f", @{status.label}"
+            shown.append(f"{run_id} ({printable(what, one_line=True)})")
+        more = f" and {len(run_ids) - CANDIDATES} more" if len(run_ids) > CANDIDATES else ""
+        return ", ".join(shown) + more
+
+
+CANDIDATES = 10
+"""How many runs an ambiguous reference lists."""
 
 
 def load_manifest(paths: RunPaths) -> Manifest:

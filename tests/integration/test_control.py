@@ -40,10 +40,14 @@ def test_stop_ends_everything(home: Path, make_agent: AgentMaker) -> None:
     assert run.status().steering.requested == 1  # the terminal status is written at once
 
 
-def test_interrupt_external_cli_pauses(home: Path, make_agent: AgentMaker) -> None:
+def test_interrupt_external_cli_is_refused_and_a_raw_request_pauses(
+    home: Path, make_agent: AgentMaker
+) -> None:
     run = launch_sleeper(make_agent)
-    proc = pisub_cli("interrupt", run.id)
-    assert proc.returncode == 0 and proc.stdout.startswith("delivered: interrupt")
+    proc = pisub_cli("interrupt", run.id)  # it could not be resumed: refused, stop it instead
+    assert proc.returncode == 1 and "[NOT_RESUMABLE]" in proc.stderr and "pisub stop" in proc.stderr
+    assert run.status().state == RunState.RUNNING
+    run.send_interrupt()  # a request written by hand still pauses it
     assert run.wait(timeout=30).state == "paused"
     assert run.status().state == RunState.PAUSED
 
@@ -51,10 +55,10 @@ def test_interrupt_external_cli_pauses(home: Path, make_agent: AgentMaker) -> No
 def test_steer_external_cli_fails_with_reason(home: Path, make_agent: AgentMaker) -> None:
     run = launch_sleeper(make_agent)
     proc = pisub_cli("steer", run.id, "change course", "--json")
-    assert proc.returncode == 2
-    receipt = json.loads(proc.stdout)
-    assert receipt["state"] == "failed"
-    assert receipt["reason"] == "steering is not supported by the external-cli runner"
+    assert proc.returncode == 1 and "[NOT_STEERABLE]" in proc.stderr  # refused before writing
+    receipt = run.wait_for_receipt(run.send_steer("change course"), 10)  # written by hand: failed
+    assert receipt is not None and receipt.state == "failed"
+    assert receipt.reason == "steering is not supported by the external-cli runner"
     bad_child = pisub_cli("stop", run.id, "--child", "3")
     assert bad_child.returncode == 2 and "no child 3" in bad_child.stdout
     assert run.status().state == RunState.RUNNING
@@ -66,11 +70,11 @@ def test_steer_external_cli_fails_with_reason(home: Path, make_agent: AgentMaker
 
 def test_wait_zero_returns_at_once(home: Path, make_agent: AgentMaker) -> None:
     run = launch_sleeper(make_agent)
-    proc = pisub_cli("steer", run.id, "hi", "--wait", "0")
+    proc = pisub_cli("stop", run.id, "--wait", "0")
     assert proc.returncode == 0
     rid = proc.stdout.strip()
     receipt = wait_for(lambda: run.receipt(rid))
-    assert receipt.state == "failed"
+    assert receipt.state == "delivered"
 
 
 def test_request_written_before_the_runner_starts(home: Path, make_agent: AgentMaker) -> None:
@@ -229,7 +233,8 @@ def test_closed_inbox_requests_are_answered(home: Path, make_agent: AgentMaker) 
     with pytest.raises(InboxClosed):
         run.send_stop()
     proc = pisub_cli("steer", run.id, "too late", "--json")
-    assert proc.returncode == 2 and json.loads(proc.stdout)["state"] == "failed"
+    closed = json.loads(proc.stdout)
+    assert proc.returncode == 1 and closed["state"] == "failed" and closed["code"] == "RUN_CLOSED"
     drop_request(run, "by-hand.json", b'{"v":1,"type":"follow_up","message":"late"}')
     assert run.status().state == RunState.COMPLETE  # the reader answers it
     receipt = run.receipt("by-hand")

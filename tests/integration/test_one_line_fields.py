@@ -47,7 +47,7 @@ def test_a_newline_or_tab_in_a_field_never_adds_a_line(home: Path, make_agent: A
     assert error is not None and "\n" in error.message  # the field does carry the newline
     status = human("status", run.id)
     assert sum(line.startswith("error") for line in status) == 1, status
-    assert len(status) == 7, status  # run, agent, state, started, ended, child 0, error: no more
+    assert len(status) == 9, status  # run, agent, task, cwd, state, started, ended, child 0, error
     assert len(human("list")) == 2 and len(human("fleet")) == 1
 
     bad = subprocess.run(

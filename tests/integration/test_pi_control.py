@@ -10,9 +10,7 @@ from typing import Any
 import pytest
 
 import pisub
-from pisub.children.pi.steers import CLEARED_REASON
 from pisub.core.procs import marked_processes
-from pisub.protocol import RunState
 from pisub.testing.fake_model import FakeModelServer
 from tests.conftest import pid_alive, pisub_cli, wait_for
 from tests.helpers import sent_with
@@ -76,28 +74,10 @@ def test_steer_held_in_the_startup_window_is_not_sent_after_an_interrupt(pi_home
     stop = run.send_interrupt()
     assert run.wait(timeout=60).state == "paused"
     receipt = run.receipt(held)
-    assert receipt is not None and receipt.state == "failed"
+    # never sent: kept for the next resume when pi already had a session, else failed
+    assert receipt is not None and receipt.state in ("failed", "scheduled"), receipt
+    assert receipt.state == "failed" or (receipt.reason or "").startswith("carried to the next resume")
     assert run.receipt(stop) is not None
-
-
-@pytest.mark.pi_versions
-def test_interrupt_pauses_and_fails_queued_steers(pi_home: Path, model_server: FakeModelServer) -> None:
-    tag = uuid.uuid4().hex[:8]
-    run = pisub.launch("pi", f"SLOW:200 story {tag}")
-    wait_for(lambda: sent_with(model_server, tag), timeout=30)
-    queued = run.send_steer(f"never {tag}")
-    got = run.wait_for_receipt(queued, 10)
-    assert got is not None and got.state == "queued"
-    proc = pisub_cli("interrupt", run.id, "--json")
-    assert proc.returncode == 0 and json.loads(proc.stdout)["state"] == "delivered"
-    result = run.wait(timeout=30)
-    assert result.state == "paused"
-    assert run.status().state == RunState.PAUSED
-    lost = run.receipt(queued)
-    assert lost is not None and lost.state == "failed"
-    # The queue is cleared before the abort (0.85 would start a new run with it): failed as cleared.
-    assert lost.reason == CLEARED_REASON
-    assert not sent_with(model_server, f"never {tag}"), "the queued steer never reached the model"
 
 
 @pytest.mark.pi_versions

@@ -2,41 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import select
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pisub
 from tests.conftest import AgentMaker, pisub_cli
+from tests.helpers import on_a_terminal
 
 
 def _on_a_terminal(*args: str, timeout: float = 60) -> tuple[int, str]:
     """Run the CLI with stderr on a pseudo-terminal; its exit code and what the terminal got."""
-    master, slave = os.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pisub", *args], stdout=subprocess.DEVNULL, stderr=slave, env=dict(os.environ)
-    )
-    os.close(slave)
-    seen = b""
-    deadline = time.monotonic() + timeout
-    while True:
-        assert time.monotonic() < deadline, f"pisub {' '.join(args)} still ran after {timeout:g}s: {seen!r}"
-        ready, _, _ = select.select([master], [], [], 0.2)
-        if ready:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:
-                break  # the terminal closed: the command exited
-            if not chunk:
-                break
-            seen += chunk
-        elif proc.poll() is not None:
-            break
-    os.close(master)
-    return proc.wait(timeout=10), seen.decode("utf-8", "replace")
+    return on_a_terminal(*args, stdout_too=False, timeout=timeout)
 
 
 def test_wait_all_shows_how_many_runs_ended_on_a_terminal_only(home: Path, make_agent: AgentMaker) -> None:

@@ -215,7 +215,9 @@ def test_top_keeps_rows_in_place_and_acts_on_the_highlighted_run(
     wait_for(lambda: f"interrupt {shorts[1]}:" in tmux.screen(), timeout=15, what="the interrupt's answer")
     assert shorts[1] in tmux.highlighted() and _order(tmux.screen(), shorts) == shorts, tmux.screen()
     assert "RUN_CLOSED" not in tmux.screen(), tmux.screen()
-    assert first.status().state == "running"
+    # an external CLI's run cannot be resumed: top refuses to pause it, as `pisub interrupt` does
+    assert "delivered" not in tmux.screen(), tmux.screen()
+    assert second.status().state == "running" and first.status().state == "running"
     tmux.keys("q")
 
 

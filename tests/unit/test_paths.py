@@ -16,8 +16,15 @@ from pisub.store.paths import RunPaths, default_home, is_run_id, open_home, vali
         "../x",
         "/abs",
         "abc",
-        "1234567",
+        "123",
         "zzzzzzzz",
+        "mylabel",
+        "@",
+        "@ x",
+        "@a\x1b[31mb",
+        "@a\nb",
+        "@" + "x" * 81,
+        "@\u202eevil",
         "a" * 37,
         "12345678/..",
         "12345678\n",
@@ -29,11 +36,14 @@ def test_bad_run_refs_are_refused_before_the_disk(ref: str) -> None:
         validate_run_ref(ref)
 
 
-@pytest.mark.parametrize(
-    "ref", ["12345678", "ABCDEF12", "3f2a1b4c-1234", "3f2a1b4c-1234-4abc-8def-0123456789ab"]
-)
+@pytest.mark.parametrize("ref", ["1234", "ABCDEF12", "3f2a1b4c-1234", "3f2a1b4c-1234-4abc-8def-0123456789ab"])
 def test_ids_and_long_prefixes_are_accepted_lowercased(ref: str) -> None:
     assert validate_run_ref(ref) == ref.lower()
+
+
+@pytest.mark.parametrize("ref", ["@fix login", "@cafe", "@" + "x" * 80, "@ünïcode ✓"])
+def test_a_label_reference_is_kept_as_given(ref: str) -> None:
+    assert validate_run_ref(ref) == ref
 
 
 def test_is_run_id() -> None:

@@ -1028,7 +1028,8 @@ function resultText(first: any): string {
 export function shape(p: any, argv: string[], code: number, stdout: string, stderr: string): Result {
   const verb = argv[0];
   const control = ["steer", "follow-up", "interrupt", "stop"].includes(verb);
-  const receipt = control && (code === 2 || code === 3) && stdout.trim().startsWith("{");
+  // 2 failed, 3 no answer yet, 1 RUN_CLOSED (the run had finished: nothing written; --json prints it)
+  const receipt = control && (code === 1 || code === 2 || code === 3) && stdout.trim().startsWith("{");
   const waited = verb === "wait" && code === 1 && stdout.trim().startsWith("{"); // a run that ended otherwise
   const checked = verb === "workflow" && stdout.trim().startsWith("{"); // validate: {ok, errors}
   if (verb === "wait" && code === 3) return waitGaveUp(p);
