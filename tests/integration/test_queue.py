@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import uuid
 from pathlib import Path
 
 import pytest
@@ -151,20 +152,25 @@ def test_stop_of_a_queued_run_ends_it_without_starting_its_child(queue_env: Path
     assert started(queue_env) == ["a"]
 
 
-def test_a_steer_to_a_queued_run_waits_for_its_child(queue_env: Path) -> None:
+@pytest.mark.pi
+@pytest.mark.pi_versions
+def test_a_steer_to_a_queued_pi_run_is_delivered_when_it_starts(queue_env: Path, pi_home: Path) -> None:
+    """The queue's smoke test with the real pi: a steer sent while the run waits stays in its
+    inbox, unanswered, and pi takes it as its next turn once the run is admitted."""
+    tag = uuid.uuid4().hex[:8]
     cli("group", "add", "g", "--limit", "1")
     a = launch("a", "gate", "--group", "g")
-    b = launch("b", "gate", "--group", "g")
-    proc = pisub_cli("steer", b, "look here", "--wait", "0")
+    b = json.loads(cli("run", "--agent", "pi", "--group", "g", "--json", f"SLOW:20 story {tag}"))["runId"]
+    assert state(b) == "queued"
+    proc = pisub_cli("steer", b, f"EARLY {tag}", "--wait", "0")
     assert proc.returncode == 0, proc.stderr
     assert run_receipts(_dir(b)) == {}  # kept in the inbox while the run waits
     open_gate(queue_env, "a")
-    wait_state(b, "running")
-    receipts = wait_for(lambda: run_receipts(_dir(b)), what="the steer's receipt")
-    (receipt,) = receipts.values()
-    assert receipt["type"] == "steer" and "external-cli" in receipt["reason"]  # answered by its runner
-    open_gate(queue_env, "b")
-    wait_state(b, "complete")
+    wait_state(b, "complete", timeout=60)
+    (receipt,) = run_receipts(_dir(b)).values()
+    assert (receipt["type"], receipt["state"]) == ("steer", "delivered")
+    result = json.loads(cli("result", b, "--json"))
+    assert result["details"]["results"][0]["output"] == f"Hello from the fake LLM. You said: EARLY {tag}"
     assert state(a) == "complete"
 
 
