@@ -158,7 +158,8 @@ def test_help_never_cuts_a_description(home: Path) -> None:
     from pisub.cli import app
 
     groups = _every_group(typer.main.get_group(app))
-    assert {("agents",), ("worktree",), ("config",), ("pi-extension",)} <= {path for path, _ in groups}
+    known = {("agents",), ("worktree",), ("config",), ("group",), ("pi-extension",)}
+    assert known <= {path for path, _ in groups}
     for path, group in groups:
         proc = pisub_cli(*path, "--help")
         assert proc.returncode == 0, proc.stderr
