@@ -270,7 +270,7 @@ def _acceptance_option(text: str | None) -> Any:
         return None if text is None else "auto"
     if text.strip() == "false":
         return False
-    if text.strip().strip('"').lower() in ("off", "none", "no", "0"):
+    if text.strip().lower() in ("off", "none", "no", "0"):
         raise InvalidInput(
             f"--acceptance: {text.strip()[:20]!r} is not a value; --acceptance false turns acceptance "
             """off (the task as written), '{"level": "none", "reason": "..."}' says why"""
