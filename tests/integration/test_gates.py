@@ -362,6 +362,23 @@ def test_the_short_review_form_takes_the_level_auto_gives(home: Path, make_agent
     assert accepted is not None and accepted.spec.level == "checked"
     bad = pisub_cli("run", "--agent", "writer", "--acceptance", '{"level": "auto", "bogus": 1}', "x")
     assert bad.returncode != 0 and "bogus" in bad.stderr and "[INVALID_INPUT]" in bad.stderr
+    # the level auto gives is checked against the rest: a writer's report cannot be off
+    off = pisub_cli("run", "--agent", "writer", "--acceptance", '{"report": "off"}', "x")
+    assert off.returncode != 0 and "acceptance.report: off contradicts level checked" in off.stderr, (
+        off.stderr
+    )
+    for hostile in (
+        '{"review": {"required": "yes"}}',
+        '{"level": ["auto"]}',
+        '{"review": {"required": true, "x": 1}}',
+    ):
+        refused = pisub_cli("run", "--agent", "writer", "--acceptance", hostile, "x")
+        assert refused.returncode != 0 and "[INVALID_INPUT]" in refused.stderr, (hostile, refused.stderr)
+    verified = pisub_cli(
+        "run", "--agent", "writer", "--acceptance", '{"verify": [{"id": "t", "command": "true"}]}', "x"
+    )
+    assert verified.returncode == 0, verified.stderr
+    assert pisub.Run(verified.stdout.strip()).manifest().acceptance.spec.level == "verified"  # type: ignore[union-attr]
 
 
 def test_an_unknown_agent_name_is_echoed_short_and_escaped(home: Path, tmp_path: Path) -> None:
