@@ -123,9 +123,9 @@ def test_env_sh_never_ends_a_strict_shell(checkout: Path, tmp_path: Path) -> Non
     shutil.copy(checkout / "scripts" / "env.sh", hollow / "scripts" / "env.sh")
     missing = bash(STRICT + ". scripts/env.sh; echo SURVIVED", hollow, env)
     assert "run ./scripts/demo.sh first" in missing.stderr and "SURVIVED" in missing.stdout
-    for shell in ("dash", "sh"):
-        if shutil.which(shell):
-            other = run_in([shell, "-c"], "set -eu\n. ./scripts/env.sh; echo SURVIVED", checkout, env)
+    for other_shell in ("dash", "sh"):
+        if shutil.which(other_shell):
+            other = run_in([other_shell, "-c"], "set -eu\n. ./scripts/env.sh; echo SURVIVED", checkout, env)
             assert "source me from bash or zsh" in other.stderr and "SURVIVED" in other.stdout, other
             assert "Bad substitution" not in other.stderr
 
