@@ -236,6 +236,13 @@ def test_a_wrapper_scripts_arguments_do_not_reach_env_sh(checkout: Path, tmp_pat
         assert first.stderr == "", first.stderr
         again = subprocess.run([wrap, "--stop"], env=env, capture_output=True, text=True, timeout=120)
         assert "already serves" in again.stdout and "stopped" not in again.stdout, again.stdout
+        if shutil.which("zsh"):  # zsh cannot tell: a script gives its option (README)
+            zwrap = tmp_path / "wrap.zsh"
+            zwrap.write_text(f'. "{checkout}/scripts/env.sh" --start\necho WRAPPED "$@"\n')
+            zsh = subprocess.run(
+                ["zsh", "-f", zwrap, "--stop"], env=env, capture_output=True, text=True, timeout=120
+            )
+            assert "already serves" in zsh.stdout and "WRAPPED --stop" in zsh.stdout, zsh.stdout + zsh.stderr
     finally:
         stopped = bash(". scripts/env.sh --stop", checkout, env)
     assert "stopped the scripted model" in stopped.stdout
