@@ -20,6 +20,12 @@ __all__ = [
     "WorkflowFailed",
     "__version__",
     "agent_catalog",
+    "group_add",
+    "group_list",
+    "group_pause",
+    "group_resume",
+    "group_rm",
+    "group_set_limit",
     "launch",
     "launch_chain",
     "launch_lanes",
@@ -43,6 +49,12 @@ _HOMES = {
     "list_runs": "pisub.api.client",
     "resume": "pisub.api.client",
     "resume_workflow": "pisub.api.client",
+    "group_add": "pisub.api.groups",
+    "group_list": "pisub.api.groups",
+    "group_pause": "pisub.api.groups",
+    "group_resume": "pisub.api.groups",
+    "group_rm": "pisub.api.groups",
+    "group_set_limit": "pisub.api.groups",
     "WorkflowFailed": "pisub.errors",
     "PisubError": "pisub.errors",
     "Result": "pisub.protocol.result",
@@ -63,6 +75,14 @@ if TYPE_CHECKING:
         resume,
         resume_workflow,
         retained_children,
+    )
+    from pisub.api.groups import (
+        group_add,
+        group_list,
+        group_pause,
+        group_resume,
+        group_rm,
+        group_set_limit,
     )
     from pisub.errors import PisubError, WorkflowFailed
     from pisub.protocol.result import Result

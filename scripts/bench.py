@@ -1023,6 +1023,166 @@ def bench_slurm(b: Bench) -> None:
         b.row("slurm", f"{what} p50 (n={n})", ms(slurm), f"local {ms(local)}; x{slurm / local:.1f}")
 
 
+# -- queue -------------------------------------------------------------------------------------
+
+TICK = """
+import fcntl, json, os, sys, time
+name = sys.stdin.read().strip()
+def note(kind):
+    with open(os.environ["PISUB_BENCH_QUEUE_LOG"], "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.write(json.dumps([kind, name, time.monotonic()]) + "\\n")
+import signal
+signal.signal(signal.SIGTERM, lambda *_: (note("end"), sys.exit(143)))
+note("start")
+time.sleep(float(os.environ.get("PISUB_BENCH_TICK_S", "0.3")))
+note("end")
+"""
+"""A trivial external-CLI child: appends ``start``/``end`` (CLOCK_MONOTONIC, the same clock in
+every process) under ``flock`` to one log, so the order children ran in is the log's order (a
+child ended by a repair — its runner was killed — says ``end`` on its SIGTERM)."""
+
+
+def bench_queue(b: Bench) -> None:
+    """N runs (200; 24 with --quick) launched into a paused group of 4, then resumed, with some
+    runners killed (kill -9)
+    while they hold a slot: the most children ever running at once (read from one log written
+    under flock, in the order it happened — never sampled), each freed slot → the next child
+    running (p50 / p90), the total wall time, and that every run ended and every slot was filled."""
+    import pisub
+
+    n, limit, kills = (24, 4, 2) if b.quick else (200, 4, 6)
+    log = b.home.parent / "queue-log.jsonl"
+    log.touch()
+    os.environ["PISUB_BENCH_QUEUE_LOG"] = str(log)
+    b.agent("tick", sys.executable, ["-c", TICK])
+    pisub.group_add("bench", limit=limit)
+    pisub.group_pause("bench")  # every run queued first: the queue, not the launches, is measured
+    start = time.monotonic()
+    runs = [pisub.launch("tick", f"r{i}", group="bench") for i in range(n)]
+    launched = time.monotonic() - start
+    start = time.monotonic()
+    pisub.group_resume("bench")
+    killed = _kill_holders(runs, kills, n)
+    until(lambda: all(_ended_any(r) for r in runs), 600, "every queued run to end", interval=0.2)
+    wall = time.monotonic() - start
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    most, turnover = _replay(events, limit)
+    refill, admitted = _slot_to_child(runs)
+    states = [str(r.status().state) for r in runs]
+    b.data["queue"] = {
+        "runs": n,
+        "limit": limit,
+        "killed": len(killed),
+        "max_running": most,
+        "refill_s": refill,
+        "turnover_s": turnover,
+        "admitted_s": admitted,
+        "wall_s": wall,
+        "launch_s": launched,
+        "states": {s: states.count(s) for s in set(states)},
+    }
+    b.row("queue", f"{n} runs through a group of {limit}: most running at once", f"{most}", f"limit {limit}")
+    b.row(
+        "queue",
+        "freed slot → next run running p50 / p90",
+        f"{ms(statistics.median(refill))} / {ms(pct(refill, 90))}",
+        f"{len(refill)} refills (slot freed: the ending run's run.left)",
+    )
+    b.row(
+        "queue",
+        "… of which freed slot → next run admitted p50 / p90",
+        f"{ms(statistics.median(admitted))} / {ms(pct(admitted, 90))}",
+        "run.left is written after the decision: ≤ 0 is possible; the rest is the startup",
+    )
+    b.row(
+        "queue",
+        "a child's end → the next child's start p50 / p90",
+        f"{ms(statistics.median(turnover))} / {ms(pct(turnover, 90))}",
+        "includes the ending runner's result and status",
+    )
+    tick = float(os.environ.get("PISUB_BENCH_TICK_S", "0.3"))
+    b.row(
+        "queue",
+        "total wall from resume to the last run's end",
+        f"{wall:.1f} s",
+        f"ideal {n * tick / limit:.1f} s ({tick:g} s children); launches {launched:.1f} s",
+    )
+    complete = states.count("complete")
+    b.row(
+        "queue",
+        f"runners killed -9 while holding a slot: {len(killed)}",
+        f"{complete} complete, {states.count('failed')} failed",
+        f"every run ended: {len(states) == n and all(s in ('complete', 'failed') for s in states)}",
+    )
+
+
+def _started(run: Any) -> bool:
+    return str(run.status().state) in ("running", "complete", "failed")
+
+
+def _ended_any(run: Any) -> bool:
+    return bool(run.status().state.is_terminal)
+
+
+def _kill_holders(runs: list[Any], kills: int, n: int) -> list[str]:
+    """kill -9 the runners of ``kills`` runs while they hold a slot (their children running),
+    spread over the queue; the killed runs."""
+    killed: list[str] = []
+    for target in runs[n // (kills + 1) :: max(1, n // (kills + 1))][:kills]:
+        until(functools.partial(_started, target), 300, "a run to start")
+        st = target.status()
+        if str(st.state) != "running" or st.pid is None:
+            continue
+        with suppress(ProcessLookupError):
+            os.kill(st.pid, signal.SIGKILL)
+            killed.append(target.id)
+    return killed
+
+
+def _slot_to_child(runs: list[Any]) -> tuple[list[float], list[float]]:
+    """For each run given a slot by a run that ended (its ``run.left`` event names whom it
+    admitted), the time from that event to the admitted run's ``run.admitted`` (it saw its
+    admission) and to its ``run.started`` (its startup commit: ``running``). From the runs'
+    events (wall-clock milliseconds: a measurement, never a decision)."""
+    import datetime as dt
+
+    def at(event: dict[str, Any]) -> float:
+        return dt.datetime.fromisoformat(str(event["ts"]).replace("Z", "+00:00")).timestamp()
+
+    left: dict[str, float] = {}
+    seen: dict[str, dict[str, float]] = {}
+    for run in runs:
+        events = [json.loads(line) for line in (run.dir / "events.jsonl").read_text().splitlines() if line]
+        seen[run.id] = {e["type"]: at(e) for e in events}
+        for event in events:
+            if event["type"] == "run.left":
+                for admitted in event["data"].get("admitted", []):
+                    left[admitted] = at(event)
+    to_running = [seen[r]["run.started"] - t for r, t in left.items() if "run.started" in seen.get(r, {})]
+    to_admitted = [seen[r]["run.admitted"] - t for r, t in left.items() if "run.admitted" in seen.get(r, {})]
+    return to_running, to_admitted
+
+
+def _replay(events: list[list[Any]], limit: int) -> tuple[int, list[float]]:
+    """The most children running at once, and for each start made while the group was full
+    before a child ended, the time from that end (its slot freed) to the start."""
+    running, most = 0, 0
+    freed: list[float] = []
+    refill: list[float] = []
+    for kind, _name, at in events:
+        if kind == "end":
+            if running == limit:
+                freed.append(at)
+            running -= 1
+        else:
+            running += 1
+            most = max(most, running)
+            if freed:
+                refill.append(at - freed.pop(0))
+    return most, refill
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -1032,7 +1192,8 @@ def main() -> int:
     parser.add_argument(
         "--only",
         nargs="*",
-        help="sections: launch control workflow footprint scale pi pi-versions, and slurm (only when named)",
+        help="sections: launch control workflow footprint scale pi pi-versions queue, "
+        "and slurm (only when named)",
     )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pisub-bench-"))
@@ -1050,6 +1211,7 @@ def main() -> int:
         "scale": bench_scale,
         "pi": bench_pi,
         "pi-versions": bench_pi_versions,
+        "queue": bench_queue,
         "slurm": bench_slurm,
     }
     started = time.monotonic()

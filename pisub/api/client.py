@@ -97,6 +97,9 @@ def launch(
     parent_session: str | None = None,
     isolation: str | None = None,
     base_ref: str | None = None,
+    group: str | None = None,
+    priority: int | None = None,
+    after: Sequence[str] | None = None,
     label: str | None = None,
     review: bool | None = None,
     home: Path | None = None,
@@ -125,6 +128,8 @@ def launch(
     ``fleet`` show and ``@LABEL`` finds (one printable line, at most 80 characters).
     ``review``: a writer's work is reviewed by a reviewer run (real tokens; default: config
     ``[acceptance] review``, else off). What acceptance adds is in ``manifest().acceptance_plan``.
+    ``group``: the group it waits in for a slot (``queued`` until admitted; ``spec/queue.md``),
+    ``priority`` (higher first) and ``after`` (runs that must end ``complete`` first).
 
     Raises:
         InvalidInput: empty task, bad cwd or limits, a bad option (named).
@@ -181,6 +186,7 @@ def launch(
         catalog=catalog,
         review=review,
     )
+    manifest.queue = _queue(h, group, priority, after, lineage.parent_run_id is None, backend)
     manifest.acceptance_plan = single_plan(manifest, catalog, review, config)
     manifest.max_output, manifest.artifacts, manifest.include_progress = (
         max_output,
@@ -197,6 +203,22 @@ def launch(
 
         manifest = workspace(worktree).prepare(h, manifest, SINGLE_RUN_KEY, base_ref)
     return Run(start_run(h, manifest, seeds=seeds).run_id, home=h.root)
+
+
+def _queue(
+    home: Home,
+    group: str | None,
+    priority: int | None,
+    after: Sequence[str] | None,
+    top_level: bool,
+    backend: str | None,
+) -> Any:
+    """The run's place in a group (``Manifest.queue``), checked before anything is created."""
+    from pisub.runs.queue import request_for
+
+    if isinstance(after, str):
+        after = [after]
+    return request_for(home, group, priority, list(after or []), top_level=top_level, backend=backend)
 
 
 SINGLE_RUN_KEY = "run"
@@ -397,6 +419,9 @@ def launch_workflow(
     usage_budget: dict[str, Any] | None = None,
     on_done: str | None = None,
     backend: str | None = None,
+    group: str | None = None,
+    priority: int | None = None,
+    after: Sequence[str] | None = None,
     label: str | None = None,
     review: bool | None = None,
     home: Path | None = None,
@@ -437,6 +462,9 @@ def launch_workflow(
         usage_budget=usage_budget,
         on_done=on_done,
         backend=backend,
+        group=group,
+        priority=priority,
+        after=after,
         label=label,
         review=review,
         home=home,
@@ -521,6 +549,9 @@ def _launch_workflow(
     usage_budget: dict[str, Any] | None = None,
     on_done: str | None = None,
     backend: str | None = None,
+    group: str | None = None,
+    priority: int | None = None,
+    after: Sequence[str] | None = None,
     label: str | None = None,
     review: bool | None = None,
     home: Path | None = None,
@@ -589,6 +620,7 @@ def _launch_workflow(
         what = f"lanes: {len(lanes)} lanes, {count} stages"
     manifest = new_manifest(agent, what, str(workdir), limits, lineage=lineage, run_id=run_id)
     manifest.workflow = spec
+    manifest.queue = _queue(h, group, priority, after, lineage.parent_run_id is None, None)
     manifest.label = checked_label
     calls = None if script is not None else list(tasks or [])
     children = lineage.child(run_id) if lineage.depth < lineage.max_depth else lineage  # too deep: it fails
@@ -1034,7 +1066,8 @@ class Run:
         return request_id, receipt
 
     def _revivable(self) -> bool:
-        return self.manifest().agent.runner == "pi" and not self.status().state.is_terminal
+        state = self.status().state  # (a queued run's steer waits for its child: nothing to revive)
+        return self.manifest().agent.runner == "pi" and not state.is_terminal and state != RunState.QUEUED
 
     def resume(self, message: str, *, timeout: float | None = None) -> Run:
         """Continue this finished pi run's session in a new run (see :func:`resume`)."""

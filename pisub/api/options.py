@@ -4,7 +4,7 @@ same as a JSON object (camelCase names, as in a tasks or lanes file)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -42,6 +42,9 @@ class LaunchOptions(TypedDict, total=False):
     parent_session: str | None
     isolation: str | None
     base_ref: str | None
+    group: str | None
+    priority: int | None
+    after: Sequence[str] | None
     label: str | None
     review: bool | None
     home: Path | None
@@ -61,6 +64,9 @@ class WorkflowOptions(TypedDict, total=False):
     usage_budget: dict[str, Any] | None
     on_done: str | None
     backend: str | None
+    group: str | None
+    priority: int | None
+    after: Sequence[str] | None
     label: str | None
     review: bool | None
     home: Path | None

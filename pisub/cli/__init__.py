@@ -25,6 +25,7 @@ from pisub.cli import agents as _agents
 from pisub.cli import cluster as _cluster
 from pisub.cli import config as _config
 from pisub.cli import control as _control
+from pisub.cli import groups as _groups
 from pisub.cli import lanes as _lanes
 from pisub.cli import leases as _leases
 from pisub.cli import ops as _ops
@@ -74,6 +75,7 @@ app.add_typer(_worktrees.app, name="worktree")
 app.add_typer(_lanes.app, name="lane")
 app.add_typer(_config.app, name="config")
 app.add_typer(_cluster.app, name="cluster")
+app.add_typer(_groups.app, name="group")
 _pi_ext.register(app)
 for _group in app.registered_groups:
     if _group.typer_instance is not None:

@@ -211,6 +211,8 @@ def status_text(st: Status, placement: Placement | None = None, *, colour: bool 
         )
         if step.current_tool:
             lines.append(f"         running tool: {cell(step.current_tool)}")
+    if st.group:
+        lines.append(f"group    {cell(st.group)}")
     if st.session_file:
         lines.append(f"session  {cell(st.session_file)}")
     if st.error:

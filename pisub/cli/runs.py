@@ -126,6 +126,15 @@ def run(
         "--review/--no-review",
         help="Review each writer's work with a reviewer run (real tokens; default: config, else off).",
     ),
+    group: str | None = typer.Option(
+        None, "--group", help="Wait in this group for a free slot (pisub group add NAME --limit N)."
+    ),
+    priority: int | None = typer.Option(
+        None, "--priority", help="In its group, higher starts first (default 0)."
+    ),
+    after: list[str] | None = typer.Option(
+        None, "--after", help="RUN that must end complete before this one starts (repeatable)."
+    ),
     as_json: bool = JSON,
 ) -> None:
     """Start a detached run — one agent on TASK, or a workflow (--workflow, --parallel, --chain,
@@ -170,6 +179,7 @@ def run(
             usage_budget=_json_option(usage_budget, "--usage-budget"),
             on_done=on_done,
             backend=backend,
+            **_queue_options(group, priority, after),
             label=label,
             review=review,
         )
@@ -191,18 +201,28 @@ def run(
 
         st = handle.status()
         plan = msgspec.to_builtins(manifest.acceptance_plan)
-        json_line(
-            {
-                "runId": handle.id,
-                "runDir": str(handle.dir),
-                "state": st.state,
-                "pid": st.pid,
-                "acceptance": plan,
-                "label": st.label,
-            }
-        )
+        shown: dict[str, object] = {"runId": handle.id, "runDir": str(handle.dir), "state": st.state}
+        shown |= {"pid": st.pid, "acceptance": plan, "label": st.label}
+        if st.group is not None:
+            shown["group"] = st.group
+        json_line(shown)
     else:
         out(handle.id)
+
+
+def _queue_options(group: str | None, priority: int | None, after: list[str] | None) -> dict[str, Any]:
+    """The queue options as given (those left out stay out)."""
+    given: dict[str, Any] = {"group": group, "priority": priority, "after": after or None}
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def _queue_line(handle: Any, st: Any, as_json: bool) -> None:
+    """A queued run's place in its group's queue (``spec/queue.md``)."""
+    from pisub.api.groups import queue_place
+
+    place = queue_place(handle) if st.state == "queued" and not as_json else None
+    if place is not None:
+        out(f"queue    position {place[0]} of {place[1]} waiting in group {st.group}")
 
 
 def _single_options(
@@ -345,6 +365,7 @@ def status(
             )
         elif placement.backend == "local":
             json_line(st) if as_json else out_painted(status_text(st, colour=colour))
+            _queue_line(handle, st, as_json)
         elif as_json:
             import msgspec
 

@@ -12,6 +12,7 @@ from pisub.protocol.budget import ToolBudget
 from pisub.protocol.codec import Record
 from pisub.protocol.fields import Context
 from pisub.protocol.placement import PlacementRequest
+from pisub.protocol.queue import QueueRequest
 from pisub.protocol.workflow import WorkflowSpec
 from pisub.protocol.worktree import WorktreeLink
 
@@ -272,6 +273,9 @@ class Manifest(Record, kw_only=True):
     """pi: how the child's conversation began, as resolved at launch (absent: fresh)."""
     forked_from: str | None = None
     """``context`` fork: the session file copied (signed thinking blocks stripped)."""
+    queue: QueueRequest | None = None
+    """The group a top-level run waits in for a slot, its priority and the runs it waits for
+    (``--group``, ``--priority``, ``--after``; ``spec/queue.md``); absent: it starts at once."""
     label: str | None = None
     """``--label``: a person's name for the run (printable, one line, at most 80 characters)."""
 

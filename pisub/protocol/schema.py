@@ -19,6 +19,7 @@ from pisub.protocol.lanes import Lane, LaneBoard
 from pisub.protocol.lease import Brief, LeaseOwner
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.placement import Heartbeat, Placement
+from pisub.protocol.queue import GroupConfig, QueueEntry
 from pisub.protocol.result import Result
 from pisub.protocol.status import Status
 from pisub.protocol.workflow import ChildCall, ChildResult, JournalEntry, SharedState
@@ -49,6 +50,8 @@ SCHEMAS: dict[str, Any] = {
     "heartbeat": Heartbeat,
     "pi-versions": PiVersions,
     "verify-cache": VerifyCacheEntry,
+    "group": GroupConfig,
+    "queue-entry": QueueEntry,
 }
 """File name (without ``.json``) → the type it describes."""
 

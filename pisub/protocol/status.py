@@ -14,9 +14,11 @@ from pisub.protocol.result import ErrorInfo
 
 
 class RunState(enum.StrEnum):
-    """Lifecycle of a run: ``starting`` → ``running`` → one terminal state."""
+    """Lifecycle of a run: ``starting`` → (``queued`` →) ``running`` → one terminal state."""
 
     STARTING = "starting"
+    QUEUED = "queued"
+    """Its runner waits for a slot in its group (``spec/queue.md``); its child has not started."""
     RUNNING = "running"
     COMPLETE = "complete"
     FAILED = "failed"
@@ -25,7 +27,7 @@ class RunState(enum.StrEnum):
 
     @property
     def is_terminal(self) -> bool:
-        return self not in (RunState.STARTING, RunState.RUNNING)
+        return self not in (RunState.STARTING, RunState.QUEUED, RunState.RUNNING)
 
 
 class StepState(enum.StrEnum):
@@ -131,3 +133,5 @@ class Status(Record, kw_only=True):
     listing tells runs apart with one read per run."""
     cwd: str | None = None
     """The directory the child works in (copied from the manifest at creation)."""
+    group: str | None = None
+    """The group the run waits or runs in (``--group``; ``spec/queue.md``); None: in none."""

@@ -94,6 +94,10 @@ class RunShell(Generic[D]):
             self._begin()
             self._loop()
             finished = self._finish()
+            if self.manifest.queue is not None:  # its slot to the next run of its group, first
+                from pisub.runs.queue import leave_run
+
+                leave_run(self.paths)
             if finished and self.recorder is not None:
                 from pisub.store.on_done import after_end  # after the terminal status: it never delays it
 

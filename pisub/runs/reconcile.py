@@ -166,7 +166,15 @@ def repair(paths: RunPaths) -> Status:
             repair=placed_elsewhere,
         )
         _on_done(paths)
+        _leave_group(paths)
         return status
+
+
+def _leave_group(paths: RunPaths) -> None:
+    """A repaired run of a group frees its slot: the next run of the group is admitted."""
+    from pisub.runs.queue import leave_run
+
+    leave_run(paths)
 
 
 def _fence(paths: RunPaths) -> bool:

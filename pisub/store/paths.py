@@ -244,7 +244,19 @@ def _ensure_private_dir(path: Path, top: bool = False) -> None:
 
 
 HOME_ENTRIES = frozenset(
-    {"runs", "agents", "config.toml", "leases", "cache", "state", "budgets", "worktrees", "index", "notices"}
+    {
+        "runs",
+        "agents",
+        "config.toml",
+        "leases",
+        "cache",
+        "state",
+        "budgets",
+        "worktrees",
+        "index",
+        "notices",
+        "groups",
+    }
 )
 """What a pisub home holds (:class:`Home` names each; ``notices/`` is the pi extension's, and a
 quarantined index is ``index.bad-*``)."""

@@ -122,6 +122,7 @@ class RunStore:
                 label=manifest.label,
                 task=task_head(manifest.task),
                 cwd=manifest.cwd,
+                group=manifest.queue.group if manifest.queue is not None else None,
             )
             atomic_write(staging.status, encode_pretty(status))
             append_event(staging, "run.created", agent=manifest.agent.name, pid=os.getpid(), sync=True)

@@ -257,3 +257,33 @@ def _install_final_write(seconds: float) -> None:
 _FINAL_WRITE_S = os.environ.get("PISUB_FAULT_FINAL_WRITE_S", "")
 if _FINAL_WRITE_S and _is_target():
     _install_final_write(float(_FINAL_WRITE_S))
+
+
+# -- queue promotion points ------------------------------------------------------------------
+# ``PISUB_FAULT_QUEUE_AT`` names a step of a promotion (:func:`pisub.runs.queue._step`:
+# ``queue.locked``, ``queue.left``, ``queue.admitted``, ``queue.rung``); while the file
+# ``PISUB_FAULT_QUEUE_ARM`` exists, the first process of pisub's own that reaches it claims
+# ``$PISUB_FAULT_LATCH/<point>`` (``O_EXCL``: once), writes its pid there and kills itself.
+
+_QUEUE_AT = os.environ.get("PISUB_FAULT_QUEUE_AT", "")
+_QUEUE_ARM = os.environ.get("PISUB_FAULT_QUEUE_ARM", "")
+
+
+def _queue_step(point: str) -> None:
+    import signal
+
+    if point != _QUEUE_AT or not os.path.exists(_QUEUE_ARM):
+        return
+    try:
+        fd = os.open(os.path.join(_LATCH, point), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+if _QUEUE_AT and _QUEUE_ARM and _LATCH:
+    _after_import(
+        lambda name: name == "pisub.runs.queue", lambda module: setattr(module, "_step", _queue_step)
+    )

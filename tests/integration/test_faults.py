@@ -79,7 +79,8 @@ def test_the_cli_fails_in_one_line_and_leaves_no_temp_file(
     run = pisub.launch("sleeper", "x")
     monkeypatch.setenv("PISUB_FAULT_WHO", "cli")
     faults.write_text("ENOSPC")
-    for args in (["steer", run.id, "hi"], ["stop", run.id], ["follow-up", run.id, "more"]):
+    # An external CLI's run takes a stop (steer and follow-up are refused before any write).
+    for args in (["stop", run.id], ["stop", run.id, "--reason", "again"]):
         proc = pisub_cli(*args)
         assert proc.returncode == 1, proc
         assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -127,7 +127,11 @@ def test_missing_pi_binary_is_one_clear_line(pi_home: Path, monkeypatch: pytest.
     proc = pisub_cli("run", "--agent", "pi", "hello")
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "npm install -g @earendil-works/pi-coding-agent" in lines[0]
+    from pisub.children.pi.versions import installed_pi
+
+    launcher = installed_pi()  # a checkout's own pi is named first (tests/integration/test_first_hour.py)
+    hint = f"export PISUB_PI_BIN={launcher}" if launcher else "npm install -g @earendil-works/pi-coding-agent"
+    assert len(lines) == 1 and hint in lines[0], lines
     monkeypatch.delenv("PISUB_PI_BIN")
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     proc = pisub_cli("run", "--agent", "pi", "hello")

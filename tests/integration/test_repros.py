@@ -304,7 +304,7 @@ def test_full_disk_keeps_the_runner_supervising_and_the_cli_fails_in_one_line(
         with _frozen(runner):
             drop_request(run.dir, "by-hand.json", b'{"v":1,"type":"steer","message":"hello"}')
             filler = _fill(home)
-            steer = _cli("steer", run.id, "hello", "--wait", "1")
+            steer = _cli("stop", run.id, "--wait", "1")  # an external CLI takes a stop, not a steer
             _assert_no_traceback(steer)
             assert steer.returncode == 1 and "[IO_ERROR]" in steer.stderr, steer.stderr
             assert not os.listdir(run.dir / "inbox" / "tmp"), "a temp file was left in inbox/tmp"
@@ -657,8 +657,9 @@ def test_interrupted_external_cli_reports_exit_code_143(home: Path, make_agent: 
     make_agent("sleepy", command="sleep", args=["600"])
     run = pisub.launch("sleepy", "x")
     wait_for(lambda: run.status().steps[0].pid)
-    proc = _cli("interrupt", run.id)
-    assert proc.returncode == 0, proc.stderr
+    # The CLI refuses to interrupt an external CLI (it cannot be resumed); a request written by
+    # hand is still carried out by the runner.
+    run.send_interrupt()
     result = run.wait(timeout=30)
     assert result.state == "paused"
     assert result.details.results[0].exit_code == 143
@@ -683,7 +684,8 @@ def test_every_event_type_and_ending_reason_a_run_writes_is_documented(
     assert resumed.wait(timeout=30).state == "complete"
     make_agent("sleepy", command="sleep", args=["600"])
     stopped, paused = pisub.launch("sleepy", "x"), pisub.launch("sleepy", "y")
-    assert _cli("stop", stopped.id).returncode == 0 and _cli("interrupt", paused.id).returncode == 0
+    assert _cli("stop", stopped.id).returncode == 0
+    paused.send_interrupt()  # written by hand: the CLI refuses to pause a run it cannot resume
     stopped.wait(timeout=30)
     paused.wait(timeout=30)
     events = [e for run in (source, resumed, stopped, paused) for e in run_events(run.dir)]
@@ -723,8 +725,8 @@ def test_readers_ignore_unknown_fields_in_files_pisub_writes(home: Path, make_ag
     """Also found 7: a newer pisub may add fields: status, result, manifest, receipts and lease
     records with an extra field are still read (requests stay strict: tested in test_control)."""
     run = launch_sleeper(make_agent)
-    steer = _cli("steer", run.id, "hi", "--json")
-    rid = json.loads(steer.stdout)["requestId"]
+    rid = run.send_steer("hi")  # by hand: the CLI refuses to steer an external CLI up front
+    assert run.wait_for_receipt(rid, timeout=10) is not None
     assert _cli("stop", run.id).returncode == 0
     assert run.wait(timeout=30).state == "stopped"
     for path in (run.dir / "status.json", run.dir / "result.json", run.dir / "manifest.json"):

@@ -64,8 +64,9 @@ def test_everything_returned_is_redacted(home: Path, make_agent: AgentMaker) -> 
     )
     run = pisub.launch("leaky", "x")
     wait_for(lambda: (run.dir / "output-0.log").stat().st_size > 0)
-    steer = pisub_cli("steer", run.id, f"use {token} please", "--json")
-    assert token not in steer.stdout
+    refused = pisub_cli("steer", run.id, f"use {token} please", "--json")  # refused up front
+    assert "NOT_STEERABLE" in refused.stderr and token not in refused.stdout + refused.stderr
+    run.send_steer(f"use {token} please")  # by hand: the runner fails it, and says so redacted
     wait_for(lambda: run.status().steering.failed == 1)
     assert token not in run.status().steering.recent[-1].preview
     assert pisub_cli("stop", run.id).returncode == 0

@@ -259,7 +259,7 @@ def test_gc_keeps_a_killed_workflow_whose_children_still_run(
     children = [str(s.run_id) for s in run.status().steps]
     said = pisub_cli("gc", "--older-than", "0s", "--dry-run", check=True).stdout
     assert said.endswith(
-        "would remove 0 run(s) and 0 temp file(s); kept 2 live run(s) and 1 ended run(s) their trees need\n"
+        "would remove 0 run(s) and 0 temp file(s); kept 2 live run(s), 1 ended run(s) their trees need\n"
     ), said
     report = _gc()
     assert run.dir.is_dir() and run.id not in report["removed"], report
