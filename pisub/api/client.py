@@ -1343,7 +1343,7 @@ def pi_models(search: str | None = None, *, required: bool = False) -> list[Mode
         LaunchFailed: pi is missing, or cannot list its models.
         NoModel: ``required`` and pi lists none (with the fix), or none matches ``search``.
     """
-    from pisub.api.doctor import pi_agent_dir
+    from pisub.agents.catalog import pi_agent_dir
     from pisub.children.pi.models import list_models
     from pisub.children.pi.rpc import find_pi
     from pisub.errors import NoModel
