@@ -15,8 +15,9 @@
 #
 # The server's files are in ${XDG_CACHE_HOME:-~/.cache}/pisub/scripted-model (a 0700 directory:
 # url, pid, log, pi-agent/). --stop ends a process only if the pid file there is a regular file of
-# yours and the process is yours and runs exactly that server with that directory. PATH and
-# PISUB_PI_BIN stay; PISUB_ENV_RESTORE holds the values --stop gives back. Nothing else changes.
+# yours and the process is yours, runs exactly that server with that directory and listens on
+# the port its url file names. PATH and PISUB_PI_BIN stay; PISUB_ENV_RESTORE holds the values
+# --stop gives back. Nothing else changes.
 #
 # It is sourced: it never exits your shell (under `set -e` a problem is printed and the script
 # returns 0; otherwise it returns 1, or 2 for an unknown option). Arguments: only those given to
@@ -164,8 +165,23 @@ _pisub_env_pid() {  # the pid of this user's scripted model serving $1, or nothi
     want="$(printf '%s\n' "$py" -m pisub.testing.fake_model --port-file "$state/url" \
         --pi-agent-dir "$state/pi-agent" --slow-delay 0.05)"
     have="$( { tr '\0' '\n' <"/proc/$pid/cmdline"; } 2>/dev/null || true)"
-    [ "$have" = "$want" ] && echo "$pid"
+    [ "$have" = "$want" ] && _pisub_env_listens "$pid" "$state/url" && echo "$pid"
     return 0
+}
+
+_pisub_env_listens() {  # process $1 listens on the port its url file $2 names
+    [ -z "${ZSH_VERSION:-}" ] || emulate -L sh
+    local pid="$1" url="" port="" sockets=""
+    url="$( { cat -- "$2"; } 2>/dev/null || true)"
+    port="${url##*:}"
+    port="${port%%/*}"
+    case "$port" in "" | *[!0-9]*) return 1 ;; esac
+    sockets="$(ls -l "/proc/$pid/fd" 2>/dev/null | sed -n 's/.*socket:\[\([0-9]*\)\]$/\1/p')"
+    [ -n "$sockets" ] || return 1
+    printf '%s\n' "$sockets" | awk -v port="$(printf ':%04X' "$port")" '
+        NR == FNR { mine[$1] = 1; next }
+        substr($2, length($2) - 4) == port && $4 == "0A" && ($10 in mine) { found = 1 }
+        END { exit !found }' - "/proc/$pid/net/tcp" "/proc/$pid/net/tcp6" 2>/dev/null
 }
 
 _pisub_env_saved() {  # shell code that gives the variables env.sh sets their current values back
@@ -203,7 +219,8 @@ _pisub_env_stop() {
 
 _pisub_env_rc=0
 _pisub_env "$_pisub_env_src" "$_pisub_env_mine" "$@" || _pisub_env_rc=$?
-unset -f _pisub_env _pisub_env_models _pisub_env_dir _pisub_env_pid _pisub_env_saved _pisub_env_stop
+unset -f _pisub_env _pisub_env_models _pisub_env_dir _pisub_env_pid _pisub_env_listens _pisub_env_saved \
+    _pisub_env_stop
 unset _pisub_env_src _pisub_env_mine
 case "$-:$_pisub_env_rc" in
     *e*:* | *:0) unset _pisub_env_rc; return 0 ;;  # under set -e: the message is printed, the shell goes on
