@@ -50,6 +50,37 @@ def has_controls(text: str) -> bool:
     return any(ord(c) < 32 or ord(c) == 127 for c in text)
 
 
+_INVISIBLE = frozenset({"Cf", "Cc", "Zl", "Zp", "Cs"})
+"""Unicode categories nobody sees: format characters (zero-width space and joiner, bidi
+controls, the BOM), controls (tab included), line and paragraph separators, lone surrogates."""
+_SHOWS_NOTHING_ALONE = frozenset({"Zs", "Mn", "Me", "Co", "Cn"})
+"""Categories that show nothing on their own: spaces, combining marks, private-use and
+unassigned code points."""
+
+
+def invisible_char(text: str) -> str | None:
+    """The first character of ``text`` a reader cannot see — a format (Cf), control (Cc),
+    line or paragraph separator, lone surrogate, or a space other than U+0020 — or None.
+
+    A name given from outside (an agent's name, a run's label) holding one is refused, never
+    normalised: ``re\u200bviewer`` would otherwise pass for ``reviewer``."""
+    import unicodedata
+
+    for char in text:
+        category = unicodedata.category(char)
+        if category in _INVISIBLE or (category == "Zs" and char != " "):
+            return char
+    return None
+
+
+def shows_nothing(text: str) -> bool:
+    """Whether ``text`` holds no character a reader can see on its own (only invisible ones,
+    spaces, combining marks, private-use or unassigned code points)."""
+    import unicodedata
+
+    return all(invisible_char(c) is not None or unicodedata.category(c) in _SHOWS_NOTHING_ALONE for c in text)
+
+
 def printable_bytes(data: bytes, *, one_line: bool = False) -> str:
     """Bytes (a log) as :func:`printable` text; a byte that is not UTF-8 shows as ``\\udcNN``."""
     return printable(data.decode("utf-8", "surrogateescape"), one_line=one_line)

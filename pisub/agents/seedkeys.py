@@ -86,18 +86,16 @@ def _visible(value: str, key: str, path: Path) -> None:
     agent's name (``re\u200bviewer`` would become ``reviewer``).
 
     Raises:
-        InvalidInput: a format character (Unicode category Cf), a control character (Cc, tab
-            included), a line or paragraph separator, or a space other than U+0020.
+        InvalidInput: :func:`pisub.termsafe.invisible_char` finds one.
     """
-    import unicodedata
+    from pisub.termsafe import invisible_char
 
-    for char in value:
-        category = unicodedata.category(char)
-        if category in ("Cf", "Cc", "Zl", "Zp", "Cs") or (category == "Zs" and char != " "):
-            raise InvalidInput(
-                f"{path}: {key} holds an invisible or control character (U+{ord(char):04X}): "
-                "not used, so that it cannot pass for another agent's name"
-            )
+    char = invisible_char(value)
+    if char is not None:
+        raise InvalidInput(
+            f"{path}: {key} holds an invisible or control character (U+{ord(char):04X}): "
+            "not used, so that it cannot pass for another agent's name"
+        )
 
 
 def comma_list(value: list[str] | str | bool | None, where: str) -> list[str] | None:

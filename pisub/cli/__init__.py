@@ -77,9 +77,17 @@ app.add_typer(_config.app, name="config")
 app.add_typer(_cluster.app, name="cluster")
 app.add_typer(_groups.app, name="group")
 _pi_ext.register(app)
-for _group in app.registered_groups:
-    if _group.typer_instance is not None:
-        _group.typer_instance.info.cls = Group
+
+
+def _every_group_lists_whole_sentences(typer_app: typer.Typer) -> None:
+    """Give every sub-app (at any depth, whichever module adds it) the :class:`Group` help."""
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            group.typer_instance.info.cls = Group
+            _every_group_lists_whole_sentences(group.typer_instance)
+
+
+_every_group_lists_whole_sentences(app)
 
 
 def main() -> None:

@@ -6,7 +6,8 @@ confirmation), q quits. Runs that appear, end, are removed, or cannot be read ar
 they are; nothing of that ends the view.
 
 Rows keep their place: top-level runs newest first by start time (never by state), a
-workflow's children under it oldest first. The cursor starts on the newest run and follows its
+workflow's children under it in their place in the workflow (step order: a queued call that
+starts stays on its row). The cursor starts on the newest run and follows its
 run (not its line); a run that appears while keys are pressed waits until none was pressed for
 ``HOLD_S``; new rows replace the old ones only right before a redraw, so a key acts on the run
 the screen shows highlighted, and a prompt (steer, stop) on the run it was opened on.
@@ -90,8 +91,8 @@ class TopState:
 
 def collect(home: Home) -> tuple[list[Row], list[str]]:
     """Every run as a row — the newest top-level run first, by start time (never by state, so
-    that a run's place does not change when it ends) — with a workflow's children (and queued
-    calls) right under it, oldest first; the runs that could not be read."""
+    that a run's place does not change when it ends) — with a workflow's children right under
+    it in their place in the workflow (:func:`_in_plan_order`); the runs that could not be read."""
     from pisub.api.client import list_runs
 
     problems: list[str] = []
@@ -101,7 +102,7 @@ def collect(home: Home) -> tuple[list[Row], list[str]]:
     for st in statuses:  # a child whose parent is gone (gc) is shown at the top level
         parent = st.parent_run_id if st.parent_run_id in known else None
         by_parent.setdefault(parent, []).append(st)
-    tops = sorted(by_parent.get(None, []), key=lambda s: (s.started_at or "", s.run_id), reverse=True)
+    tops = sorted(by_parent.get(None, []), key=_started, reverse=True)
     rows: list[Row] = []
 
     def add(status: Status, depth: int) -> None:
@@ -109,13 +110,49 @@ def collect(home: Home) -> tuple[list[Row], list[str]]:
             return
         own = fleet_of([status], live_only=False)
         rows.append(Row(own[0], depth, last_line(home, status), status))
-        rows.extend(Row(queued, depth + 1) for queued in own[1:])
-        for child in sorted(by_parent.get(status.run_id, []), key=lambda s: (s.started_at or "", s.run_id)):
-            add(child, depth + 1)
+        for child in _in_plan_order(status, own[1:], by_parent.get(status.run_id, [])):
+            if isinstance(child, FleetRow):
+                rows.append(Row(child, depth + 1))
+            else:
+                add(child, depth + 1)
 
     for status in tops:
         add(status, 0)
     return rows, problems
+
+
+def _started(status: Status) -> tuple[str, str]:
+    return (status.started_at or "", status.run_id)
+
+
+def _in_plan_order(
+    parent: Status, waiting: list[FleetRow], children: list[Status]
+) -> list[Status | FleetRow]:
+    """A run's children in a place that never changes: a workflow's by their step in it (the
+    plan's order; a call with no run yet is the row ``waiting`` holds for it, and a call that
+    starts takes that same place), then any child no step names, oldest first. A call whose
+    run the workflow has not recorded yet is matched by its key, so it does not move either."""
+    oldest_first = sorted(children, key=_started)
+    if parent.runner != "workflow":
+        return list(oldest_first)
+    by_id = {child.run_id: child for child in children}
+    named = {step.run_id for step in parent.steps}
+    unnamed = [child for child in oldest_first if child.run_id not in named]
+    placeholders = iter(waiting)
+    placed: list[Status | FleetRow] = []
+    for step in parent.steps:  # (in index order; ``waiting`` holds the run-less ones in this order)
+        if step.run_id is not None:
+            if step.run_id in by_id:
+                placed.append(by_id[step.run_id])
+            continue
+        placeholder = next(placeholders, None)
+        started = next((c for c in unnamed if step.key is not None and c.key == step.key), None)
+        if started is not None:
+            unnamed.remove(started)
+            placed.append(started)
+        elif placeholder is not None:
+            placed.append(placeholder)
+    return placed + unnamed
 
 
 def _age(stamp: str | None) -> str:
@@ -201,7 +238,7 @@ def render(state: TopState, height: int, width: int = 80) -> Any:
 
     if state.mode == "log":
         return _render_log(state, height, width)
-    footer = _line(state.message, "bold")
+    footer = _line(_fitted(state.message, width), "bold")
     if state.mode == "steer":
         footer = _line(f"steer {_short(state.target)}> {state.typed}", "bold yellow")
     elif state.mode == "confirm":
@@ -223,6 +260,18 @@ def render(state: TopState, height: int, width: int = 80) -> Any:
     if state.held:
         parts.append(_line(f"{state.held} new row(s): shown when no key was pressed for {HOLD_S:g} s", "dim"))
     return Group(*parts, footer)
+
+
+def _fitted(text: str, width: int) -> str:
+    """``text`` (escaped) in ``width`` columns, cut after a whole word with ``…`` when longer."""
+    from pisub.termsafe import printable
+
+    shown = printable(text, one_line=True)
+    if len(shown) <= width:
+        return shown
+    cut = shown[: max(1, width - 1)]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > width // 2 else cut).rstrip(" ·—,;:") + "…"
 
 
 def _table(state: TopState, first: int, room: int, *, wide: bool) -> Any:
@@ -258,21 +307,22 @@ def _table(state: TopState, first: int, room: int, *, wide: bool) -> Any:
 
 
 def _render_log(state: TopState, height: int, width: int) -> Any:
-    """The log view: a header about the run, its log's last lines (wrapped at the screen's
-    width; the newest at the bottom) and its own footer."""
+    """The log view: a header about the run (its id, agent, state and label or task; under it
+    its steering and cwd, so that neither is cut away at 80 columns), its log's last lines
+    (wrapped at the screen's width; the newest at the bottom) and its own footer."""
     from rich.console import Group
 
     row = state.target
-    head = f"log of {_short(row)}"
+    head = [f"log of {_short(row)}"]
     if row is not None:
-        head += f" · {row.fleet.agent} · {row.fleet.state}"
-        head += "".join(f" · {part}" for part in (_task(row), steering_words(row.status)) if part)
-        if row.status is not None and row.status.cwd:
-            head += f" · in {row.status.cwd}"
-    lines = _wrapped(state.log, max(10, width))[-max(1, height - 2) :]
+        head[0] += "".join(f" · {part}" for part in (row.fleet.agent, row.fleet.state, _task(row)) if part)
+        cwd = f"in {row.status.cwd}" if row.status is not None and row.status.cwd else ""
+        second = " · ".join(part for part in (steering_words(row.status), cwd) if part)
+        head += [second] if second else []
+    lines = _wrapped(state.log, max(10, width))[-max(1, height - 1 - len(head)) :]
     message = state.message if state.message != HELP else LOG_HELP
     body = [_line(line) for line in lines] or [_text("(nothing written yet)", "dim")]
-    return Group(_line(head, "bold"), *body, _line(message, "bold"))
+    return Group(*(_line(line, "bold") for line in head), *body, _line(_fitted(message, width), "bold"))
 
 
 def _wrapped(lines: list[str], width: int) -> list[str]:
@@ -441,8 +491,10 @@ class Top:
             st.selected = max(0, st.selected - 1)
         elif key == "down":
             st.selected = min(max(0, len(st.rows) - 1), st.selected + 1)
-        elif st.current is None or st.current.fleet.run_id is None:
+        elif st.current is None:
             return
+        elif st.current.fleet.run_id is None:
+            st.message = _not_started(st.current.fleet, key)
         elif key in ("enter", "s", "x"):
             st.target, st.message = st.current, HELP
             st.mode, st.typed = {"enter": "log", "s": "steer", "x": "confirm"}[key], ""
@@ -490,8 +542,8 @@ class Top:
             else:
                 rid = run.send_stop(source="pisub top")
             receipt = run.wait_for_receipt(rid, timeout=3)
-        except PisubError as exc:
-            self.state.message = f"{what} {run_id[:8]}: {exc.message} [{exc.code}]"
+        except PisubError as exc:  # the code first: an 80-column footer may cut the words
+            self.state.message = f"{what} {run_id[:8]}: {exc.code} — {exc.message}"
             return
         state = receipt.state if receipt is not None else "pending"
         why = f": {receipt.reason}" if receipt is not None and receipt.reason else ""
@@ -532,6 +584,17 @@ class Top:
                 if not ready:
                     dirty = True  # the clock tick: ages move
         self.watch.close()
+
+
+def _not_started(call: FleetRow, key: str) -> str:
+    """What a key does on the row of a workflow's call that has no run yet: nothing, and why."""
+    if key not in ("enter", "s", "x", "i"):
+        return HELP
+    what = f"{call.key or 'this call'} has not started ({call.state})"
+    if key == "enter":
+        return f"{what}: no log yet"
+    workflow = (call.parent_run_id or "?")[:8]
+    return f"{what}: stop its workflow {workflow} or wait"
 
 
 def _run_id(row: Row | None) -> str:

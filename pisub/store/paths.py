@@ -43,7 +43,8 @@ MAX_LABEL = 80
 def check_label(label: object, where: str = "label") -> str:
     """``label`` when it is a usable run label: text, one line of printable characters (no
     control character, escape, bidi control or line separator), not blank, no surrounding
-    spaces, at most :data:`MAX_LABEL` characters.
+    spaces, no invisible character and at least one that shows (a zero-width space alone,
+    combining marks alone), at most :data:`MAX_LABEL` characters.
 
     Raises:
         InvalidInput: naming ``where`` (the field path).
@@ -61,7 +62,28 @@ def check_label(label: object, where: str = "label") -> str:
         raise InvalidInput(f"{where}: holds a control character or line break: {shown} (give one line)")
     if label != label.strip():
         raise InvalidInput(f"{where}: {label!r} starts or ends with a space")
+    _visible_label(label, where)
     return label
+
+
+def _visible_label(label: str, where: str) -> None:
+    """A label is seen and typed as ``@LABEL``: no invisible character (the rule agent names
+    follow, :func:`pisub.termsafe.invisible_char`) and at least one character that shows.
+
+    Raises:
+        InvalidInput: naming ``where``.
+    """
+    from pisub.termsafe import invisible_char, shows_nothing
+
+    char = invisible_char(label)
+    if char is not None:
+        raise InvalidInput(
+            f"{where}: holds an invisible character (U+{ord(char):04X}); "
+            "give a label made of visible characters"
+        )
+    if shows_nothing(label):
+        codes = " ".join(f"U+{ord(c):04X}" for c in label[:8])
+        raise InvalidInput(f"{where}: shows nothing ({codes}); give a label made of visible characters")
 
 
 def validate_run_ref(ref: str) -> str:

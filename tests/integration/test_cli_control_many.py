@@ -8,7 +8,10 @@ import json
 import os
 from pathlib import Path
 
+import click
 import pytest
+import typer
+import typer.main
 
 import pisub
 from pisub.children.pi.steers import CLEARED_REASON
@@ -140,12 +143,33 @@ def test_usage_errors_are_one_line(home: Path) -> None:
         assert line.count("Did you mean") <= 1 and "Usage:" not in line
 
 
+def _every_group(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], click.Group]]:
+    """``group`` and every group under it, each with its words on the command line."""
+    found = [(path, group)]
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            found += _every_group(command, (*path, name))
+    return found
+
+
 def test_help_never_cuts_a_description(home: Path) -> None:
-    for argv in (["--help"], ["agents", "--help"], ["worktree", "--help"]):
-        proc = pisub_cli(*argv)
-        assert proc.returncode == 0
+    """Every group's ``--help`` (the root, agents, lease, …, and any group added later: the walk
+    finds them) lists each command's whole first sentence, wrapped, never cut with ``...``."""
+    from pisub.cli import app
+
+    groups = _every_group(typer.main.get_group(app))
+    known = {("agents",), ("worktree",), ("config",), ("group",), ("pi-extension",)}
+    assert known <= {path for path, _ in groups}
+    for path, group in groups:
+        proc = pisub_cli(*path, "--help")
+        assert proc.returncode == 0, proc.stderr
         commands = proc.stdout.split("Commands:", 1)[1]
-        assert "..." not in commands, commands
+        assert not [line for line in commands.splitlines() if line.rstrip().endswith("...")], (path, commands)
+        listed = "".join(commands.split())  # wrapping may break a line after a hyphen
+        for name, command in group.commands.items():
+            if not command.hidden:
+                whole = "".join(command.get_short_help_str(limit=10_000).split())
+                assert name + whole in listed, (path, name, whole)
     stop = pisub_cli("--help").stdout.split("Commands:", 1)[1]
     assert "End one or more runs and everything they started; each ends stopped." in " ".join(stop.split())
 

@@ -118,6 +118,9 @@ def test_a_label_is_found_with_an_at_and_a_shared_one_is_ambiguous(
     assert len(both.stderr.splitlines()) == 1 and one in both.stderr and "@cafe" in both.stderr
     missing = piped("status", "@nobody")
     assert missing.returncode == 1 and "[RUN_NOT_FOUND]" in missing.stderr
+    blank = piped("status", "@\u200b")
+    assert blank.returncode == 1 and "[INVALID_INPUT]" in blank.stderr
+    assert "invisible character (U+200B)" in blank.stderr
     word = piped("status", "mylabel")
     assert "[INVALID_INPUT]" in word.stderr and "@mylabel" in word.stderr
 
@@ -131,6 +134,11 @@ def test_a_label_is_found_with_an_at_and_a_shared_one_is_ambiguous(
         ("   ", "empty"),
         ("\u202eevil", "control character"),
         (" padded", "space"),
+        ("\u200b", "invisible character (U+200B)"),  # attack 1, finding 13: it showed blank
+        ("fix\u200blogin", "invisible character (U+200B)"),  # would pass for "fixlogin"
+        ("\ufeff\u2060", "invisible character (U+FEFF)"),
+        ("\u0301\u0301", "shows nothing (U+0301 U+0301)"),  # combining marks alone
+        ("\ue000", "shows nothing (U+E000)"),  # private use
     ],
 )
 def test_a_hostile_label_is_refused_and_nothing_starts(
@@ -152,6 +160,10 @@ def test_the_api_takes_a_label_for_a_run_and_a_workflow(home: Path, make_agent: 
     assert flow.manifest().label == "api flow" and flow.status().label == "api flow"
     with pytest.raises(InvalidInput, match="label: must be text"):
         pisub.launch("quick", "x", label=5)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match=r"^label: holds an invisible character \(U\+200B\)"):
+        pisub.launch("quick", "x", label="\u200b")
+    with pytest.raises(InvalidInput, match=r"^label: shows nothing"):
+        pisub.launch_parallel([{"agent": "quick", "task": "a"}], label="\u0301")
     flow.wait(timeout=60)
 
 

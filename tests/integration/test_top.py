@@ -20,6 +20,7 @@ import pisub
 from pisub.api.client import launch_parallel
 from pisub.api.views import FleetRow
 from pisub.cli.top import Row, TopState, keys_of, render
+from pisub.errors import PisubError
 from tests.conftest import AgentMaker, processes_of, wait_for
 
 pytestmark = pytest.mark.pi
@@ -351,3 +352,95 @@ def test_top_shows_the_label_cwd_and_steering_in_words() -> None:
     assert "nightly-build" in _row_of(text, "cccccccc  "), text
     detail = "cccccccc · [nightly-build] · in /src/app · steering: 1 queued, 1 delivered, 1 failed"
     assert detail + " · task: fix the flaky test" in text, text
+
+
+def _key_order(screen: str, keys: list[str]) -> list[str]:
+    """``keys`` (a workflow's children) in the order their rows are on the screen."""
+    lines = screen.splitlines()
+    return sorted(
+        keys, key=lambda key: next(i for i, line in enumerate(lines) if re.search(rf"\s{key}\s", line))
+    )
+
+
+def _state_of(run: pisub.Run) -> str:
+    """The run's state; empty while its directory is not there yet (its id is recorded first)."""
+    try:
+        return str(run.status().state)
+    except PisubError:
+        return ""
+
+
+def _step_run(workflow: pisub.Run, index: int) -> str | None:
+    """The run id of the workflow's ``index``-th call, once it has one."""
+    steps = workflow.status().steps
+    return steps[index].run_id if len(steps) > index else None
+
+
+def test_top_keeps_a_workflows_children_in_plan_order_when_a_queued_one_starts(
+    home: Path, make_agent: AgentMaker, tmux: Tmux
+) -> None:
+    """Attack 1, finding 11: concurrency 1, three calls; the cursor on the queued q2; q1 is
+    stopped, q2 starts — q2 keeps its row (plan order, not start time) and the cursor on it. On
+    a call with no run yet, x and s say why nothing was done."""
+    make_agent("sleeper", python=SLEEPER)
+    workflow = launch_parallel(
+        [{"key": key, "agent": "sleeper", "task": f"task {key}"} for key in ("q1", "q2", "q3")],
+        concurrency=1,
+    )
+    q1 = pisub.Run(wait_for(lambda: _step_run(workflow, 0), timeout=30, what="q1's run"))
+    wait_for(lambda: _state_of(q1) == "running", timeout=30, what="q1 running")
+    tmux("new-session", "-d", "-s", "top", "-x", "80", "-y", "24", TOP)
+    keys = ["q1", "q2", "q3"]
+    wait_for(lambda: all(re.search(rf"\s{k}\s", tmux.screen()) for k in keys), timeout=30, what="the calls")
+    assert _key_order(tmux.screen(), keys) == keys, tmux.screen()
+    assert workflow.id[:8] in tmux.highlighted(), tmux.screen()
+    tmux.keys("j", "j")  # q1, then q2 (no run yet)
+    wait_for(lambda: " q2 " in tmux.highlighted(), timeout=10, what="q2 highlighted")
+    tmux.keys("x")
+    wait_for(lambda: "q2 has not started (queued): stop its workflow" in tmux.screen(), timeout=10)
+    assert "y/n" not in tmux.screen(), tmux.screen()
+    tmux.keys("s")
+    wait_for(lambda: "steer" not in tmux.screen().splitlines()[-1], timeout=10, what="no steer prompt")
+    q1.stop()
+    q2 = wait_for(lambda: _step_run(workflow, 1), timeout=30, what="q2's run")
+    wait_for(lambda: q2[:8] in tmux.screen(), timeout=30, what="q2's run in the table")
+    assert _key_order(tmux.screen(), keys) == keys, tmux.screen()  # q2 kept its row
+    assert q2[:8] in tmux.highlighted(), tmux.screen()  # and the cursor
+    tmux.keys("q")
+    workflow.stop()
+
+
+def test_top_at_80_columns_keeps_a_refusals_code_and_the_log_headers_cwd(
+    pi_home: Path, make_agent: AgentMaker, tmux: Tmux, tmp_path: Path
+) -> None:
+    """Attack 1, finding 11: at 80 columns `i` on a finished run shows its code (RUN_CLOSED)
+    before the words an 80-column footer may cut, and the log view keeps cwd and steering on a
+    second header line."""
+    make_agent("quick", python="import sys\nsys.stdin.read()\nprint('all done')\n")
+    done = pisub.launch("quick", "a finished run")
+    assert done.wait(timeout=30).state == "complete"
+    live = pisub.launch("pi", "SLOW:600 a long piece of work with a task line long enough to fill the header")
+    wait_for(lambda: live.status().state == "running", timeout=30)
+    live.steer("please hurry")
+    tmux("new-session", "-d", "-s", "top", "-x", "80", "-y", "24", TOP)
+    wait_for(lambda: live.id[:8] in tmux.highlighted(), timeout=30, what="the live run selected")
+    tmux.keys("j")
+    wait_for(lambda: done.id[:8] in tmux.highlighted(), timeout=10, what="the finished run selected")
+    tmux.keys("i")
+    wait_for(lambda: f"interrupt {done.id[:8]}: RUN_CLOSED" in tmux.screen(), timeout=15, what="the refusal")
+    footer = tmux.screen().rstrip("\n").splitlines()[-1].rstrip()
+    with pytest.raises(PisubError) as refused:
+        done.interrupt()
+    full = f"interrupt {done.id[:8]}: {refused.value.code} — {refused.value.message}"
+    shown = footer.removesuffix("…")
+    assert len(footer) <= 80 and full.startswith(shown), (footer, full)
+    assert shown == full or full[len(shown)] in " ;,.", (footer, full)  # cut after a whole word
+    tmux.keys("k")
+    wait_for(lambda: live.id[:8] in tmux.highlighted(), timeout=10, what="the live run selected")
+    tmux.keys("Enter")
+    wait_for(lambda: f"log of {live.id[:8]}" in tmux.screen(), timeout=10, what="the log view")
+    header = tmux.screen().splitlines()[:2]
+    assert "steering: 1 " in header[1] and f"in {str(tmp_path)[:30]}" in header[1], header
+    tmux.keys("q")
+    tmux.keys("q")
+    live.stop()

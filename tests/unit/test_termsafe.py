@@ -100,3 +100,15 @@ def test_any_bytes_come_out_without_a_control(data: bytes) -> None:
 @given(st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp", "Cf"))))
 def test_any_printable_text_is_unchanged(text: str) -> None:
     assert printable(text) == text
+
+
+def test_invisible_char_and_shows_nothing_name_what_nobody_sees() -> None:
+    """The one rule agent names and run labels share (attack 1, finding 13)."""
+    from pisub.termsafe import invisible_char, shows_nothing
+
+    found = {"re\u200bviewer": "\u200b", "\ufeff": "\ufeff", "a\tb": "\t", "a\u00a0b": "\u00a0"}
+    for text, char in found.items():
+        assert invisible_char(text) == char
+    assert invisible_char("fix login é 修正 🙂") is None
+    assert all(shows_nothing(text) for text in ("\u200b", "\u0301\u0301", "\ue000", " \u3000", "\u2028"))
+    assert not any(shows_nothing(text) for text in ("e\u0301", "x", " x", "🙂"))
