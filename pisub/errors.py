@@ -154,6 +154,12 @@ class UnsupportedPi(LaunchFailed):
     code = "UNSUPPORTED_PI"
 
 
+class NoModel(PisubError):
+    """pi lists no model it can use (no provider key, no ``models.json``), or none matching."""
+
+    code = "NO_MODEL"
+
+
 class FanoutLimit(PisubError):
     """A batch of child starts does not fit in what is left of the root run's spawn budget."""
 

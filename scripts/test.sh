@@ -37,7 +37,7 @@ passes: main (xdist), root, each other pi version, serial. Extra arguments go to
 pass (e.g. -k crash, --stress, --nfs); -m is the script's own.
 
 As root it also changes the system:
-  - apt-get installs what is missing of tmux and bindfs (and, for the Slurm tests, slurm-wlm,
+  - apt-get installs what is missing of tmux, bindfs and zsh (and, for the Slurm tests, slurm-wlm,
     slurmctld, slurmd, slurm-client, munge);
   - adds the system user pisub-ci (useradd, no home) and runs most tests as that user from a
     copy of the project in /tmp/pisub-nonroot.*;
@@ -135,11 +135,12 @@ install_venv() {
         --config-settings editable_mode=compat
 }
 # tmux drives `pisub top` in its tests, bindfs gives test_split_brain.py its second mount of
-# the home, slurm-wlm and munge the one-node cluster: one apt-get (dpkg takes one at a time).
+# the home, zsh sources scripts/env.sh in test_readme_try.py, slurm-wlm and munge the one-node cluster: one apt-get (dpkg takes one at a time).
 install_packages() {
     local want=()
     command -v tmux >/dev/null 2>&1 || want+=(tmux)
     command -v bindfs >/dev/null 2>&1 || want+=(bindfs)
+    command -v zsh >/dev/null 2>&1 || want+=(zsh)
     if [ -n "$use_slurm" ] && ! { command -v slurmctld && command -v slurmd && command -v munged; } >/dev/null 2>&1; then
         want+=(slurm-wlm slurmctld slurmd slurm-client munge)
     fi

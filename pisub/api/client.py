@@ -1334,16 +1334,33 @@ def agent_file_sha(path: Path) -> str:
     return hashlib.sha256(read_bytes(path, limit=256 * 1024)).hexdigest()
 
 
-def pi_models(search: str | None = None) -> list[Model]:
+NO_MODEL_FIX = (
+    "give pi a provider's key (export ANTHROPIC_API_KEY or OPENAI_API_KEY, or run pi and /login), "
+    "or, in a pisub checkout, . scripts/env.sh (a local scripted model)"
+)
+
+
+def pi_models(search: str | None = None, *, required: bool = False) -> list[Model]:
     """The models the pi pisub runs knows (``pi --list-models [search]``).
 
     Raises:
         LaunchFailed: pi is missing, or cannot list its models.
+        NoModel: ``required`` and pi lists none (with the fix), or none matches ``search``.
     """
+    from pisub.agents.catalog import pi_agent_dir
     from pisub.children.pi.models import list_models
     from pisub.children.pi.rpc import find_pi
+    from pisub.errors import NoModel
+    from pisub.termsafe import printable
 
-    return list_models(find_pi(), search)
+    found = list_models(find_pi(), search)
+    if required and not found:
+        if search:
+            shown = printable(search[:80], one_line=True)
+            raise NoModel(f"pi has no model matching {shown!r} (pisub models lists every model pi has)")
+        where = printable(os.fspath(pi_agent_dir()), one_line=True)
+        raise NoModel(f"pi has no model (pi --list-models lists none; its agent dir {where}); {NO_MODEL_FIX}")
+    return found
 
 
 def wait_runs(

@@ -187,6 +187,12 @@ MODEL_FIX = (
 )
 
 
+PI_BIN_FIX = (
+    "run {pi} --list-models yourself to see why it {what}; or point PISUB_PI_BIN at a pi that "
+    "answers (scripts/install_pi.sh installs one)"
+)
+
+
 def pi_agent_dir(env: dict[str, str] | None = None) -> Path:
     """pi's own folder (``models.json``, ``settings.json``, ``auth.json``): ``$PI_CODING_AGENT_DIR``,
     else ``~/.pi/agent``."""
@@ -220,10 +226,26 @@ def _check_model(pi_bin: str, report: Report) -> None:
     done = run_bounded([pi_bin, "--list-models"], timeout=LIST_MODELS_TIMEOUT_S, env=env)
     said = done.stdout[:262144].decode("utf-8", "replace")
     models = listed_models(said)
-    if done.timed_out or done.returncode != 0:
-        why = "did not answer in time" if done.timed_out else f"exited {done.returncode}"
-        detail = f"{pi_bin} --list-models {why}: cannot tell whether pi has a usable model"
-        report.add("model", False, detail, MODEL_FIX)
+    shown_bin = printable(pi_bin, one_line=True)
+    lingered = done.timed_out and done.returncode == 0  # pi answered; something it left held the pipe
+    if done.timed_out and not lingered:
+        detail = (
+            f"{shown_bin} --list-models did not answer in {LIST_MODELS_TIMEOUT_S:g} s (timed out): "
+            "cannot tell whether pi has a usable model"
+        )
+        report.add("model", False, detail, PI_BIN_FIX.format(pi=shown_bin, what="hangs"))
+    elif done.returncode != 0:
+        last = printable(
+            " ".join(done.stderr[-2000:].decode("utf-8", "replace").split())[-200:], one_line=True
+        )
+        detail = f"{shown_bin} --list-models exited {done.returncode}" + (f": {last}" if last else "")
+        report.add("model", False, detail, PI_BIN_FIX.format(pi=shown_bin, what="fails"))
+    elif lingered and not models:
+        detail = (
+            f"{shown_bin} --list-models exited, but a process it left behind held its output open for "
+            f"{LIST_MODELS_TIMEOUT_S:g} s (timed out): its answer could not be read"
+        )
+        report.add("model", False, detail, PI_BIN_FIX.format(pi=shown_bin, what="lingers"))
     elif not models:
         detail = (
             f"pi has no usable model (pi --list-models lists none; its agent dir {where}): "
@@ -233,8 +255,11 @@ def _check_model(pi_bin: str, report: Report) -> None:
     else:
         shown = printable(", ".join(models[:3]), one_line=True)
         more = f" and {len(models) - 3} more" if len(models) > 3 else ""
+        slow = (
+            f"; a process pi left behind held its output for {LIST_MODELS_TIMEOUT_S:g} s" if lingered else ""
+        )
         report.add(
-            "model", True, f"pi lists {len(models)} usable model(s): {shown}{more} (agent dir {where})"
+            "model", True, f"pi lists {len(models)} usable model(s): {shown}{more} (agent dir {where}){slow}"
         )
 
 

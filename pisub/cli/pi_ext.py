@@ -54,13 +54,14 @@ def models(
     agent: str | None = typer.Option(None, "--agent", help="Also say which model this agent uses."),
     as_json: bool = typer.Option(False, "--json", help="One {provider, id, name, ...} object per line."),
 ) -> None:
-    """The models pi knows (pi --list-models); with --agent, the agent's model and thinking level."""
+    """The models pi knows (pi --list-models); with --agent, the agent's model and thinking level.
+    None at all (or none matching): one line with the fix, exit 1."""
     from dataclasses import asdict
 
     from pisub.api.client import agent_catalog, pi_models
     from pisub.cli.render import json_line
 
-    found = pi_models(search)
+    found = pi_models(search, required=True)
     chosen = agent_catalog().get(agent).frontmatter if agent is not None else None
     for m in found:
         mark = chosen is not None and chosen.model in (m.name, m.id)

@@ -10,6 +10,7 @@ naming the file and the field."""
 from __future__ import annotations
 
 import os
+import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,7 +108,7 @@ def load_all(home_root: Path, env: dict[str, str] | None = None) -> Loaded:
     """
     files, tables = [], []
     for index, path in enumerate(config_files(home_root, env)):
-        table = _read_table(path)
+        table = _read_table(path, follow=index == 0)
         if table is not None:  # each file checked on its own: an error names its file
             config_limits(_convert(table, path)).check(printable(os.fspath(path)))
         tables.append(table or {})
@@ -122,12 +123,20 @@ def load_all(home_root: Path, env: dict[str, str] | None = None) -> Loaded:
     return Loaded(_convert(merged, files[0].path), files)
 
 
-def _read_table(path: Path) -> dict[str, Any] | None:
-    """The file's TOML table, or None when there is no file."""
+def _read_table(path: Path, *, follow: bool = False) -> dict[str, Any] | None:
+    """The file's TOML table, or None when there is no file. ``follow``: a symlink is followed
+    as :func:`_link_target` allows (the XDG place; never in the home)."""
     from pisub.core.fsio import read_bytes
 
     shown = printable(os.fspath(path))
     try:
+        if os.path.islink(path):
+            if not follow:
+                raise InvalidInput(
+                    f"{shown} is a symlink: pisub reads <home>/config.toml only as a regular file; "
+                    f"move it to {printable(os.fspath(user_config_path()))} (a symlink is followed there)"
+                )
+            path = _link_target(path, shown)
         data = read_bytes(path, limit=MAX_CONFIG_BYTES)
     except FileNotFoundError:
         return None
@@ -141,6 +150,49 @@ def _read_table(path: Path) -> dict[str, Any] | None:
         return tomllib.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
         raise InvalidInput(f"{shown} is not valid TOML: {exc}") from None
+
+
+MAX_LINKS = 8
+OWNERS_NOTE = "pisub follows a config symlink only when each link and its target are yours (or root's)"
+
+
+def _link_target(path: Path, shown: str) -> Path:
+    """The regular file a symlinked config file (a dotfile manager's: stow, home-manager) ends at,
+    after at most :data:`MAX_LINKS` links, each owned by the user or root, as is the file.
+
+    Raises:
+        InvalidInput: a link or the file belongs to someone else, the file is not a regular file
+            or does not exist, or the links go on (a loop).
+    """
+    from pisub.core.fsio import file_kind
+
+    mine = {os.getuid(), 0}
+    current = path
+    for _ in range(MAX_LINKS):
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            break  # said below
+        if not stat.S_ISLNK(st.st_mode):
+            break
+        if st.st_uid not in mine:
+            link = printable(os.fspath(current))
+            raise InvalidInput(f"{shown}: the symlink {link} is owned by uid {st.st_uid}; {OWNERS_NOTE}")
+        current = current.parent / os.readlink(current)
+    else:
+        raise InvalidInput(f"{shown}: more than {MAX_LINKS} symlinks in a row (a loop?); fix the link")
+    target = printable(os.fspath(current))
+    try:
+        st = os.lstat(current)
+    except FileNotFoundError:
+        missing = f"{shown} links to {target}, which does not exist; fix or remove the link"
+        raise InvalidInput(missing) from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = file_kind(st.st_mode)
+        raise InvalidInput(f"{shown} links to {target}, which is not a regular file ({kind}); fix the link")
+    if st.st_uid not in mine:
+        raise InvalidInput(f"{shown} links to {target}, which is owned by uid {st.st_uid}; {OWNERS_NOTE}")
+    return current
 
 
 def _convert(table: dict[str, Any], path: Path) -> Config:

@@ -87,8 +87,8 @@ def test_a_bad_file_is_one_line_naming_the_field(
 
 @pytest.mark.parametrize(
     ("place", "kind"),
-    [(p, k) for p in ("old", "xdg") for k in ("symlink", "fifo", "directory", "huge")]
-    + [("xdg", "parent is a file")],
+    [(p, k) for p in ("old", "xdg") for k in ("fifo", "directory", "huge")]
+    + [("old", "symlink"), ("xdg", "parent is a file")],
 )
 def test_a_hostile_file_is_refused_never_followed_or_waited_on(
     home: Path, quick: None, tmp_path: Path, kind: str, place: str
@@ -115,6 +115,70 @@ def test_a_hostile_file_is_refused_never_followed_or_waited_on(
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1 and "config.toml" in done.stderr
     assert not list(pisub.list_runs())
+
+
+def test_a_symlinked_xdg_config_of_the_users_is_followed(home: Path, quick: None, tmp_path: Path) -> None:
+    """A dotfile manager's link (two links in a row here) to a file of the user's: read; the old
+    place's symlink is refused with a message that says where a link is followed."""
+    dotfiles = tmp_path / "dotfiles"
+    dotfiles.mkdir()
+    (dotfiles / "pisub.toml").write_text("[limits]\ntimeout = 5\n")
+    (dotfiles / "current.toml").symlink_to("pisub.toml")
+    xdg = _xdg_config(tmp_path)
+    xdg.symlink_to(dotfiles / "current.toml")
+    assert _shown()["limits.timeout"] == (5, "config.toml")
+    (home / "config.toml").symlink_to(dotfiles / "pisub.toml")
+    done = pisub_cli("config", "show")
+    assert done.returncode == 1 and "Too many levels" not in done.stderr
+    assert "config.toml is a symlink: pisub reads <home>/config.toml only as a regular file" in done.stderr
+    assert f"move it to {xdg} (a symlink is followed there)" in done.stderr
+
+
+@pytest.mark.parametrize("kind", ["dangling", "directory", "fifo", "loop"])
+def test_a_symlinked_xdg_config_to_no_regular_file_is_refused(
+    home: Path, quick: None, tmp_path: Path, kind: str
+) -> None:
+    xdg = _xdg_config(tmp_path)
+    target = tmp_path / "target"
+    if kind == "directory":
+        target.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "loop":
+        target.symlink_to(xdg)
+    xdg.symlink_to(target)
+    done = pisub_cli("config", "show", timeout=20)
+    assert done.returncode == 1 and "Traceback" not in done.stderr and "Too many levels" not in done.stderr
+    expected = {
+        "dangling": f"{xdg} links to {target}, which does not exist; fix or remove the link",
+        "directory": f"{xdg} links to {target}, which is not a regular file (directory); fix the link",
+        "fifo": f"{xdg} links to {target}, which is not a regular file (FIFO); fix the link",
+        "loop": f"{xdg}: more than 8 symlinks in a row (a loop?); fix the link",
+    }[kind]
+    assert done.stderr.strip().splitlines() == [f"pisub: {expected} [INVALID_INPUT]"], done.stderr
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("whose", ["link", "target"])
+def test_a_config_symlink_or_target_of_another_user_is_refused(
+    home: Path, quick: None, tmp_path: Path, whose: str
+) -> None:
+    """As root, a link or file owned by another user (nobody: 65534) is not followed."""
+    if os.getuid() != 0:
+        pytest.skip("needs root to give a file to another user")
+    target = tmp_path / "theirs.toml"
+    target.write_text("[limits]\ntimeout = 5\n")
+    xdg = _xdg_config(tmp_path)
+    xdg.symlink_to(target)
+    os.lchown(xdg if whose == "link" else target, 65534, 65534)
+    done = pisub_cli("config", "show")
+    note = "pisub follows a config symlink only when each link and its target are yours (or root's)"
+    said = (
+        f"{xdg}: the symlink {xdg} is owned by uid 65534; {note}"
+        if whose == "link"
+        else f"{xdg} links to {target}, which is owned by uid 65534; {note}"
+    )
+    assert done.returncode == 1 and done.stderr.strip() == f"pisub: {said} [INVALID_INPUT]", done.stderr
 
 
 def _xdg_config(tmp_path: Path) -> Path:

@@ -206,3 +206,50 @@ def test_install_pi_keeps_npm_quiet_unless_it_fails(tmp_path: Path, fail: bool) 
     default = pinned_versions(ROOT)[0]
     assert launcher == str(project / ".pi-cli" / default / "bin" / "pi")
     assert "EBADENGINE" in (project / ".pi-cli" / default / "npm-install.log").read_text()
+
+
+@pytest.mark.parametrize(
+    ("script", "says", "why"),
+    [
+        ("exec sleep 60", "--list-models did not answer in 20 s (timed out)", "why it hangs"),
+        (
+            "(setsid sleep 60 &)\nprintf 'provider  model\\na b\\n'",
+            "a process it left behind held its output open for 20 s",
+            "why it lingers",
+        ),
+    ],
+)
+def test_doctor_says_a_pi_that_does_not_answer_timed_out(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str, says: str, why: str
+) -> None:
+    """The fix is about the pi binary (PISUB_PI_BIN), not a provider's key."""
+    pi = fake_pi(tmp_path, script)
+    monkeypatch.setenv("PISUB_PI_BIN", str(pi))
+    done = pisub_cli("doctor", timeout=60)
+    lines = done.stdout.splitlines()
+    (bad,) = [line for line in lines if line.startswith("BAD  model")]
+    assert says in bad and str(pi) in bad, done.stdout
+    fix = lines[lines.index(bad) + 1]
+    assert f"fix: run {pi} --list-models yourself to see {why}" in fix and "PISUB_PI_BIN" in fix
+    assert "API_KEY" not in fix
+
+
+def test_models_without_a_model_says_so_with_the_fix(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PISUB_PI_BIN", str(fake_pi(tmp_path, "echo 'No models available.'")))
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", str(tmp_path / "agent"))
+    for args in ([], ["--json"]):
+        done = pisub_cli("models", *args)
+        assert done.returncode == 1 and done.stdout == "", done
+        assert done.stderr.splitlines() == [
+            f"pisub: pi has no model (pi --list-models lists none; its agent dir {tmp_path / 'agent'}); "
+            "give pi a provider's key (export ANTHROPIC_API_KEY or OPENAI_API_KEY, or run pi and /login), "
+            "or, in a pisub checkout, . scripts/env.sh (a local scripted model) [NO_MODEL]"
+        ]
+    table = """[ -n "$2" ] && { echo "No models matching $2"; exit 0; }; printf 'provider  model\\na b\\n'"""
+    monkeypatch.setenv("PISUB_PI_BIN", str(fake_pi(tmp_path, table)))
+    assert pisub_cli("models", check=True).stdout.startswith("  a/b")
+    missing = pisub_cli("models", "gpt\x1b[2J")
+    assert missing.returncode == 1 and "\x1b" not in missing.stderr
+    assert "pi has no model matching" in missing.stderr and "[NO_MODEL]" in missing.stderr

@@ -109,6 +109,158 @@ def test_env_sh_refuses_what_it_cannot_do(checkout: Path, tmp_path: Path) -> Non
     assert "no scripted model running" in bash(". scripts/env.sh --stop", checkout, env).stdout
 
 
+STRICT = "set -euo pipefail\n"
+
+
+def test_env_sh_never_ends_a_strict_shell(checkout: Path, tmp_path: Path) -> None:
+    """Under set -euo pipefail a problem is printed and the shell goes on (bash and zsh)."""
+    env = fresh_env(tmp_path)
+    for shell in shells():
+        bad = run_in(shell, STRICT + ". scripts/env.sh --bogus; echo SURVIVED", checkout, env)
+        assert "unknown option --bogus" in bad.stderr and "SURVIVED" in bad.stdout, (shell, bad)
+    hollow = tmp_path / "hollow"
+    (hollow / "scripts").mkdir(parents=True)
+    shutil.copy(checkout / "scripts" / "env.sh", hollow / "scripts" / "env.sh")
+    missing = bash(STRICT + ". scripts/env.sh; echo SURVIVED", hollow, env)
+    assert "run ./scripts/demo.sh first" in missing.stderr and "SURVIVED" in missing.stdout
+    for other_shell in ("dash", "sh"):
+        if shutil.which(other_shell):
+            other = run_in([other_shell, "-c"], "set -eu\n. ./scripts/env.sh; echo SURVIVED", checkout, env)
+            assert "source me from bash or zsh" in other.stderr and "SURVIVED" in other.stdout, other
+            assert "Bad substitution" not in other.stderr
+
+
+def shells() -> list[list[str]]:
+    """bash, and zsh when installed (scripts/test.sh installs it)."""
+    found = [["bash", "-c"]]
+    if shutil.which("zsh"):
+        found.append(["zsh", "-f", "-c"])
+    return found
+
+
+def run_in(
+    shell: list[str], script: str, cwd: Path, env: dict[str, str], timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*shell, script], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+SHOW = (
+    "for v in PI_CODING_AGENT_DIR PI_OFFLINE PI_TELEMETRY PI_SKIP_VERSION_CHECK NO_PROXY; "
+    'do eval "echo $v=\\${$v-unset}"; done'
+)
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_env_sh_in_a_strict_shell_gives_back_what_it_changed(
+    checkout: Path, tmp_path: Path, shell: str
+) -> None:
+    """bash and zsh, set -euo pipefail: the model starts, a second source reuses it, --stop ends it
+    and gives every variable its earlier value back; no helper variable or function is left."""
+    if shutil.which(shell) is None:
+        pytest.skip(f"{shell} is not installed (scripts/test.sh installs it)")
+    argv = ["bash", "-c"] if shell == "bash" else ["zsh", "-f", "-c"]
+    env = fresh_env(tmp_path, NO_PROXY="corp.example", PI_OFFLINE="7")
+    script = (
+        STRICT
+        + f"""
+. scripts/env.sh
+. scripts/env.sh
+{SHOW}
+. scripts/env.sh --stop
+echo AFTER
+{SHOW}
+(set; typeset -f) | grep -c -E '^_?pisub_env|^PISUB_ENV' || true
+"""
+    )
+    done = run_in(argv, script, checkout, env)
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    before, after = out.split("AFTER\n")
+    state = tmp_path / "home/.cache/pisub/scripted-model"
+    assert "started the scripted model" in before and "already serves" in before
+    assert f"PI_CODING_AGENT_DIR={state}/pi-agent" in before and "PI_OFFLINE=1" in before
+    assert "NO_PROXY=corp.example,127.0.0.1,localhost" in before
+    assert f"stop it with: . '{checkout}/scripts/env.sh' --stop" in before
+    assert "stopped the scripted model" in before
+    assert after.splitlines() == [
+        "PI_CODING_AGENT_DIR=unset",
+        "PI_OFFLINE=7",
+        "PI_TELEMETRY=unset",
+        "PI_SKIP_VERSION_CHECK=unset",
+        "NO_PROXY=corp.example",
+        "0",
+    ], out
+    assert (state.stat().st_mode & 0o777) == 0o700
+
+
+def test_env_sh_stops_only_its_own_server(checkout: Path, tmp_path: Path) -> None:
+    """A pid file naming another process — even one that looks like the server — or a dead one:
+    --stop ends nothing and says so quietly; the next start starts a real server."""
+    env = fresh_env(tmp_path)
+    state = tmp_path / "home/.cache/pisub/scripted-model"
+    state.mkdir(parents=True, mode=0o700)
+    decoy = subprocess.Popen(
+        ["bash", "-c", "exec -a pisub.testing.fake_model sleep 300", "pisub.testing.fake_model"],
+        start_new_session=True,
+    )
+    try:
+        (state / "pid").write_text(f"{decoy.pid}\n")
+        (state / "url").write_text("http://127.0.0.1:9/v1\n")
+        stopped = bash(STRICT + ". scripts/env.sh --stop", checkout, env)
+        assert stopped.stdout == "env.sh: no scripted model running\n" and stopped.stderr == ""
+        assert decoy.poll() is None, "the decoy was killed"
+        (state / "pid").write_text("999999\n")
+        stale = bash(STRICT + ". scripts/env.sh --stop", checkout, env)
+        assert stale.stdout == "env.sh: no scripted model running\n" and stale.stderr == "", stale
+        (state / "pid").write_text(f"{decoy.pid}\n")
+        started = bash(STRICT + ". scripts/env.sh", checkout, env)
+        assert "started the scripted model" in started.stdout, started.stdout + started.stderr
+        assert decoy.poll() is None
+        assert "stopped the scripted model" in bash(". scripts/env.sh --stop", checkout, env).stdout
+        assert decoy.poll() is None
+    finally:
+        decoy.kill()
+        decoy.wait()
+
+
+def test_a_wrapper_scripts_arguments_do_not_reach_env_sh(checkout: Path, tmp_path: Path) -> None:
+    """bash: `./wrap.sh --stop` does not stop the server, `--verbose` is no error; an option given
+    to `.` itself in the script is read."""
+    env = fresh_env(tmp_path)
+    wrap = tmp_path / "wrap.sh"
+    wrap.write_text(f'#!/bin/bash\nset -eu\n. "{checkout}/scripts/env.sh"\necho WRAPPED "$@"\n')
+    wrap.chmod(0o755)
+    try:
+        first = subprocess.run([wrap, "--verbose"], env=env, capture_output=True, text=True, timeout=120)
+        assert "WRAPPED --verbose" in first.stdout and "started the scripted model" in first.stdout
+        assert first.stderr == "", first.stderr
+        again = subprocess.run([wrap, "--stop"], env=env, capture_output=True, text=True, timeout=120)
+        assert "already serves" in again.stdout and "stopped" not in again.stdout, again.stdout
+        if shutil.which("zsh"):  # zsh cannot tell: a script gives its option (README)
+            zwrap = tmp_path / "wrap.zsh"
+            zwrap.write_text(f'. "{checkout}/scripts/env.sh" --start\necho WRAPPED "$@"\n')
+            zsh = subprocess.run(
+                ["zsh", "-f", zwrap, "--stop"], env=env, capture_output=True, text=True, timeout=120
+            )
+            assert "already serves" in zsh.stdout and "WRAPPED --stop" in zsh.stdout, zsh.stdout + zsh.stderr
+    finally:
+        stopped = bash(". scripts/env.sh --stop", checkout, env)
+    assert "stopped the scripted model" in stopped.stdout
+
+
+def test_env_sh_gives_a_hanging_pi_ten_seconds(checkout: Path, tmp_path: Path) -> None:
+    """A pi whose --list-models never ends (leaving a process on its stdout): env.sh goes on."""
+    hang = tmp_path / "hang"
+    hang.write_text("#!/bin/sh\n(setsid sleep 60 &)\nexec sleep 60\n")
+    hang.chmod(0o755)
+    env = fresh_env(tmp_path, PISUB_PI_BIN=str(hang))
+    try:
+        done = bash(STRICT + ". scripts/env.sh; echo SURVIVED", checkout, env, timeout=40)
+        assert "did not answer in 10 s" in done.stderr and "SURVIVED" in done.stdout, done
+    finally:
+        bash(". scripts/env.sh --stop", checkout, env)
+
+
 def test_the_slurm_recipe_writes_the_config_pisub_reads(tmp_path: Path) -> None:
     """README's "Runs on a Slurm cluster": its config line, verbatim, sets what `config show` shows."""
     section = (ROOT / "README.md").read_text().split("## Runs on a Slurm cluster", 1)[1]
