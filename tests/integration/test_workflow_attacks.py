@@ -15,7 +15,7 @@ import pytest
 
 import pisub
 from pisub.api.client import launch_parallel, launch_workflow, resume_workflow
-from pisub.errors import InvalidInput
+from pisub.errors import InvalidInput, UnknownAgent
 from pisub.workflow.forwarding import forwarded_id
 from tests.conftest import AgentMaker, pisub_cli, wait_for
 from tests.helpers import write_script
@@ -393,9 +393,9 @@ def test_a_launch_validates_the_script_as_workflow_validate_does_agents_included
     assert checked.returncode == 1 and "unknown agent 'nosuch'" in checked.stdout, checked
     started = pisub_cli("run", "--workflow", str(script))
     assert started.returncode == 1, started
-    assert "unknown agent 'nosuch'" in started.stderr and "INVALID_INPUT" in started.stderr, started
+    assert "unknown agent 'nosuch'" in started.stderr and "UNKNOWN_AGENT" in started.stderr, started
     assert "Traceback" not in started.stderr
-    with pytest.raises(InvalidInput, match="unknown agent 'nosuch'"):
+    with pytest.raises(UnknownAgent, match="unknown agent 'nosuch'"):  # its only problem
         launch_workflow(script)
     runs = home / "runs"
     assert not runs.exists() or not list(runs.iterdir())  # nothing was created
