@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from pisub.errors import InvalidInput, PisubError
 from pisub.protocol.queue import DEFAULT_GROUP, GroupConfig, check_group_name, check_limit
 from pisub.runs.queue import GroupView as GroupView  # (what the CLI shows)
-from pisub.runs.queue import Verdict, promote, verdict, view
+from pisub.runs.queue import Verdict, holder_verdict, promote, view
 from pisub.store import groups
 from pisub.store.paths import Home, open_home
 
@@ -103,7 +103,7 @@ def group_rm(name: str, *, home: Path | None = None) -> None:
     with groups.locked(h, name) as directory:
         if not groups.exists(h, name):
             raise InvalidInput(f"no group {name!r}")
-        live = [e for e in groups.entries(directory) if verdict(h, e.run_id) is not Verdict.GONE]
+        live = [e for e in groups.entries(directory) if holder_verdict(h, directory, e) is not Verdict.GONE]
         if live:
             shown = ", ".join(e.run_id[:8] for e in live[:5])
             raise InvalidInput(

@@ -145,10 +145,12 @@ class QueueWait:
         slot given on: the repair leaves the group)."""
         if limit is None:
             return True
-        admitted = [e for e in found if e.admitted]
-        if len(admitted) < limit:
+        # Counted exactly as a decision counts them (a holder whose run ended or whose
+        # directory is gone under a dead runner holds nothing: the decision drops its entry).
+        held = {e: queue.holder_verdict(self.home, self.directory, e) for e in found if e.admitted}
+        if sum(1 for v in held.values() if v is not queue.Verdict.GONE) < limit:
             return True
-        dead = [e for e in admitted if queue.verdict(self.home, e.run_id) is queue.Verdict.DEAD]
+        dead = [e for e, v in held.items() if v is queue.Verdict.DEAD]
         if dead and (self.repairing is None or not self.repairing.is_alive()):
             # In a thread: ending a dead run's child takes up to a second, and this runner may be
             # admitted meanwhile (a repair is idempotent and safe to cut off at any point).

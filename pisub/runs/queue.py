@@ -46,14 +46,15 @@ class Verdict(enum.Enum):
     """Its run ended, or its directory is gone: its entry is removed."""
 
 
-def verdict(home: Home, run_id: str) -> Verdict:
+def verdict(home: Home, run_id: str, entry: QueueEntry | None = None) -> Verdict:
     """What became of the run of an entry: anything but proof of its end or its runner's death
-    is :attr:`Verdict.RUNS`."""
+    is :attr:`Verdict.RUNS`. A run whose directory is gone is :attr:`Verdict.GONE` unless its
+    entry (``entry``: its runner's pid and start ticks) shows that runner still alive."""
     paths = home.run(run_id)
     if is_held(paths.runner_lock):
         return Verdict.RUNS
     if not os.path.isdir(paths.root):
-        return Verdict.GONE
+        return Verdict.RUNS if entry is not None and _runner_alive(entry) else Verdict.GONE
     from pisub.backends import Liveness, liveness
     from pisub.store.runs import load_status
 
@@ -75,15 +76,25 @@ def deps_state(home: Home, after: list[str]) -> tuple[bool, str | None]:
     for run_id in after:
         try:
             state = load_status(home.run(run_id)).state
-        except FileNotFoundError:
-            return False, f"run {run_id} it waits for (--after) no longer exists"
         except (PisubError, OSError):
+            if not os.path.isdir(home.run(run_id).root):
+                return False, f"run {run_id} it waits for (--after) no longer exists"
             ready = False
             continue
         if state.is_terminal and state != RunState.COMPLETE:
             return False, f"run {run_id} it waits for (--after) ended {state.value}"
         ready = ready and state == RunState.COMPLETE
     return ready, None
+
+
+def _runner_alive(entry: QueueEntry) -> bool:
+    return entry.pid is not None and is_alive(entry.pid, None, entry.pid_start_ticks)
+
+
+def holder_verdict(home: Home, directory: Path, entry: EntryName) -> Verdict:
+    """:func:`verdict` of an admitted entry's run, its runner's identity read from the entry
+    (a run directory removed under a live runner keeps its slot until that runner ends)."""
+    return verdict(home, entry.run_id, groups.peek_entry(directory, entry))
 
 
 @dataclass
@@ -120,7 +131,7 @@ def _promote(home: Home, group: str, directory: Path) -> Promotion:
     done = Promotion([], 0, [])
     for entry in found:
         if entry.admitted:
-            if verdict(home, entry.run_id) is not Verdict.GONE:
+            if holder_verdict(home, directory, entry) is not Verdict.GONE:
                 done.holders += 1  # a dead one until its repair ended what is left of it
             elif groups.remove(directory, entry):
                 done.dropped.append(entry.run_id)
@@ -290,8 +301,9 @@ def view(home: Home, name: str) -> GroupView:
         config = groups.load_config(home, name)
     except PisubError as exc:
         config, error = None, exc.message
-    found = groups.entries(groups.group_dir(home, name))
-    running = sum(1 for e in found if e.admitted and verdict(home, e.run_id) is not Verdict.GONE)
+    directory = groups.group_dir(home, name)
+    found = groups.entries(directory)
+    running = sum(1 for e in found if e.admitted and holder_verdict(home, directory, e) is not Verdict.GONE)
     queued = sum(1 for e in found if not e.admitted)
     config = config or GroupConfig(v=1, name=name)
     return GroupView(name, config.limit, config.paused or error is not None, running, queued, error)

@@ -17,7 +17,7 @@ from pathlib import Path
 from pisub.core import fsio
 from pisub.core.fsio import atomic_write, load_json, private_mkdir
 from pisub.core.locks import exclusive
-from pisub.errors import InvalidInput, ProtocolError, StorageError, storage_error
+from pisub.errors import InvalidInput, PisubError, ProtocolError, StorageError, storage_error
 from pisub.protocol.codec import encode, encode_pretty
 from pisub.protocol.queue import MAX_PRIORITY, GroupConfig, QueueEntry, check_group_name
 from pisub.store.paths import Home, is_run_id
@@ -180,6 +180,14 @@ def read_entry(directory: Path, entry: EntryName) -> QueueEntry | None:
         return None
     except ProtocolError:
         set_aside(directory, entry.name)
+        return None
+
+
+def peek_entry(directory: Path, entry: EntryName) -> QueueEntry | None:
+    """An entry's content as it stands; None when it is gone or cannot be read (left as is)."""
+    try:
+        return load_json(directory / entry.name, QueueEntry, limit=MAX_ENTRY_BYTES)
+    except (OSError, PisubError):
         return None
 
 

@@ -467,3 +467,43 @@ def test_a_workflow_waits_in_its_group_and_its_children_are_in_none(queue_env: P
     steps: list[dict[str, str]] = status(workflow)["steps"]  # type: ignore[assignment]
     children = [s["runId"] for s in steps]
     assert children and all(status(c)["group"] is None for c in children)
+
+
+def test_a_holders_directory_removed_under_a_dead_runner_frees_its_slot(queue_env: Path) -> None:
+    """The waiting runner's own check counts holders as a decision does: the ``a-`` entry of a
+    run whose directory is gone and whose runner is dead holds nothing (no jam)."""
+    import shutil
+
+    cli("group", "add", "rd", "--limit", "1")
+    h = launch("h", "gate", "--group", "rd")
+    wait_for(lambda: started(queue_env) == ["h"], what="h to start")
+    w = launch("w", "0", "--group", "rd")
+    assert state(w) == "queued"
+    pid = runner_pid(h)
+    shutil.rmtree(_dir(h))
+    os.kill(pid, signal.SIGKILL)
+    open_gate(queue_env, "h")
+    wait_for(lambda: not pid_alive(pid), what="h's runner to die")
+    wait_state(w, "complete", timeout=15)
+    assert started(queue_env) == ["h", "w"]
+    assert group("rd")["running"] == 0 and group("rd")["queued"] == 0
+
+
+@pytest.mark.parametrize("where", [[], ["--group", "g"]], ids=["default", "named"])
+def test_an_after_run_whose_directory_is_removed_fails_the_dependant(
+    queue_env: Path, where: list[str]
+) -> None:
+    import shutil
+
+    cli("group", "add", "g", "--limit", "2")
+    a = launch("a", "gate")
+    wait_for(lambda: started(queue_env) == ["a"], what="a to start")
+    b = launch("b", "0", "--after", a, *where)
+    assert state(b) == "queued"
+    pid = runner_pid(a)
+    os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(_dir(a))
+    open_gate(queue_env, "a")
+    wait_state(b, "failed", timeout=15)
+    assert f"run {a} it waits for (--after) no longer exists" in str(status(b)["error"])
+    assert started(queue_env) == ["a"]
