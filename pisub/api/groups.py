@@ -40,7 +40,7 @@ def group_add(name: str, *, limit: int | None = None, home: Path | None = None) 
     if limit is not None:
         check_limit(limit, "limit")
     h = open_home(home)
-    with groups.locked(h, name) as directory:
+    with groups.locked(h, name, create=True) as directory:
         if groups.exists(h, name):
             raise InvalidInput(f"group {name!r} exists; change its limit: pisub group set-limit {name} N")
         groups.save_config(directory, GroupConfig(v=1, name=name, limit=limit))
@@ -72,9 +72,9 @@ def group_resume(name: str, *, home: Path | None = None) -> GroupView:
 
 def _change(name: str, home: Path | None, change: object) -> GroupView:
     h = open_home(home)
-    with groups.locked(h, name) as directory:
-        if not groups.exists(h, name) and name != DEFAULT_GROUP:
-            raise InvalidInput(f"no group {name!r}; create it: pisub group add {name} --limit N")
+    if name != DEFAULT_GROUP and not groups.dir_exists(h, name):
+        raise InvalidInput(f"no group {name!r}; create it: pisub group add {name} --limit N")
+    with groups.locked(h, name, create=name == DEFAULT_GROUP) as directory:
         current = _config(h, name) or GroupConfig(v=1, name=name)
         assert callable(change)
         groups.save_config(directory, change(current))

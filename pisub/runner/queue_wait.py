@@ -20,6 +20,7 @@ import selectors
 import signal
 import threading
 import time
+from typing import NoReturn
 
 from pisub.errors import PisubError
 from pisub.protocol.codec import now_iso
@@ -69,7 +70,13 @@ class QueueWait:
         self._take_signals(wake_r)
         signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         try:
-            self.entry = queue.register(self.home, self.paths.run_id, self.request)
+            try:
+                self.entry = queue.register(self.home, self.paths.run_id, self.request)
+            except PisubError as exc:  # its group removed (or unusable) before it got in
+                try:
+                    self._end_failed(f"{exc.message}; this run never started", ErrorCode.INVALID_INPUT)
+                finally:
+                    self.report({"ok": True, "pid": os.getpid(), "queued": True})
             if self.entry.admitted:
                 return True
             self._commit_queued()
@@ -120,7 +127,10 @@ class QueueWait:
         if why is not None:
             self._end_failed(f"{why}; this run never started")
         if entry is None:  # vanished (removed, set aside): written again in its place
-            self.entry = queue.register(self.home, self.paths.run_id, self.request, self.entry)
+            try:
+                self.entry = queue.register(self.home, self.paths.run_id, self.request, self.entry)
+            except PisubError as exc:  # its group removed under it
+                self._end_failed(f"{exc.message}; this run never started", ErrorCode.INVALID_INPUT)
             return CHECK_S
         limit, paused = queue._limit_of(self.home, self.request.group)
         found = groups.entries(self.directory)
@@ -221,13 +231,13 @@ class QueueWait:
         waited = round(time.monotonic() - self.queued_at, 3)
         append_event(self.paths, "run.admitted", group=self.request.group, waited_s=waited)
 
-    def _end_stopped(self, message: str) -> None:
+    def _end_stopped(self, message: str) -> NoReturn:
         self._end("stopped", ErrorInfo(code=ErrorCode.SUBAGENT_FAILED, message=message))
 
-    def _end_failed(self, message: str) -> None:
-        self._end("failed", ErrorInfo(code=ErrorCode.SUBAGENT_FAILED, message=message))
+    def _end_failed(self, message: str, code: ErrorCode = ErrorCode.SUBAGENT_FAILED) -> NoReturn:
+        self._end("failed", ErrorInfo(code=code, message=message))
 
-    def _end(self, state: str, error: ErrorInfo) -> None:
+    def _end(self, state: str, error: ErrorInfo) -> NoReturn:
         """End the run without starting its child: inbox closed and answered, result, terminal
         status, ``run.finished``, ``--on-done``, the group left."""
         from pisub.store.mailbox import close_inbox, settle_closed_inbox
@@ -255,7 +265,8 @@ class QueueWait:
         status.error = result.details.error
         write_status(self.paths, status)
         append_event(self.paths, "run.finished", state=state, queued=True, sync=True)
-        queue.leave(self.home, self.request.group, self.paths.run_id)
+        with contextlib.suppress(PisubError):  # (its group may be gone)
+            queue.leave(self.home, self.request.group, self.paths.run_id)
         after_end(self.paths, self.manifest, state)
         raise _Ended
 

@@ -119,8 +119,8 @@ def _limit_of(home: Home, group: str) -> tuple[int | None, bool]:
         config = groups.load_config(home, group)
     except PisubError:
         return 0, True
-    if config is None:
-        return None, False  # `default` unconfigured, or a group removed under its runs: no limit
+    if config is None:  # `default` unconfigured: no limit; any other group: fail closed
+        return (None, False) if group == DEFAULT_GROUP else (0, True)
     return config.limit, config.paused
 
 
@@ -180,7 +180,9 @@ def register(home: Home, run_id: str, request: QueueRequest, name: EntryName | N
         pid=me,
         pid_start_ticks=start_ticks(me),
     )
-    with groups.locked(home, request.group) as directory:
+    with groups.locked(home, request.group, create=request.group == DEFAULT_GROUP) as directory:
+        if request.group != DEFAULT_GROUP and not groups.exists(home, request.group):
+            raise InvalidInput(f"no group {request.group!r} (removed while it waited)")
         entry = groups.find(directory, run_id)
         if entry is None:
             if name is None:
@@ -262,6 +264,7 @@ def request_for(
     if not top_level:
         return None
     name = group or DEFAULT_GROUP
+    groups.check_groups_dir(home)
     if group is not None and name != DEFAULT_GROUP and not groups.exists(home, name):
         raise InvalidInput(f"group: no group {name!r}; create it: pisub group add {name} --limit N")
     if not asked and not groups.exists(home, DEFAULT_GROUP):
@@ -299,6 +302,8 @@ def view(home: Home, name: str) -> GroupView:
     error = None
     try:
         config = groups.load_config(home, name)
+        if config is None and name != DEFAULT_GROUP:
+            error = f"group.json is missing (admits nothing); rewrite it: pisub group set-limit {name} N"
     except PisubError as exc:
         config, error = None, exc.message
     directory = groups.group_dir(home, name)

@@ -10,6 +10,7 @@ import contextlib
 import errno
 import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,11 +95,52 @@ def ensure_dir(home: Home, name: str) -> Path:
     return directory
 
 
+def check_groups_dir(home: Home) -> None:
+    """Refuse a ``groups/`` that stands but is not a real directory (a symlink, a file: only
+    tampering puts one in the user's own home; whether ``default`` was configured is unknown).
+
+    Raises:
+        StorageError.
+    """
+    path = groups_dir(home)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise storage_error(exc, "read", path) from exc
+    if not stat.S_ISDIR(st.st_mode):
+        raise StorageError(f"groups/ is not a directory: {path}; move it aside (pisub writes a new one)")
+
+
+def dir_exists(home: Home, name: str) -> bool:
+    """Whether group ``name`` has its directory (a real one)."""
+    try:
+        return stat.S_ISDIR(os.lstat(group_dir(home, name)).st_mode)
+    except OSError:
+        return False
+
+
 @contextlib.contextmanager
-def locked(home: Home, name: str) -> Iterator[Path]:
-    """Hold group ``name``'s lock (creating its directory); its directory."""
-    directory = ensure_dir(home, name)
-    with exclusive(directory / LOCK, LOCK_TIMEOUT_S):
+def locked(home: Home, name: str, *, create: bool = False) -> Iterator[Path]:
+    """Hold group ``name``'s lock; its directory (created when ``create``: nothing is ever
+    created for a group that does not exist).
+
+    Raises:
+        InvalidInput: no such group (its directory is gone).
+        StorageError: ``groups/`` is not a directory; the lock cannot be taken.
+    """
+    check_groups_dir(home)
+    directory = ensure_dir(home, name) if create else group_dir(home, name)
+    if not dir_exists(home, name):
+        raise InvalidInput(f"no group {name!r}")
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(exclusive(directory / LOCK, LOCK_TIMEOUT_S))
+        except StorageError:
+            if not dir_exists(home, name):
+                raise InvalidInput(f"no group {name!r} (removed meanwhile)") from None
+            raise
         yield directory
 
 

@@ -507,3 +507,51 @@ def test_an_after_run_whose_directory_is_removed_fails_the_dependant(
     wait_state(b, "failed", timeout=15)
     assert f"run {a} it waits for (--after) no longer exists" in str(status(b)["error"])
     assert started(queue_env) == ["a"]
+
+
+def test_a_missing_group_json_admits_nothing_until_rewritten(queue_env: Path) -> None:
+    cli("group", "add", "x", "--limit", "1")
+    a = launch("a", "gate", "--group", "x")
+    wait_for(lambda: started(queue_env) == ["a"], what="a to start")
+    b = launch("b", "0", "--group", "x")
+    (Path(os.environ["PISUB_HOME"]) / "groups" / "x" / "group.json").unlink()
+    open_gate(queue_env, "a")
+    wait_state(a, "complete")
+    view = group("x")
+    assert "group.json is missing" in str(view["error"]) and view["paused"] is True
+    assert state(b) == "queued" and started(queue_env) == ["a"]
+    cli("group", "set-limit", "x", "1")
+    wait_state(b, "complete")
+
+
+def test_a_groups_folder_that_is_a_symlink_refuses_a_plain_launch(queue_env: Path, tmp_path: Path) -> None:
+    cli("group", "set-limit", "default", "1")
+    home = Path(os.environ["PISUB_HOME"])
+    (home / "groups").rename(tmp_path / "moved")
+    (tmp_path / "empty").mkdir()
+    (home / "groups").symlink_to(tmp_path / "empty")
+    proc = pisub_cli("run", "--agent", "worker", "--json", "a:0")
+    assert proc.returncode != 0 and proc.stderr.startswith("pisub: groups/ is not a directory")
+    assert "Traceback" not in proc.stderr and not list(home.joinpath("runs").glob("*"))
+
+
+@pytest.mark.parametrize("args", [["set-limit", "A", "10"], ["pause", "nosuch"], ["rm", "nosuch"]])
+def test_a_command_on_a_missing_group_creates_nothing(queue_env: Path, args: list[str]) -> None:
+    proc = pisub_cli("group", *args)
+    assert proc.returncode != 0 and f"no group '{args[1]}'" in proc.stderr
+    assert not (Path(os.environ["PISUB_HOME"]) / "groups" / args[1]).exists()
+    assert [json.loads(line)["name"] for line in cli("group", "list", "--json").splitlines()] == ["default"]
+
+
+def test_a_run_registered_into_a_removed_group_is_refused_cleanly(queue_env: Path) -> None:
+    from pisub.errors import InvalidInput
+    from pisub.protocol.queue import QueueRequest
+    from pisub.runs.queue import register
+    from pisub.store.paths import open_home
+
+    cli("group", "add", "rmr", "--limit", "1")
+    cli("group", "rm", "rmr")
+    home = open_home(Path(os.environ["PISUB_HOME"]))
+    with pytest.raises(InvalidInput, match="no group 'rmr'"):
+        register(home, str(uuid.uuid4()), QueueRequest(group="rmr", priority=0, after=[]))
+    assert not (home.root / "groups" / "rmr").exists()
