@@ -307,7 +307,12 @@ def view(home: Home, name: str) -> GroupView:
     except PisubError as exc:
         config, error = None, exc.message
     directory = groups.group_dir(home, name)
-    found = groups.entries(directory)
+    if not groups.dir_exists(home, name) and os.path.lexists(directory):
+        return GroupView(name, None, True, 0, 0, groups.not_a_directory(name))
+    try:
+        found = groups.entries(directory)
+    except PisubError as exc:
+        found, error = [], exc.message
     running = sum(1 for e in found if e.admitted and holder_verdict(home, directory, e) is not Verdict.GONE)
     queued = sum(1 for e in found if not e.admitted)
     config = config or GroupConfig(v=1, name=name)

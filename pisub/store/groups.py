@@ -113,6 +113,10 @@ def check_groups_dir(home: Home) -> None:
         raise StorageError(f"groups/ is not a directory: {path}; move it aside (pisub writes a new one)")
 
 
+def not_a_directory(name: str) -> str:
+    return f"groups/{name} is not a directory (a symlink, a file?); move it aside"
+
+
 def dir_exists(home: Home, name: str) -> bool:
     """Whether group ``name`` has its directory (a real one)."""
     try:
@@ -133,6 +137,8 @@ def locked(home: Home, name: str, *, create: bool = False) -> Iterator[Path]:
     check_groups_dir(home)
     directory = ensure_dir(home, name) if create else group_dir(home, name)
     if not dir_exists(home, name):
+        if fsio.lexists(directory):
+            raise StorageError(not_a_directory(name))
         raise InvalidInput(f"no group {name!r}")
     with contextlib.ExitStack() as stack:
         try:

@@ -555,3 +555,14 @@ def test_a_run_registered_into_a_removed_group_is_refused_cleanly(queue_env: Pat
     with pytest.raises(InvalidInput, match="no group 'rmr'"):
         register(home, str(uuid.uuid4()), QueueRequest(group="rmr", priority=0, after=[]))
     assert not (home.root / "groups" / "rmr").exists()
+
+
+def test_a_group_that_is_a_symlink_is_shown_with_its_error(queue_env: Path, tmp_path: Path) -> None:
+    cli("group", "add", "g", "--limit", "1")
+    (tmp_path / "elsewhere").mkdir()
+    (Path(os.environ["PISUB_HOME"]) / "groups" / "y").symlink_to(tmp_path / "elsewhere")
+    views = {v["name"]: v for v in map(json.loads, cli("group", "list", "--json").splitlines())}
+    assert views["g"]["error"] is None and "groups/y is not a directory" in str(views["y"]["error"])
+    proc = pisub_cli("group", "add", "y")
+    assert proc.returncode != 0 and "not a plain directory" in proc.stderr and "Traceback" not in proc.stderr
+    assert not list((tmp_path / "elsewhere").iterdir())
