@@ -112,8 +112,9 @@ def group_rm(name: str, *, home: Path | None = None) -> None:
             )
         for entry in groups.entries(directory):
             groups.remove(directory, entry)
-        with contextlib.suppress(OSError):
-            os.unlink(directory / groups.CONFIG)
+        for leftover in (groups.CONFIG, groups.UNCONFIGURED):
+            with contextlib.suppress(OSError):
+                os.unlink(directory / leftover)
     with contextlib.suppress(OSError):  # the lock file last (best effort: a racing launch re-creates it)
         os.unlink(directory / groups.LOCK)
         os.rmdir(directory)

@@ -119,8 +119,8 @@ def _limit_of(home: Home, group: str) -> tuple[int | None, bool]:
         config = groups.load_config(home, group)
     except PisubError:
         return 0, True
-    if config is None:  # `default` unconfigured: no limit; any other group: fail closed
-        return (None, False) if group == DEFAULT_GROUP else (0, True)
+    if config is None:  # `default` never configured: no limit; otherwise: fail closed
+        return (None, False) if groups.unconfigured(home, group) else (0, True)
     return config.limit, config.paused
 
 
@@ -180,9 +180,12 @@ def register(home: Home, run_id: str, request: QueueRequest, name: EntryName | N
         pid=me,
         pid_start_ticks=start_ticks(me),
     )
+    fresh = request.group == DEFAULT_GROUP and groups.unconfigured(home, DEFAULT_GROUP)
     with groups.locked(home, request.group, create=request.group == DEFAULT_GROUP) as directory:
         if request.group != DEFAULT_GROUP and not groups.exists(home, request.group):
             raise InvalidInput(f"no group {request.group!r} (removed while it waited)")
+        if fresh and not groups.exists(home, DEFAULT_GROUP):
+            groups.mark_unconfigured(directory)
         entry = groups.find(directory, run_id)
         if entry is None:
             if name is None:
@@ -267,7 +270,7 @@ def request_for(
     groups.check_groups_dir(home)
     if group is not None and name != DEFAULT_GROUP and not groups.exists(home, name):
         raise InvalidInput(f"group: no group {name!r}; create it: pisub group add {name} --limit N")
-    if not asked and not groups.exists(home, DEFAULT_GROUP):
+    if not asked and groups.unconfigured(home, DEFAULT_GROUP):
         return None  # the default group is unconfigured: today's behaviour, everything starts
     if backend not in (None, "local"):
         raise InvalidInput("group: a Slurm run is queued by Slurm itself; drop --group/--priority/--after")
@@ -302,7 +305,7 @@ def view(home: Home, name: str) -> GroupView:
     error = None
     try:
         config = groups.load_config(home, name)
-        if config is None and name != DEFAULT_GROUP:
+        if config is None and not groups.unconfigured(home, name):
             error = f"group.json is missing (admits nothing); rewrite it: pisub group set-limit {name} N"
     except PisubError as exc:
         config, error = None, exc.message

@@ -20,10 +20,14 @@ from pisub.core.fsio import atomic_write, load_json, private_mkdir
 from pisub.core.locks import exclusive
 from pisub.errors import InvalidInput, PisubError, ProtocolError, StorageError, storage_error
 from pisub.protocol.codec import encode, encode_pretty
-from pisub.protocol.queue import MAX_PRIORITY, GroupConfig, QueueEntry, check_group_name
+from pisub.protocol.queue import DEFAULT_GROUP, MAX_PRIORITY, GroupConfig, QueueEntry, check_group_name
 from pisub.store.paths import Home, is_run_id
 
 CONFIG = "group.json"
+UNCONFIGURED = ".unconfigured"
+"""In ``default``'s directory when it was created for ``--after`` runs while ``default`` was
+never configured (no limit); without it, a ``default`` directory lacking ``group.json`` had its
+settings removed (fail closed)."""
 LOCK = "lock"
 MAX_CONFIG_BYTES = 16 * 1024
 MAX_ENTRY_BYTES = 64 * 1024
@@ -113,6 +117,26 @@ def check_groups_dir(home: Home) -> None:
         raise StorageError(f"groups/ is not a directory: {path}; move it aside (pisub writes a new one)")
 
 
+def unconfigured(home: Home, name: str) -> bool:
+    """Whether group ``name`` is ``default`` never configured (no limit): no directory, or one
+    marked :data:`UNCONFIGURED` without ``group.json``."""
+    if name != DEFAULT_GROUP or exists(home, name):
+        return False
+    return not dir_exists(home, name) or fsio.lexists(group_dir(home, name) / UNCONFIGURED)
+
+
+def mark_unconfigured(directory: Path) -> None:
+    """Mark a ``default`` directory created for ``--after`` runs (under its lock).
+
+    Raises:
+        StorageError.
+    """
+    try:
+        atomic_write(directory / UNCONFIGURED, b"", durable=False)
+    except OSError as exc:
+        raise storage_error(exc, "write", directory / UNCONFIGURED) from exc
+
+
 def not_a_directory(name: str) -> str:
     return f"groups/{name} is not a directory (a symlink, a file?); move it aside"
 
@@ -176,6 +200,8 @@ def save_config(directory: Path, config: GroupConfig) -> None:
         StorageError.
     """
     path = directory / CONFIG
+    with contextlib.suppress(OSError):
+        fsio.unlink(directory / UNCONFIGURED)
     try:
         try:
             atomic_write(path, encode_pretty(config))

@@ -566,3 +566,13 @@ def test_a_group_that_is_a_symlink_is_shown_with_its_error(queue_env: Path, tmp_
     proc = pisub_cli("group", "add", "y")
     assert proc.returncode != 0 and "not a plain directory" in proc.stderr and "Traceback" not in proc.stderr
     assert not list((tmp_path / "elsewhere").iterdir())
+
+
+def test_a_configured_default_whose_group_json_is_deleted_admits_nothing(queue_env: Path) -> None:
+    cli("group", "set-limit", "default", "2")
+    (Path(os.environ["PISUB_HOME"]) / "groups" / "default" / "group.json").unlink()
+    a = launch("a", "0")
+    assert status(a)["group"] == "default" and state(a) == "queued"
+    assert "group.json is missing" in str(group("default")["error"])
+    cli("group", "set-limit", "default", "2")
+    wait_state(a, "complete")
