@@ -1055,6 +1055,7 @@ class Run:
         Raises:
             InboxClosed: the run has finished.
         """
+        _text(message, "message")  # a bad message is the caller's first problem
         self.check_steerable("steer")
         request_id = self.send_steer(message, mode=mode, child=child)
         if wait <= 0:
@@ -1138,6 +1139,7 @@ class Run:
             return target.follow_up(message)  # a finished (retained) child: a brief for its resume
         status = self.status()
         if not status.state.is_terminal:
+            _text(message, "message")  # a bad message is the caller's first problem
             self.check_steerable("follow-up")
             return self.send_follow_up(message, child=child), None
         if child is not None:

@@ -106,7 +106,8 @@ def test_undecodable_arguments_are_invalid_input_not_a_bug(home: Path, make_agen
     run = pisub.launch("sleeper", "x")
     bad = os.fsdecode(b"a\xffb")
     _one_line(pisub_cli("run", "--agent", "sleeper", bad), "INVALID_INPUT")
-    _one_line(pisub_cli("steer", run.id, bad), "INVALID_INPUT")
+    _one_line(pisub_cli("steer", run.id, bad), "INVALID_INPUT")  # the message before the run's kind
+    _one_line(pisub_cli("follow-up", run.id, bad), "INVALID_INPUT")
     assert not list((run.dir / "inbox" / "new").iterdir()), "nothing was written"
 
 
