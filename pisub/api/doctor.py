@@ -181,6 +181,20 @@ def _check_pi(pi_bin: str | None, home: Home, report: Report) -> None:
 
 
 LIST_MODELS_TIMEOUT_S = 20.0
+"""How long ``doctor`` waits for ``pi --list-models`` (``PISUB_DOCTOR_PI_TIMEOUT_S`` overrides it:
+a slow machine's pi may need more, a test of a hanging pi less)."""
+
+
+def list_models_timeout() -> float:
+    """:data:`LIST_MODELS_TIMEOUT_S`, or ``$PISUB_DOCTOR_PI_TIMEOUT_S`` when it is a number of
+    seconds from 1 to 600 (anything else is ignored)."""
+    try:
+        given = float(os.environ.get("PISUB_DOCTOR_PI_TIMEOUT_S", ""))
+    except ValueError:
+        return LIST_MODELS_TIMEOUT_S
+    return given if 1.0 <= given <= 600.0 else LIST_MODELS_TIMEOUT_S
+
+
 MODEL_FIX = (
     "give pi a provider's key (e.g. export ANTHROPIC_API_KEY=… or OPENAI_API_KEY=…; or run pi and "
     "/login), or try pisub without one: . scripts/env.sh in a pisub checkout (a local scripted model)"
@@ -223,14 +237,15 @@ def _check_model(pi_bin: str, report: Report) -> None:
 
     where = printable(os.fspath(pi_agent_dir()), one_line=True)
     env = {**os.environ, "PI_OFFLINE": "1", "PI_SKIP_VERSION_CHECK": "1", "PI_TELEMETRY": "0"}
-    done = run_bounded([pi_bin, "--list-models"], timeout=LIST_MODELS_TIMEOUT_S, env=env)
+    limit = list_models_timeout()
+    done = run_bounded([pi_bin, "--list-models"], timeout=limit, env=env)
     said = done.stdout[:262144].decode("utf-8", "replace")
     models = listed_models(said)
     shown_bin = printable(pi_bin, one_line=True)
     lingered = done.timed_out and done.returncode == 0  # pi answered; something it left held the pipe
     if done.timed_out and not lingered:
         detail = (
-            f"{shown_bin} --list-models did not answer in {LIST_MODELS_TIMEOUT_S:g} s (timed out): "
+            f"{shown_bin} --list-models did not answer in {limit:g} s (timed out): "
             "cannot tell whether pi has a usable model"
         )
         report.add("model", False, detail, PI_BIN_FIX.format(pi=shown_bin, what="hangs"))
@@ -243,7 +258,7 @@ def _check_model(pi_bin: str, report: Report) -> None:
     elif lingered and not models:
         detail = (
             f"{shown_bin} --list-models exited, but a process it left behind held its output open for "
-            f"{LIST_MODELS_TIMEOUT_S:g} s (timed out): its answer could not be read"
+            f"{limit:g} s (timed out): its answer could not be read"
         )
         report.add("model", False, detail, PI_BIN_FIX.format(pi=shown_bin, what="lingers"))
     elif not models:
@@ -255,9 +270,7 @@ def _check_model(pi_bin: str, report: Report) -> None:
     else:
         shown = printable(", ".join(models[:3]), one_line=True)
         more = f" and {len(models) - 3} more" if len(models) > 3 else ""
-        slow = (
-            f"; a process pi left behind held its output for {LIST_MODELS_TIMEOUT_S:g} s" if lingered else ""
-        )
+        slow = f"; a process pi left behind held its output for {limit:g} s" if lingered else ""
         report.add(
             "model", True, f"pi lists {len(models)} usable model(s): {shown}{more} (agent dir {where}){slow}"
         )

@@ -211,10 +211,10 @@ def test_install_pi_keeps_npm_quiet_unless_it_fails(tmp_path: Path, fail: bool) 
 @pytest.mark.parametrize(
     ("script", "says", "why"),
     [
-        ("exec sleep 60", "--list-models did not answer in 20 s (timed out)", "why it hangs"),
+        ("exec sleep 60", "--list-models did not answer in 3 s (timed out)", "why it hangs"),
         (
             "(setsid sleep 60 &)\nprintf 'provider  model\\na b\\n'",
-            "a process it left behind held its output open for 20 s",
+            "a process it left behind held its output open for 3 s",
             "why it lingers",
         ),
     ],
@@ -225,6 +225,7 @@ def test_doctor_says_a_pi_that_does_not_answer_timed_out(
     """The fix is about the pi binary (PISUB_PI_BIN), not a provider's key."""
     pi = fake_pi(tmp_path, script)
     monkeypatch.setenv("PISUB_PI_BIN", str(pi))
+    monkeypatch.setenv("PISUB_DOCTOR_PI_TIMEOUT_S", "3")  # not the default 20 s
     done = pisub_cli("doctor", timeout=60)
     lines = done.stdout.splitlines()
     (bad,) = [line for line in lines if line.startswith("BAD  model")]
