@@ -23,7 +23,7 @@ import pytest
 import pisub
 from pisub.api.client import Run
 from pisub.protocol import RunState
-from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for
+from tests.conftest import ROOT, AgentMaker, pid_alive, pisub_cli, wait_for
 
 FOLDERS = ["inbox", "inbox/new", "inbox/tmp", "inbox/cur", "inbox/rejected", "outbox"]
 WRITTEN = {"inbox", "inbox/new", "inbox/tmp"}
@@ -140,10 +140,15 @@ def test_a_symlinked_run_folder_is_never_followed(
 
 
 def test_a_symlinked_run_directory_is_never_followed(
-    home: Path, make_agent: AgentMaker, tmp_path: Path
+    home: Path, make_agent: AgentMaker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The run directory itself replaced by a symlink: no command (nor the runner) goes
     through it; each answers in one line."""
+    # The runner, unable to write its end, retries for FINAL_WRITE_S (30 s) before it gives up:
+    # what is tested here is that it never writes through the symlink, not how long it tries.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests" / "faultinject"), str(ROOT)]))
+    monkeypatch.setenv("PISUB_FAULT_WHO", "runner")
+    monkeypatch.setenv("PISUB_FAULT_FINAL_WRITE_S", "2")
     make_agent("sleeper", command="sleep", args=["300"])
     run = pisub.launch("sleeper", "x")
     runner = wait_for(lambda: run.status().pid, timeout=HANG, what="the runner started")
