@@ -88,7 +88,7 @@ def test_stop_by_agent_label_and_all(home: Path, make_agent: AgentMaker) -> None
     lines = _lines(proc.stdout)
     assert lines.pop(other.id).startswith("delivered: stop ")
     assert lines in ({}, {named.id: lines.get(named.id, "")}), lines
-    assert all(line.startswith("ended: stop ") for line in lines.values()), lines
+    assert all(line.startswith("ended: stop") for line in lines.values()), lines
     none = pisub_cli("stop", "--agent", "nobody")
     assert none.returncode == 0 and none.stdout == "no live run of agent 'nobody'\n"
     proc = pisub_cli("stop", "--all", "--reason", "closing time")
