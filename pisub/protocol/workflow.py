@@ -39,6 +39,39 @@ class Shape(enum.StrEnum):
     """Lanes of ordered stages side by side; the result is the board."""
 
 
+class ScriptLanguage(enum.StrEnum):
+    """The language of a workflow script (``.py`` Python, ``.js`` JavaScript)."""
+
+    PYTHON = "python"
+    JAVASCRIPT = "javascript"
+
+    @property
+    def copy_name(self) -> str:
+        """The name of the script's copy in the run's directory."""
+        return "workflow.js" if self is ScriptLanguage.JAVASCRIPT else "workflow.py"
+
+
+class HostPermit(Record, kw_only=True):
+    """What ``runs.host`` may run in a named resource's workflow (raw scripts get none)."""
+
+    keys: list[str] = []
+    """The host-step keys it may use (empty: any key)."""
+    commands: list[str] = []
+    """The exact commands it may run."""
+    max_calls: int = 32
+
+
+class ResourceOrigin(Record, kw_only=True):
+    """Where a named workflow resource came from (recorded in the manifest and the result)."""
+
+    name: str
+    source: Literal["builtin", "config"]
+    path: str | None = None
+    """A config resource's script file."""
+    sha256: str | None = None
+    """The digest of the script text that ran."""
+
+
 class ChildCall(StrictRecord, kw_only=True, omit_defaults=True):
     """One child of a workflow: the parameters of ``runs.run`` and one entry of a tasks file.
     Strict input: unknown fields and wrong types are errors naming the field."""
@@ -82,7 +115,13 @@ class WorkflowSpec(Record, kw_only=True):
 
     shape: Shape
     script: str | None = None
-    """The Python file it was started from (a copy is ``<run>/workflow.py``)."""
+    """The file it was started from (a copy is ``<run>/workflow.py`` or ``<run>/workflow.js``);
+    ``"-"`` for an inline script (``workflowScript``, ``--workflow-script``)."""
+    language: ScriptLanguage = ScriptLanguage.PYTHON
+    resource: ResourceOrigin | None = None
+    """A named resource's workflow: which one (``review``, ``run-ci``, a config resource)."""
+    permit: HostPermit | None = None
+    """``runs.host``'s ceiling: only a named resource's workflow has one."""
     args: dict[str, Any] = {}
     tasks: list[ChildCall] = []
     """The tasks of a ``parallel`` or ``chain`` workflow."""

@@ -462,6 +462,16 @@ class RunPaths:
         return self.root / "workflow.py"
 
     @property
+    def workflow_script_js(self) -> Path:
+        """A workflow's copy of its JavaScript script (a file's, or the inline text)."""
+        return self.root / "workflow.js"
+
+    @property
+    def host_dir(self) -> Path:
+        """The logs of a workflow's ``runs.host`` commands: ``host/<key>.log``."""
+        return self.root / "host"
+
+    @property
     def script_log(self) -> Path:
         """What a workflow's script printed (its stdout and stderr), up to the output cap."""
         return self.root / "script.log"
