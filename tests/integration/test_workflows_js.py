@@ -133,7 +133,9 @@ def test_boundary_json_is_checked_at_every_door(home: Path, counted: Path) -> No
       () => runs.steer("k", "m", { colour: 1 }),
       () => runs.all("not an array"),
     ];
-    for (const t of tries) { try { t(); said.push("ran"); } catch (e) { said.push(e.name + ": " + e.message); } }
+    for (const t of tries) {
+      try { t(); said.push("ran"); } catch (e) { said.push(e.name + ": " + e.message); }
+    }
     return said;
     """
     result = launch_workflow(text=text).wait(timeout=60)
