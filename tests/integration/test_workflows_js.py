@@ -179,6 +179,7 @@ def test_a_js_file_and_its_copy(home: Path, counted: Path, tmp_path: Path) -> No
     script.write_text("throw new Error('edited after launch');\n")
     result = run.wait(timeout=60)
     assert result.state == "complete" and result.content[0].text == "did: x\n"
-    assert run.manifest().workflow is not None and run.manifest().workflow.language == "javascript"
+    spec = run.manifest().workflow
+    assert spec is not None and spec.language == "javascript"
     assert (run.dir / "workflow.js").stat().st_mode & 0o777 == 0o600
     assert not (run.dir / "workflow.py").exists()
