@@ -183,3 +183,11 @@ def test_a_js_file_and_its_copy(home: Path, counted: Path, tmp_path: Path) -> No
     assert spec is not None and spec.language == "javascript"
     assert (run.dir / "workflow.js").stat().st_mode & 0o777 == 0o600
     assert not (run.dir / "workflow.py").exists()
+
+
+def test_a_relative_script_path_is_found_in_the_runs_cwd(home: Path, counted: Path, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / "workflows").mkdir(parents=True)
+    (project / "workflows" / "review.js").write_text('return "from the project";\n')
+    result = launch_workflow("workflows/review.js", cwd=project).wait(timeout=60)
+    assert result.state == "complete" and result.content[0].text == "from the project"
