@@ -537,6 +537,42 @@ def test_keys_made_of_a_value_the_resume_replays_re_attach_and_others_start_new_
     assert wait_for(lambda: orphan.status().state == "complete", 30, what="the orphan's own end")
 
 
+CLOCK_IN_A_TASK = Scripts(
+    python="""
+    import time
+
+    async def main(runs, state, args):
+        first = await runs.run("first", agent="worker", task=f"first {time.time_ns()}")
+        held = await runs.run("held", agent="worker", task="held gated")
+        return [first.output, held.output]
+    """,
+    javascript="""
+    const first = await runs.run("first", { agent: "worker", task: `first ${Date.now()}` });
+    const held = await runs.run("held", { agent: "worker", task: "held gated" });
+    return [first.output, held.output];
+    """,
+)
+
+
+def test_a_parameter_made_of_the_clock_fails_the_resume_and_starts_nothing_again(
+    language: str, workers: Workers, tmp_path: Path
+) -> None:
+    """The same key with other parameters on replay is refused, not started anew."""
+    run = launch_workflow(CLOCK_IN_A_TASK.write(language, tmp_path))
+    wait_for(lambda: _steps(run) == ["complete", "running"], 30, what="held running")
+    _kill_coordinator(run)
+    result = resume_workflow(run.id).wait(timeout=60)
+    assert result.state == "failed", result.content[0].text
+    assert result.details.error is not None and result.details.error.code == "INVALID_INPUT"
+    assert (
+        "runs.run('first'): key 'first' was started by this workflow's earlier run with other "
+        "parameters; a resumed workflow must call each key the same way"
+    ) in result.details.error.message
+    assert len(workers.starts()) == 2  # first and held, once each
+    assert run.child("held").status().state == "running"  # not re-attached, not stopped
+    workers.open()
+
+
 # == a coordinator killed at each point of a child's launch ====================================
 # (issue 23, finding 2) The points are reached deterministically through
 # tests/faultinject/sitecustomize.py: the coordinator kills itself (SIGKILL) when launching key
