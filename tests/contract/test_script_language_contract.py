@@ -187,6 +187,25 @@ def test_a_coordinator_killed_while_children_run_is_resumed_and_re_attaches_them
         assert refused.returncode == 1 and "[NOT_RESUMABLE]" in refused.stderr, refused.stderr
 
 
+def test_a_resumed_workflow_killed_again_is_resumed_again_from_the_same_journal(
+    language: str, workers: Workers, tmp_path: Path
+) -> None:
+    run, repaired = _killed_while_running(language, tmp_path)
+    again = resume_workflow(run.id)
+    wait_for(lambda: _steps(again) == ["complete", "running", "running", "running"], 30, what="re-attached")
+    _kill_coordinator(again)
+    refused = pisub_cli("resume", run.id)  # the journal is the second run's now
+    assert refused.returncode == 1 and f"resumed by run {again.id}" in refused.stderr, refused.stderr
+    third = resume_workflow(again.id)
+    wait_for(lambda: _steps(third) == ["complete", "running", "running", "running"], 30, what="re-attached")
+    workers.open()
+    result = third.wait(timeout=60)
+    assert result.state == "complete", result.content[0].text
+    assert json.loads(result.content[0].text) == FAN_OUT_OUTPUT
+    assert sorted(workers.starts()) == FAN_OUT_STARTS
+    assert [r.run_id for r in result.details.results] == [s.run_id for s in repaired.steps]
+
+
 def test_children_that_end_while_no_coordinator_runs_are_taken_as_they_ended(
     language: str, workers: Workers, tmp_path: Path
 ) -> None:
