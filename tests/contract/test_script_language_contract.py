@@ -175,6 +175,12 @@ def test_a_coordinator_killed_while_children_run_is_resumed_and_re_attaches_them
     )
     assert [s.run_id for s in attached.steps] == before
     assert sorted(workers.starts()) == FAN_OUT_STARTS
+    # control requests reach a re-attached child (an external CLI: it says it cannot be steered)
+    steer = pisub_cli("steer", again.id, "--child", "r1", "hello", "--json", "--wait", "10")
+    receipt = json.loads(steer.stdout)
+    assert steer.returncode == 2 and receipt["targets"] == [
+        {"child": 2, "state": "failed", "reason": "steering is not supported by the external-cli runner"}
+    ], steer.stdout + steer.stderr
     workers.open()
     result = again.wait(timeout=60)
     assert result.state == "complete", result.content[0].text
@@ -397,6 +403,48 @@ def test_a_child_is_steered_by_the_script_and_through_the_workflow(
     final = run_receipts(run)[receipt["requestId"]]
     assert (final["state"], final["deliveryStatus"]) == ("delivered", "delivered"), final
     assert sent_with(model_server, f"STEER {tag}") and sent_with(model_server, f"TOLD {tag}")
+
+
+STEERED_THEN_KILLED = Scripts(
+    python="""
+    import asyncio
+
+    async def main(runs, state, args):
+        tag = args["tag"]
+        long = runs.run("long", agent="pi", task=f"SLOW:150 long {tag}")
+        waiting = asyncio.gather(long)
+        await runs.run("fast", agent="pi", task=f"fast {tag}")
+        steer = await runs.steer("long", f"STEER {tag}", ack_timeout=30)
+        (done,) = await waiting
+        return {"steer": steer.state, "long": done.output}
+    """,
+    javascript="""
+    const tag = args.tag;
+    const long = runs.run("long", { agent: "pi", task: `SLOW:150 long ${tag}` });
+    const waiting = Promise.all([long]);
+    await runs.run("fast", { agent: "pi", task: `fast ${tag}` });
+    const steer = await runs.steer("long", `STEER ${tag}`, { ackTimeoutMs: 30000 });
+    const [done] = await waiting;
+    return { steer: steer.state, long: done.output };
+    """,
+)
+
+
+@pytest.mark.pi
+def test_a_steer_sent_before_the_coordinator_died_is_not_sent_again_by_the_resume(
+    language: str, pi_home: Path, model_server: FakeModelServer, tmp_path: Path
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    run = launch_workflow(STEERED_THEN_KILLED.write(language, tmp_path), args={"tag": tag})
+    wait_for(lambda: "running" in _steps(run)[:1], 60, what="long running")
+    long = run.child("long")
+    wait_for(lambda: [r["type"] for r in run_receipts(long).values()] == ["steer"], 60, what="the steer")
+    _kill_coordinator(run)
+    result = resume_workflow(run.id).wait(timeout=120)
+    assert result.state == "complete", result.content[0].text
+    # the replayed runs.steer is answered by the receipt of the one the first run sent
+    assert json.loads(result.content[0].text) == {"steer": "delivered", "long": f"{SAID}STEER {tag}"}
+    assert [(r["type"], r["state"]) for r in run_receipts(long).values()] == [("steer", "delivered")]
 
 
 # == the script's own failures ==================================================================
