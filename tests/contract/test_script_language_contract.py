@@ -322,6 +322,40 @@ def test_stopping_a_workflow_stops_every_child_and_leaves_no_process(
     wait_no_processes(home)
 
 
+BUSY = Scripts(
+    python="""
+    def start(runs):  # passes the static check; the run-time behaviour is what is tested
+        return runs.run("slow", agent="worker", task="slow gated")
+
+    async def main(runs, state, args):
+        slow = start(runs)
+        await runs.run("quick", agent="worker", task="quick")
+        while True:
+            pass
+    """,
+    javascript="""
+    const slow = runs.run("slow", { agent: "worker", task: "slow gated" });
+    await runs.run("quick", { agent: "worker", task: "quick" });
+    while (true) {}
+    """,
+)
+
+
+def test_a_script_computing_forever_is_still_stopped_with_its_children(
+    language: str, home: Path, workers: Workers, tmp_path: Path
+) -> None:
+    """The engine never holds the coordinator: the stop is answered at once, the children are
+    stopped, and the workflow ends once the script has had its grace (5 s) to return."""
+    run = launch_workflow(BUSY.write(language, tmp_path))
+    wait_for(lambda: _steps(run) == ["running", "complete"], 30, what="slow running, quick ended")
+    proc = pisub_cli("stop", run.id, "--json", "--wait", "5")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["state"] == "delivered", proc.stdout + proc.stderr
+    result = run.wait(timeout=60)
+    assert result.state == "stopped", result.content[0].text
+    assert [r.state for r in result.details.results] == ["stopped", "complete"]
+    wait_no_processes(home)
+
+
 VICTIM = Scripts(
     python="""
     async def main(runs, state, args):
