@@ -1,0 +1,414 @@
+"""``runs.host`` and named workflow resources: real coordinators running real commands (npm,
+sh), the permit, output confinement, the process tree ended, journaled across a kill -9."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+import pisub
+from pisub.api.client import Run, resume_workflow
+from pisub.protocol.workflow import HostPermit, ResourceOrigin
+from tests.conftest import pisub_cli, wait_for, wait_no_processes
+from tests.helpers import write_script
+
+PACKAGE = {
+    "name": "t",
+    "version": "1.0.0",
+    "scripts": {"test": 'node -e "process.exit(0)"', "typecheck": 'node -e "process.exit(1)"'},
+}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A tiny npm package: ``npm test`` passes, ``npm run typecheck`` fails."""
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "package.json").write_text(json.dumps(PACKAGE))
+    return root
+
+
+def launch_with_permit(
+    tmp_path: Path,
+    body: str,
+    *,
+    commands: list[str],
+    keys: list[str] | None = None,
+    cwd: Path,
+    max_calls: int = 32,
+    args: dict[str, Any] | None = None,
+) -> Run:
+    """A Python workflow whose spec carries a host permit (as a named resource's would)."""
+    from pisub.api import client
+    from pisub.protocol import workflow as protocol
+    from pisub.protocol.workflow import Shape
+
+    script = write_script(tmp_path, body)
+    permit = HostPermit(keys=keys or [], commands=commands, max_calls=max_calls)
+    origin = ResourceOrigin(name="test", source="config", path=str(script))
+    try:
+        return client._launch_workflow(  # type: ignore[call-arg]
+            Shape.WORKFLOW,
+            name=script.name,
+            script=script,
+            cwd=cwd,
+            args=args,
+            permit=permit,
+            resource=origin,
+        )
+    except TypeError:
+        pass
+    # Until the launch takes a permit: the spec it builds is given one.
+    real = protocol.WorkflowSpec
+
+    def with_permit(**fields: Any) -> protocol.WorkflowSpec:
+        return real(**fields, permit=permit, resource=origin)
+
+    protocol.WorkflowSpec = with_permit  # type: ignore[assignment,misc]
+    try:
+        return client._launch_workflow(Shape.WORKFLOW, name=script.name, script=script, cwd=cwd, args=args)
+    finally:
+        protocol.WorkflowSpec = real  # type: ignore[misc]
+
+
+def _result(run: Run, timeout: float = 60) -> tuple[str, str]:
+    result = run.wait(timeout=timeout)
+    return result.state, result.content[0].text
+
+
+def _host_rows(run: Run) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = msgspec.to_builtins(run.status().host_steps)
+    return rows
+
+
+def test_a_host_command_passes_and_its_row_and_log_are_kept(
+    home: Path, project: Path, tmp_path: Path
+) -> None:
+    run = launch_with_permit(
+        tmp_path,
+        """
+        async def main(runs, state, args):
+            result = await runs.host("ci", {"kind": "command", "command": "npm test", "timeoutMs": 60000,
+                                            "role": "ci", "output": "reports/ci.txt"})
+            again = await runs.host("ci", {"kind": "command", "command": "npm test", "timeoutMs": 60000,
+                                           "role": "ci", "output": "reports/ci.txt"})
+            assert again == result
+            return result
+        """,
+        commands=["npm test"],
+        keys=["ci"],
+        cwd=project,
+    )
+    state, text = _result(run)
+    assert state == "complete", text
+    result = json.loads(text)
+    assert result["ok"] is True and result["exitCode"] == 0 and result["key"] == "ci"
+    assert "process.exit(0)" in result["output"]
+    assert result["reportPath"] == str(project / "reports" / "ci.txt")
+    assert "process.exit(0)" in (project / "reports" / "ci.txt").read_text()
+    log = Path(result["logPath"])
+    assert log == run.dir / "host" / "ci.log" and (log.stat().st_mode & 0o777) == 0o600
+    assert (log.parent.stat().st_mode & 0o777) == 0o700
+    rows = _host_rows(run)
+    assert [(r["key"], r["state"], r["exitCode"]) for r in rows] == [("ci", "done", 0)]
+    events = [json.loads(line)["type"] for line in run.paths.events.read_text().splitlines()]
+    assert events.count("workflow.host_started") == 1 and events.count("workflow.host_ended") == 1
+
+
+def test_a_failing_command_rejects_and_the_script_may_catch_it(
+    home: Path, project: Path, tmp_path: Path
+) -> None:
+    run = launch_with_permit(
+        tmp_path,
+        """
+        from pisub.errors import HostCommandFailed
+
+        async def main(runs, state, args):
+            try:
+                await runs.host("tc", {"kind": "command", "command": "npm run typecheck", "timeoutMs": 60000})
+            except HostCommandFailed as exc:
+                return {"caught": exc.message, "code": exc.code}
+            return "not raised"
+        """,
+        commands=["npm run typecheck"],
+        cwd=project,
+    )
+    state, text = _result(run)
+    assert state == "complete", text
+    caught = json.loads(text)
+    assert caught["code"] == "HOST_COMMAND_FAILED" and "exited with code 1" in caught["caught"]
+    assert [(r["state"], r["reasonCode"], r["exitCode"]) for r in _host_rows(run)] == [("error", "exit", 1)]
+
+
+def test_an_uncaught_failure_fails_the_workflow(home: Path, project: Path, tmp_path: Path) -> None:
+    run = launch_with_permit(
+        tmp_path,
+        """
+        async def main(runs, state, args):
+            params = {"kind": "command", "command": "npm run typecheck", "timeoutMs": 60000}
+            return await runs.host("tc", params)
+        """,
+        commands=["npm run typecheck"],
+        cwd=project,
+    )
+    state, text = _result(run)
+    assert state == "failed" and "HOST_COMMAND_FAILED" in text and "exited with code 1" in text, text
+
+
+def test_a_timeout_ends_the_whole_process_tree(home: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "grandchild-marker"
+    command = f"sh -c 'export PISUB_TEST_MARK={marker}; sleep 300 & sleep 301 & wait'"
+    run = launch_with_permit(
+        tmp_path,
+        f"""
+        async def main(runs, state, args):
+            return await runs.host("slow", {{"kind": "command", "command": {command!r}, "timeoutMs": 500}})
+        """,
+        commands=[command],
+        cwd=tmp_path,
+    )
+    state, text = _result(run)
+    assert state == "failed" and "timed out after 500 ms" in text, text
+    assert [(r["state"], r["reasonCode"]) for r in _host_rows(run)] == [("error", "timeout")]
+    wait_no_processes(marker, timeout=5)
+
+
+def test_the_workflows_stop_ends_a_running_host_command(home: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "stop-marker"
+    command = f"sh -c 'export PISUB_TEST_MARK={marker}; sleep 300 & wait'"
+    run = launch_with_permit(
+        tmp_path,
+        f"""
+        async def main(runs, state, args):
+            return await runs.host("slow", {{"kind": "command", "command": {command!r}, "timeoutMs": 600000}})
+        """,
+        commands=[command],
+        cwd=tmp_path,
+    )
+    wait_for(lambda: [r["state"] for r in _host_rows(run)] == ["running"], 30, what="the host step")
+    wait_for(lambda: (run.dir / "host" / "slow.log").exists(), 10, what="its log")
+    run.stop()
+    state, _text = _result(run, 30)
+    assert state == "stopped"
+    wait_no_processes(marker, timeout=5)
+    assert [(r["state"], r["reasonCode"]) for r in _host_rows(run)] == [("cancelled", "cancelled")]
+
+
+BAD_OUTPUTS = [
+    ("/etc/passwd-pisub", "must be relative"),
+    ("../escape.txt", "no '..'"),
+    ("a/../../escape.txt", "no '..'"),
+    ("x" * 241, "longer than 240 bytes"),
+    ("a\nb", "control character"),
+]
+
+
+@pytest.mark.parametrize(("output", "said"), BAD_OUTPUTS)
+def test_an_output_outside_the_cwd_is_refused_at_the_call(
+    home: Path, tmp_path: Path, output: str, said: str
+) -> None:
+    run = launch_with_permit(
+        tmp_path,
+        f"""
+        async def main(runs, state, args):
+            return await runs.host("o", {{"kind": "command", "command": "true", "timeoutMs": 5000,
+                                          "output": {output!r}}})
+        """,
+        commands=["true"],
+        cwd=tmp_path,
+    )
+    state, text = _result(run)
+    assert state == "failed" and "INVALID_INPUT" in text and said in text, text
+    assert _host_rows(run) == []
+
+
+def test_an_output_through_a_symlink_or_over_a_hard_link_is_refused(home: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim.txt"
+    victim.write_text("keep me")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "link.txt").symlink_to(victim)
+    (work / "linkdir").symlink_to(outside)
+    os.link(victim, work / "hard.txt")
+    run = launch_with_permit(
+        tmp_path,
+        """
+        async def main(runs, state, args):
+            said = {}
+            for key, output in (("a", "link.txt"), ("b", "linkdir/victim.txt"), ("c", "hard.txt")):
+                try:
+                    await runs.host(key, {"kind": "command", "command": "echo written", "timeoutMs": 5000,
+                                          "output": output})
+                    said[key] = "written"
+                except Exception as exc:
+                    said[key] = exc.message
+            return said
+        """,
+        commands=["echo written"],
+        cwd=work,
+    )
+    state, text = _result(run)
+    assert state == "complete", text
+    said = json.loads(text)
+    assert "symlink" in said["a"] and "symlink" in said["b"] and "hard-linked" in said["c"], said
+    assert victim.read_text() == "keep me"
+    assert [r["reasonCode"] for r in _host_rows(run)] == ["output"] * 3
+
+
+def test_the_permit_is_the_ceiling(home: Path, tmp_path: Path) -> None:
+    run = launch_with_permit(
+        tmp_path,
+        """
+        async def main(runs, state, args):
+            said = []
+            for key, params in (
+                ("other", {"kind": "command", "command": "true", "timeoutMs": 5000}),
+                ("ci", {"kind": "command", "command": "rm -rf /nothing", "timeoutMs": 5000}),
+                ("ci", {"kind": "command", "command": "true", "timeoutMs": 5000, "cwd": "/"}),
+                ("ci", {"kind": "command", "command": "true", "timeoutMs": 5000, "shell": True}),
+                ("ci", {"kind": "command", "command": "true", "timeoutMs": 0}),
+                ("ci", {"kind": "command", "command": "true", "timeoutMs": 86400001}),
+                ("ci", {"kind": "shell", "command": "true", "timeoutMs": 5000}),
+                ("ci", {"kind": "command", "command": "x" * 16385, "timeoutMs": 5000}),
+                ("ci", {"kind": "command", "command": "true", "timeoutMs": 5000, "provider": "p" * 129}),
+                ("ci", {"kind": "command", "command": "true", "timeoutMs": 5000, "role": "deploy"}),
+                ("ci", ["not", "an", "object"]),
+            ):
+                try:
+                    runs.host(key, params)
+                    said.append("accepted")
+                except Exception as exc:
+                    said.append(exc.message)
+            return said
+        """,
+        commands=["true"],
+        keys=["ci"],
+        cwd=tmp_path,
+    )
+    state, text = _result(run)
+    assert state == "complete", text
+    said = json.loads(text)
+    assert "not permitted by this resource (its keys: ci)" in said[0]
+    assert "command is not permitted" in said[1]
+    assert "no per-step cwd" in said[2]
+    assert "shell" in said[3]
+    assert all("timeoutMs" in s for s in said[4:6]), said
+    assert "kind" in said[6]
+    assert "command" in said[7] and "provider" in said[8] and "role" in said[9]
+    assert "must be an object" in said[10]
+    assert _host_rows(run) == []
+
+
+def test_the_33rd_call_is_refused(home: Path, tmp_path: Path) -> None:
+    run = launch_with_permit(
+        tmp_path,
+        """
+        async def main(runs, state, args):
+            for i in range(32):
+                await runs.host(f"k{i}", {"kind": "command", "command": "true", "timeoutMs": 5000})
+            try:
+                runs.host("k32", {"kind": "command", "command": "true", "timeoutMs": 5000})
+            except Exception as exc:
+                return exc.message
+        """,
+        commands=["true"],
+        cwd=tmp_path,
+    )
+    state, text = _result(run, 120)
+    assert state == "complete", text
+    assert "at most 32 host commands per workflow" in text
+    assert len(_host_rows(run)) == 32
+
+
+def test_a_raw_script_has_no_host_commands(home: Path, tmp_path: Path) -> None:
+    script = write_script(
+        tmp_path,
+        """
+        async def main(runs, state, args):
+            try:
+                runs.host("ci", {"kind": "command", "command": "npm test", "timeoutMs": 5000})
+            except Exception as exc:
+                return exc.message
+        """,
+    )
+    run = pisub.launch_workflow(script, cwd=tmp_path)
+    state, text = _result(run)
+    assert state == "complete", text
+    assert text == (
+        'runs.host is only available to named workflow resources (workflow: "run-ci"); '
+        "a raw script has no host commands"
+    )
+
+
+def test_run_and_host_share_one_key_namespace(home: Path, make_agent: Any, tmp_path: Path) -> None:
+    make_agent("worker", python="print('did')")
+    run = launch_with_permit(
+        tmp_path,
+        """
+        async def main(runs, state, args):
+            said = []
+            await runs.host("h", {"kind": "command", "command": "true", "timeoutMs": 5000})
+            try:
+                await runs.run("h", agent="worker", task="x")
+            except Exception as exc:
+                said.append(exc.message)
+            await runs.run("r", agent="worker", task="x")
+            try:
+                runs.host("r", {"kind": "command", "command": "true", "timeoutMs": 5000})
+            except Exception as exc:
+                said.append(exc.message)
+            try:
+                runs.host("h", {"kind": "command", "command": "true", "timeoutMs": 6000})
+            except Exception as exc:
+                said.append(exc.message)
+            return said
+        """,
+        commands=["true"],
+        cwd=tmp_path,
+    )
+    state, text = _result(run)
+    assert state == "complete", text
+    said = json.loads(text)
+    assert "is a runs.host key" in said[0] and "is a runs.run key" in said[1], said
+    assert "already used with other parameters" in said[2]
+
+
+def test_a_resumed_workflow_never_runs_a_finished_host_command_again(home: Path, tmp_path: Path) -> None:
+    count = tmp_path / "count.txt"
+    gate = tmp_path / "gate"
+    command = f"sh -c 'echo ran >> {count}'"
+    run = launch_with_permit(
+        tmp_path,
+        f"""
+        import asyncio, os
+
+        async def main(runs, state, args):
+            first = await runs.host("once", {{"kind": "command", "command": {command!r}, "timeoutMs": 10000}})
+            while not os.path.exists({str(gate)!r}):
+                await asyncio.sleep(0.05)
+            return first["exitCode"]
+        """,
+        commands=[command],
+        cwd=tmp_path,
+    )
+    wait_for(lambda: [r["state"] for r in _host_rows(run)] == ["done"], 30, what="the host step")
+    coordinator = run.status().pid
+    assert coordinator is not None
+    os.kill(coordinator, signal.SIGKILL)
+    wait_for(lambda: run.status().state == "failed", 10)
+    gate.touch()
+    again = resume_workflow(run.id)
+    state, text = _result(again)
+    assert state == "complete", text
+    assert count.read_text() == "ran\n"
+    rows = _host_rows(again)
+    assert [(r["key"], r["state"], r["replayed"]) for r in rows] == [("once", "done", True)]
+    assert pisub_cli("resume", run.id).returncode == 1
