@@ -46,35 +46,14 @@ def launch_with_permit(
 ) -> Run:
     """A Python workflow whose spec carries a host permit (as a named resource's would)."""
     from pisub.api import client
-    from pisub.protocol import workflow as protocol
     from pisub.protocol.workflow import Shape
 
     script = write_script(tmp_path, body)
     permit = HostPermit(keys=keys or [], commands=commands, max_calls=max_calls)
     origin = ResourceOrigin(name="test", source="config", path=str(script))
-    try:
-        return client._launch_workflow(  # type: ignore[call-arg]
-            Shape.WORKFLOW,
-            name=script.name,
-            script=script,
-            cwd=cwd,
-            args=args,
-            permit=permit,
-            resource=origin,
-        )
-    except TypeError:
-        pass
-    # Until the launch takes a permit: the spec it builds is given one.
-    real = protocol.WorkflowSpec
-
-    def with_permit(**fields: Any) -> protocol.WorkflowSpec:
-        return real(**fields, permit=permit, resource=origin)
-
-    protocol.WorkflowSpec = with_permit  # type: ignore[assignment,misc]
-    try:
-        return client._launch_workflow(Shape.WORKFLOW, name=script.name, script=script, cwd=cwd, args=args)
-    finally:
-        protocol.WorkflowSpec = real  # type: ignore[misc]
+    return client._launch_workflow(
+        Shape.WORKFLOW, name=script.name, script=script, cwd=cwd, args=args, permit=permit, resource=origin
+    )
 
 
 def _result(run: Run, timeout: float = 60) -> tuple[str, str]:
@@ -412,3 +391,156 @@ def test_a_resumed_workflow_never_runs_a_finished_host_command_again(home: Path,
     rows = _host_rows(again)
     assert [(r["key"], r["state"], r["replayed"]) for r in rows] == [("once", "done", True)]
     assert pisub_cli("resume", run.id).returncode == 1
+
+
+# == named resources ===========================================================================
+
+
+def test_run_ci_through_the_cli_runs_npm_test_in_javascript(home: Path, project: Path) -> None:
+    launched = pisub_cli(
+        "run", "--resource", "run-ci", "--args", '{"command": "npm test"}', "--cwd", str(project)
+    )
+    assert launched.returncode == 0, launched.stderr
+    run = Run(launched.stdout.strip())
+    state, text = _result(run)
+    assert state == "complete", text
+    result = json.loads(text)
+    assert result["ok"] is True and result["exitCode"] == 0 and result["key"] == "ci"
+    spec = run.manifest().workflow
+    assert spec is not None and spec.language == "javascript" and spec.resource is not None
+    assert (spec.resource.name, spec.resource.source) == ("run-ci", "builtin")
+    assert spec.permit is not None and spec.permit.commands == ["npm test"] and spec.permit.keys == ["ci"]
+    assert spec.args == {"command": "npm test", "timeoutMs": 120000}
+    shown = pisub_cli("status", run.id)
+    assert "resource run-ci (builtin" in shown.stdout and "npm test" in shown.stdout, shown.stdout
+
+
+def test_run_ci_typecheck_failing_fails_the_workflow(home: Path, project: Path) -> None:
+    # --arg wins over --args: the typecheck runs, with its own timeout
+    launched = pisub_cli(
+        "run", "--resource", "run-ci", "--args", '{"command": "npm test", "timeoutMs": 5}',
+        "--arg", "command=npm run typecheck", "--arg", "timeoutMs=60000", "--cwd", str(project),
+    )  # fmt: skip
+    assert launched.returncode == 0, launched.stderr
+    run = Run(launched.stdout.strip())
+    state, text = _result(run)
+    assert state == "failed" and "HOST_COMMAND_FAILED" in text and "exited with code 1" in text, text
+    assert [(r["state"], r["exitCode"]) for r in _host_rows(run)] == [("error", 1)]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ('{"command": "rm -rf /"}', "give `npm test` (the default) or `npm run typecheck`"),
+        ('{"command": "npm test", "shell": true}', "unknown arg 'shell'"),
+        ('{"timeoutMs": 0}', "timeoutMs must be a whole number"),
+        ('{"timeoutMs": 86400001}', "timeoutMs must be a whole number"),
+        ('{"timeoutMs": true}', "timeoutMs must be a whole number"),
+        ('["npm test"]', "--args: give a JSON object"),
+        ('{"command": "' + "x" * 17000 + '"}', "larger than 16384 bytes"),
+    ],
+)
+def test_run_ci_refuses_bad_args_before_anything_runs(
+    home: Path, project: Path, args: str, said: str
+) -> None:
+    launched = pisub_cli("run", "--resource", "run-ci", "--args", args, "--cwd", str(project))
+    assert launched.returncode != 0 and said in launched.stderr, launched.stderr
+    assert list(pisub.list_runs()) == []
+
+
+def test_an_unknown_resource_is_refused(home: Path) -> None:
+    with pytest.raises(pisub.PisubError, match="no workflow resource 'nope' \\(known: review, run-ci"):
+        pisub.launch_resource("nope")
+
+
+def test_review_runs_one_reviewer_child(home: Path, make_agent: Any, tmp_path: Path) -> None:
+    make_agent("reviewer", python="import sys; print('reviewed:', sys.stdin.read().strip())")
+    run = pisub.launch_resource("review", {"task": "look at main.py"}, cwd=tmp_path)
+    state, text = _result(run)
+    assert state == "complete", text
+    assert json.loads(text)["output"] == "reviewed: look at main.py\n"
+    assert [s.key for s in run.status().steps] == ["review"]
+    with pytest.raises(pisub.PisubError, match="unknown arg 'agent'"):
+        pisub.launch_resource("review", {"task": "x", "agent": "writer"})
+
+
+LINT_JS = """
+const r = await runs.host("lint", { kind: "command", command: "sh -c 'echo lint ok'", timeoutMs: 10000,
+                                     output: "reports/lint.txt" });
+let refused = "";
+try { await runs.host("other", { kind: "command", command: "sh -c 'echo lint ok'", timeoutMs: 10000 }); }
+catch (e) { refused = e.message; }
+return { output: r.output, reportPath: r.reportPath, refused, who: args.who };
+"""
+
+
+def _register(tmp_path: Path, name: str, script: Path, mode: int = 0o600, **extra: str) -> Path:
+    config = tmp_path / "xdg-config" / "pisub" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    lines = [f"[workflows.resources.{name}]", f'script = "{script}"']
+    lines += ["commands = [\"sh -c 'echo lint ok'\"]", 'keys = ["lint"]', 'description = "lint it"']
+    lines += [f'{k} = "{v}"' for k, v in extra.items()]
+    config.write_text("\n".join(lines) + "\n")
+    config.chmod(mode)
+    return config
+
+
+def _script(tmp_path: Path, text: str = LINT_JS, mode: int = 0o600) -> Path:
+    scripts = tmp_path / "scripts"
+    scripts.mkdir(mode=0o700, exist_ok=True)
+    path = scripts / "lint.js"
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def test_a_config_resource_runs_with_its_own_permit(home: Path, tmp_path: Path) -> None:
+    script = _script(tmp_path)
+    _register(tmp_path, "lint", script)
+    work = tmp_path / "work"
+    work.mkdir()
+    assert [(r.name, r.source) for r in pisub.list_resources()] == [
+        ("review", "builtin"),
+        ("run-ci", "builtin"),
+        ("lint", "config"),
+    ]
+    run = pisub.launch_resource("lint", {"who": "me"}, cwd=work)
+    script.write_text("return 'edited after launch';")  # read once, at launch
+    state, text = _result(run)
+    assert state == "complete", text
+    said = json.loads(text)
+    assert said["output"] == "lint ok\n" and said["who"] == "me"
+    assert said["reportPath"] == str(work / "reports" / "lint.txt")
+    assert "not permitted by this resource (its keys: lint)" in said["refused"]
+    spec = run.manifest().workflow
+    assert spec is not None and spec.resource is not None
+    assert (spec.resource.source, spec.resource.path) == ("config", str(script))
+    import hashlib
+
+    assert spec.resource.sha256 == hashlib.sha256(LINT_JS.encode()).hexdigest()
+    listed = pisub_cli("resources")
+    assert listed.returncode == 0 and "lint" in listed.stdout and "run-ci" in listed.stdout, listed.stderr
+
+
+def test_config_resources_that_are_not_safe_are_refused(home: Path, tmp_path: Path) -> None:
+    script = _script(tmp_path)
+    _register(tmp_path, "run-ci", script)
+    with pytest.raises(pisub.PisubError, match="shadows the builtin resource 'run-ci'"):
+        pisub.launch_resource("run-ci")
+    _register(tmp_path, "lint", script, mode=0o620)
+    with pytest.raises(pisub.PisubError, match="registers workflow resources and is writable by others"):
+        pisub.launch_resource("lint")
+    _register(tmp_path, "lint", script)
+    script.chmod(0o620)
+    with pytest.raises(pisub.PisubError, match="is writable by others \\(mode 620\\)"):
+        pisub.launch_resource("lint")
+    script.chmod(0o600)
+    linked = tmp_path / "scripts" / "linked.js"
+    linked.symlink_to("/etc/hostname")  # someone else's file (root's), through a symlink
+    _register(tmp_path, "lint", linked)
+    with pytest.raises(pisub.PisubError, match="is a symlink: give the file itself"):
+        pisub.launch_resource("lint")
+    _register(tmp_path, "lint", Path("relative.js"))
+    with pytest.raises(pisub.PisubError, match="give an absolute path"):
+        pisub.launch_resource("lint")
+    assert list(pisub.list_runs()) == []
