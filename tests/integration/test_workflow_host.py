@@ -544,3 +544,62 @@ def test_config_resources_that_are_not_safe_are_refused(home: Path, tmp_path: Pa
     with pytest.raises(pisub.PisubError, match="give an absolute path"):
         pisub.launch_resource("lint")
     assert list(pisub.list_runs()) == []
+
+
+def test_a_host_command_its_coordinator_died_under_runs_once_more_then_not_again(
+    home: Path, tmp_path: Path
+) -> None:
+    count, gate, marker = tmp_path / "count.txt", tmp_path / "gate", tmp_path / "crash-marker"
+    command = f"sh -c 'export PISUB_TEST_MARK={marker}; echo ran >> {count}; test -e {gate} || sleep 300'"
+    run = launch_with_permit(
+        tmp_path,
+        f"""
+        async def main(runs, state, args):
+            r = await runs.host("slow", {{"kind": "command", "command": {command!r}, "timeoutMs": 600000}})
+            return r["exitCode"]
+        """,
+        commands=[command],
+        cwd=tmp_path,
+    )
+
+    def crash(victim: Run) -> None:
+        wait_for(lambda: count.exists() and count.read_text().count("ran") >= 1, 30, what="the command")
+        coordinator = victim.status().pid
+        assert coordinator is not None
+        os.kill(coordinator, signal.SIGKILL)
+        wait_for(lambda: victim.status().state == "failed", 10)  # the repair ends the command's tree
+        wait_no_processes(marker, timeout=10)
+
+    crash(run)
+    again = resume_workflow(run.id)
+    wait_for(lambda: count.read_text().count("ran") == 2, 30, what="the rerun")
+    crash(again)
+    third = resume_workflow(again.id)
+    state, text = _result(third)
+    assert state == "failed" and "its coordinator died twice while it ran" in text, text
+    assert count.read_text().count("ran") == 2
+    assert [(r["state"], r["reasonCode"]) for r in _host_rows(third)] == [("error", "interrupted")]
+    events = [json.loads(line) for line in again.paths.events.read_text().splitlines()]
+    started = [e["data"] for e in events if e["type"] == "workflow.host_started"]
+    assert started and started[0]["rerun"] is True
+
+
+def test_a_fifo_at_the_output_path_is_refused(home: Path, tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    os.mkfifo(work / "pipe.txt")
+    run = launch_with_permit(
+        tmp_path,
+        """
+        async def main(runs, state, args):
+            params = {"kind": "command", "command": "echo hi", "timeoutMs": 5000, "output": "pipe.txt"}
+            try:
+                await runs.host("f", params)
+            except Exception as exc:
+                return exc.message
+        """,
+        commands=["echo hi"],
+        cwd=work,
+    )
+    state, text = _result(run)
+    assert state == "complete" and "not a regular file" in text, text
