@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shlex
 import stat
 import time
@@ -18,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from pisub.core.fsio import private_mkdir, read_bytes, write_all
+from pisub.core.fsio import _create_exclusive, private_mkdir, read_bytes
 from pisub.core.procs import OutputUnwritable, run_bounded
 from pisub.errors import InvalidInput
 from pisub.protocol.host import (
@@ -282,18 +283,11 @@ def write_output(cwd: Path, output: str, log: Path) -> Path:
     dfd = _open_parent(cwd, parts, create=True)
     assert dfd is not None
     name = parts[-1]
-    tmp = f".{name[:200]}.pisub-{os.getpid()}.tmp"
+    tmp = f".{name[:200]}.pisub-{secrets.token_hex(6)}.tmp"
     try:
         _check_name(dfd, name)
-        fd = os.open(
-            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dfd
-        )
+        _create_exclusive(dfd, tmp, data, 0o644)
         try:
-            try:
-                write_all(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
             _check_name(dfd, name)
             os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
         except BaseException:

@@ -56,6 +56,20 @@ def launch_with_permit(
     )
 
 
+def launch_one_call(tmp_path: Path, key: str, command: str, timeout_ms: int, cwd: Path) -> Run:
+    """A permitted workflow that returns what ``runs.host(key, command)`` gives."""
+    return launch_with_permit(
+        tmp_path,
+        f"""
+        async def main(runs, state, args):
+            params = {{"kind": "command", "command": {command!r}, "timeoutMs": {timeout_ms}}}
+            return await runs.host({key!r}, params)
+        """,
+        commands=[command],
+        cwd=cwd,
+    )
+
+
 def _result(run: Run, timeout: float = 60) -> tuple[str, str]:
     result = run.wait(timeout=timeout)
     return result.state, result.content[0].text
@@ -126,16 +140,7 @@ def test_a_failing_command_rejects_and_the_script_may_catch_it(
 
 
 def test_an_uncaught_failure_fails_the_workflow(home: Path, project: Path, tmp_path: Path) -> None:
-    run = launch_with_permit(
-        tmp_path,
-        """
-        async def main(runs, state, args):
-            params = {"kind": "command", "command": "npm run typecheck", "timeoutMs": 60000}
-            return await runs.host("tc", params)
-        """,
-        commands=["npm run typecheck"],
-        cwd=project,
-    )
+    run = launch_one_call(tmp_path, "tc", "npm run typecheck", 60000, project)
     state, text = _result(run)
     assert state == "failed" and "HOST_COMMAND_FAILED" in text and "exited with code 1" in text, text
 
@@ -143,15 +148,7 @@ def test_an_uncaught_failure_fails_the_workflow(home: Path, project: Path, tmp_p
 def test_a_timeout_ends_the_whole_process_tree(home: Path, tmp_path: Path) -> None:
     marker = tmp_path / "grandchild-marker"
     command = f"sh -c 'export PISUB_TEST_MARK={marker}; sleep 300 & sleep 301 & wait'"
-    run = launch_with_permit(
-        tmp_path,
-        f"""
-        async def main(runs, state, args):
-            return await runs.host("slow", {{"kind": "command", "command": {command!r}, "timeoutMs": 500}})
-        """,
-        commands=[command],
-        cwd=tmp_path,
-    )
+    run = launch_one_call(tmp_path, "slow", command, 500, tmp_path)
     state, text = _result(run)
     assert state == "failed" and "timed out after 500 ms" in text, text
     assert [(r["state"], r["reasonCode"]) for r in _host_rows(run)] == [("error", "timeout")]
@@ -161,15 +158,7 @@ def test_a_timeout_ends_the_whole_process_tree(home: Path, tmp_path: Path) -> No
 def test_the_workflows_stop_ends_a_running_host_command(home: Path, tmp_path: Path) -> None:
     marker = tmp_path / "stop-marker"
     command = f"sh -c 'export PISUB_TEST_MARK={marker}; sleep 300 & wait'"
-    run = launch_with_permit(
-        tmp_path,
-        f"""
-        async def main(runs, state, args):
-            return await runs.host("slow", {{"kind": "command", "command": {command!r}, "timeoutMs": 600000}})
-        """,
-        commands=[command],
-        cwd=tmp_path,
-    )
+    run = launch_one_call(tmp_path, "slow", command, 600000, tmp_path)
     wait_for(lambda: [r["state"] for r in _host_rows(run)] == ["running"], 30, what="the host step")
     wait_for(lambda: (run.dir / "host" / "slow.log").exists(), 10, what="its log")
     run.stop()
@@ -551,16 +540,7 @@ def test_a_host_command_its_coordinator_died_under_runs_once_more_then_not_again
 ) -> None:
     count, gate, marker = tmp_path / "count.txt", tmp_path / "gate", tmp_path / "crash-marker"
     command = f"sh -c 'export PISUB_TEST_MARK={marker}; echo ran >> {count}; test -e {gate} || sleep 300'"
-    run = launch_with_permit(
-        tmp_path,
-        f"""
-        async def main(runs, state, args):
-            r = await runs.host("slow", {{"kind": "command", "command": {command!r}, "timeoutMs": 600000}})
-            return r["exitCode"]
-        """,
-        commands=[command],
-        cwd=tmp_path,
-    )
+    run = launch_one_call(tmp_path, "slow", command, 600000, tmp_path)
 
     def crash(victim: Run) -> None:
         wait_for(lambda: count.exists() and count.read_text().count("ran") >= 1, 30, what="the command")
