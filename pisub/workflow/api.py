@@ -279,6 +279,11 @@ class Runs:
         """
         return self._hosts.call(key, params)
 
+    @property
+    def host_permitted(self) -> bool:
+        """This workflow is a named resource's (it has a host permit; a raw script has none)."""
+        return self._hosts.table.spec.permit is not None
+
 
 class State:
     """``state``: JSON values shared by every workflow of the same state namespace; each call
