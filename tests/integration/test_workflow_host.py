@@ -583,3 +583,37 @@ def test_a_fifo_at_the_output_path_is_refused(home: Path, tmp_path: Path) -> Non
     )
     state, text = _result(run)
     assert state == "complete" and "not a regular file" in text, text
+
+
+def test_the_log_is_capped_at_one_mib_and_the_preview_at_four_kib(home: Path, tmp_path: Path) -> None:
+    command = "sh -c 'head -c 3000000 /dev/zero | tr \"\\0\" a; echo; echo the-end'"
+    run = launch_one_call(tmp_path, "big", command, 60000, tmp_path)
+    state, text = _result(run)
+    assert state == "complete", text[:300]
+    result = json.loads(text)
+    log = Path(result["logPath"])
+    assert log.stat().st_size <= 1024 * 1024 and "bytes not kept" in log.read_text()
+    assert len(result["output"].encode()) <= 4096 and result["output"].endswith("the-end\n")
+
+
+def test_a_hostile_key_is_refused(home: Path, tmp_path: Path) -> None:
+    run = launch_with_permit(
+        tmp_path,
+        """
+        async def main(runs, state, args):
+            said = []
+            for key in ("../x", "", "a/b", "x" * 129, 7, None):
+                try:
+                    runs.host(key, {"kind": "command", "command": "true", "timeoutMs": 5000})
+                except Exception as exc:
+                    said.append(exc.message)
+            return said
+        """,
+        commands=["true"],
+        cwd=tmp_path,
+    )
+    state, text = _result(run)
+    assert state == "complete", text
+    said = json.loads(text)
+    assert len(said) == 6 and all("must match" in s for s in said), said
+    assert not (run.dir / "host").exists()
