@@ -463,12 +463,18 @@ return { output: r.output, reportPath: r.reportPath, refused, who: args.who };
 """
 
 
-def _register(tmp_path: Path, name: str, script: Path, mode: int = 0o600, **extra: str) -> Path:
+def _register(
+    tmp_path: Path,
+    name: str,
+    script: Path,
+    mode: int = 0o600,
+    commands: tuple[str, ...] = ("sh -c 'echo lint ok'",),
+    keys: tuple[str, ...] = ("lint",),
+) -> Path:
     config = tmp_path / "xdg-config" / "pisub" / "config.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
-    lines = [f"[workflows.resources.{name}]", f'script = "{script}"']
-    lines += ["commands = [\"sh -c 'echo lint ok'\"]", 'keys = ["lint"]', 'description = "lint it"']
-    lines += [f'{k} = "{v}"' for k, v in extra.items()]
+    lines = [f"[workflows.resources.{name}]", f'script = "{script}"', 'description = "lint it"']
+    lines += [f"commands = {json.dumps(list(commands))}", f"keys = {json.dumps(list(keys))}"]
     config.write_text("\n".join(lines) + "\n")
     config.chmod(mode)
     return config
@@ -617,3 +623,51 @@ def test_a_hostile_key_is_refused(home: Path, tmp_path: Path) -> None:
     said = json.loads(text)
     assert len(said) == 6 and all("must match" in s for s in said), said
     assert not (run.dir / "host").exists()
+
+
+def test_a_python_config_resource_runs_too(home: Path, tmp_path: Path) -> None:
+    script = tmp_path / "scripts" / "lint.py"
+    script.parent.mkdir(mode=0o700)
+    script.write_text(
+        "async def main(runs, state, args):\n"
+        "    params = {'kind': 'command', 'command': \"sh -c 'echo lint ok'\", 'timeoutMs': 10000}\n"
+        "    return (await runs.host('lint', params))['output']\n"
+    )
+    script.chmod(0o600)
+    _register(tmp_path, "pylint", script)
+    run = pisub.launch_resource("pylint", cwd=tmp_path)
+    state, text = _result(run)
+    assert state == "complete" and text == "lint ok\n", text
+    spec = run.manifest().workflow
+    assert spec is not None and spec.language == "python"
+
+
+def test_a_javascript_resource_killed_after_its_host_step_resumes_without_running_it_again(
+    home: Path, make_agent: Any, tmp_path: Path
+) -> None:
+    count = tmp_path / "count.txt"
+    make_agent("worker", python="import time; time.sleep(4); print('worked')")
+    command = f"sh -c 'echo ran >> {count}'"
+    script = _script(
+        tmp_path,
+        f"""
+        const params = {{ kind: "command", command: {json.dumps(command)}, timeoutMs: 10000 }};
+        const first = await runs.host("once", params);
+        const child = await runs.run("work", {{ agent: "worker", task: "work" }});
+        return {{ exitCode: first.exitCode, child: child.output }};
+        """,
+    )
+    _register(tmp_path, "twostep", script, commands=(command,), keys=())
+    run = pisub.launch_resource("twostep", cwd=tmp_path)
+    wait_for(lambda: [str(s.status) for s in run.status().steps] == ["running"], 30, what="the child")
+    assert [r["state"] for r in _host_rows(run)] == ["done"]
+    coordinator = run.status().pid
+    assert coordinator is not None
+    os.kill(coordinator, signal.SIGKILL)
+    wait_for(lambda: run.status().state == "failed", 10)
+    again = resume_workflow(run.id)
+    state, text = _result(again)
+    assert state == "complete", text
+    assert json.loads(text) == {"exitCode": 0, "child": "worked\n"}
+    assert count.read_text() == "ran\n"
+    assert [(r["key"], r["replayed"]) for r in _host_rows(again)] == [("once", True)]
