@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from pisub.api.doctor import GcResult, Report
+    from pisub.protocol.workflow import ScriptLanguage
     from pisub.store.config import Loaded, Setting
     from pisub.store.leases import LeaseInfo
     from pisub.workflow.validate import Report as ValidationReport
@@ -162,12 +163,73 @@ def cluster_doctor(
 
 
 def validate_workflow(
-    script: str | Path, *, cwd: Path | None = None, home: Path | None = None
+    script: str | Path | None = None,
+    *,
+    text: str | None = None,
+    language: str | None = None,
+    cwd: Path | None = None,
+    home: Path | None = None,
 ) -> ValidationReport:
     """The checks a workflow script meets before it starts (``pisub workflow validate``): its
-    syntax and shape, and every agent it names looked up from ``cwd``; nothing is started."""
-    from pisub.api.client import agent_catalog
-    from pisub.workflow.validate import validate_file
+    syntax and shape, every agent it names looked up from ``cwd``, and (JavaScript) the spawn
+    budget; nothing is started. ``script``: a ``.js`` or ``.py`` file (relative: against
+    ``cwd``); ``text``: the script itself (JavaScript unless ``language="python"``).
+    ``language`` (``python``/``javascript``) overrides the file's suffix.
 
-    agents = set(agent_catalog(home=home, cwd=Path(cwd or os.getcwd())).agents)
-    return validate_file(Path(script).absolute(), agents)
+    A script that cannot be read is a report with one error, not an exception.
+
+    Raises:
+        InvalidInput: both or neither of ``script`` and ``text``, or a language that is none.
+    """
+    from pisub.api.client import agent_catalog
+    from pisub.protocol.workflow import DEFAULT_MAX_SPAWNS, ScriptLanguage
+    from pisub.store.config import load_config
+    from pisub.store.paths import open_home
+    from pisub.workflow.js.checks import validate_js
+    from pisub.workflow.validate import Report, read_script, validate_source
+
+    if (script is None) == (text is None):
+        raise InvalidInput("validate needs a workflow script: a .js or .py file, or its text (not both)")
+    where = Path(cwd or os.getcwd())
+    chosen = _script_language(script, language)
+    agents = set(agent_catalog(home=home, cwd=where).agents)
+    if text is not None:
+        source, name = text, "<workflow>"
+    else:
+        path = Path(script) if script is not None else Path()
+        path = path if path.is_absolute() else where / path
+        report = Report()
+        read = read_script(path, report)
+        if read is None:
+            return report
+        source, name = read, str(script)
+    if chosen is ScriptLanguage.PYTHON:
+        return validate_source(source, agents, filename=name)
+    budget = load_config(open_home(home).root).workflow.max_spawns or DEFAULT_MAX_SPAWNS
+    return validate_js(source, agents, filename=name, max_spawns=budget)
+
+
+def _script_language(script: str | Path | None, language: str | None) -> ScriptLanguage:
+    """The language a script is written in: ``language`` if given, else by the file's suffix
+    (``.js`` JavaScript, ``.py`` Python), else JavaScript for inline text.
+
+    Raises:
+        InvalidInput: an unknown language, or a file whose suffix says none.
+    """
+    from pisub.protocol.workflow import ScriptLanguage
+
+    if language is not None:
+        try:
+            return ScriptLanguage(language)
+        except ValueError:
+            raise InvalidInput(f"--language {language[:40]!r} is none: give python or javascript") from None
+    if script is None:
+        return ScriptLanguage.JAVASCRIPT
+    suffix = Path(script).suffix.lower()
+    if suffix in (".js", ".mjs", ".cjs"):
+        return ScriptLanguage.JAVASCRIPT
+    if suffix == ".py":
+        return ScriptLanguage.PYTHON
+    raise InvalidInput(
+        f"cannot tell the language of {str(script)[:200]!r}: name it .js or .py, or give --language"
+    )
