@@ -58,6 +58,8 @@ RUNS_METHODS = ("run", "all", "host", "lanes", "steer")
 ENGINE_SECONDS = 1
 """How long the engine may spend compiling (a body that closes its wrapper could run code)."""
 ENGINE_MEMORY = 256 * 1024 * 1024
+MAX_PROBLEMS = 200
+"""At most this many errors are listed (then one ``and N more``)."""
 LITERAL_DEPTH = 64
 """How deep a literal is followed (deeper: treated as computed at run time)."""
 
@@ -183,7 +185,7 @@ def _engine_syntax(source: str, tree: Tree) -> Problem | None:
 
 def _escaped(source: str, tree: Tree) -> Problem:
     node = _first_error(tree)
-    line, col = _position(source, node) if node is not None else (1, 1)
+    line, col = _position(source.encode("utf-8"), node) if node is not None else (1, 1)
     message = "SyntaxError: the script is not one statement body (it closes the function it runs in)"
     return Problem(line, col, message, kind="syntax")
 
@@ -204,15 +206,15 @@ def _error_column(source: str, tree: Tree, line: int) -> int:
     node = _first_error(tree)
     if node is None:
         return 1
-    where = _position(source, node)
+    where = _position(source.encode("utf-8"), node)
     return where[1] if where[0] == line else 1
 
 
-def _position(source: str, node: Node) -> tuple[int, int]:
-    """1-based line and character column of ``node``."""
+def _position(data: bytes, node: Node) -> tuple[int, int]:
+    """1-based line and character column of ``node`` in the script's UTF-8 ``data``."""
     row, byte_col = node.start_point
     start = node.start_byte - byte_col
-    prefix = source.encode("utf-8")[start : node.start_byte]
+    prefix = data[start : node.start_byte]
     return row + 1, len(prefix.decode("utf-8", "replace")) + 1
 
 
@@ -443,7 +445,7 @@ class _Checks:
     def __init__(
         self, source: str, tree: Tree, agents: set[str] | None, max_spawns: int | None, report: Report
     ) -> None:
-        self.source = source
+        self.data = source.encode("utf-8")
         self.tree = tree
         self.agents = agents
         self.max_spawns = max_spawns
@@ -454,15 +456,17 @@ class _Checks:
         """Child starts whose count the text does not settle, and why."""
 
     def error(self, node: Node, message: str, kind: str, *, unknown_agent: bool = False) -> None:
-        line, col = _position(self.source, node)
+        line, col = _position(self.data, node)
         self.report.errors.append(Problem(line, col, message, unknown_agent=unknown_agent, kind=kind))
 
     def warn(self, node: Node, message: str, kind: str) -> None:
-        line, col = _position(self.source, node)
+        line, col = _position(self.data, node)
         self.report.warnings.append(Problem(line, col, message, kind=kind))
 
     def run(self) -> None:
         batches: list[tuple[Node, Node]] = []
+        uses: dict[str, list[Node]] = {}
+        """Member and subscript expressions, by the name they read from."""
         for site in _walk(self.tree.root_node):
             node = site.node
             if _is_async(node):
@@ -477,9 +481,17 @@ class _Checks:
                 batch = self._all_binding(node)
                 if batch is not None:
                     batches.append(batch)
+            elif node.type in ("member_expression", "subscript_expression"):
+                obj = node.child_by_field_name("object")
+                if obj is not None and obj.type == "identifier":
+                    uses.setdefault(_text(obj), []).append(node)
         for name_node, scope in batches:
-            self._keyed_access(name_node, scope)
+            self._keyed_access(name_node, scope, uses.get(_text(name_node), []))
         self._budget()
+        if len(self.report.errors) > MAX_PROBLEMS:
+            more = len(self.report.errors) - MAX_PROBLEMS
+            del self.report.errors[MAX_PROBLEMS:]
+            self.report.errors.append(Problem(1, 1, f"and {more} more problems", kind="more"))
 
     # --- calls -------------------------------------------------------------------------------
 
@@ -686,26 +698,25 @@ class _Checks:
             return None
         return target, scope
 
-    def _keyed_access(self, name_node: Node, scope: Node) -> None:
+    def _keyed_access(self, name_node: Node, scope: Node, uses: list[Node]) -> None:
+        """``name.x`` / ``name["x"]`` after ``const name = await runs.all(...)`` in its block."""
         name = _text(name_node)
-        for site in _walk(scope):
-            node = site.node
-            if node.start_byte < name_node.end_byte:
+        for node in uses:
+            if not name_node.end_byte <= node.start_byte < scope.end_byte:
                 continue
             if node.type == "member_expression":
-                obj, prop = node.child_by_field_name("object"), node.child_by_field_name("property")
-                if obj is None or prop is None or obj.type != "identifier" or _text(obj) != name:
+                prop = node.child_by_field_name("property")
+                if prop is None or _text(prop) in _ARRAY_NAMES:
                     continue
-                if _text(prop) not in _ARRAY_NAMES and not _shadowed(node, name, scope):
-                    self.error(node, _ordered(f"{name}.{_text(prop)}", name, name), "keyed-access")
-            elif node.type == "subscript_expression":
-                obj, index = node.child_by_field_name("object"), node.child_by_field_name("index")
-                if obj is None or index is None or obj.type != "identifier" or _text(obj) != name:
+                access = f"{name}.{_text(prop)}"
+            else:
+                index = node.child_by_field_name("index")
+                value = literal(index) if index is not None else COMPUTED
+                if not isinstance(value, str) or value.isdigit() or value in _ARRAY_NAMES:
                     continue
-                value = literal(index)
-                keyed = isinstance(value, str) and not value.isdigit() and value not in _ARRAY_NAMES
-                if keyed and not _shadowed(node, name, scope):
-                    self.error(node, _ordered(f"{name}[{value!r}]", name, name), "keyed-access")
+                access = f"{name}[{value!r}]"
+            if not _shadowed(node, name, scope):
+                self.error(node, _ordered(access, name, name), "keyed-access")
 
     # --- spawn budget ------------------------------------------------------------------------
 
