@@ -55,8 +55,11 @@ NO_CWD = (
     "(cd dir && npm test) or set cwd on the outer request"
 )
 RUNS_METHODS = ("run", "all", "host", "lanes", "steer")
-ENGINE_SECONDS = 1
-"""How long the engine may spend compiling (a body that closes its wrapper could run code)."""
+ENGINE_SECONDS = 10
+"""How long the engine may spend compiling a script tree-sitter parses cleanly."""
+ENGINE_SECONDS_BROKEN = 1
+"""... and one it does not: a body that closes its wrapper (``}); ...; (function(){``) runs code
+while the wrapper is made."""
 ENGINE_MEMORY = 256 * 1024 * 1024
 MAX_PROBLEMS = 200
 """At most this many errors are listed (then one ``and N more``)."""
@@ -163,7 +166,8 @@ def _engine_syntax(source: str, tree: Tree) -> Problem | None:
     lines = source.count("\n") + 1
     wrapped = "async function(){\n" + source + "\n}"
     context = quickjs.Context()
-    context.set_time_limit(ENGINE_SECONDS)
+    broken = tree.root_node.has_error
+    context.set_time_limit(ENGINE_SECONDS_BROKEN if broken else ENGINE_SECONDS)
     context.set_memory_limit(ENGINE_MEMORY)
     try:
         length = context.eval("(" + wrapped + ").toString().length")
@@ -171,7 +175,11 @@ def _engine_syntax(source: str, tree: Tree) -> Problem | None:
         text = str(exc)
         message = text.split("\n", 1)[0].strip() or "SyntaxError"
         if not message.startswith("SyntaxError"):
-            return _escaped(source, tree)
+            if broken:
+                return _escaped(source, tree)
+            return Problem(
+                1, 1, f"the engine takes more than {ENGINE_SECONDS} s to compile the script", kind="syntax"
+            )
         found = _LINE_RE.search(text)
         line = min(max(int(found.group(1)) - 1, 1), lines) if found else 1
         column = int(found.group(2)) if found and found.group(2) else _error_column(source, tree, line)
@@ -186,7 +194,7 @@ def _engine_syntax(source: str, tree: Tree) -> Problem | None:
 def _escaped(source: str, tree: Tree) -> Problem:
     node = _first_error(tree)
     line, col = _position(source.encode("utf-8"), node) if node is not None else (1, 1)
-    message = "SyntaxError: the script is not one statement body (it closes the function it runs in)"
+    message = "SyntaxError: the script does not parse as one statement body (the body of an async function)"
     return Problem(line, col, message, kind="syntax")
 
 
