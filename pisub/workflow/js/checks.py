@@ -89,6 +89,7 @@ _ARRAY_NAMES = frozenset(
 )  # fmt: skip
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "v": "\v", "0": "\0"}
 _LINE_RE = re.compile(r"<input>:(\d+)(?::(\d+))?")
+_TOKEN_RE = re.compile(r": '(.{1,40})'$")
 
 
 class _Computed:
@@ -132,6 +133,10 @@ def validate_js(
             Problem(1, 1, f"the script is nested too deeply to check ({type(exc).__name__})", kind="input")
         )
     report.errors.sort(key=lambda p: (p.line, p.col))
+    if len(report.errors) > MAX_PROBLEMS:
+        more = len(report.errors) - MAX_PROBLEMS
+        del report.errors[MAX_PROBLEMS:]
+        report.errors.append(Problem(report.errors[-1].line, 1, f"and {more} more problems", kind="more"))
     return report
 
 
@@ -182,7 +187,9 @@ def _engine_syntax(source: str, tree: Tree) -> Problem | None:
             )
         found = _LINE_RE.search(text)
         line = min(max(int(found.group(1)) - 1, 1), lines) if found else 1
-        column = int(found.group(2)) if found and found.group(2) else _error_column(source, tree, line)
+        column = (
+            int(found.group(2)) if found and found.group(2) else _error_column(source, tree, line, message)
+        )
         return Problem(line, column, message, kind="syntax")
     finally:
         del context
@@ -209,13 +216,20 @@ def _first_error(tree: Tree) -> Node | None:
     return None
 
 
-def _error_column(source: str, tree: Tree, line: int) -> int:
-    """The column of tree-sitter's first error when it is on ``line`` (the engine gives none)."""
+def _error_column(source: str, tree: Tree, line: int, message: str) -> int:
+    """Where on ``line`` the engine's error is (it gives no column): the token its message names
+    (``unexpected token in expression: ';'``) at or after tree-sitter's first error there, else
+    that error, else 1."""
     node = _first_error(tree)
-    if node is None:
-        return 1
-    where = _position(source.encode("utf-8"), node)
-    return where[1] if where[0] == line else 1
+    where = _position(source.encode("utf-8"), node) if node is not None else (0, 1)
+    col = where[1] if where[0] == line else 1
+    token = _TOKEN_RE.search(message)
+    text = source.split("\n")[line - 1] if line <= source.count("\n") + 1 else ""
+    if token is not None:
+        found = text.find(token.group(1), col - 1)
+        if found >= 0:
+            return found + 1
+    return col
 
 
 def _position(data: bytes, node: Node) -> tuple[int, int]:
@@ -434,6 +448,9 @@ def _not_json_leaf(node: Node) -> str | None:
         return "a function"
     if kind == "identifier" and _text(node) in ("NaN", "Infinity"):
         return _text(node)
+    if kind == "unary_expression":
+        arg = node.child_by_field_name("argument")
+        return _not_json_leaf(_unwrap(arg)) if arg is not None else None
     if kind == "number" and isinstance(_number(_text(node)), _BigInt):
         return "a BigInt"
     if kind == "regex":
@@ -496,10 +513,6 @@ class _Checks:
         for name_node, scope in batches:
             self._keyed_access(name_node, scope, uses.get(_text(name_node), []))
         self._budget()
-        if len(self.report.errors) > MAX_PROBLEMS:
-            more = len(self.report.errors) - MAX_PROBLEMS
-            del self.report.errors[MAX_PROBLEMS:]
-            self.report.errors.append(Problem(1, 1, f"and {more} more problems", kind="more"))
 
     # --- calls -------------------------------------------------------------------------------
 
