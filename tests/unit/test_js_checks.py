@@ -65,7 +65,7 @@ SEED_SCRIPTS = {
   const receipt = await runs.steer(target.key, "Use this early review:\\n" + first.result.output, { mode: "auto" });
   const rest = await Promise.all(pending.map((child) => child.promise));
   return { first: first.key, rest: rest.map((child) => child.key), receipt };
-""",
+""",  # noqa: E501
     "retained": """
   let writer = await runs.run("implement", { agent: "worker", task: "Implement the accepted contract" });
   for (const pass of [1, 2]) {
@@ -73,7 +73,7 @@ SEED_SCRIPTS = {
     writer = await runs.run("followup-" + pass, { resume: writer.runId, task: "Revisit pass " + pass + ": " + writer.output });
   }
   return writer;
-""",
+""",  # noqa: E501
     "gate": """return runs.run("impl", { agent: "worker", task: "Implement the fix", gate: "npm test" })""",
     "share": """return runs.run("main", { agent: "scout", task: "..." })""",
 }  # fmt: skip
@@ -210,7 +210,8 @@ def test_one_batch_names_each_key_once() -> None:
 
 
 def test_a_lanes_manifest_is_checked_as_runs_lanes_checks_it() -> None:
-    bad = 'await runs.lanes([{ key: "api", stages: [{ key: "w", agent: "worker", task: "t" }, { key: "w", agent: "worker", task: "u" }] }])'
+    stage = '{ key: "w", agent: "worker", task: "t" }'
+    bad = f'await runs.lanes([{{ key: "api", stages: [{stage}, {stage}] }}])'
     assert "the stage key 'w' is used twice" in only(check(bad), "lanes").message
     bad_key = 'await runs.lanes([{ key: "a b", stages: [{ key: "w", agent: "worker", task: "t" }] }])'
     assert kinds(check(bad_key)) == ["lanes"]
@@ -341,7 +342,7 @@ def test_keyed_access_on_a_runs_all_result_is_refused_with_the_fix() -> None:
 def test_object_destructuring_of_a_runs_all_result_is_refused() -> None:
     source = 'const { backend } = await runs.all([{ key: "backend", agent: "scout", task: "t" }]);'
     assert "ordered array" in only(check(source), "keyed-access").message
-    array = 'const [backend] = await runs.all([{ key: "backend", agent: "scout", task: "t" }]);\nreturn backend.output'
+    array = 'const [b] = await runs.all([{ key: "b", agent: "scout", task: "t" }]);\nreturn b.output'
     assert check(array).ok
 
 
