@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from pisub.api.doctor import GcResult, Report
-    from pisub.protocol.workflow import ScriptLanguage
     from pisub.store.config import Loaded, Setting
     from pisub.store.leases import LeaseInfo
     from pisub.workflow.validate import Report as ValidationReport
@@ -176,60 +175,29 @@ def validate_workflow(
     ``cwd``); ``text``: the script itself (JavaScript unless ``language="python"``).
     ``language`` (``python``/``javascript``) overrides the file's suffix.
 
-    A script that cannot be read is a report with one error, not an exception.
+    A file that cannot be read (missing, not a regular file, too large, not UTF-8) is a report
+    with that one error, not an exception.
 
     Raises:
-        InvalidInput: both or neither of ``script`` and ``text``, or a language that is none.
+        InvalidInput: both or neither of ``script`` and ``text``, an unknown language, or a
+            file whose suffix names none.
     """
     from pisub.api.client import agent_catalog
-    from pisub.protocol.workflow import DEFAULT_MAX_SPAWNS, ScriptLanguage
+    from pisub.protocol.workflow import DEFAULT_MAX_SPAWNS
     from pisub.store.config import load_config
     from pisub.store.paths import open_home
-    from pisub.workflow.js.checks import validate_js
-    from pisub.workflow.validate import Report, read_script, validate_source
+    from pisub.workflow.languages import language_of, runtime
+    from pisub.workflow.validate import Report, read_script
 
     if (script is None) == (text is None):
         raise InvalidInput("validate needs a workflow script: a .js or .py file, or its text (not both)")
     where = Path(cwd or os.getcwd())
-    chosen = _script_language(script, language)
+    chosen = language_of(Path(script if script is not None else "workflowScript.js"), language)
     agents = set(agent_catalog(home=home, cwd=where).agents)
-    if text is not None:
-        source, name = text, "<workflow>"
-    else:
-        path = Path(script) if script is not None else Path()
-        path = path if path.is_absolute() else where / path
-        report = Report()
-        read = read_script(path, report)
-        if read is None:
-            return report
-        source, name = read, str(script)
-    if chosen is ScriptLanguage.PYTHON:
-        return validate_source(source, agents, filename=name)
     budget = load_config(open_home(home).root).workflow.max_spawns or DEFAULT_MAX_SPAWNS
-    return validate_js(source, agents, filename=name, max_spawns=budget)
-
-
-def _script_language(script: str | Path | None, language: str | None) -> ScriptLanguage:
-    """The language a script is written in: ``language`` if given, else by the file's suffix
-    (``.js`` JavaScript, ``.py`` Python), else JavaScript for inline text.
-
-    Raises:
-        InvalidInput: an unknown language, or a file whose suffix says none.
-    """
-    from pisub.protocol.workflow import ScriptLanguage
-
-    if language is not None:
-        try:
-            return ScriptLanguage(language)
-        except ValueError:
-            raise InvalidInput(f"--language {language[:40]!r} is none: give python or javascript") from None
-    if script is None:
-        return ScriptLanguage.JAVASCRIPT
-    suffix = Path(script).suffix.lower()
-    if suffix in (".js", ".mjs", ".cjs"):
-        return ScriptLanguage.JAVASCRIPT
-    if suffix == ".py":
-        return ScriptLanguage.PYTHON
-    raise InvalidInput(
-        f"cannot tell the language of {str(script)[:200]!r}: name it .js or .py, or give --language"
-    )
+    if text is not None:
+        return runtime(chosen).check(text, agents, "workflowScript", budget)
+    path = Path(script) if script is not None else Path()
+    report = Report()
+    source = read_script(path if path.is_absolute() else where / path, report)
+    return report if source is None else runtime(chosen).check(source, agents, str(script), budget)

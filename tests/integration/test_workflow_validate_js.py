@@ -176,7 +176,7 @@ def test_bad_usage_is_one_line(home: Path, tmp_path: Path) -> None:
     unknown_suffix = tmp_path / "w.txt"
     unknown_suffix.write_text("return 1")
     proc = validate(str(unknown_suffix))
-    assert "name it .js or .py, or give --language" in proc.stderr, proc
+    assert "a workflow script is a .js (JavaScript) or .py (Python) file" in proc.stderr, proc
     assert validate(str(unknown_suffix), "--language", "javascript").returncode == 0
     stdin = validate("--workflow-script", "-", stdin=b"return '\xff'")
     assert "not UTF-8" in one_line(stdin)
