@@ -85,8 +85,13 @@ _ARRAY_NAMES = frozenset(
         "indexOf", "join", "keys", "lastIndexOf", "map", "pop", "push", "reduce", "reduceRight",
         "reverse", "shift", "slice", "some", "sort", "splice", "toLocaleString", "toReversed",
         "toSorted", "toSpliced", "toString", "unshift", "values", "with", "constructor",
+        "hasOwnProperty", "isPrototypeOf", "propertyIsEnumerable", "valueOf", "__proto__",
+        "__defineGetter__", "__defineSetter__", "__lookupGetter__", "__lookupSetter__",
+        "then", "toJSON",
     }
 )  # fmt: skip
+"""What a ``runs.all`` result may be asked for: an array's and an object's names (and ``then``
+and ``toJSON``, which the engine answers with ``undefined``)."""
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "v": "\v", "0": "\0"}
 _LINE_RE = re.compile(r"<input>:(\d+)(?::(\d+))?")
 _TOKEN_RE = re.compile(r": '(.{1,40})'$")
