@@ -215,6 +215,8 @@ def test_a_lanes_manifest_is_checked_as_runs_lanes_checks_it() -> None:
     assert "the stage key 'w' is used twice" in only(check(bad), "lanes").message
     bad_key = 'await runs.lanes([{ key: "a b", stages: [{ key: "w", agent: "worker", task: "t" }] }])'
     assert kinds(check(bad_key)) == ["lanes"]
+    partly = 'await runs.lanes([{ key: "a b", stages: [{ key: "w x", agent: "worker", task: args.task }] }])'
+    assert kinds(check(partly)) == ["key", "key"]
 
 
 # --- baseRef -------------------------------------------------------------------------------------

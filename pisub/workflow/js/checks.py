@@ -614,7 +614,7 @@ class _Checks:
         if value is COMPUTED or manifest is None:
             self.dynamic.append((call, "runs.lanes over lanes built at run time"))
             if manifest is not None:
-                self._lane_parts(_unwrap(manifest))
+                self._lane_parts(_unwrap(manifest), keys=True)
             return
         from pisub.errors import InvalidInput
         from pisub.workflow.lanes import check_lanes, child_key
@@ -627,10 +627,11 @@ class _Checks:
         for lane in lanes:
             for stage in lane.stages:
                 self._spawn(manifest, child_key(lane, stage), dynamic, "runs.lanes stage")
-        self._lane_parts(_unwrap(manifest))
+        self._lane_parts(_unwrap(manifest), keys=False)
 
-    def _lane_parts(self, manifest: Node) -> None:
-        """Agents and base refs of the literal parts of a lanes manifest."""
+    def _lane_parts(self, manifest: Node, *, keys: bool) -> None:
+        """Agents and base refs of the literal parts of a lanes manifest (and their literal keys,
+        when ``keys``: the manifest as a whole is not literal, so runs.lanes' check did not run)."""
         if manifest.type != "array":
             return
         for lane in manifest.named_children:
@@ -638,12 +639,18 @@ class _Checks:
             if lane.type != "object":
                 continue
             fields, _ = object_known(lane)
+            if keys and "key" in fields:
+                self._key(fields["key"][1], "runs.lanes lane")
             parts = [fields["defaults"][1]] if "defaults" in fields else []
             stages = _unwrap(fields["stages"][1]) if "stages" in fields else None
             if stages is not None and stages.type == "array":
                 parts += stages.named_children
             for part in parts:
                 self._params(part, "runs.lanes stage")
+                part = _unwrap(part)
+                stage_key = object_known(part)[0].get("key") if part.type == "object" else None
+                if keys and stage_key is not None:
+                    self._key(stage_key[1], "runs.lanes stage")
 
     def _agent(self, node: Node) -> None:
         value = literal(node)
