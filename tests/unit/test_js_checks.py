@@ -437,10 +437,11 @@ def test_agents_in_batches_and_lanes_are_looked_up_and_none_means_not_checked() 
         ("return '\udcff'", "not UTF-8"),
         ("", "empty"),
         (" \n\t", "empty"),
+        (b"return 1", "must be text, not bytes"),
     ],
 )
-def test_hostile_text_is_one_clean_error(source: str, message: str) -> None:
-    report = check(source)
+def test_hostile_text_is_one_clean_error(source: str | bytes, message: str) -> None:
+    report = check(source)  # type: ignore[arg-type]
     assert len(report.errors) == 1 and message in report.errors[0].message, report.as_json()
 
 

@@ -147,6 +147,8 @@ def validate_js(
 
 def _hostile(source: str) -> str | None:
     """Why ``source`` is not checked at all, or None."""
+    if not isinstance(source, str):
+        return f"the script must be text, not {type(source).__name__}"
     try:
         size = len(source.encode("utf-8"))
     except UnicodeEncodeError:
