@@ -37,6 +37,7 @@ __all__ = [
     "resume",
     "resume_workflow",
     "retained_children",
+    "validate_workflow",
 ]
 
 _HOMES = {
@@ -64,9 +65,11 @@ _HOMES = {
     "Result": "pisub.protocol.result",
     "RunState": "pisub.protocol.status",
     "Status": "pisub.protocol.status",
+    "validate_workflow": "pisub.api.admin",
 }
 
 if TYPE_CHECKING:
+    from pisub.api.admin import validate_workflow
     from pisub.api.client import (
         Run,
         agent_catalog,

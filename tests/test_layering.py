@@ -143,6 +143,7 @@ def test_the_public_api_is_exactly_these_names() -> None:
             "list_runs",
             "resume",
             "resume_workflow",
+            "validate_workflow",
         ]
     )
     for name in pisub.__all__:
