@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 from pisub.core.redact import redact
-from pisub.errors import HostCommandFailed, InvalidInput
+from pisub.errors import HostCommandFailed, InvalidInput, storage_error
 from pisub.protocol.codec import now_iso
 from pisub.protocol.host import HostParams, HostReason, HostResult, HostState
 from pisub.protocol.status import HostStepStatus
@@ -170,7 +170,10 @@ class HostSteps:
                 f"{where}: at most {self.table.spec.permit.max_calls} host commands per workflow "
                 "(its earlier runs count)"
             )
-        self.table.journal.host_started(key, fp)
+        try:
+            self.table.journal.host_started(key, fp)
+        except OSError as exc:  # not journaled: not run (a resume could not know it ran)
+            raise storage_error(exc, "journal the host step in", self.table.journal.path) from None
         self.calls += 1
         self._running += 1
         self._register(step)
