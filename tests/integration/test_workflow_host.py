@@ -671,3 +671,15 @@ def test_a_javascript_resource_killed_after_its_host_step_resumes_without_runnin
     assert json.loads(text) == {"exitCode": 0, "child": "worked\n"}
     assert count.read_text() == "ran\n"
     assert [(r["key"], r["replayed"]) for r in _host_rows(again)] == [("once", True)]
+
+
+def test_args_json_merges_with_arg_for_a_script_workflow(home: Path, tmp_path: Path) -> None:
+    launched = pisub_cli(
+        "run", "--workflow-script", "return args;", "--args", '{"a": 1, "b": {"c": 2}}', "--arg", "b=3",
+        "--cwd", str(tmp_path),
+    )  # fmt: skip
+    assert launched.returncode == 0, launched.stderr
+    state, text = _result(Run(launched.stdout.strip()))
+    assert state == "complete" and json.loads(text) == {"a": 1, "b": 3}, text
+    refused = pisub_cli("run", "--workflow-script", "return args;", "--args", "[1]")
+    assert refused.returncode != 0 and "--args: give a JSON object" in refused.stderr
