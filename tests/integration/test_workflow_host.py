@@ -70,6 +70,15 @@ def launch_one_call(tmp_path: Path, key: str, command: str, timeout_ms: int, cwd
     )
 
 
+def said_by(tmp_path: Path, body: str, *, keys: list[str] | None = None) -> tuple[Run, list[str]]:
+    """Run a permitted script (command ``true``) that returns a list of messages; the run and it."""
+    run = launch_with_permit(tmp_path, body, commands=["true"], keys=keys, cwd=tmp_path)
+    state, text = _result(run)
+    assert state == "complete", text
+    said: list[str] = json.loads(text)
+    return run, said
+
+
 def _result(run: Run, timeout: float = 60) -> tuple[str, str]:
     result = run.wait(timeout=timeout)
     return result.state, result.content[0].text
@@ -232,7 +241,7 @@ def test_an_output_through_a_symlink_or_over_a_hard_link_is_refused(home: Path, 
 
 
 def test_the_permit_is_the_ceiling(home: Path, tmp_path: Path) -> None:
-    run = launch_with_permit(
+    run, said = said_by(
         tmp_path,
         """
         async def main(runs, state, args):
@@ -257,13 +266,8 @@ def test_the_permit_is_the_ceiling(home: Path, tmp_path: Path) -> None:
                     said.append(exc.message)
             return said
         """,
-        commands=["true"],
         keys=["ci"],
-        cwd=tmp_path,
     )
-    state, text = _result(run)
-    assert state == "complete", text
-    said = json.loads(text)
     assert "not permitted by this resource (its keys: ci)" in said[0]
     assert "command is not permitted" in said[1]
     assert "no per-step cwd" in said[2]
@@ -318,7 +322,7 @@ def test_a_raw_script_has_no_host_commands(home: Path, tmp_path: Path) -> None:
 
 def test_run_and_host_share_one_key_namespace(home: Path, make_agent: Any, tmp_path: Path) -> None:
     make_agent("worker", python="print('did')")
-    run = launch_with_permit(
+    _run, said = said_by(
         tmp_path,
         """
         async def main(runs, state, args):
@@ -339,12 +343,7 @@ def test_run_and_host_share_one_key_namespace(home: Path, make_agent: Any, tmp_p
                 said.append(exc.message)
             return said
         """,
-        commands=["true"],
-        cwd=tmp_path,
     )
-    state, text = _result(run)
-    assert state == "complete", text
-    said = json.loads(text)
     assert "is a runs.host key" in said[0] and "is a runs.run key" in said[1], said
     assert "already used with other parameters" in said[2]
 
@@ -603,7 +602,7 @@ def test_the_log_is_capped_at_one_mib_and_the_preview_at_four_kib(home: Path, tm
 
 
 def test_a_hostile_key_is_refused(home: Path, tmp_path: Path) -> None:
-    run = launch_with_permit(
+    run, said = said_by(
         tmp_path,
         """
         async def main(runs, state, args):
@@ -615,12 +614,7 @@ def test_a_hostile_key_is_refused(home: Path, tmp_path: Path) -> None:
                     said.append(exc.message)
             return said
         """,
-        commands=["true"],
-        cwd=tmp_path,
     )
-    state, text = _result(run)
-    assert state == "complete", text
-    said = json.loads(text)
     assert len(said) == 6 and all("must match" in s for s in said), said
     assert not (run.dir / "host").exists()
 
