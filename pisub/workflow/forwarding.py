@@ -149,6 +149,10 @@ class Forwarding:
         with self.table.lock:  # every call counts, so that a replay's calls get the same ids
             rid = steer_id(self.table.spec.journal, key, entry.steers)
             entry.steers += 1
+        if entry.run_id is not None and self._answered(entry.run_id, rid):
+            # an earlier run of this workflow sent it, and the child answered (it may have
+            # ended since): its receipt is the answer, as it was then
+            return SteerResult(key=key, state="queued", request_id=rid, delivery_status="queued")
         if entry.phase is not Phase.RUNNING or entry.run_id is None:
             why = "it has not started yet" if entry.phase is not Phase.ENDED else "it has already ended"
             return SteerResult(key=key, state="missed", error=f"child {key!r}: {why}")
@@ -162,6 +166,16 @@ class Forwarding:
         except PisubError as exc:
             return SteerResult(key=key, state="failed", error=exc.message)
         return SteerResult(key=key, state="queued", request_id=request_id, delivery_status="queued")
+
+    def _answered(self, run_id: str, request_id: str) -> bool:
+        """Whether child run ``run_id`` has a receipt for ``request_id`` (an unreadable one
+        counts: :meth:`steer_outcome` says why it failed)."""
+        from pisub.store.mailbox import read_receipt
+
+        try:
+            return read_receipt(self.table.home.run(run_id), request_id) is not None
+        except PisubError:
+            return True
 
     def steer_outcome(self, key: str, request_id: str) -> SteerResult:
         """What became of steer ``request_id`` sent to child ``key``, as its receipt says."""
