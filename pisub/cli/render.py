@@ -247,7 +247,7 @@ def children_table(st: Status, *, colour: bool = False) -> str:
             )
         )
     if len(rows) == 1:
-        return "children (none yet)"
+        return "children (none)" if st.state.is_terminal else "children (none yet)"
     return "children\n" + _table(rows, paint_column=3 if colour else None)
 
 
