@@ -348,6 +348,8 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
             self.script.cancel()
         if self.children is not None:
             self.children.end_all(Interrupt if why is Ending.INTERRUPT else Stop)
+            if why in (Ending.RETURNED, Ending.STOP, Ending.SIGNAL, Ending.TIMEOUT):
+                self.children.stop_orphans()
 
     def _script_finished(self, value: Any, error: BaseException | None) -> None:
         self.script_result = (value, error)

@@ -86,6 +86,10 @@ class ChildRuns:
         """The workflow ends: queued children never start, running ones are sent ``request``."""
         self.stopping.end_all(request)
 
+    def stop_orphans(self) -> None:
+        """Stop the live children of earlier runs this run's script never asked for again."""
+        self.stopping.stop_orphans()
+
     def give_up(self, why: str) -> None:
         """Stop waiting for the children still going (they are recorded as failed)."""
         self.stopping.give_up(why)

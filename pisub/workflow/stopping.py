@@ -33,6 +33,33 @@ class Stopping:
             elif entry.phase is Phase.RUNNING:
                 self.stop_child(entry)
 
+    def stop_orphans(self) -> None:
+        """Stop the children an earlier run of this workflow started that this run's script
+        never asked for again (a key made of the clock): nothing a finished workflow started
+        outlives it. Best effort — one that has ended takes no request. (Not when the workflow
+        fails or pauses: a later resume may still ask for the key and re-attach its child.)"""
+        from pisub.errors import InboxClosed, RunNotFound
+        from pisub.store.mailbox import write_request
+
+        with self.table.lock:
+            asked = set(self.table.by_key)
+        reason = f"workflow {self.table.manifest.run_id} ended without asking for this key again"
+        for key, record in list(self.table.replayed.keys.items()):
+            if key in asked or record.ended is not None or record.run_id is None:
+                continue
+            try:
+                write_request(
+                    self.table.home.run(record.run_id), Stop(v=1, reason=reason, source=self.table.source)
+                )
+            except (InboxClosed, RunNotFound):
+                continue
+            except PisubError as exc:
+                self.table.host.trouble(
+                    "stop a child the workflow no longer asks for", OSError(0, exc.message)
+                )
+                continue
+            self.table.host.event("workflow.orphan_stopped", key=key, runId=record.run_id)
+
     def stop_queued(self, entry: ChildEntry, reason: str | None) -> bool:
         """A stop request for ``entry``: when it is queued it never starts — it ends ``stopped``,
         journaled as its key's result like a running child stopped by request (a resume does

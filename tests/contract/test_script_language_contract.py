@@ -605,7 +605,7 @@ REPLAYED = {("javascript", "random"), ("python", "random")}
 
 @pytest.mark.parametrize("value", sorted(VALUES))
 def test_keys_made_of_a_value_the_resume_replays_re_attach_and_others_start_new_children(
-    language: str, value: str, workers: Workers, tmp_path: Path
+    language: str, value: str, workers: Workers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = KEYED_BY.write(language, tmp_path)
     path.write_text(path.read_text().replace("VALUE", VALUES[value][language]))
@@ -613,6 +613,9 @@ def test_keys_made_of_a_value_the_resume_replays_re_attach_and_others_start_new_
     wait_for(lambda: _steps(run) == ["complete", "running"], 30, what="held running")
     repaired = _kill_coordinator(run)
     old_keys = [str(s.key) for s in repaired.steps]
+    second_gate = tmp_path / "gate-of-the-resume"  # the resume's children wait on a gate of their own
+    if (language, value) not in REPLAYED:
+        monkeypatch.setenv("PISUB_TEST_GATE", str(second_gate))
 
     again = resume_workflow(run.id)
     if (language, value) in REPLAYED:  # the same keys: first from the journal, held re-attached
@@ -624,20 +627,22 @@ def test_keys_made_of_a_value_the_resume_replays_re_attach_and_others_start_new_
         assert json.loads(result.content[0].text) == old_keys
         assert workers.starts() == ["first", "held gated"]
         return
-    # New keys: both start again; the journaled held is not reused — nor stopped: it goes on
-    # with no coordinator (a child of the first run), and ends on its own.
+    # New keys: both start again; the journaled held is not reused: it goes on with no
+    # coordinator (a child of the first run) until the resumed workflow ends, which stops it.
     wait_for(lambda: _steps(again) == ["complete", "running"], 30, what="the new held running")
     new_keys = [s.key for s in again.status().steps]
     assert not set(new_keys) & set(old_keys)
     assert sorted(workers.starts()) == ["first", "first", "held gated", "held gated"]
     orphan = run.child(old_keys[1])
     assert orphan.status().state == "running"
-    workers.open()
+    second_gate.touch()  # the resume's held ends; the orphan still waits on the first gate
     result = again.wait(timeout=60)
     assert result.state == "complete", result.content[0].text
     assert json.loads(result.content[0].text) == new_keys
     assert [r.key for r in result.details.results] == new_keys
-    assert wait_for(lambda: orphan.status().state == "complete", 30, what="the orphan's own end")
+    assert wait_for(lambda: orphan.status().state == "stopped", 30, what="the orphan stopped")
+    events = [json.loads(line)["type"] for line in again.paths.events.read_text().splitlines()]
+    assert "workflow.orphan_stopped" in events
 
 
 CLOCK_IN_A_TASK = Scripts(
