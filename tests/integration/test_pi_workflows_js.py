@@ -40,6 +40,8 @@ pytestmark = pytest.mark.pi
 class ToolPi(ParentPi):
     """A parent pi whose tool results are read whole (text, details, isError)."""
 
+    npm_calls: Path  # what the stand-in npm was asked to do
+
     def end(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """The tool_execution_end event of one call of the tool."""
         before = self._count("tool_execution_end")
@@ -61,9 +63,15 @@ def _failed(end: dict[str, Any]) -> bool:
 
 
 @pytest.fixture
-def tool_pi(seed_pi_agents: Path, fake_npm: Path, pi_bin: str, tmp_path: Path) -> Iterator[ToolPi]:
+def tool_pi(
+    seed_pi_agents: Path,  # noqa: F811
+    fake_npm: Path,  # noqa: F811
+    pi_bin: str,
+    tmp_path: Path,
+) -> Iterator[ToolPi]:
     """A parent pi with pisub's tool; the seed's agents are pi agents; ``npm`` is a stand-in."""
     pi = ToolPi(pi_bin, tmp_path / "parent.jsonl", tmp_path)
+    pi.npm_calls = fake_npm
     yield pi
     pi.close()
 
@@ -112,12 +120,12 @@ def test_validate_ok_and_not_ok_a_failed_tool_call(tool_pi: ToolPi) -> None:
     assert list(pisub.list_runs()) == []  # validate starts nothing
 
 
-def test_named_resources_through_the_tool(tool_pi: ToolPi, fake_npm: Path) -> None:
+def test_named_resources_through_the_tool(tool_pi: ToolPi) -> None:
     """``{workflow: "run-ci", args: {command: "npm test"}}`` runs the command on the host (the
     stand-in npm records it); ``{workflow: "review", args: {task}}`` runs one reviewer."""
     ci = _result(tool_pi.end(RUN_CI_RESOURCE))
     assert ci.state == "complete", ci.content[0].text
-    assert "npm test" in fake_npm.read_text()
+    assert "npm test" in tool_pi.npm_calls.read_text()
     review = _result(tool_pi.end(REVIEW_RESOURCE))
     assert review.state == "complete", review.content[0].text
     assert SAID + "Review the auth flow" in review.content[0].text + json.dumps(
@@ -127,7 +135,7 @@ def test_named_resources_through_the_tool(tool_pi: ToolPi, fake_npm: Path) -> No
     assert _failed(mixed) and "cannot be combined with workflow" in _text(mixed), _text(mixed)
 
 
-def test_every_other_seed_example_through_the_tool(tool_pi: ToolPi, fake_npm: Path) -> None:
+def test_every_other_seed_example_through_the_tool(tool_pi: ToolPi) -> None:
     """The sequential, lanes, rolling, resume-loop, gate and share examples, verbatim."""
     sequential = _result(tool_pi.end({"workflowScript": SEQUENTIAL}))
     assert sequential.state == "complete", sequential.content[0].text
@@ -142,7 +150,7 @@ def test_every_other_seed_example_through_the_tool(tool_pi: ToolPi, fake_npm: Pa
     assert loop["key"] == "followup-2" and loop["output"].startswith(SAID + "Revisit pass 2: "), loop
     gate = _result(tool_pi.end({"workflowScript": GATE}))
     assert gate.state == "complete" and value(gate)["ok"] is True, gate.content[0].text
-    assert "npm test" in fake_npm.read_text()
+    assert "npm test" in tool_pi.npm_calls.read_text()
     shared = tool_pi.end({"workflowScript": SHARE, "share": True})
     assert not _failed(shared) and "share:" in _text(shared), _text(shared)
     assert _result(shared).state == "complete"
