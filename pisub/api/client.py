@@ -405,8 +405,10 @@ def _briefs_only(source: Run) -> str:
 
 
 def launch_workflow(
-    script: str | Path,
+    script: str | Path | None = None,
     *,
+    text: str | None = None,
+    language: str | None = None,
     args: dict[str, Any] | None = None,
     cwd: str | Path | None = None,
     concurrency: int | None = None,
@@ -426,8 +428,11 @@ def launch_workflow(
     review: bool | None = None,
     home: Path | None = None,
 ) -> Run:
-    """Start a detached workflow run of the Python file ``script`` (``async def main(runs,
-    state, args)``); returns once its coordinator committed. The script is checked first
+    """Start a detached workflow run of the script file ``script`` — Python (``.py``: ``async
+    def main(runs, state, args)``) or JavaScript (``.js``: the seed's statement body with
+    ``runs``, ``state``, ``emit``, ``console``, ``args``) — or of the inline script ``text``
+    (JavaScript unless ``language="python"``); returns once its coordinator committed. The
+    script is checked first
     (``pisub workflow validate``, every agent it names looked up from the run's working
     directory) before anything is created, and copied into the run, so later edits do not
     matter.
@@ -445,11 +450,13 @@ def launch_workflow(
     """
     from pisub.protocol.workflow import Shape
 
-    path = Path(script).absolute()
+    source, lang, path = _script_source(script, text, language)
     return _launch_workflow(
         Shape.WORKFLOW,
-        name=path.stem,
+        name=path.stem if path is not None else "workflow",
         script=path,
+        script_text=source,
+        language=lang,
         args=args,
         cwd=cwd,
         concurrency=concurrency,
@@ -469,6 +476,39 @@ def launch_workflow(
         review=review,
         home=home,
     )
+
+
+def _script_source(
+    script: str | Path | None, text: str | None, language: str | None
+) -> tuple[str, Any, Path | None]:
+    """The script's text, language and file (None: inline) of a workflow launch.
+
+    Raises:
+        InvalidInput: neither or both given, an unknown language, a file that cannot be read.
+    """
+    from pisub.protocol.workflow import ScriptLanguage
+    from pisub.workflow.js.engine import read_script
+    from pisub.workflow.languages import language_of
+
+    if (script is None) == (text is None):
+        raise InvalidInput("give a workflow script file or an inline script (text), one of them")
+    if text is not None:
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInput("the inline workflow script is empty")
+        lang = language_of(Path("workflowScript.js"), language)
+        if len(text.encode("utf-8", "surrogatepass")) > MAX_SCRIPT_BYTES:
+            raise InvalidInput(f"the inline workflow script is larger than {MAX_SCRIPT_BYTES} bytes")
+        return text, lang, None
+    assert script is not None
+    path = Path(script).absolute()
+    lang = language_of(path, language)
+    source = read_script(Path(os.path.realpath(path)), str(path))  # a link is the user's own
+    if lang is ScriptLanguage.PYTHON and language is None and path.suffix != ".py":
+        raise InvalidInput(f"{path.name}: a workflow script is a .js (JavaScript) or .py (Python) file")
+    return source, lang, path
+
+
+MAX_SCRIPT_BYTES = 1024 * 1024
 
 
 def _entries(items: Any) -> Any:
@@ -534,6 +574,10 @@ def _launch_workflow(
     *,
     name: str,
     script: Path | None = None,
+    script_text: str | None = None,
+    language: Any = None,
+    permit: Any = None,
+    resource: Any = None,
     tasks: list[Any] | None = None,
     lanes: list[Any] | None = None,
     labels: list[str] | None = None,
@@ -562,7 +606,13 @@ def _launch_workflow(
         raise InvalidInput(WORKFLOW_BACKEND)
     _warm_up()  # first: it starts while the launch is checked
     checked_label = _label(label)
-    from pisub.protocol.workflow import DEFAULT_CONCURRENCY, DEFAULT_MAX_SPAWNS, Isolation, WorkflowSpec
+    from pisub.protocol.workflow import (
+        DEFAULT_CONCURRENCY,
+        DEFAULT_MAX_SPAWNS,
+        Isolation,
+        ScriptLanguage,
+        WorkflowSpec,
+    )
     from pisub.runs.launch import new_manifest, start_run, working_dir
     from pisub.store.lineage import caller_lineage
     from pisub.store.shared_state import check_json, check_namespace
@@ -585,8 +635,11 @@ def _launch_workflow(
         check_namespace(state_ns)
     default_isolation = _isolation(isolation, base_ref)
     catalog = agent_catalog(home=h.root, cwd=workdir)
-    if script is not None:
-        _check_script(script, catalog)
+    if script_text is None and script is not None:  # the old call: a Python file
+        script_text, language, _path = _script_source(script, None, None)
+    lang = language or ScriptLanguage.PYTHON
+    if script_text is not None:
+        _check_script(script_text, lang, script, catalog, max_spawns)
     if tasks:
         _check_tasks(tasks, catalog, workdir, fork_from, default_isolation, base_ref, labels, h)
     elif default_isolation is not None:
@@ -596,7 +649,10 @@ def _launch_workflow(
     run_id = str(uuid.uuid4())
     spec = WorkflowSpec(
         shape=shape,
-        script=str(script) if script is not None else None,
+        script=str(script) if script is not None else ("-" if script_text is not None else None),
+        language=lang,
+        resource=resource,
+        permit=permit,
         args=spec_args,
         tasks=list(tasks or []) if lanes is None else [],
         lanes=list(lanes or []),
@@ -616,18 +672,26 @@ def _launch_workflow(
     limits.timeout = caller.timeout  # a workflow has no runtime limit unless it is given one
     count = len(tasks or [])
     what = f"{shape.value} {script.name}" if script is not None else f"{shape.value}: {count} tasks"
+    if script is None and script_text is not None:
+        what = (
+            f"{shape.value} {resource.name}"
+            if resource is not None
+            else f"{shape.value} (inline {lang.value})"
+        )
     if lanes is not None:
         what = f"lanes: {len(lanes)} lanes, {count} stages"
     manifest = new_manifest(agent, what, str(workdir), limits, lineage=lineage, run_id=run_id)
     manifest.workflow = spec
     manifest.queue = _queue(h, group, priority, after, lineage.parent_run_id is None, None)
     manifest.label = checked_label
-    calls = None if script is not None else list(tasks or [])
+    calls = None if script_text is not None else list(tasks or [])
     children = lineage.child(run_id) if lineage.depth < lineage.max_depth else lineage  # too deep: it fails
     manifest.acceptance_plan = workflow_plan(h, catalog, calls, children, review)
     if on_done is not None:
         manifest.on_done = _on_done(on_done, workdir)
-    seeds = {"workflow.py": script} if script is not None else {}
+    seeds: dict[str, Path | bytes] = {}
+    if script_text is not None:  # the text that was checked is the text that runs
+        seeds[lang.copy_name] = script_text.encode("utf-8", "surrogatepass")
     return Run(start_run(h, manifest, seeds=seeds).run_id, home=h.root)
 
 
@@ -637,7 +701,7 @@ WORKFLOW_BACKEND = (
 )
 
 
-def _check_script(path: Path, catalog: Catalog) -> None:
+def _check_script(source: str, language: Any, path: Path | None, catalog: Catalog, max_spawns: int) -> None:
     """The checks of ``pisub workflow validate``, agents included, before a run directory exists.
 
     Raises:
@@ -646,13 +710,14 @@ def _check_script(path: Path, catalog: Catalog) -> None:
         InvalidInput: the script does not validate (the first problems, with their lines).
     """
     from pisub.errors import UnknownAgent
-    from pisub.workflow.validate import validate_file
+    from pisub.workflow.languages import runtime
 
-    report = validate_file(path, set(catalog.agents))
+    shown = str(path) if path is not None else "the inline workflow script"
+    report = runtime(language).check(source, set(catalog.agents), shown, max_spawns)
     if not report.ok:
         first = "; ".join(f"line {e.line}: {e.message}" for e in report.errors[:5])
         error = UnknownAgent if all(e.unknown_agent for e in report.errors) else InvalidInput
-        raise error(f"{path} does not validate: {first}")
+        raise error(f"{shown} does not validate: {first}")
 
 
 def _tool_budget(given: dict[str, Any] | None) -> Any:
@@ -842,7 +907,10 @@ def resume_workflow(ref: str, *, home: Path | None = None) -> Run:
         resumed_from=source.id,
         label=None,  # a label names one run (@LABEL finds it): a resume starts without one
     )
-    seeds = {"workflow.py": source.paths.workflow_script} if manifest.workflow.script is not None else {}
+    copy = manifest.workflow.language.copy_name
+    seeds: dict[str, Path | bytes] = (
+        {copy: source.paths.root / copy} if manifest.workflow.script is not None else {}
+    )
     return Run(start_run(source.home, new, seeds=seeds).run_id, home=source.home.root)
 
 

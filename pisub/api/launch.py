@@ -21,11 +21,11 @@ if TYPE_CHECKING:
     from pisub.protocol.result import Result
     from pisub.protocol.workflow import ChildCall
 
-ONE_SHAPE = "give one of --workflow, --parallel, --chain, --lanes or --task"
+ONE_SHAPE = "give one of --workflow, --workflow-script, --parallel, --chain, --lanes or --task"
 NO_AGENT_IN_WORKFLOW = "a workflow takes no --agent or TASK (they belong in its calls)"
 AGENT_AND_TASK = "give --agent NAME and TASK (or a workflow: --workflow FILE)"
 WORKFLOW_ONLY = "--usage-budget is for workflows"
-ARGS_ONLY_FOR_SCRIPTS = "--arg is for --workflow"
+ARGS_ONLY_FOR_SCRIPTS = "--arg is for --workflow or --workflow-script"
 SINGLE_RUN_ONLY = {
     "session_dir": ("--session-dir", None),
     "max_output_bytes": ("--max-output-bytes", None),
@@ -68,6 +68,7 @@ def start(
     task: str | None = None,
     *,
     workflow: str | Path | None = None,
+    workflow_script: str | None = None,
     tasks: Sequence[TaskInput] | None = None,
     parallel: str | Path | Sequence[TaskInput] | None = None,
     chain: str | Path | Sequence[TaskInput] | None = None,
@@ -76,7 +77,8 @@ def start(
     **options: Unpack[StartOptions],
 ) -> Run:
     """Start ``agent`` on ``task`` (:func:`pisub.launch`, with its options), or one workflow: a
-    ``workflow`` script with ``args``, ``tasks`` side by side, a ``parallel`` or ``chain`` tasks
+    ``workflow`` script file (``.py``, ``.js``) or an inline JavaScript ``workflow_script`` with
+    ``args``, ``tasks`` side by side, a ``parallel`` or ``chain`` tasks
     file (or list), or a ``lanes`` file (or list), with the workflow options (see
     :func:`pisub.launch_workflow`). A single run's options that a workflow has no use for
     (``idle_timeout``, ``gate``, ``model``...) are left aside for a workflow (those the seed
@@ -99,7 +101,7 @@ def start(
             f"unknown option {unknown[0]!r}; "
             f"the options are: {', '.join(sorted(StartOptions.__optional_keys__))}"
         )
-    shapes = [x for x in (workflow, parallel, chain, lanes, tasks or None) if x is not None]
+    shapes = [x for x in (workflow, workflow_script, parallel, chain, lanes, tasks or None) if x is not None]
     if len(shapes) > 1:
         raise InvalidInput(ONE_SHAPE)
     if not shapes:
@@ -123,6 +125,10 @@ def start(
                 "in their calls or not at all"
             )
     chosen = cast("WorkflowOptions", _only(options, WorkflowOptions.__optional_keys__))
+    if workflow_script is not None:
+        from pisub.api.client import launch_workflow
+
+        return launch_workflow(text=workflow_script, args=args, **chosen)
     return _start_workflow(workflow, tasks or parallel, chain, lanes, args, chosen)
 
 

@@ -38,7 +38,12 @@ def run(
         None, "--agent", "-a", help="Agent name (a single run).", autocompletion=agent_names
     ),
     workflow: Path | None = typer.Option(
-        None, "--workflow", readable=False, help="A Python workflow script to run."
+        None, "--workflow", readable=False, help="A workflow script to run: FILE.js or FILE.py."
+    ),
+    workflow_script: str | None = typer.Option(
+        None,
+        "--workflow-script",
+        help="An inline JavaScript workflow (the seed's statement body); - reads stdin.",
     ),
     parallel: Path | None = typer.Option(
         None, "--parallel", readable=False, help="A JSON tasks file: run them all at once."
@@ -147,6 +152,7 @@ def run(
             agent,
             task,
             workflow=workflow,
+            workflow_script=_script_text(workflow_script),
             tasks=_task_pairs(tasks) if tasks else None,
             parallel=parallel,
             chain=chain,
@@ -208,6 +214,26 @@ def run(
         json_line(shown)
     else:
         out(handle.id)
+
+
+def _script_text(given: str | None) -> str | None:
+    """``--workflow-script``'s text (``-``: standard input, at most 1 MiB).
+
+    Raises:
+        InvalidInput: stdin is not UTF-8 or too large.
+    """
+    if given != "-":
+        return given
+    from pisub.api.client import MAX_SCRIPT_BYTES
+    from pisub.errors import InvalidInput
+
+    data = sys.stdin.buffer.read(MAX_SCRIPT_BYTES + 1)
+    if len(data) > MAX_SCRIPT_BYTES:
+        raise InvalidInput(f"--workflow-script -: stdin holds more than {MAX_SCRIPT_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput("--workflow-script -: the script on stdin is not UTF-8") from None
 
 
 def _queue_options(group: str | None, priority: int | None, after: list[str] | None) -> dict[str, Any]:

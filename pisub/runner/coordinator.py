@@ -228,7 +228,7 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
 
     def _start_script(self) -> None:
         from pisub.workflow.api import Runs, State
-        from pisub.workflow.script import MainFn, ScriptThread, load_main
+        from pisub.workflow.script import MainFn, ScriptThread
 
         state: Any = None
         if self.spec.state_ns is not None:
@@ -237,11 +237,13 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
             state = State(StateNamespace(self.home.state, self.spec.state_ns))
         assert self.children is not None
         runs = Runs(self.children)
-        spec, script, name = self.spec, self.paths.workflow_script, self._script_name
+        spec, script, name = self.spec, self._script_copy, self._script_name
 
         def load() -> MainFn:
             if spec.shape == Shape.WORKFLOW:
-                return load_main(script, name)
+                from pisub.workflow.languages import replay_seed, runtime
+
+                return runtime(spec.language).load(script, name, replay_seed(spec.journal))
             from pisub.workflow.shapes import shape_main
 
             return shape_main(spec)
@@ -255,9 +257,16 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
         self.post(lambda: self._script_finished(value, error))
 
     @property
+    def _script_copy(self) -> Path:
+        """The run's copy of its script (``workflow.py`` or ``workflow.js``)."""
+        return self.paths.root / self.spec.language.copy_name
+
+    @property
     def _script_name(self) -> str:
-        """The script's own file name (the run holds a copy named ``workflow.py``)."""
-        return Path(self.spec.script).name if self.spec.script else "workflow.py"
+        """The script's own file name in messages (``workflowScript`` for an inline script)."""
+        if self.spec.script == "-":
+            return "workflowScript"
+        return Path(self.spec.script).name if self.spec.script else self.spec.language.copy_name
 
     # == the loop ======================================================================
     def post(self, fn: Callable[[], None]) -> None:
@@ -349,11 +358,11 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
 
             if isinstance(error, WorkflowFailed):
                 self.return_text = error.text[:MAX_RETURN_BYTES] if isinstance(error.text, str) else ""
-                self._end(Ending.FAILED, error.message)
+                self._end(Ending.FAILED, error.message, getattr(error, "origin", None))
             elif isinstance(error, asyncio.CancelledError):
                 self._end(Ending.FAILED, "the workflow's main was cancelled")
             else:
-                where = describe(error, self.paths.workflow_script, self._script_name)
+                where = describe(error, self._script_copy, self._script_name)
                 # A pisub error the script let through keeps its code (RUN_FANOUT_LIMIT, ...).
                 code = error.code if isinstance(error, PisubError) else None
                 self._end(Ending.FAILED, f"the workflow failed: {where}", code)

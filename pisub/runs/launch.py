@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -548,7 +549,7 @@ def resolve_pi(spec: AgentSpec, home: Home) -> None:
 
 
 def start_run(
-    home: Home, manifest: Manifest, *, seeds: dict[str, Path] | None = None, claimed: bool = False
+    home: Home, manifest: Manifest, *, seeds: Mapping[str, Path | bytes] | None = None, claimed: bool = False
 ) -> RunPaths:
     """Create the run of ``manifest`` and start its runner; returns once the runner committed
     its startup. ``seeds``: files copied in (by name: ``session.jsonl`` to start from a copy of

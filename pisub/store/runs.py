@@ -51,7 +51,7 @@ T = TypeVar("T")
 MAX_FILE = 16 * 1024 * 1024
 """Largest run file a reader decodes."""
 
-SEED_NAMES = ("session.jsonl", "workflow.py")
+SEED_NAMES = ("session.jsonl", "workflow.py", "workflow.js")
 """The files a run may be created with besides its own (see :meth:`RunStore.create`)."""
 
 
@@ -61,10 +61,12 @@ class RunStore:
     def __init__(self, home: Home) -> None:
         self.home = home
 
-    def create(self, manifest: Manifest, *, seeds: Mapping[str, Path] | None = None) -> tuple[RunPaths, int]:
+    def create(
+        self, manifest: Manifest, *, seeds: Mapping[str, Path | bytes] | None = None
+    ) -> tuple[RunPaths, int]:
         """Create the run directory of ``manifest`` with a ``starting`` status, and a private
         copy of each ``seeds`` file under its name (a pi session to start from, a workflow's
-        script).
+        script; given as bytes, they are written as they are).
 
         Returns the run's paths and an fd holding ``runner.lock``: the launcher hands
         it to the runner, so the lock is held from the moment the run exists.
@@ -89,13 +91,16 @@ class RunStore:
             raise storage_error(exc, "create a run in", self.home.runs) from exc
 
     def _create(
-        self, manifest: Manifest, staging: RunPaths, final: RunPaths, seeds: dict[str, Path]
+        self, manifest: Manifest, staging: RunPaths, final: RunPaths, seeds: dict[str, Path | bytes]
     ) -> tuple[RunPaths, int]:
         private_mkdir(staging.root)
         for directory in staging.control_dirs():
             private_mkdir(directory)
         for name, source in seeds.items():
             assert name in SEED_NAMES, name
+            if isinstance(source, bytes):
+                atomic_write(staging.root / name, source)
+                continue
             # A file inside the home (a run's own copy) is never followed through a symlink
             # someone planted there; a path the caller gave is the caller's to choose.
             copy = copy_session if name == "session.jsonl" else copy_private  # a fork: checked, filtered

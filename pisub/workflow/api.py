@@ -14,12 +14,16 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from pisub.errors import InvalidInput
+from pisub.protocol.codec import encode
 from pisub.protocol.workflow import ChildCall, SteerResult
 from pisub.workflow.calls import check_key, from_mapping, from_python, unique_keys
 from pisub.workflow.futures import ChildFuture
 
 if TYPE_CHECKING:
     from pisub.workflow.children import ChildRuns
+
+
+MAX_EMIT_BYTES = 16 * 1024
 
 
 class Runs:
@@ -133,6 +137,21 @@ class Runs:
             FanoutLimit: they do not fit; nothing was claimed.
         """
         self._admission.reserve(keys)
+
+    def emit(self, value: Any) -> None:
+        """Record ``value`` (plain JSON, at most 16 KiB) as a ``workflow.emit`` event of the
+        workflow: progress a reader can follow in ``events.jsonl``.
+
+        Raises:
+            InvalidInput: not plain JSON, or too large.
+        """
+        from pisub.store.shared_state import plain_json
+
+        checked = plain_json(value, "emit")
+        if len(encode(checked)) > MAX_EMIT_BYTES:
+            raise InvalidInput(f"emit: the value is larger than {MAX_EMIT_BYTES} bytes as JSON")
+        host = self._admission.table.host
+        host.post(lambda: host.event("workflow.emit", value=checked))
 
     def start_batch(self, calls: list[ChildCall], where: str) -> list[ChildFuture]:
         """Start a checked batch (all or none) and return one future per call, in order (the
