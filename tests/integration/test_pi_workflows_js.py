@@ -31,6 +31,7 @@ from tests.integration.test_seed_js_examples import (
     SHARE,
     fake_npm,  # noqa: F401 (a fixture)
     seed_pi_agents,  # noqa: F401 (a fixture)
+    text,
     value,
 )
 
@@ -139,7 +140,7 @@ def test_every_other_seed_example_through_the_tool(tool_pi: ToolPi) -> None:
     """The sequential, lanes, rolling, resume-loop, gate and share examples, verbatim."""
     sequential = _result(tool_pi.end({"workflowScript": SEQUENTIAL}))
     assert sequential.state == "complete", sequential.content[0].text
-    assert value(sequential) == SAID + "Implement from: " + SAID + "Analyze auth"
+    assert text(sequential) == SAID + "Implement from: " + SAID + "Analyze auth"
     lanes = _result(tool_pi.end({"workflowScript": LANES}), timeout=300)
     assert lanes.state == "complete", lanes.content[0].text
     assert [lane["state"] for lane in value(lanes)] == ["complete", "complete"]

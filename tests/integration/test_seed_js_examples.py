@@ -125,7 +125,11 @@ SEED_SCRIPTS: dict[str, str] = {
 RESEARCH_RULES: list[tuple[str, str, str]] = [
     # §1.3: "runs.run.constructor('return process')()" returns the real `process` in the
     # original (its vm is not a boundary); pisub's engine has no `process` and no code from strings.
-    ("constructor-escape", "return runs.run.constructor('return process')()", "process"),
+    (
+        "constructor-escape",
+        "return runs.run.constructor('return process')()",
+        "code generation from strings is not allowed",
+    ),
     # §1.3: "Not available: require, process, timers (`setTimeout` is undefined), fetch".
     ("no-timers", "return typeof setTimeout", ""),
     # §1.3: nested async functions are rejected (async function, async arrows, async methods).
@@ -147,7 +151,7 @@ RESEARCH_RULES: list[tuple[str, str, str]] = [
     (
         "duplicate-key",
         'await runs.run("k", { agent: "scout", task: "x" }); return await runs.run("k", { agent: "scout", task: "y" })',
-        "Duplicate workflow key",
+        "key 'k' was already used with other parameters",
     ),
     # §1.10: "Raw public scripts get no runs.host" (the doc's `return await runs.host("ci", {…,
     # role:"ci"})`, its "…" filled in with run-ci's own fields).
@@ -204,8 +208,13 @@ def finished(run_id: str, timeout: float = 120) -> pisub.Result:
 
 
 def value(result: pisub.Result) -> Any:
-    """What the script returned (the result's text is its JSON)."""
+    """What the script returned: the result's text is its JSON (a string returned is the text)."""
     return json.loads(result.content[0].text)
+
+
+def text(result: pisub.Result) -> str:
+    """The result's text: a string the script returned, as it is."""
+    return result.content[0].text
 
 
 def test_one_child_returns_the_childs_result(seed_agents: Path) -> None:
@@ -220,7 +229,7 @@ def test_one_child_returns_the_childs_result(seed_agents: Path) -> None:
 def test_a_sequential_workflow_feeds_the_first_output_to_the_second(seed_agents: Path) -> None:
     result = finished(start(SEQUENTIAL))
     assert result.state == "complete", result.content[0].text
-    assert value(result) == "worker: Implement from: scout: Analyze auth\n"
+    assert text(result) == "worker: Implement from: scout: Analyze auth\n"
     assert [r.key for r in result.details.results] == ["scan", "implement"]
 
 
@@ -293,7 +302,7 @@ def test_the_research_notes_rules(seed_agents: Path, name: str, script: str, say
     """pi-subagents-orchestration.md §1's JavaScript: the result it documents."""
     result = finished(start(script), timeout=60)
     if name == "no-timers":
-        assert result.state == "complete" and value(result) == "undefined", result.content[0].text
+        assert result.state == "complete" and text(result) == "undefined", result.content[0].text
         return
     assert result.state == "failed", result.content[0].text
     error = encode(result).decode()
