@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -395,3 +396,27 @@ def test_the_examples_are_the_seeds_verbatim() -> None:
     assert f'{{ workflowScriptPath: "{REVIEW_JS_PATH}", cwd: "/path/to/project" }}' in text
     assert '{ workflow: "review", args: { task: "Review the auth flow" } }' in text
     assert '{ workflow: "run-ci", args: { command: "npm test" } }' in text
+
+
+def test_the_readme_fan_out_gives_the_same_result_in_both_languages(
+    home: Path, make_agent: AgentMaker, tmp_path: Path
+) -> None:
+    """README's workflow section: its JavaScript and its Python fan-out, verbatim, as files."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    make_agent("coder", python=echo_agent("coder"), acceptance={"level": "none", "reason": "an echo"})
+    outputs = []
+    for marker, fence, name in (
+        ("workflow-js", "javascript", "review.js"),
+        ("workflow-py", "python", "review.py"),
+    ):
+        found = re.search(rf"<!-- {marker} -->\n```{fence}\n(.*?)\n```\n", readme, re.S)
+        assert found, marker
+        (tmp_path / name).write_text(found.group(1) + "\n")
+        proc = pisub_cli("run", "--json", "--workflow", str(tmp_path / name))
+        assert proc.returncode == 0, proc.stderr
+        result = finished(json.loads(proc.stdout.splitlines()[0])["runId"])
+        assert result.state == "complete", (name, result.content[0].text)
+        outputs.append(value(result))
+    assert outputs[0] == outputs[1] == ["coder: review the API\n", "coder: review the UI\n"]
+    guide = pisub_cli("guide", "workflows").stdout
+    assert PARALLEL.strip().splitlines()[0] in guide  # the guide shows the seed's fan-out
