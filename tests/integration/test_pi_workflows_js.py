@@ -156,3 +156,19 @@ def test_every_other_seed_example_through_the_tool(tool_pi: ToolPi) -> None:
     assert not _failed(shared) and "share:" in _text(shared), _text(shared)
     assert _result(shared).state == "complete"
     wait_for(tool_pi.idle, timeout=90, what="the parent to be idle")
+
+
+def test_an_inline_script_reaches_pisub_byte_for_byte(tool_pi: ToolPi, tmp_path: Path) -> None:
+    """The script goes on pisub's stdin, never through a shell or the argv: quotes, `$(...)`,
+    backticks, non-ASCII text and a 90 KB comment (past what one argv word may hold with the
+    rest) arrive as written; a NUL or a script over the tool's 100 KB is refused in one line."""
+    planted = tmp_path / "planted"
+    task = f"héllo 日本 🧑 \"q\" 'q' $(touch {planted}) `touch {planted}` \\n end"
+    call = 'return runs.run("main", { agent: "scout", task: ' + json.dumps(task) + " })"
+    result = _result(tool_pi.end({"workflowScript": "// " + "x" * 90_000 + "\n" + call}))
+    assert result.state == "complete", result.content[0].text
+    assert value(result)["output"] == SAID + task and not planted.exists()
+    nul = tool_pi.end({"workflowScript": "return 1\u0000"})
+    assert _failed(nul) and "contains a NUL" in _text(nul), _text(nul)
+    huge = tool_pi.end({"workflowScript": "// " + "x" * 100_001})
+    assert _failed(huge) and "at most 100000" in _text(huge), _text(huge)
