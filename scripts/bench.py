@@ -565,6 +565,83 @@ def bench_workflow(b: Bench) -> None:
     last.wait_until_terminal(60)
 
 
+LANGUAGE_SCRIPTS = {
+    "python": (
+        "workflow.py",
+        "async def main(runs, state, args):\n"
+        "    n = args['n']\n"
+        "    calls = [{'key': f'c{i}', 'agent': 'sleeper', 'task': 'x'} for i in range(n)]\n"
+        "    return len(await runs.all(calls)) if n else 0\n",
+    ),
+    "javascript": (
+        "workflow.js",
+        "const n = args.n;\n"
+        "const calls = Array.from({ length: n }, (_, i) => ({ key: 'c' + i, agent: 'sleeper', task: 'x' }));\n"  # noqa: E501
+        "return n ? (await runs.all(calls)).length : 0;\n",
+    ),
+}
+
+
+def bench_script_languages(b: Bench) -> None:
+    """The same workflow in Python and in JavaScript (the embedded QuickJS): a script that
+    returns at once (launch → complete: the coordinator's start-up with its engine) and a
+    16-child ``runs.all`` fan-out (launch → all 16 running), with the coordinator's RSS."""
+    import psutil
+
+    import pisub
+
+    n_children = 16
+    rounds = 2 if b.quick else 5
+    b.agent("sleeper", "sleep", ["3600"])
+    folder = b.home.parent / "scripts"
+    folder.mkdir(exist_ok=True)
+    figures: dict[str, dict[str, list[float]]] = {}
+    for language, (name, text) in LANGUAGE_SCRIPTS.items():
+        script = folder / name
+        script.write_text(text)
+        done, to_running, rss = [], [], []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            run = pisub.launch_workflow(script, args={"n": 0})
+            run.wait(timeout=60)
+            done.append(time.perf_counter() - start)
+        for _ in range(rounds):
+            start = time.perf_counter()
+            run = pisub.launch_workflow(script, args={"n": n_children}, concurrency=n_children)
+            until(
+                functools.partial(_all_running, run, n_children),
+                120,
+                f"the {n_children} children of the {language} workflow {run.id} to run",
+                interval=0.005,
+            )
+            to_running.append(time.perf_counter() - start)
+            pid = run.status().pid
+            assert pid is not None
+            rss.append(float(psutil.Process(pid).memory_info().rss))
+            cli("stop", run.id, "--wait", "30", check=False)
+            run.wait_until_terminal(60)
+        figures[language] = {"return_s": done, "to_running_s": to_running, "rss": rss}
+    b.data["languages"] = figures
+    py, js = figures["python"], figures["javascript"]
+    for what, field in (
+        ("a script that returns: launch → complete p50", "return_s"),
+        (f"runs.all of {n_children} children → all running p50", "to_running_s"),
+    ):
+        p50_js, p50_py = statistics.median(js[field]), statistics.median(py[field])
+        b.row(
+            "languages",
+            f"JavaScript {what}",
+            f"{p50_js:.3f} s",
+            f"Python {p50_py:.3f} s; x{p50_js / p50_py:.2f}",
+        )
+    b.row(
+        "languages",
+        f"coordinator RSS with {n_children} children: JavaScript",
+        f"{max(js['rss']) / 2**20:.1f} MiB",
+        f"Python {max(py['rss']) / 2**20:.1f} MiB; +{(max(js['rss']) - max(py['rss'])) / 2**20:.1f} MiB",
+    )
+
+
 def _all_running(run: Any, count: int) -> bool:
     return [str(s.status) for s in run.status().steps].count("running") >= count
 
@@ -1192,7 +1269,7 @@ def main() -> int:
     parser.add_argument(
         "--only",
         nargs="*",
-        help="sections: launch control workflow footprint scale pi pi-versions queue, "
+        help="sections: launch control workflow languages footprint scale pi pi-versions queue, "
         "and slurm (only when named)",
     )
     args = parser.parse_args()
@@ -1207,6 +1284,7 @@ def main() -> int:
         "launch": bench_launch,
         "control": bench_control,
         "workflow": bench_workflow,
+        "languages": bench_script_languages,
         "footprint": bench_footprint,
         "scale": bench_scale,
         "pi": bench_pi,

@@ -450,6 +450,8 @@ def launch_workflow(
     """
     from pisub.protocol.workflow import Shape
 
+    if backend is not None:
+        raise InvalidInput(WORKFLOW_BACKEND)
     source, lang, path = _script_source(script, text, language)
     return _launch_workflow(
         Shape.WORKFLOW,

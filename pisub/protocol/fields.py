@@ -8,7 +8,7 @@ from typing import Annotated
 
 import msgspec
 
-KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 KEY_RE = re.compile(KEY_PATTERN)
 """A child's key in its workflow (also a state namespace's name)."""
 

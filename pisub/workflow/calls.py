@@ -39,12 +39,12 @@ def check_key(key: object, where: str) -> str:
     """``key`` when it is a usable child key.
 
     Raises:
-        InvalidInput: it is not ``[A-Za-z0-9][A-Za-z0-9._-]{0,63}``.
+        InvalidInput: it is not ``[A-Za-z0-9][A-Za-z0-9._-]{0,127}``.
     """
     if not isinstance(key, str) or not KEY_RE.fullmatch(key):
         # (worded so that the redaction of "key: value" in error lines leaves the value shown)
         shown = printable(repr(key)[:80], one_line=True)
-        raise InvalidInput(f"{where}: the key {shown} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,63}}")
+        raise InvalidInput(f"{where}: the key {shown} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,127}}")
     return key
 
 

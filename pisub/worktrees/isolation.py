@@ -114,7 +114,7 @@ def _check_ids(run_id: str, key: str) -> None:
     if not is_run_id(run_id):
         raise InvalidInput(f"not a run id: {run_id[:100]!r} (expected a lower-case UUID)")
     if not KEY_RE.fullmatch(key):
-        raise InvalidInput(f"not a child key: {key[:100]!r} (letters, digits, '.', '_', '-'; up to 64)")
+        raise InvalidInput(f"not a child key: {key[:100]!r} (letters, digits, '.', '_', '-'; up to 128)")
 
 
 def _prepare_root(root: Path, repo: Path) -> Path:

@@ -141,7 +141,7 @@ def _refused(lanes: Any, *needles: str) -> None:
             ["lanes[0] (k).stages[1] (b)", "resume"],
         ),
         (
-            lambda: [_lane("k" * 40, "t") | {"stages": [{"key": "s" * 30, "task": "t"}]}],
+            lambda: [_lane("k" * 80, "t") | {"stages": [{"key": "s" * 60, "task": "t"}]}],
             ["child key", "must match"],
         ),
         (

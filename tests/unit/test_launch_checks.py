@@ -21,7 +21,7 @@ from pisub.protocol.workflow import ChildCall
     [
         (
             {"workflow": "w.py", "parallel": "t.json"},
-            "give one of --workflow, --parallel, --chain, --lanes or --task",
+            "give one of --workflow, --workflow-script, --parallel, --chain, --lanes or --task",
         ),
         ({"tasks": [{"agent": "a", "task": "t"}], "lanes": "l.json"}, "give one of --workflow"),
         ({"agent": "a", "workflow": "w.py"}, "a workflow takes no --agent or TASK"),
