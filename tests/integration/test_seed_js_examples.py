@@ -310,7 +310,7 @@ def test_the_research_notes_rules(seed_agents: Path, name: str, script: str, say
     assert says in error, error
 
 
-def test_named_resources_review_and_run_ci(seed_agents: Path, fake_npm: Path) -> None:
+def test_named_resources_review_and_run_ci(seed_agents: Path, fake_npm: Path, tmp_path: Path) -> None:
     """``{workflow: "review", args: {task}}`` runs one reviewer child; ``{workflow: "run-ci",
     args: {command: "npm test"}}`` runs the command on the host."""
     for call in (REVIEW_RESOURCE, RUN_CI_RESOURCE):
@@ -321,8 +321,16 @@ def test_named_resources_review_and_run_ci(seed_agents: Path, fake_npm: Path) ->
     review = pisub.list_runs(children=True)
     assert any(s.agent == "reviewer" for s in review), review
     assert "npm test" in fake_npm.read_text()
-    refused = pisub_cli("run", "--json", "--resource", "run-ci", "--args", '{"command": "rm -rf /"}')
-    assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused.stderr
+    # run-ci takes only the commands its permit lists (npm test, npm run typecheck): another
+    # never runs, refused at the launch or failing the workflow
+    planted = tmp_path / "planted"
+    refused = pisub_cli(
+        "run", "--json", "--resource", "run-ci", "--args", json.dumps({"command": f"touch {planted}"})
+    )
+    assert "Traceback" not in refused.stderr, refused.stderr
+    if refused.returncode == 0:
+        assert finished(json.loads(refused.stdout.splitlines()[0])["runId"]).state == "failed"
+    assert not planted.exists()
 
 
 # ---- The examples that resume or steer a child: pi agents against the scripted model.
