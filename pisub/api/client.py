@@ -431,11 +431,11 @@ def launch_workflow(
     """Start a detached workflow run of the script file ``script`` — Python (``.py``: ``async
     def main(runs, state, args)``) or JavaScript (``.js``: the seed's statement body with
     ``runs``, ``state``, ``emit``, ``console``, ``args``) — or of the inline script ``text``
-    (JavaScript unless ``language="python"``); returns once its coordinator committed. The
-    script is checked first
-    (``pisub workflow validate``, every agent it names looked up from the run's working
-    directory) before anything is created, and copied into the run, so later edits do not
-    matter.
+    (JavaScript unless ``language="python"``); a relative ``script`` is found in ``cwd`` when
+    it is given (the seed's rule). Returns once its coordinator committed. The script is
+    checked first (``pisub workflow validate``, every agent it names looked up from the run's
+    working directory) before anything is created, and copied into the run, so later edits do
+    not matter.
 
     ``backend`` is refused: a workflow's coordinator runs here, and its children go where their
     agent files say (``backend: slurm``).
@@ -452,6 +452,8 @@ def launch_workflow(
 
     if backend is not None:
         raise InvalidInput(WORKFLOW_BACKEND)
+    if script is not None and cwd is not None and not Path(script).is_absolute():
+        script = Path(cwd) / script  # the seed's rule: relative to the request's cwd
     source, lang, path = _script_source(script, text, language)
     return _launch_workflow(
         Shape.WORKFLOW,

@@ -118,3 +118,76 @@ def test_the_sandbox_has_the_seeds_globals_only(home: Path, counted: Path) -> No
 def test_a_script_that_waits_for_nothing_fails_instead_of_hanging(home: Path, counted: Path) -> None:
     said = _failed("await new Promise(() => {}); return 1;")
     assert "waits for something that never comes" in said, said
+
+
+def test_boundary_json_is_checked_at_every_door(home: Path, counted: Path) -> None:
+    text = """
+    const said = [];
+    const tries = [
+      () => emit({ a: [1, , 3] }),
+      () => { const o = {}; o.self = o; emit(o); },
+      () => emit({ s: Symbol("x") }),
+      () => emit(new Map()),
+      () => { let v = 0; for (let i = 0; i < 150; i++) v = [v]; emit(v); },
+      () => runs.run("k", { agent: "worker", task: "x", timeoutMs: Infinity }),
+      () => runs.steer("k", "m", { colour: 1 }),
+      () => runs.all("not an array"),
+    ];
+    for (const t of tries) {
+      try { t(); said.push("ran"); } catch (e) { said.push(e.name + ": " + e.message); }
+    }
+    return said;
+    """
+    result = launch_workflow(text=text).wait(timeout=60)
+    assert result.state == "complete", result.content[0].text
+    said = json.loads(result.content[0].text)
+    assert "sparse array" in said[0] and "cycle" in said[1] and "symbol" in said[2]
+    assert "Map, not a plain object" in said[3] and "deeper than 100" in said[4]
+    assert "finite" in said[5] and "unknown option" in said[6] and "array" in said[7]
+
+
+def test_state_console_args_and_promises_given_to_runs_all(home: Path, counted: Path) -> None:
+    text = """
+    const before = await state.get("n");
+    await state.set("n", (before || 0) + 1);
+    const a = runs.run("a", { agent: "worker", task: "one" });
+    const b = runs.run("b", { agent: "worker", task: "two" });
+    const both = await runs.all([a, b]);
+    console.log("seen", both.length, args.who);
+    console.error("to stderr");
+    return { before: before === undefined ? "undefined" : before, after: await state.get("n"),
+             outs: both.map((r) => r.output) };
+    """
+    run = launch_workflow(text=text, args={"who": "me"}, state_ns="js-ns")
+    result = run.wait(timeout=60)
+    assert result.state == "complete", result.content[0].text
+    assert json.loads(result.content[0].text) == {
+        "before": "undefined",
+        "after": 1,
+        "outs": ["did: one\n", "did: two\n"],
+    }
+    log = run.paths.script_log.read_text()
+    assert "seen 2 me" in log and "to stderr" in log and "runs.all was given runs.run promises" in log
+    second = launch_workflow(text='return await state.get("n");', state_ns="js-ns").wait(timeout=60)
+    assert second.content[0].text == "1"
+
+
+def test_a_js_file_and_its_copy(home: Path, counted: Path, tmp_path: Path) -> None:
+    script = tmp_path / "review.js"
+    script.write_text('return (await runs.run("main", { agent: "worker", task: "x" })).output;\n')
+    run = launch_workflow(script)
+    script.write_text("throw new Error('edited after launch');\n")
+    result = run.wait(timeout=60)
+    assert result.state == "complete" and result.content[0].text == "did: x\n"
+    spec = run.manifest().workflow
+    assert spec is not None and spec.language == "javascript"
+    assert (run.dir / "workflow.js").stat().st_mode & 0o777 == 0o600
+    assert not (run.dir / "workflow.py").exists()
+
+
+def test_a_relative_script_path_is_found_in_the_runs_cwd(home: Path, counted: Path, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / "workflows").mkdir(parents=True)
+    (project / "workflows" / "review.js").write_text('return "from the project";\n')
+    result = launch_workflow("workflows/review.js", cwd=project).wait(timeout=60)
+    assert result.state == "complete" and result.content[0].text == "from the project"
