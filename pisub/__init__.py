@@ -30,11 +30,14 @@ __all__ = [
     "launch_chain",
     "launch_lanes",
     "launch_parallel",
+    "launch_resource",
     "launch_workflow",
+    "list_resources",
     "list_runs",
     "resume",
     "resume_workflow",
     "retained_children",
+    "validate_workflow",
 ]
 
 _HOMES = {
@@ -46,6 +49,8 @@ _HOMES = {
     "retained_children": "pisub.api.client",
     "launch_parallel": "pisub.api.client",
     "launch_workflow": "pisub.api.client",
+    "launch_resource": "pisub.api.resources",
+    "list_resources": "pisub.api.resources",
     "list_runs": "pisub.api.client",
     "resume": "pisub.api.client",
     "resume_workflow": "pisub.api.client",
@@ -60,9 +65,11 @@ _HOMES = {
     "Result": "pisub.protocol.result",
     "RunState": "pisub.protocol.status",
     "Status": "pisub.protocol.status",
+    "validate_workflow": "pisub.api.admin",
 }
 
 if TYPE_CHECKING:
+    from pisub.api.admin import validate_workflow
     from pisub.api.client import (
         Run,
         agent_catalog,
@@ -84,6 +91,7 @@ if TYPE_CHECKING:
         group_rm,
         group_set_limit,
     )
+    from pisub.api.resources import launch_resource, list_resources
     from pisub.errors import PisubError, WorkflowFailed
     from pisub.protocol.result import Result
     from pisub.protocol.status import RunState, Status

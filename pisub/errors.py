@@ -81,6 +81,13 @@ class InvalidInput(PisubError):
     code = "INVALID_INPUT"
 
 
+class HostCommandFailed(PisubError):
+    """A workflow's ``runs.host`` command exited nonzero, timed out, was cancelled by the
+    workflow's stop, or could not be run (``spec/resources.md``)."""
+
+    code = "HOST_COMMAND_FAILED"
+
+
 class UnknownAgent(PisubError):
     """No agent of that name exists in any scope."""
 

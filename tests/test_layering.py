@@ -139,10 +139,13 @@ def test_the_public_api_is_exactly_these_names() -> None:
             "launch_lanes",
             "retained_children",
             "launch_parallel",
+            "launch_resource",
             "launch_workflow",
+            "list_resources",
             "list_runs",
             "resume",
             "resume_workflow",
+            "validate_workflow",
         ]
     )
     for name in pisub.__all__:

@@ -162,12 +162,42 @@ def cluster_doctor(
 
 
 def validate_workflow(
-    script: str | Path, *, cwd: Path | None = None, home: Path | None = None
+    script: str | Path | None = None,
+    *,
+    text: str | None = None,
+    language: str | None = None,
+    cwd: Path | None = None,
+    home: Path | None = None,
 ) -> ValidationReport:
     """The checks a workflow script meets before it starts (``pisub workflow validate``): its
-    syntax and shape, and every agent it names looked up from ``cwd``; nothing is started."""
-    from pisub.api.client import agent_catalog
-    from pisub.workflow.validate import validate_file
+    syntax and shape, every agent it names looked up from ``cwd``, and (JavaScript) the spawn
+    budget; nothing is started. ``script``: a ``.js`` or ``.py`` file (relative: against
+    ``cwd``); ``text``: the script itself (JavaScript unless ``language="python"``).
+    ``language`` (``python``/``javascript``) overrides the file's suffix.
 
-    agents = set(agent_catalog(home=home, cwd=Path(cwd or os.getcwd())).agents)
-    return validate_file(Path(script).absolute(), agents)
+    A file that cannot be read (missing, not a regular file, too large, not UTF-8) is a report
+    with that one error, not an exception.
+
+    Raises:
+        InvalidInput: both or neither of ``script`` and ``text``, an unknown language, or a
+            file whose suffix names none.
+    """
+    from pisub.api.client import agent_catalog
+    from pisub.protocol.workflow import DEFAULT_MAX_SPAWNS
+    from pisub.store.config import load_config
+    from pisub.store.paths import open_home
+    from pisub.workflow.languages import language_of, runtime
+    from pisub.workflow.validate import Report, read_script
+
+    if (script is None) == (text is None):
+        raise InvalidInput("validate needs a workflow script: a .js or .py file, or its text (not both)")
+    where = Path(cwd or os.getcwd())
+    chosen = language_of(Path(script if script is not None else "workflowScript.js"), language)
+    agents = set(agent_catalog(home=home, cwd=where).agents)
+    budget = load_config(open_home(home).root).workflow.max_spawns or DEFAULT_MAX_SPAWNS
+    if text is not None:
+        return runtime(chosen).check(text, agents, "workflowScript", budget)
+    path = Path(script) if script is not None else Path()
+    report = Report()
+    source = read_script(path if path.is_absolute() else where / path, report)
+    return report if source is None else runtime(chosen).check(source, agents, str(script), budget)

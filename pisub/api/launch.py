@@ -69,6 +69,7 @@ def start(
     *,
     workflow: str | Path | None = None,
     workflow_script: str | None = None,
+    resource: str | None = None,
     tasks: Sequence[TaskInput] | None = None,
     parallel: str | Path | Sequence[TaskInput] | None = None,
     chain: str | Path | Sequence[TaskInput] | None = None,
@@ -78,14 +79,13 @@ def start(
 ) -> Run:
     """Start ``agent`` on ``task`` (:func:`pisub.launch`, with its options), or one workflow: a
     ``workflow`` script file (``.py``, ``.js``) or an inline JavaScript ``workflow_script`` with
-    ``args``, ``tasks`` side by side, a ``parallel`` or ``chain`` tasks
-    file (or list), or a ``lanes`` file (or list), with the workflow options (see
-    :func:`pisub.launch_workflow`). A single run's options that a workflow has no use for
-    (``idle_timeout``, ``gate``, ``model``...) are left aside for a workflow (those the seed
-    names per run — :data:`SINGLE_RUN_ONLY`, ``session_dir``, ``context``... — are refused),
-    as workflow-only
-    ones other than ``fork_from``, ``isolation``, ``base_ref`` and ``usage_budget`` are for a single
-    run.
+    ``args``, a named workflow ``resource`` (``run-ci``) with ``args``, ``tasks`` side by side,
+    a ``parallel`` or ``chain`` tasks file (or list), or a ``lanes`` file (or list), with the
+    workflow options (see :func:`pisub.launch_workflow`). A single run's options that a
+    workflow has no use for (``idle_timeout``, ``gate``, ``model``...) are left aside for a
+    workflow (those the seed names per run — :data:`SINGLE_RUN_ONLY`, ``session_dir``,
+    ``context``... — are refused), as workflow-only ones other than ``fork_from``,
+    ``isolation``, ``base_ref`` and ``usage_budget`` are for a single run.
 
     Raises:
         InvalidInput: two shapes, a workflow with an agent or task or a backend or a
@@ -101,7 +101,8 @@ def start(
             f"unknown option {unknown[0]!r}; "
             f"the options are: {', '.join(sorted(StartOptions.__optional_keys__))}"
         )
-    shapes = [x for x in (workflow, workflow_script, parallel, chain, lanes, tasks or None) if x is not None]
+    given = (workflow, workflow_script, resource, parallel, chain, lanes, tasks or None)
+    shapes = [x for x in given if x is not None]
     if len(shapes) > 1:
         raise InvalidInput(ONE_SHAPE)
     if not shapes:
@@ -125,6 +126,10 @@ def start(
                 "in their calls or not at all"
             )
     chosen = cast("WorkflowOptions", _only(options, WorkflowOptions.__optional_keys__))
+    if resource is not None:  # a named workflow resource (spec/resources.md)
+        from pisub.api.resources import launch_resource
+
+        return launch_resource(resource, args, **chosen)
     if workflow_script is not None:
         from pisub.api.client import launch_workflow
 

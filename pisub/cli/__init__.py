@@ -30,6 +30,7 @@ from pisub.cli import lanes as _lanes
 from pisub.cli import leases as _leases
 from pisub.cli import ops as _ops
 from pisub.cli import pi_ext as _pi_ext
+from pisub.cli import resources as _resources
 from pisub.cli import runs as _runs
 from pisub.cli import version as _version
 from pisub.cli import workflows as _workflows
@@ -77,6 +78,7 @@ app.add_typer(_config.app, name="config")
 app.add_typer(_cluster.app, name="cluster")
 app.add_typer(_groups.app, name="group")
 _pi_ext.register(app)
+_resources.register(app)
 
 
 def _every_group_lists_whole_sentences(typer_app: typer.Typer) -> None:

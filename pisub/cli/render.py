@@ -247,8 +247,25 @@ def children_table(st: Status, *, colour: bool = False) -> str:
             )
         )
     if len(rows) == 1:
-        return "children (none yet)"
+        return "children (none)" if st.state.is_terminal else "children (none yet)"
     return "children\n" + _table(rows, paint_column=3 if colour else None)
+
+
+def host_steps_text(st: Status) -> str:
+    """A named resource's workflow's ``runs.host`` steps, one line each."""
+    rows = [("KEY", "STATE", "REASON", "EXIT", "COMMAND", "REPORT")]
+    for step in st.host_steps:
+        rows.append(
+            (
+                cell(step.key),
+                cell(step.state) + (" (replayed)" if step.replayed else ""),
+                cell(step.reason_code or "-"),
+                str(step.exit_code) if step.exit_code is not None else "-",
+                cell((step.command or "")[:60]),
+                cell(step.report_path or "-"),
+            )
+        )
+    return "host steps\n" + _table(rows)
 
 
 def _table(

@@ -58,6 +58,12 @@ def run(
     args: list[str] | None = typer.Option(
         None, "--arg", help="KEY=VALUE for the workflow's args (repeatable)."
     ),
+    args_json: str | None = typer.Option(
+        None, "--args", help="JSON object: the workflow's args (--arg wins over it, key by key)."
+    ),
+    resource: str | None = typer.Option(
+        None, "--resource", help="A named workflow resource: review, run-ci, or one of config.toml's."
+    ),
     concurrency: int | None = typer.Option(
         None, "--concurrency", help="Children at once (default 4, max 20)."
     ),
@@ -157,7 +163,8 @@ def run(
             parallel=parallel,
             chain=chain,
             lanes=lanes,
-            args=_args(args) if args else None,
+            resource=resource,
+            args=_merged_args(args_json, args),
             cwd=cwd,
             timeout=timeout,
             idle_timeout=idle_timeout,
@@ -325,6 +332,27 @@ def _json_option(text: str | None, flag: str) -> Any:
     return value
 
 
+def _resource_lines(handle: Any, st: Any) -> None:
+    """A named workflow resource's provenance and its host steps (``spec/resources.md``)."""
+    from pisub.cli.render import host_steps_text
+
+    spec = handle.manifest().workflow
+    if spec is not None and spec.resource is not None:
+        origin = spec.resource
+        where = f" {origin.path}" if origin.path else ""
+        digest = f" sha256 {origin.sha256[:16]}" if origin.sha256 else ""
+        out(f"resource {origin.name} ({origin.source}{where}{digest})")
+    if st.host_steps:
+        out_block(host_steps_text(st))
+
+
+def _merged_args(text: str | None, pairs: list[str] | None) -> dict[str, Any] | None:
+    """``--args JSON`` (an object) with ``--arg KEY=VALUE`` over it (None: neither given)."""
+    if text is None and not pairs:
+        return None
+    return {**(_json_option(text, "--args") or {}), **(_args(pairs) if pairs else {})}
+
+
 def _args(pairs: list[str]) -> dict[str, Any]:
     """``KEY=VALUE`` pairs; a VALUE that is JSON (a number, true, a list...) is taken as such."""
     import json
@@ -408,6 +436,7 @@ def status(
         else:
             out_painted(status_text(st, placement, colour=colour))
         if not as_json:
+            _resource_lines(handle, st)
             from pisub.cli.reviews import print_review_runs
 
             print_review_runs(handle)

@@ -14,22 +14,56 @@ children_app = typer.Typer(
 )
 
 
+STDIN_LIMIT = 1024 * 1024 + 1
+"""Read from stdin: one byte more than a script may have (the check says it is too large)."""
+
+
 @app.command("validate")
 def validate(
-    script: Path = typer.Argument(..., readable=False, help="The workflow's Python file."),
-    as_json: bool = typer.Option(False, "--json", help='Print {"ok", "errors": [{line, col, message}]}.'),
+    script: Path | None = typer.Argument(
+        None, readable=False, help="The workflow's file: .js (JavaScript) or .py (Python)."
+    ),
+    workflow_script: str | None = typer.Option(
+        None, "--workflow-script", metavar="TEXT|-", help="The JavaScript script itself ('-' reads stdin)."
+    ),
+    language: str | None = typer.Option(
+        None, "--language", metavar="python|javascript", help="The script's language (default: by suffix)."
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help='Print {"ok", "errors": [{message, line, column, kind?}], "warnings": [...]}.'
+    ),
 ) -> None:
     """Check a workflow script without starting anything (exit 0 valid, 1 not)."""
     from pisub.api.admin import validate_workflow
 
-    report = validate_workflow(script)
+    text = _script_text(workflow_script)
+    report = validate_workflow(script, text=text, language=language)
     if as_json:
         json_line(report.as_json())
     else:
+        inline = "<stdin>" if workflow_script == "-" else "<workflowScript>"
+        shown = _one_line(str(script) if script is not None else inline)
         for problem in report.errors:
-            out(f"{script}:{problem.line}:{problem.col}: {problem.message}")
+            out(f"{shown}:{problem.line}:{problem.col}: {_one_line(problem.message)}")
+        for problem in report.warnings:
+            out(f"{shown}:{problem.line}:{problem.col}: warning: {_one_line(problem.message)}")
         out("ok" if report.ok else f"{len(report.errors)} problem(s)")
     raise typer.Exit(0 if report.ok else 1)
+
+
+def _script_text(given: str | None) -> str | None:
+    """The inline script (``-``: stdin, read as bytes; text that is not UTF-8 keeps its bytes as
+    lone surrogates, which the check refuses in one line)."""
+    import sys
+
+    if given != "-":
+        return given
+    data = sys.stdin.buffer.read(STDIN_LIMIT)
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _one_line(text: str) -> str:
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 @children_app.command("list")

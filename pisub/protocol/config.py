@@ -8,7 +8,7 @@ from typing import Annotated
 import msgspec
 
 from pisub.protocol.budget import ToolBudgetInput
-from pisub.protocol.fields import Context
+from pisub.protocol.fields import Context, Key
 from pisub.protocol.placement import BackendName, SlurmOptions
 from pisub.protocol.workflow import MAX_CONCURRENCY, MAX_SPAWNS_LIMIT
 
@@ -37,6 +37,30 @@ class WorkflowSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, 
 
     concurrency: Annotated[int, msgspec.Meta(ge=1, le=MAX_CONCURRENCY)] | None = None
     max_spawns: Annotated[int, msgspec.Meta(ge=1, le=MAX_SPAWNS_LIMIT)] | None = None
+
+
+ResourceName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+
+
+class ResourceSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    """``[workflows.resources.NAME]``: a named workflow resource the user registers
+    (``spec/resources.md``): its script and the ceiling of its ``runs.host`` commands."""
+
+    script: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+    """An absolute path: a ``.js`` (JavaScript) or ``.py`` (Python) workflow script of the user's."""
+    commands: Annotated[
+        list[Annotated[str, msgspec.Meta(min_length=1, max_length=16 * 1024)]], msgspec.Meta(max_length=64)
+    ] = []
+    """The exact commands its ``runs.host`` may run (none: no host commands)."""
+    keys: Annotated[list[Key], msgspec.Meta(max_length=64)] = []
+    """The host-step keys it may use (empty: any)."""
+    description: Annotated[str, msgspec.Meta(max_length=500)] = ""
+
+
+class WorkflowsSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    """``[workflows]``: named workflow resources (``[workflows.resources.NAME]``)."""
+
+    resources: dict[ResourceName, ResourceSection] = {}
 
 
 class BudgetsSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
@@ -73,6 +97,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defa
     limits: LimitsSection = msgspec.field(default_factory=LimitsSection)
     workflow: WorkflowSection = msgspec.field(default_factory=WorkflowSection)
     budgets: BudgetsSection = msgspec.field(default_factory=BudgetsSection)
+    workflows: WorkflowsSection = msgspec.field(default_factory=WorkflowsSection)
     acceptance: AcceptanceSection = msgspec.field(default_factory=AcceptanceSection)
     placement: PlacementSection = msgspec.field(default_factory=PlacementSection)
     default_subagent_context: Context | None = None

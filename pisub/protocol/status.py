@@ -89,6 +89,27 @@ class StepStatus(Record, kw_only=True):
     """The last 50 lines of the child's output log, redacted."""
 
 
+class HostStepStatus(Record, kw_only=True):
+    """One ``runs.host`` step of a named resource's workflow (``spec/resources.md``)."""
+
+    key: str
+    state: str
+    """``running``, ``done``, ``error`` or ``cancelled`` (a reader ignores a state it does not
+    know)."""
+    reason_code: str | None = None
+    """``exit``, ``timeout``, ``cancelled``, ``start``, ``output``, ``interrupted``."""
+    exit_code: int | None = None
+    report_path: str | None = None
+    log_path: str | None = None
+    command: str | None = None
+    """The command (its first 200 characters, redacted)."""
+    role: str | None = None
+    replayed: bool = False
+    """Its result came from the journal (a resumed workflow): it did not run again."""
+    started_at: str | None = None
+    ended_at: str | None = None
+
+
 class Status(Record, kw_only=True):
     """The run's current state, replaced atomically on every change."""
 
@@ -116,6 +137,8 @@ class Status(Record, kw_only=True):
     steering: Ledger = msgspec.field(default_factory=Ledger)
     """Monotonic counters of control requests and the last 20 of them."""
     steps: list[StepStatus] = []
+    host_steps: list[HostStepStatus] = []
+    """A named resource's workflow: its ``runs.host`` steps, in call order."""
     usage: UsageTotals | None = None
     """A workflow's tree's usage budget: used, reserved, soft or hard limit reached."""
     parent_run_id: str | None = None

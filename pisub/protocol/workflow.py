@@ -17,6 +17,7 @@ from pisub.protocol.fields import BaseRef, Key, Seconds, ShortPath
 from pisub.protocol.fields import Context as Context
 from pisub.protocol.fields import Isolation as Isolation
 from pisub.protocol.fields import OutputMode as OutputMode
+from pisub.protocol.host import JournalHostEnded, JournalHostStarted
 from pisub.protocol.lanes import Lane
 from pisub.protocol.placement import BackendName
 from pisub.protocol.result import ErrorInfo, Usage
@@ -218,7 +219,9 @@ class JournalOwner(Record, tag="owner", tag_field="t", kw_only=True):
     at: str
 
 
-JournalEntry = JournalStarted | JournalCreated | JournalEnded | JournalOwner
+JournalEntry = (
+    JournalStarted | JournalCreated | JournalEnded | JournalOwner | JournalHostStarted | JournalHostEnded
+)
 
 
 class SharedState(Record, kw_only=True):

@@ -148,6 +148,7 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
             self._fail_startup(f"cannot set the spawn budget: {exc.message}")
             return False
         self.children = ChildRuns(self, self.home, self.manifest, status.steps, journal, replayed)
+        status.host_steps = self.children.hosts.rows  # runs.host's rows (spec/resources.md)
         if self.children.watch.fd is not None:
             self.sel.register(self.children.watch.fd, selectors.EVENT_READ, lambda _mask: None)
         self.replay_skipped = replayed.skipped
@@ -319,7 +320,7 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
         for :data:`SCRIPT_GRACE_S`)."""
         if self.ending is None or self.ending_since is None:
             return False
-        if self.children is not None and self.children.active():
+        if self.children is not None and (self.children.active() or self.children.hosts.busy()):
             if now - self.ending_since <= STOP_WAIT_S:
                 return False
             self.children.give_up("the child did not end in time after the workflow asked it to")

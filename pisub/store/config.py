@@ -293,6 +293,8 @@ def effective(home_root: Path, env: dict[str, str] | None = None) -> list[Settin
     rows.append(_pick("limits.tool_budget", shown, None))
     rows.append(_pick("workflow.concurrency", config.workflow.concurrency, DEFAULT_CONCURRENCY))
     rows.append(_pick("workflow.max_spawns", config.workflow.max_spawns, DEFAULT_MAX_SPAWNS))
+    resources = sorted(config.workflows.resources)  # named workflow resources (spec/resources.md)
+    rows.append(_pick("workflows.resources", resources or None, []))
     rows.append(_pick("acceptance.infer", config.acceptance.infer, True))
     rows.append(_pick("acceptance.review", config.acceptance.review, False))
     rows.append(_pick("acceptance.reviewer", config.acceptance.reviewer, "reviewer"))

@@ -21,6 +21,7 @@ import msgspec
 from pisub.core.fsio import JsonlAppender, iter_jsonl_lines, read_bytes
 from pisub.errors import ProtocolError
 from pisub.protocol.codec import encode, now_iso
+from pisub.protocol.host import HostReason, HostResult, HostState, JournalHostEnded, JournalHostStarted
 from pisub.protocol.workflow import (
     ChildResult,
     JournalCreated,
@@ -53,6 +54,21 @@ class KeyRecord:
 
 
 @dataclass
+class HostRecord:
+    """What the journal knows of one ``runs.host`` key."""
+
+    fingerprint: str
+    open_starts: int = 0
+    """Starts since its last end (a coordinator that died while the command ran)."""
+    ended: JournalHostEnded | None = None
+
+    @property
+    def settled(self) -> JournalHostEnded | None:
+        """The key's recorded outcome, when the script saw it."""
+        return self.ended if self.ended is not None and self.ended.settled else None
+
+
+@dataclass
 class Replay:
     """The journal as a resumed coordinator needs it."""
 
@@ -61,6 +77,10 @@ class Replay:
     """Lines that did not decode (skipped)."""
     owner: str | None = None
     """The run of the last coordinator that took the journal over."""
+    host: dict[str, HostRecord] = field(default_factory=dict)
+    """The ``runs.host`` keys (a namespace shared with the children's keys)."""
+    host_calls: int = 0
+    """Host commands started by this workflow and every earlier run of it."""
 
 
 def replay(path: Path) -> Replay:
@@ -92,6 +112,9 @@ def _apply(found: Replay, entry: JournalEntry) -> None:
     if isinstance(entry, JournalOwner):
         found.owner = entry.run_id
         return
+    if isinstance(entry, JournalHostStarted | JournalHostEnded):
+        _apply_host(found, entry)
+        return
     record = found.keys.get(entry.key)
     if isinstance(entry, JournalCreated):
         if record is not None and record.run_id == entry.run_id:
@@ -102,6 +125,19 @@ def _apply(found: Replay, entry: JournalEntry) -> None:
         found.keys[entry.key] = KeyRecord(fingerprint=entry.fingerprint, run_id=entry.run_id)
     elif record is None or record.run_id in (entry.run_id, None):
         found.keys[entry.key] = KeyRecord(fingerprint=entry.fingerprint, run_id=entry.run_id, ended=entry)
+
+
+def _apply_host(found: Replay, entry: JournalHostStarted | JournalHostEnded) -> None:
+    record = found.host.get(entry.key)
+    if record is None or record.fingerprint != entry.fingerprint:
+        record = found.host[entry.key] = HostRecord(fingerprint=entry.fingerprint)
+    if isinstance(entry, JournalHostStarted):
+        found.host_calls += 1
+        record.open_starts += 1
+        record.ended = None
+    else:
+        record.open_starts = 0
+        record.ended = entry
 
 
 class Journal:
@@ -133,6 +169,36 @@ class Journal:
         """Record (durably) ``key``'s outcome."""
         entry = JournalEnded(
             key=key, fingerprint=fingerprint, run_id=run_id, result=result, settled=settled, at=now_iso()
+        )
+        self._out.append(encode(entry))
+        self._out.sync()
+
+    def host_started(self, key: str, fingerprint: str) -> None:
+        """Record (durably) that host command ``key`` is about to run."""
+        self._out.append(encode(JournalHostStarted(key=key, fingerprint=fingerprint, at=now_iso())))
+        self._out.sync()
+
+    def host_ended(
+        self,
+        key: str,
+        fingerprint: str,
+        result: HostResult,
+        state: HostState,
+        reason: HostReason | None,
+        error: str | None,
+        *,
+        settled: bool,
+    ) -> None:
+        """Record (durably) host command ``key``'s outcome."""
+        entry = JournalHostEnded(
+            key=key,
+            fingerprint=fingerprint,
+            state=state,
+            reason=reason,
+            error=error,
+            result=result,
+            settled=settled,
+            at=now_iso(),
         )
         self._out.append(encode(entry))
         self._out.sync()

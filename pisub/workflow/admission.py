@@ -59,6 +59,11 @@ class Admission:
         for call in calls:
             assert call.key is not None
             fp = fingerprint(call)
+            if self.table.host_keys(call.key):
+                raise InvalidInput(
+                    f"{where}: {call.key!r} is a runs.host key "
+                    "(runs.run and runs.host share one key namespace)"
+                )
             existing = known[call.key]
             if existing is not None:
                 if existing.fingerprint != fp:

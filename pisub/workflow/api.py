@@ -34,6 +34,7 @@ class Runs:
         self._forwarding = children.forwarding
         self._waiters: set[asyncio.Task[None]] = set()
         self._waiters_of_lanes: set[asyncio.Task[Any]] = set()
+        self._hosts = children.hosts
 
     def run(
         self,
@@ -263,6 +264,25 @@ class Runs:
             futures.append(future)
         self._admission.admit(calls, futures, loop, where)
         return futures
+
+    def host(self, key: str, params: dict[str, Any]) -> ChildFuture:
+        """Run one host command of a named workflow resource (``spec/resources.md``):
+        ``params`` is ``{kind: "command", command, timeoutMs, output?, role?, provider?}``; the
+        future gives ``{key, ok, exitCode, output, logPath, reportPath?, durationMs}``, or raises
+        ``HostCommandFailed`` (a nonzero exit, a timeout, the workflow's stop). The command runs
+        in a worker thread; the same key with the same parameters gives the recorded result
+        again (also after a resume: it never runs twice).
+
+        Raises:
+            InvalidInput: a raw script (no permit), a bad parameter, a key or command the
+                resource's permit does not list, a ``runs.run`` key, more than its calls.
+        """
+        return self._hosts.call(key, params)
+
+    @property
+    def host_permitted(self) -> bool:
+        """This workflow is a named resource's (it has a host permit; a raw script has none)."""
+        return self._hosts.table.spec.permit is not None
 
 
 class State:

@@ -19,6 +19,7 @@ from pisub.store.paths import Home
 from pisub.workflow.admission import Admission
 from pisub.workflow.entries import ChildEntry, ChildTable, Host
 from pisub.workflow.forwarding import Forwarded, Forwarding
+from pisub.workflow.host_steps import HostSteps
 from pisub.workflow.launching import Launching
 from pisub.workflow.placement import Placement
 from pisub.workflow.settling import Settling
@@ -46,6 +47,9 @@ class ChildRuns:
         self.stopping = Stopping(self.table, self.settling)
         self.launching = Launching(self.table, self.placement, self.settling, self.stopping)
         self.admission = Admission(self.table, self.placement, self.launching, self.settling)
+        self.hosts = HostSteps(self.table)
+        """The ``runs.host`` steps (a named resource's workflow)."""
+        self.table.host_keys = self.hosts.known
         self.watch: ChildWatch = self.table.watch
         """The inotify watch of the running children's run directories."""
 

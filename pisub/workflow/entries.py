@@ -136,6 +136,8 @@ class ChildTable:
     lock: threading.RLock = field(default_factory=threading.RLock)
     """Guards the entries: the script thread admits calls while the loop runs them."""
     watch: ChildWatch = field(default_factory=ChildWatch)
+    host_keys: Callable[[str], bool] = lambda _key: False
+    """Whether a key is a ``runs.host`` key (they share the children's key namespace)."""
 
     def __post_init__(self) -> None:
         manifest = self.manifest
@@ -172,7 +174,7 @@ class ChildTable:
             if not future.observed:
                 found.append(f"{future.label} (never awaited)")
             elif not future.done() and (
-                id(future) in open_ids or future.label.startswith(("runs.all", "runs.steer"))
+                id(future) in open_ids or future.label.startswith(("runs.all", "runs.steer", "runs.host"))
             ):
                 found.append(f"{future.label} (still running)")
         return sorted(set(found))

@@ -30,11 +30,24 @@ class Problem:
     message: str
     unknown_agent: bool = False
     """The problem is a name that is no agent here."""
+    kind: str | None = None
+    """What rule it breaks, where a reader acts on it (``syntax``, ``nested-async``,
+    ``spawn-budget``, ``agent``, ``dynamic-spawn-count``...)."""
+
+    def as_json(self) -> dict[str, object]:
+        """The seed's ``{message, line, column, kind?}`` (and ``col``, which older readers read)."""
+        shown: dict[str, object] = {"message": self.message, "line": self.line, "column": self.col}
+        shown["col"] = self.col
+        if self.kind is not None:
+            shown["kind"] = self.kind
+        return shown
 
 
 @dataclass
 class Report:
     errors: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+    """What may fail at run time but cannot be told from the text (a run count in a loop)."""
 
     @property
     def ok(self) -> bool:
@@ -46,31 +59,41 @@ class Report:
         self.errors.append(Problem(line=line, col=col, message=message, unknown_agent=unknown_agent))
 
     def as_json(self) -> dict[str, object]:
+        """The seed's ``{ok, errors: [{message, line, column, kind?}], warnings: [...]}``."""
         return {
             "ok": self.ok,
-            "errors": [{"line": p.line, "col": p.col, "message": p.message} for p in self.errors],
+            "errors": [p.as_json() for p in self.errors],
+            "warnings": [p.as_json() for p in self.warnings],
         }
 
 
 def validate_file(path: Path, agents: set[str] | None) -> Report:
-    """Check the script at ``path``; ``agents``: the agent names that exist (None: not checked)."""
+    """Check the Python script at ``path``; ``agents``: the agent names that exist (None: not
+    checked)."""
+    report = Report()
+    source = read_script(path, report)
+    return report if source is None else validate_source(source, agents, filename=str(path))
+
+
+def read_script(path: Path, report: Report) -> str | None:
+    """The text of the script at ``path`` (a symlink is followed: it is the user's own), or
+    None with the one problem in ``report`` (unreadable, not a regular file, too large, not
+    UTF-8)."""
     from pisub.core.fsio import read_bytes
 
-    report = Report()
     try:
-        data = read_bytes(os.path.realpath(path), limit=MAX_SCRIPT_BYTES)  # a link is the user's own
+        data = read_bytes(os.path.realpath(path), limit=MAX_SCRIPT_BYTES)
     except OSError as exc:
         report.add(None, f"cannot read {path}: {exc.strerror or exc}")
-        return report
+        return None
     if len(data) > MAX_SCRIPT_BYTES:
         report.add(None, f"the script is larger than {MAX_SCRIPT_BYTES} bytes")
-        return report
+        return None
     try:
-        source = data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         report.add(None, f"the script is not UTF-8: {exc}")
-        return report
-    return validate_source(source, agents, filename=str(path))
+        return None
 
 
 def validate_source(source: str, agents: set[str] | None, filename: str = "<workflow>") -> Report:
@@ -272,13 +295,18 @@ class _Calls:
         if self.agents is None or not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
             return
         if node.value not in self.agents:
-            from pisub.agents.catalog import did_you_mean, shown_name
+            self.report.add(node, unknown_agent_message(node.value, self.agents), unknown_agent=True)
 
-            known = ", ".join(sorted(self.agents)) or "(none)"
-            mean = did_you_mean(node.value, list(self.agents))
-            name = shown_name(node.value)
-            name = name if name.startswith("'") else repr(name)
-            self.report.add(node, f"unknown agent {name};{mean} agents: {known}", unknown_agent=True)
+
+def unknown_agent_message(name: str, agents: set[str]) -> str:
+    """``unknown agent 'x'; Did you mean y? agents: ...`` for a name that is no agent here."""
+    from pisub.agents.catalog import did_you_mean, shown_name
+
+    known = ", ".join(sorted(agents)) or "(none)"
+    mean = did_you_mean(name, list(agents))
+    shown = shown_name(name)
+    shown = shown if shown.startswith("'") else repr(shown)
+    return f"unknown agent {shown};{mean} agents: {known}"
 
 
 _COLLECTING = ("append", "add", "extend", "insert", "appendleft")

@@ -485,7 +485,8 @@ def test_validate_reports_every_problem_with_its_line(
         "good.py",
     )
     proc = pisub_cli("workflow", "validate", str(good), "--json")
-    assert proc.returncode == 0 and json.loads(proc.stdout) == {"ok": True, "errors": []}, proc.stdout
+    clean = {"ok": True, "errors": [], "warnings": []}
+    assert proc.returncode == 0 and json.loads(proc.stdout) == clean, proc.stdout
     bad = write_script(
         tmp_path,
         """

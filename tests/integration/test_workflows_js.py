@@ -69,7 +69,8 @@ def test_a_failed_child_rejects_runs_run_and_resolves_in_runs_all(home: Path, co
 def test_keyed_access_on_runs_all_names_the_ordered_array(home: Path, counted: Path) -> None:
     text = """
     const results = await runs.all([{ key: "scan", agent: "worker", task: "x" }]);
-    return results.scan.output;
+    const name = ["scan"][0];
+    return results[name].output;
     """
     said = _failed(text)
     assert "runs.all resolves to an ordered array" in said and "workflowScript:" in said, said
@@ -83,13 +84,13 @@ def test_an_unawaited_launch_fails_the_workflow_with_the_seeds_message(home: Pat
 def test_script_errors_name_the_line_and_keep_codes(home: Path, counted: Path) -> None:
     said = _failed('const x = 1;\nthrow new RangeError("nope");')
     assert "workflowScript:2: RangeError: nope" in said, said
-    said = _failed('return runs.run("bad key!", { agent: "worker", task: "x" });')
+    said = _failed('return runs.run(["bad key!"][0], { agent: "worker", task: "x" });')
     assert "must match" in said, said
     said = _failed('return runs.run("k", { agent: "worker", task: "x", chain: [] });')
     assert "chain is not a runs.run parameter" in said, said
-    said = _failed("return { f: () => 1 };")
+    said = _failed("const f = [() => 1][0];\nreturn { f };")
     assert "not JSON" in said, said
-    said = _failed("return NaN;")
+    said = _failed("return [NaN][0];")
     assert "finite" in said, said
 
 
@@ -126,10 +127,10 @@ def test_boundary_json_is_checked_at_every_door(home: Path, counted: Path) -> No
     const tries = [
       () => emit({ a: [1, , 3] }),
       () => { const o = {}; o.self = o; emit(o); },
-      () => emit({ s: Symbol("x") }),
+      () => emit({ s: [Symbol][0]("x") }),
       () => emit(new Map()),
       () => { let v = 0; for (let i = 0; i < 150; i++) v = [v]; emit(v); },
-      () => runs.run("k", { agent: "worker", task: "x", timeoutMs: Infinity }),
+      () => runs.run("k", { agent: "worker", task: "x", timeoutMs: 1 / [0][0] }),
       () => runs.steer("k", "m", { colour: 1 }),
       () => runs.all("not an array"),
     ];
@@ -191,3 +192,18 @@ def test_a_relative_script_path_is_found_in_the_runs_cwd(home: Path, counted: Pa
     (project / "workflows" / "review.js").write_text('return "from the project";\n')
     result = launch_workflow("workflows/review.js", cwd=project).wait(timeout=60)
     assert result.state == "complete" and result.content[0].text == "from the project"
+
+
+def test_launch_refuses_what_validate_finds_in_one_line(home: Path, counted: Path) -> None:
+    from tests.conftest import pisub_cli
+
+    for text, said in (
+        ("const f = async () => 1;\nreturn 1;", "async"),
+        ('return runs.run("bad key!", { agent: "worker", task: "x" });', "bad key!"),
+        ("return runs.run('k', { agent: 'nobody', task: 'x' });", "nobody"),
+        ("return (;", "SyntaxError"),
+    ):
+        done = pisub_cli("run", "--workflow-script", text)
+        assert done.returncode != 0 and said in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) <= 2, done.stderr
+    assert not list((home / "runs").glob("*-*-*")), "a refused launch created a run"

@@ -161,7 +161,7 @@ class JsScript:
         ctx.set_memory_limit(MEMORY_LIMIT)
         ctx.set_max_stack_size(STACK_LIMIT)
         ctx.add_callable("__pisub_host", self._host)
-        setup = {"seed": self.seed, "state": state is not None, "host": hasattr(runs, "host"), "args": args}
+        setup = {"seed": self.seed, "state": state is not None, "host": runs.host_permitted, "args": args}
         try:
             install = ctx.eval(prelude())
             install(ctx.get("__pisub_host"), ctx.parse_json(json.dumps(setup)))
