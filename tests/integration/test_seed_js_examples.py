@@ -134,13 +134,17 @@ RESEARCH_RULES: list[tuple[str, str, str]] = [
     # §1.3: "Not available: require, process, timers (`setTimeout` is undefined), fetch".
     ("no-timers", "return typeof setTimeout", ""),
     # §1.3: nested async functions are rejected (async function, async arrows, async methods).
-    ("nested-async", "const f = async () => 1; return f()", "async"),
+    (
+        "nested-async",
+        "const f = async () => 1; return f()",
+        "workflowScript does not support nested async functions",
+    ),
     # §1.4: "Reading a non-index property such as `results.backend` throws an explanatory error".
     (
         "keyed-access",
         'const results = await runs.all([{ key: "backend", agent: "reviewer", task: "Review backend" }]);'
         " return results.backend.output",
-        "results",
+        "runs.all resolves to an ordered array",
     ),
     # §1.4: "completed with unawaited runs.run launch(es): 'k'".
     (
@@ -155,11 +159,11 @@ RESEARCH_RULES: list[tuple[str, str, str]] = [
         "key 'k' was already used with other parameters",
     ),
     # §1.10: "Raw public scripts get no runs.host" (the doc's `return await runs.host("ci", {…,
-    # role:"ci"})`, its "…" filled in with run-ci's own fields).
+    # role:"ci"})`, its "…" filled in with run-ci's own fields): `runs.host` is not there at all.
     (
         "raw-host",
         'return await runs.host("ci", { kind: "command", command: "npm test", timeoutMs: 120000, role:"ci"})',
-        "runs.host is only available to named workflow resources",
+        "TypeError: not a function",
     ),
 ]
 
@@ -300,8 +304,21 @@ def test_a_failing_validate_answers_ok_false_with_the_line(seed_agents: Path) ->
 
 @pytest.mark.parametrize(("name", "script", "says"), RESEARCH_RULES, ids=[r[0] for r in RESEARCH_RULES])
 def test_the_research_notes_rules(seed_agents: Path, name: str, script: str, says: str) -> None:
-    """pi-subagents-orchestration.md §1's JavaScript: the result it documents."""
-    result = finished(start(script), timeout=60)
+    """pi-subagents-orchestration.md §1's JavaScript: the result it documents — refused at the
+    launch (what validate finds statically), or the workflow fails saying so."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pisub", "run", "--json", "--workflow-script", "-"],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if proc.returncode != 0:
+        assert proc.stderr.startswith("pisub: ") and "[INVALID_INPUT]" in proc.stderr, proc.stderr
+        assert says in proc.stderr and name in ("nested-async", "keyed-access"), proc.stderr
+        assert list(pisub.list_runs()) == []
+        return
+    result = finished(json.loads(proc.stdout.splitlines()[0])["runId"], timeout=60)
     if name == "no-timers":
         assert result.state == "complete" and text(result) == "undefined", result.content[0].text
         return
