@@ -168,6 +168,9 @@ def test_an_inline_script_reaches_pisub_byte_for_byte(tool_pi: ToolPi, tmp_path:
     result = _result(tool_pi.end({"workflowScript": "// " + "x" * 90_000 + "\n" + call}))
     assert result.state == "complete", result.content[0].text
     assert value(result)["output"] == SAID + task and not planted.exists()
+    given = {"branch": "123", "n": 2, "-x": [True]}  # a string stays one; any key
+    typed = tool_pi.end({"workflowScript": "return args", "args": given, "async": False})
+    assert json.loads(_text(typed)) == given, _text(typed)
     nul = tool_pi.end({"workflowScript": "return 1\u0000"})
     assert _failed(nul) and "contains a NUL" in _text(nul), _text(nul)
     huge = tool_pi.end({"workflowScript": "// " + "x" * 100_001})

@@ -551,10 +551,11 @@ function scriptFile(p: any, file: string, field: string): string | Result {
 // Where a workflow comes from (after `pisub run`): an inline script (on stdin: inputOf), a
 // script file, a named resource with its args, or a lanes manifest.
 function workflowSource(p: any): string[] | Result {
-  if (p.workflow !== undefined) return p.args === undefined ? [`--resource=${p.workflow}`] : [`--resource=${p.workflow}`, `--args=${JSON.stringify(p.args)}`];
   if (p.lanes !== undefined) return [`--lanes=${underCwd(p, p.lanes)}`];
   const argv: string[] = [];
-  if (p.workflowScript !== undefined) {
+  if (p.workflow !== undefined) {
+    argv.push(`--resource=${p.workflow}`);
+  } else if (p.workflowScript !== undefined) {
     if (!p.workflowScript.trim()) return invalid(NO_WORKFLOW);
     argv.push("--workflow-script=-");
   } else {
@@ -563,10 +564,8 @@ function workflowSource(p: any): string[] | Result {
     if (typeof file !== "string") return file;
     argv.push(`--workflow=${file}`);
   }
-  for (const [key, value] of Object.entries(p.args ?? {})) {
-    if (!/^[A-Za-z_][A-Za-z0-9_.-]{0,63}$/.test(key)) return bad("args key", key);
-    argv.push(`--arg=${key}=${typeof value === "string" ? value : JSON.stringify(value)}`);
-  }
+  // one JSON object, so that a string stays a string ("123" is not read as a number)
+  if (p.args !== undefined) argv.push(`--args=${JSON.stringify(p.args)}`);
   return argv;
 }
 
