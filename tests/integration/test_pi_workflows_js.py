@@ -21,6 +21,7 @@ from tests.integration.test_seed_js_examples import (
     LANES,
     ONE_CHILD,
     PARALLEL,
+    RESEARCH_RULES,
     RESUME_LOOP,
     REVIEW_JS_PATH,
     REVIEW_RESOURCE,
@@ -137,7 +138,9 @@ def test_named_resources_through_the_tool(tool_pi: ToolPi) -> None:
 
 
 def test_every_other_seed_example_through_the_tool(tool_pi: ToolPi) -> None:
-    """The sequential, lanes, rolling, resume-loop, gate and share examples, verbatim."""
+    """The parallel, sequential, lanes, rolling, resume-loop, gate and share examples, verbatim."""
+    parallel = _result(tool_pi.end({"workflowScript": PARALLEL}))
+    assert value(parallel) == [SAID + "Review backend", SAID + "Review frontend"], parallel.content[0].text
     sequential = _result(tool_pi.end({"workflowScript": SEQUENTIAL}))
     assert sequential.state == "complete", sequential.content[0].text
     assert text(sequential) == SAID + "Implement from: " + SAID + "Analyze auth"
@@ -175,3 +178,19 @@ def test_an_inline_script_reaches_pisub_byte_for_byte(tool_pi: ToolPi, tmp_path:
     assert _failed(nul) and "contains a NUL" in _text(nul), _text(nul)
     huge = tool_pi.end({"workflowScript": "// " + "x" * 100_001})
     assert _failed(huge) and "at most 100000" in _text(huge), _text(huge)
+
+
+def test_the_research_notes_rules_through_the_tool(tool_pi: ToolPi) -> None:
+    """pi-subagents-orchestration.md §1's JavaScript through the tool: what validate finds is a
+    failed tool call naming it (nothing starts); the rest start and end as documented."""
+    for name, script, says in RESEARCH_RULES:
+        end = tool_pi.end({"workflowScript": script})
+        if name in ("nested-async", "keyed-access"):
+            assert _failed(end) and says in _text(end), (name, _text(end))
+            continue
+        assert not _failed(end), (name, _text(end))
+        result = _result(end, timeout=60)
+        if name == "no-timers":
+            assert (result.state, text(result)) == ("complete", "undefined"), result.content[0].text
+        else:
+            assert result.state == "failed" and says in result.content[0].text, (name, result.content[0].text)
