@@ -102,6 +102,9 @@ class ChildEntry:
     into its inbox when it starts, failed when it never does."""
     relaunches: int = 0
     """Times this coordinator started the key again because its run never started its child."""
+    steers: int = 0
+    """``runs.steer`` calls to this child so far (its next steer's ordinal: see
+    :func:`~pisub.workflow.forwarding.steer_id`)."""
     never_ran: bool = False
     """It ended without its child ever starting (not the key's result: a resume starts it)."""
 

@@ -146,17 +146,36 @@ class Forwarding:
             entry = self.table.by_key.get(key)
         if entry is None:
             raise InvalidInput(f"runs.steer: no child {key!r} was started by this workflow")
+        with self.table.lock:  # every call counts, so that a replay's calls get the same ids
+            rid = steer_id(self.table.spec.journal, key, entry.steers)
+            entry.steers += 1
+        if entry.run_id is not None and self._answered(entry.run_id, rid):
+            # an earlier run of this workflow sent it, and the child answered (it may have
+            # ended since): its receipt is the answer, as it was then
+            return SteerResult(key=key, state="queued", request_id=rid, delivery_status="queued")
         if entry.phase is not Phase.RUNNING or entry.run_id is None:
             why = "it has not started yet" if entry.phase is not Phase.ENDED else "it has already ended"
             return SteerResult(key=key, state="missed", error=f"child {key!r}: {why}")
-        request = Steer(v=1, message=message, mode=mode, source=self.table.source)  # type: ignore[arg-type]
+        request = Steer(v=1, id=rid, message=message, mode=mode, source=self.table.source)  # type: ignore[arg-type]
         try:
             request_id = write_request(self.table.home.run(entry.run_id), request)
         except InboxClosed:
             return SteerResult(key=key, state="missed", error=f"child {key!r}: it has already ended")
+        except InvalidInput:  # an earlier run of this workflow sent it: its receipt answers
+            request_id = rid
         except PisubError as exc:
             return SteerResult(key=key, state="failed", error=exc.message)
         return SteerResult(key=key, state="queued", request_id=request_id, delivery_status="queued")
+
+    def _answered(self, run_id: str, request_id: str) -> bool:
+        """Whether child run ``run_id`` has a receipt for ``request_id`` (an unreadable one
+        counts: :meth:`steer_outcome` says why it failed)."""
+        from pisub.store.mailbox import read_receipt
+
+        try:
+            return read_receipt(self.table.home.run(run_id), request_id) is not None
+        except PisubError:
+            return True
 
     def steer_outcome(self, key: str, request_id: str) -> SteerResult:
         """What became of steer ``request_id`` sent to child ``key``, as its receipt says."""
@@ -196,6 +215,14 @@ def _target_state(receipt: Receipt) -> ReceiptState:
     if receipt.state in (ReceiptState.DELIVERED, ReceiptState.RECOVERED):
         return ReceiptState.DELIVERED
     return ReceiptState.FAILED
+
+
+def steer_id(journal: str, key: str, ordinal: int) -> str:
+    """The request id of the ``ordinal``-th ``runs.steer`` to child ``key`` of the workflow whose
+    journal is ``journal``: the same in every run that resumes it, so a replayed steer the child
+    already has is answered by its receipt, not sent again."""
+    digest = hashlib.sha256(f"{journal}\0{key}".encode("utf-8", "surrogateescape")).hexdigest()[:24]
+    return f"steer-{digest}-{ordinal}"
 
 
 def forwarded_id(request_id: str, index: int) -> str:

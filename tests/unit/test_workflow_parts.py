@@ -138,3 +138,15 @@ def test_a_receipt_with_many_targets_follows_them() -> None:
     assert aggregate([Target(child=0, state=ReceiptState.FAILED)]) == ReceiptState.FAILED
     assert aggregate([Target(child=0, state=ReceiptState.DELIVERED)]) == ReceiptState.DELIVERED
     assert aggregate([]) == ReceiptState.FAILED
+
+
+def test_a_steer_id_is_the_same_in_every_run_of_a_workflow_and_names_one_call() -> None:
+    from pisub.protocol.control import REQUEST_ID_RE
+    from pisub.workflow.forwarding import steer_id
+
+    journal = "/home/u/.pisub/runs/x/journal.jsonl"
+    assert steer_id(journal, "a", 0) == steer_id(journal, "a", 0)
+    ids = {steer_id(j, k, n) for j in (journal, journal + "2") for k in ("a", "b") for n in (0, 1)}
+    assert len(ids) == 8
+    longest = steer_id("/" + "d" * 4000 + "\udcff", "k" * 128, 10**6)  # any path, the longest key
+    assert REQUEST_ID_RE.fullmatch(longest)
