@@ -23,6 +23,7 @@ import pytest
 import pisub
 from pisub.protocol.codec import encode
 from tests.conftest import AgentMaker, pisub_cli
+from tests.unit.test_js_checks import SEED_SCRIPTS
 
 # ---- seed 001 (shared/seeds/001_*.txt), each script exactly as written between the backticks.
 
@@ -30,96 +31,22 @@ from tests.conftest import AgentMaker, pisub_cli
 # (and line 25: { action: "validate", workflowScriptPath: "workflows/review.js" })
 REVIEW_JS_PATH = "workflows/review.js"
 
-# seed 001 line 30 (一个子智能体；显式返回子 Promise)
-ONE_CHILD = 'return runs.run("main", { agent: "scout", task: "Analyze the auth flow" })'
-
-# seed 001 lines 35-38 (顺序工作流)
-SEQUENTIAL = r"""
-  const scan = await runs.run("scan", { agent: "scout", task: "Analyze auth" });
-  return (await runs.run("implement", { agent: "worker", task: "Implement from: " + scan.output })).output;
-"""
-
-# seed 001 lines 43-51 (并行工作流)
-PARALLEL = r"""
-  const results = await runs.all([
-    { key: "backend", agent: "reviewer", task: "Review backend" },
-    { key: "frontend", agent: "reviewer", task: "Review frontend" }
-  ]);
-  return results.map(result => result.output);
-"""
-
-# seed 001 lines 57-82 (并行顺序泳道)
-LANES = r"""
-  const board = await runs.lanes([
-    { key: "api", stages: [
-      { key: "writer", agent: "worker", task: "Implement the API change" },
-      { key: "challenge", resume: "previous", task: "Challenge the implementation" },
-      { key: "review", agent: "reviewer", task: "Review the API lane" }
-    ] },
-    { key: "ui", stages: [
-      { key: "writer", agent: "worker", task: "Implement the UI change" },
-      { key: "review", agent: "reviewer", task: "Review the UI lane" }
-    ] }
-  ]);
-  return board.map((lane) => ({
-    key: lane.key,
-    state: lane.state,
-    failedStage: lane.failedStage,
-    stages: lane.stages.map((stage) => ({
-      key: stage.key,
-      state: stage.state,
-      ok: stage.ok,
-      runId: stage.runId,
-      outputReference: stage.outputReference,
-      verdict: stage.verdict
-    }))
-  }));
-"""
-
-# seed 001 lines 155-165 (工作流引导: rolling fan-out, race, steer the sibling, collect the rest)
-ROLLING = r"""
-  let pending = [
-    { key: "writer", promise: runs.run("writer", { agent: "worker", task: "Draft the fix" }).then((result) => ({ key: "writer", result })) },
-    { key: "reviewer", promise: runs.run("reviewer", { agent: "reviewer", task: "Review likely risks" }).then((result) => ({ key: "reviewer", result })) }
-  ];
-  const first = await Promise.race(pending.map((child) => child.promise));
-  pending = pending.filter((child) => child.key !== first.key);
-  const target = pending[0];
-  const receipt = await runs.steer(target.key, "Use this early review:\n" + first.result.output, { mode: "auto" });
-  const rest = await Promise.all(pending.map((child) => child.promise));
-  return { first: first.key, rest: rest.map((child) => child.key), receipt };
-"""
-
-# seed 001 lines 184-190 (保留的子智能体: a resume loop from the latest runId)
-RESUME_LOOP = r"""
-  let writer = await runs.run("implement", { agent: "worker", task: "Implement the accepted contract" });
-  for (const pass of [1, 2]) {
-    if (!writer.runId) throw new Error("writer did not return a retained run id");
-    writer = await runs.run("followup-" + pass, { resume: writer.runId, task: "Revisit pass " + pass + ": " + writer.output });
-  }
-  return writer;
-"""
-
-# seed 001 line 415 (单命令门槛)
-GATE = 'return runs.run("impl", { agent: "worker", task: "Implement the fix", gate: "npm test" })'
-
-# seed 001 line 507 (会话分享; the call adds share: true)
-SHARE = 'return runs.run("main", { agent: "scout", task: "..." })'
+# The scripts, each exactly as written between the backticks, are kept once, in
+# tests/unit/test_js_checks.py (its SEED_SCRIPTS, which validate checks); here, where each is:
+ONE_CHILD = SEED_SCRIPTS["one child"]  # seed 001 line 30 (一个子智能体；显式返回子 Promise)
+SEQUENTIAL = SEED_SCRIPTS["sequential"]  # seed 001 lines 35-38 (顺序工作流)
+PARALLEL = SEED_SCRIPTS["parallel"]  # seed 001 lines 43-51 (并行工作流)
+LANES = SEED_SCRIPTS["lanes"]  # seed 001 lines 57-82 (并行顺序泳道)
+ROLLING = SEED_SCRIPTS["rolling"]  # seed 001 lines 155-165 (工作流引导: race, steer the sibling, collect)
+RESUME_LOOP = SEED_SCRIPTS[
+    "retained"
+]  # seed 001 lines 184-190 (保留的子智能体: resume from the latest runId)
+GATE = SEED_SCRIPTS["gate"]  # seed 001 line 415 (单命令门槛)
+SHARE = SEED_SCRIPTS["share"]  # seed 001 line 507 (会话分享; the call adds share: true)
 
 # seed 001 lines 19-20 (named resources)
 REVIEW_RESOURCE: dict[str, Any] = {"workflow": "review", "args": {"task": "Review the auth flow"}}
 RUN_CI_RESOURCE: dict[str, Any] = {"workflow": "run-ci", "args": {"command": "npm test"}}
-
-SEED_SCRIPTS: dict[str, str] = {
-    "one-child": ONE_CHILD,
-    "sequential": SEQUENTIAL,
-    "parallel": PARALLEL,
-    "lanes": LANES,
-    "rolling": ROLLING,
-    "resume-loop": RESUME_LOOP,
-    "gate": GATE,
-    "share": SHARE,
-}
 
 # ---- pi-subagents-orchestration.md: its JavaScript, each with the result it documents (where the
 # original's result is a hole, pisub's: the line says which).
