@@ -50,8 +50,11 @@ class Python:
     language = ScriptLanguage.PYTHON
 
     def load(self, path: Path, name: str, seed: int) -> MainFn:
+        import random
+
         from pisub.workflow.script import load_main
 
+        random.seed(seed)  # the coordinator's process is the script's: random replays too
         return load_main(path, name)
 
     def check(self, source: str, agents: set[str] | None, filename: str, max_spawns: int | None) -> Report:

@@ -598,9 +598,9 @@ KEYED_BY = Scripts(
     return [first.key, held.key];
     """,
 )
-REPLAYED = {("javascript", "random")}
-"""The values a resume gives the script again: JavaScript's ``Math.random`` is seeded by the
-workflow (its journal), so it repeats; Python's ``random`` and both clocks do not."""
+REPLAYED = {("javascript", "random"), ("python", "random")}
+"""The values a resume gives the script again: JavaScript's ``Math.random`` and Python's
+``random`` are seeded by the workflow (its journal), so they repeat; the clocks do not."""
 
 
 @pytest.mark.parametrize("value", sorted(VALUES))

@@ -149,6 +149,10 @@ class JsScript:
         self.state: Any = None
         self.next_id = 0
         self.calls: dict[int, asyncio.Future[Any]] = {}
+        """The calls not settled yet."""
+        self.launches: dict[int, asyncio.Future[Any]] = {}
+        """Every call that must be observed, settled or not (the script may wait for a call
+        long after it settled)."""
         self.settled: list[tuple[int, asyncio.Future[Any]]] = []
         self.wake = asyncio.Event()
         self.outcome: dict[str, Any] | None = None
@@ -222,7 +226,7 @@ class JsScript:
                 self.outcome = data
                 return "{}"
             if op == "observe":
-                future = self.calls.get(int(data))
+                future = self.launches.get(int(data))
                 if future is not None:
                     future.observed = True  # type: ignore[attr-defined]
                 return "{}"
@@ -289,6 +293,7 @@ class JsScript:
         future.add_done_callback(done)
         if op in _TRACKED and hasattr(future, "observed"):
             future.observed = False  # until JavaScript waits for it
+            self.launches[call_id] = future
         return call_id
 
     def _emit(self, value: Any) -> None:
