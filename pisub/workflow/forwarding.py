@@ -193,7 +193,9 @@ class Forwarding:
             return SteerResult(key=key, state="queued", request_id=request_id, delivery_status=status)
         if receipt.state in (ReceiptState.DELIVERED, ReceiptState.RECOVERED):
             return SteerResult(key=key, state="delivered", request_id=request_id, delivery_status="delivered")
-        missed = receipt.reason is not None and "ended" in receipt.reason
+        # the seed's `missed`: the child was terminal (it had ended, or finished its work before it
+        # took the steer: pisub/store/mailbox.py FINISHED_REASON, the pi child's own refusal)
+        missed = receipt.reason is not None and ("ended" in receipt.reason or "finished" in receipt.reason)
         return SteerResult(
             key=key,
             state="missed" if missed else "failed",

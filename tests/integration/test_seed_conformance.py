@@ -1,10 +1,11 @@
 """Seed conformance (issue 25): every tool-call example of the seed's tool reference
 (``shared/seeds/001``, "工具参考") sent as written, placeholders (``<run-id>``) replaced by real
 runs. None fails the tool's validation; each has the effect the seed documents, or pisub's
-stable answer where it does not build the feature (``NOT_AVAILABLE_YET`` for JavaScript workflow
-scripts, schedules, missions; ``UNSUPPORTED_HERE`` for Herdr panes). First the extension's
-``plan`` in pi's Node (every example and hostile values, fast), then the same calls through the
-real tool in a real pi against the scripted model."""
+stable answer where it does not build the feature (``NOT_AVAILABLE_YET`` for schedules and
+missions; ``UNSUPPORTED_HERE`` for Herdr panes). The JavaScript workflow examples run in
+tests/integration/test_seed_js_examples.py and test_pi_workflows_js.py; here, what they map to.
+First the extension's ``plan`` in pi's Node (every example and hostile values, fast), then the
+same calls through the real tool in a real pi against the scripted model."""
 
 from __future__ import annotations
 
@@ -65,21 +66,44 @@ AT = "2026-08-27T16:23:00.000Z"
 GATE = 'gate: "npm test" })'
 JS_ONE = 'return runs.run("main", { agent: "scout", task: "Analyze the auth flow" })'
 
-# The seed's JavaScript workflow examples (their scripts shortened): NOT_AVAILABLE_YET, never
-# "unknown parameter".
+# The seed's workflow examples pisub does not build (schedules, missions): NOT_AVAILABLE_YET,
+# never "unknown parameter".
 JS_EXAMPLES: list[dict[str, Any]] = [
-    {"workflowScript": JS_ONE},
-    {"workflowScript": 'const scan = await runs.run("scan", { agent: "scout", task: "Analyze auth" });'},
-    {"workflowScript": "const board = await runs.lanes([]); return board;"},
-    {"workflowScript": 'return runs.run("impl", { agent: "worker", task: "Implement the fix", ' + GATE},
-    {"workflowScript": 'return runs.run("main", { agent: "scout", task: "..." })', "share": True},
-    {"workflowScriptPath": "workflows/review.js", "cwd": "/path/to/project"},
-    {"action": "validate", "workflowScriptPath": "workflows/review.js"},
-    {"action": "validate", "workflowScript": JS_ONE},
     {"action": "schedule.create", "every": "6h", "workflowScriptPath": "workflows/review.js"},
-    {"workflow": "review", "args": {"task": "Review the auth flow"}},
-    {"workflow": "run-ci", "args": {"command": "npm test"}},
     {"action": "mission.list"},
+]
+# The seed's JavaScript workflow examples (their scripts shortened) and the argv each becomes; an
+# inline script goes to pisub on stdin (``--workflow-script=-``), never in the argv.
+JS_MAPPED: list[tuple[dict[str, Any], list[str]]] = [
+    ({"workflowScript": JS_ONE}, ["run", "--json", "--workflow-script=-"]),
+    (
+        {"workflowScript": 'return runs.run("impl", { agent: "worker", task: "Implement the fix", ' + GATE},
+        ["run", "--json", "--workflow-script=-"],
+    ),
+    (
+        {"workflowScript": 'return runs.run("main", { agent: "scout", task: "..." })', "share": True},
+        ["run", "--json", "--workflow-script=-"],
+    ),
+    (
+        {"workflowScriptPath": "workflows/review.js", "cwd": "/path/to/project"},
+        ["run", "--json", "--cwd=/path/to/project", "--workflow=/path/to/project/workflows/review.js"],
+    ),
+    (
+        {"action": "validate", "workflowScriptPath": "workflows/review.js"},
+        ["workflow", "validate", "--json", "--", "workflows/review.js"],
+    ),
+    (
+        {"action": "validate", "workflowScript": JS_ONE},
+        ["workflow", "validate", "--json", "--workflow-script=-"],
+    ),
+    (
+        {"workflow": "review", "args": {"task": "Review the auth flow"}},
+        ["run", "--json", "--resource=review", '--args={"task":"Review the auth flow"}'],
+    ),
+    (
+        {"workflow": "run-ci", "args": {"command": "npm test"}},
+        ["run", "--json", "--resource=run-ci", '--args={"command":"npm test"}'],
+    ),
 ]
 HERDR: list[dict[str, Any]] = [
     {"action": "project.open", "cwd": "/path/to/repo", "message": "Start in this project."},
@@ -285,7 +309,7 @@ MAPPED: list[tuple[dict[str, Any], list[str]]] = [
     ),
     (
         {"workflowScriptPath": "wf.py", "cwd": "/p", "args": {"n": 2}},
-        ["run", "--json", "--cwd=/p", "--workflow=/p/wf.py", "--arg=n=2"],
+        ["run", "--json", "--cwd=/p", "--workflow=/p/wf.py", '--args={"n":2}'],
     ),
 ]
 
@@ -324,7 +348,26 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"agent": "a", "task": "t", "chatProgress": "live-card"}, "needs async: false"),
     ({"workflowScriptPath": "wf.py", "checkpointBeforeDeadlineMs": 5}, "single agent's run"),
     ({"workflowScript": "x", "workflowScriptPath": "wf.py"}, "mutually exclusive"),
-    ({"workflowScriptPath": "wf.py", "args": {"-x": 1}}, "args key"),
+    ({"workflowScript": " \n "}, "a non-empty workflowScript or workflowScriptPath"),
+    ({"workflowScriptPath": ""}, "a non-empty workflowScript or workflowScriptPath"),
+    ({"workflowScriptPath": "workflows/review.ts"}, "is TypeScript"),
+    ({"action": "validate", "path": "w.mts"}, "is TypeScript"),
+    ({"action": "validate", "workflowScript": ""}, "validate requires a non-empty workflowScript"),
+    ({"action": "validate", "workflowScript": "x", "agent": "a"}, "does not accept direct agent"),
+    ({"action": "validate", "path": "a.js", "workflowScriptPath": "b.js"}, "different files"),
+    ({"action": "status", "id": RUN, "workflowScript": "x"}, "Workflow execution must omit action"),
+    ({"agent": "a", "task": "t", "workflowScript": "x"}, "cannot be combined with workflow"),
+    ({"workflow": "run-ci", "task": "t"}, "cannot be combined with workflow"),
+    ({"workflow": "review", "workflowScriptPath": "w.js"}, "workflow is mutually exclusive"),
+    ({"workflow": "  "}, "workflow must be a non-empty named workflow resource"),
+    ({"workflow": "--help"}, "workflow (a resource's name)"),
+    ({"action": "validate", "workflow": "review"}, "must omit action"),
+    ({"args": {"task": "x"}}, "args requires a named workflow resource"),
+    ({"workflowScript": "return 1", "lanes": "l.json"}, "not both"),
+    ({"workflow": "run-ci\x1b[2J"}, "workflow (a resource's name)"),
+    ({"workflow": "run-ci", "args": ["npm test"]}, "args: expected a object, got array"),
+    ({"workflowScript": "return 1\x00"}, "workflowScript: contains a NUL"),
+    ({"workflowScript": 42}, "workflowScript: expected a string"),
     ({"action": "status", "id": RUN, "childId": "k", "index": 1}, "name different children"),
     ({"action": "status", "view": "transcript"}, "needs id"),
     ({"action": "status", "id": RUN, "index": -1}, "index: expected a whole number"),
@@ -380,11 +423,12 @@ def test_every_seed_example_maps_onto_pisub_in_node(tmp_path: Path) -> None:
         ["plan", call, {"sessionFile": "/parent.jsonl"} if fork else {}]
         for (call, _), fork in zip(MAPPED, forks, strict=True)
     ]
+    calls += [["plan", call, {}] for call, _ in JS_MAPPED]
     calls += [["plan", call, {}] for call in JS_EXAMPLES + HERDR]
     answers = _extension(tmp_path, calls)
-    for (call, argv), answer in zip(MAPPED, answers, strict=False):
+    for (call, argv), answer in zip(MAPPED + JS_MAPPED, answers, strict=False):
         assert answer == argv, (call, answer)
-    for call, answer in zip(JS_EXAMPLES + HERDR, answers[len(MAPPED) :], strict=True):
+    for call, answer in zip(JS_EXAMPLES + HERDR, answers[len(MAPPED) + len(JS_MAPPED) :], strict=True):
         assert isinstance(answer, dict), (call, answer)
         text = answer["content"][0]["text"]
         code = "UNSUPPORTED_HERE" if call in HERDR else "NOT_AVAILABLE_YET"

@@ -10,8 +10,10 @@
 //
 // The pisub command: PISUB_ARGV (a JSON array, e.g. ["/usr/bin/python3", "-m", "pisub"]), else
 // the PISUB_ARGV_DEFAULT below (written by `pisub pi-extension install`), else ["pisub"].
+import { spawn } from "node:child_process";
 import * as crypto from "node:crypto";
 import * as fs from "node:fs";
+import * as os from "node:os";
 import * as path from "node:path";
 
 const PISUB_ARGV_DEFAULT: string[] | null = null; // replaced by `pisub pi-extension install`
@@ -120,16 +122,28 @@ export const PARAMETERS = {
     sessionDir: str("Where pi's session file of the run is kept."),
     share: bool("true: export the run's session to an HTML file when it ends (no gist upload here)."),
     chatProgress: oneOf(["auto", "off", "live-card"], "auto | off; live-card needs async false."),
-    workflowScript: str(later("JavaScript workflow scripts; write a Python workflow file and pass workflowScriptPath")),
-    workflowScriptPath: str("Start the (Python) workflow script at this path (relative to cwd)."),
-    workflow: str(later("named workflow resources")),
-    args: obj("workflowScriptPath: the workflow's args {key: value}."),
+    workflowScript: str(
+      "A JavaScript workflow: a statement body run as one async function, with runs.run(key, {agent, task, ...}), " +
+        "runs.all([{key, agent, task}, ...]) (an ordered array), runs.lanes, runs.steer, emit, console, args. E.g. " +
+        "`const results = await runs.all([{ key: \"a\", agent: \"scout\", task: \"...\" }]); return results.map(r => r.output)`. " +
+        "Await (or return, or Promise.all/race) every call; no nested async functions; no timers, require, fetch or files. " +
+        "A detached, resumable run; action validate checks it first.",
+    ),
+    workflowScriptPath: str(
+      "A workflow script file (relative to cwd): .js (the same JavaScript statement body as workflowScript) or .py " +
+        "(Python: async def main(runs, state, args)). Not with workflowScript.",
+    ),
+    workflow: str(
+      "A named workflow resource with args: review {task} or run-ci {command?, timeoutMs?} (or one registered in " +
+        "pisub's config). Not with agent, task, workflowScript or workflowScriptPath.",
+    ),
+    args: obj("workflow: the resource's args; workflowScript / workflowScriptPath: the script's args {key: value}."),
     lanes: str("Start the lanes manifest at this path."),
     view: oneOf(["summary", "fleet", "transcript"], "status: summary | fleet | transcript."),
     lines: num("status view transcript: lines (default 80, at most 500)."),
     reason: str("interrupt / stop: why."),
     topic: str("guide: the topic (action guide lists them)."),
-    path: str("validate: the workflow script to check."),
+    path: str("validate: the workflow script file to check (the same as workflowScriptPath)."),
     parent: str("children.list: the workflow run."),
     capabilities: bool("list: one compact line per agent with what it can do."),
     agentScope: oneOf(["user", "project", "both"], "Agent discovery scope (default both; project wins)."),
@@ -407,6 +421,7 @@ const ONLY_FOR: Record<string, string[]> = {
   steeringRecovery: ["steer"],
   mode: ["steer", "worktree.cleanup"],
   share: ["run", "resume"],
+  args: ["run"],
   forkFrom: ["run"],
   // how a run starts: a resume, a status or a management action would drop them
   isolation: ["run"],
@@ -439,8 +454,39 @@ export type PlanContext = { sessionFile?: string | null };
 // What the action of a call is: `action`, else a start (agent + task, a workflow, lanes).
 function actionOf(p: any): string {
   if (p.action !== undefined) return p.action;
-  const starts = p.workflowScript || p.workflowScriptPath || p.workflow || p.lanes || p.agent || p.task;
+  const starts = [p.workflowScript, p.workflowScriptPath, p.workflow, p.lanes, p.agent, p.task].some((v) => v !== undefined);
   return starts ? "run" : "";
+}
+
+// The seed's messages for its workflow inputs (workflowScript, workflowScriptPath, workflow + args).
+const NO_WORKFLOW =
+  "Execution requires either { agent, task? } for one child, a named workflow resource, or a non-empty workflowScript or workflowScriptPath for orchestration.";
+const NO_VALIDATE_INPUT = "validate requires a non-empty workflowScript or workflowScriptPath.";
+
+// The seed's rules between the workflow inputs and the rest of a call, in its words.
+function workflowRules(p: any): Result | null {
+  const script = p.workflowScript !== undefined || p.workflowScriptPath !== undefined;
+  if (p.workflowScript !== undefined && p.workflowScriptPath !== undefined) {
+    return invalid("workflowScript and workflowScriptPath are mutually exclusive: give one");
+  }
+  if (p.workflow !== undefined) {
+    if (!p.workflow.trim()) return invalid("workflow must be a non-empty named workflow resource.");
+    if (script) return invalid("workflow is mutually exclusive with workflowScript and workflowScriptPath.");
+    if (p.action !== undefined) return invalid("Named workflow resource execution must omit action.");
+    if (!NAME.test(p.workflow)) return bad("workflow (a resource's name)", p.workflow);
+  } else if (p.args !== undefined && !script) {
+    return invalid("args requires a named workflow resource (workflow), or a workflow script (workflowScript / workflowScriptPath).");
+  }
+  if (!script && p.workflow === undefined) return null;
+  if (p.lanes !== undefined) return invalid("lanes is a workflow of its own: give lanes or a workflow script or resource, not both");
+  if (p.action === "validate") return null;
+  if (p.action !== undefined) {
+    return invalid("Workflow execution must omit action; only validate and schedule.create accept action with workflowScript or workflowScriptPath.");
+  }
+  if (p.agent !== undefined || p.task !== undefined) {
+    return invalid("Structured single-child execution cannot be combined with workflow, workflowScript, or workflowScriptPath.");
+  }
+  return null;
 }
 
 // Answers that do not depend on the action: seed parameters pisub does not build (yet).
@@ -461,10 +507,8 @@ function seedAnswer(p: any, action: string): Result | null {
     return unsupported("Herdr saved machines do not exist in pisub: a run starts on this host (or on Slurm with --backend slurm)");
   }
   if (p.planId !== undefined) return invalid("planId is reserved for a future worktree.cleanup apply (the seed refuses it too)");
-  if (p.workflow !== undefined || (p.args !== undefined && p.workflowScriptPath === undefined && p.workflowScript === undefined)) {
-    if (p.workflow !== undefined) return notYet("named workflow resources", "give workflowScriptPath (a Python workflow file)");
-    return invalid("args are a workflow's: give them with workflowScriptPath");
-  }
+  const workflow = workflowRules(p);
+  if (workflow) return workflow;
   if (p.agentContract !== undefined) return notYet("agent contracts", "use acceptance");
   if (p.outputSchema !== undefined) return notYet("structured output");
   if (p.output !== undefined || p.outputMode !== undefined) {
@@ -490,7 +534,45 @@ function underCwd(p: any, file: string): string {
   return typeof p.cwd === "string" && p.cwd && !path.isAbsolute(file) ? path.join(p.cwd, file) : file;
 }
 
-const JS_SCRIPT = /\.(?:js|mjs|cjs|ts|mts|cts)$/i;
+const TS_SCRIPT = /\.(?:ts|mts|cts|tsx)$/i;
+
+// A workflow script file named by the call (`field`), relative to its cwd; a TypeScript file is
+// refused (pisub runs JavaScript and Python; nothing compiles TypeScript).
+function scriptFile(p: any, file: string, field: string): string | Result {
+  if (TS_SCRIPT.test(file)) {
+    return invalid(
+      `${field}: ${shown(file)} is TypeScript, which pisub does not run: a workflow script is JavaScript (.js, the same ` +
+        "statement body as workflowScript) or Python (.py); compile it to .js",
+    );
+  }
+  return underCwd(p, file);
+}
+
+// Where a workflow comes from (after `pisub run`): an inline script (on stdin: inputOf), a
+// script file, a named resource with its args, or a lanes manifest.
+function workflowSource(p: any): string[] | Result {
+  if (p.lanes !== undefined) return [`--lanes=${underCwd(p, p.lanes)}`];
+  const argv: string[] = [];
+  if (p.workflow !== undefined) {
+    argv.push(`--resource=${p.workflow}`);
+  } else if (p.workflowScript !== undefined) {
+    if (!p.workflowScript.trim()) return invalid(NO_WORKFLOW);
+    argv.push("--workflow-script=-");
+  } else {
+    if (!p.workflowScriptPath.trim()) return invalid(NO_WORKFLOW);
+    const file = scriptFile(p, p.workflowScriptPath, "workflowScriptPath");
+    if (typeof file !== "string") return file;
+    argv.push(`--workflow=${file}`);
+  }
+  // one JSON object, so that a string stays a string ("123" is not read as a number)
+  if (p.args !== undefined) argv.push(`--args=${JSON.stringify(p.args)}`);
+  return argv;
+}
+
+// What a call sends pisub on stdin: the inline workflow script of `--workflow-script -`, else null.
+export function inputOf(p: any, argv: string[]): string | null {
+  return option(argv, "--workflow-script") === "-" && typeof p?.workflowScript === "string" ? p.workflowScript : null;
+}
 
 function timeoutOf(p: any): string | null | Result {
   if (p.timeoutMs !== undefined && p.maxRuntimeMs !== undefined && p.timeoutMs !== p.maxRuntimeMs) {
@@ -542,9 +624,6 @@ function startOptions(p: any, ctx: PlanContext, argv: string[]): Result | null {
 
 function startArgv(p: any, ctx: PlanContext): string[] | Result {
   if (subagentsDisabled()) return disabled();
-  if (p.workflowScript !== undefined) {
-    return notYet("JavaScript workflow scripts (workflowScript)", "write the workflow as a Python file (guide workflows) and pass workflowScriptPath");
-  }
   const argv = ["run", "--json"];
   flag(argv, "--cwd", p.cwd);
   const timeout = timeoutOf(p);
@@ -552,23 +631,17 @@ function startArgv(p: any, ctx: PlanContext): string[] | Result {
   flag(argv, "--timeout", timeout);
   const refused = startOptions(p, ctx, argv);
   if (refused) return refused;
-  if (p.workflowScriptPath || p.lanes) {
+  if ([p.workflowScript, p.workflowScriptPath, p.workflow, p.lanes].some((v) => v !== undefined)) {
     if (p.checkpointBeforeDeadlineMs !== undefined) {
       return invalid("checkpointBeforeDeadlineMs is for a single agent's run (the seed's rule), not a workflow");
     }
-    if (p.workflowScriptPath && JS_SCRIPT.test(p.workflowScriptPath)) {
-      return notYet("JavaScript workflow scripts", "pisub's workflow scripts are Python (guide workflows)");
-    }
-    if (p.workflowScriptPath) argv.push(`--workflow=${underCwd(p, p.workflowScriptPath)}`);
-    else argv.push(`--lanes=${underCwd(p, p.lanes)}`);
-    for (const [key, value] of Object.entries(p.args ?? {})) {
-      if (!/^[A-Za-z_][A-Za-z0-9_.-]{0,63}$/.test(key)) return bad("args key", key);
-      argv.push(`--arg=${key}=${typeof value === "string" ? value : JSON.stringify(value)}`);
-    }
+    const source = workflowSource(p);
+    if (!Array.isArray(source)) return source;
+    argv.push(...source);
     flag(argv, "--usage-budget", json(p.usageBudget));
     return argv;
   }
-  if (!p.agent || !p.task) return invalid("a run needs agent and task (or workflowScriptPath)");
+  if (!p.agent || !p.task) return invalid("a run needs agent and task (or workflowScript, workflowScriptPath, workflow)");
   if (p.gate !== undefined && p.acceptance !== undefined && p.acceptance !== false) {
     return invalid("gate is the acceptance shorthand: give gate or acceptance, not both (acceptance false is allowed)");
   }
@@ -580,6 +653,24 @@ function startArgv(p: any, ctx: PlanContext): string[] | Result {
   flag(argv, "--gate", p.gate);
   if (p.acceptance !== undefined && p.acceptance !== "auto") flag(argv, "--acceptance", json(p.acceptance));
   return end(argv, String(p.task));
+}
+
+// `{action: "validate"}`: an inline script (on stdin), or a file (path or workflowScriptPath).
+function validateArgv(p: any): string[] | Result {
+  if (p.agent !== undefined || p.task !== undefined) {
+    return invalid("validate requires workflowScript or workflowScriptPath and does not accept direct agent, task, or step execution fields.");
+  }
+  if (p.workflowScript !== undefined && p.path !== undefined) return invalid("workflowScript and path are mutually exclusive: give one");
+  if (p.path !== undefined && p.workflowScriptPath !== undefined && p.path !== p.workflowScriptPath) {
+    return invalid("path and workflowScriptPath name different files: give one");
+  }
+  if (p.workflowScript !== undefined) {
+    return p.workflowScript.trim() ? ["workflow", "validate", "--json", "--workflow-script=-"] : invalid(NO_VALIDATE_INPUT);
+  }
+  const target: string | undefined = p.path ?? p.workflowScriptPath;
+  if (target === undefined || !target.trim()) return invalid(NO_VALIDATE_INPUT);
+  const file = scriptFile(p, target, p.path !== undefined ? "path" : "workflowScriptPath");
+  return typeof file === "string" ? end(["workflow", "validate", "--json"], file) : file;
 }
 
 function end(argv: string[], ...positionals: string[]): string[] {
@@ -751,15 +842,8 @@ export function plan(p: any, ctx: PlanContext = {}): string[] | Result {
       flag(argv, "--parent", parent);
       return argv;
     }
-    case "validate": {
-      if (p.workflowScript !== undefined) {
-        return notYet("JavaScript workflow scripts (workflowScript)", "validate a Python workflow file with path");
-      }
-      const target = p.path ?? p.workflowScriptPath;
-      if (!target) return invalid("validate needs path (or workflowScriptPath)");
-      if (JS_SCRIPT.test(target)) return notYet("JavaScript workflow scripts", "pisub's workflow scripts are Python");
-      return end(["workflow", "validate", "--json"], underCwd(p, String(target)));
-    }
+    case "validate":
+      return validateArgv(p);
     case "guide":
       return p.topic ? end(["guide"], String(p.topic)) : ["guide"];
     case "lane.status":
@@ -912,11 +996,22 @@ function agentText(shown: any): string {
   return out.join("\n");
 }
 
+// One problem of a validate: `line L:C [kind] message` (the seed's {message, line?, column?, kind?};
+// pisub's Python checks said `col`).
+function problemLine(e: any): string {
+  const column = e?.column ?? e?.col;
+  const where = e?.line !== undefined && e?.line !== null ? `line ${one(e.line, 8)}${column !== undefined && column !== null ? ":" + one(column, 8) : ""} ` : "";
+  const kind = typeof e?.kind === "string" && e.kind ? `[${one(e.kind, 40)}] ` : "";
+  return `  ${where}${kind}${one(e?.message ?? e, 400)}`;
+}
+
 function validateText(v: any): string {
   if (!v || typeof v !== "object") return readable(v);
-  if (v.ok === true) return "valid: the workflow script passed every static check (nothing was started)";
+  const warnings: any[] = Array.isArray(v.warnings) ? v.warnings : [];
+  const warned = warnings.length ? ["warnings:", ...warnings.slice(0, 50).map(problemLine)] : [];
+  if (v.ok === true) return ["valid: the workflow script passed every static check (nothing was started)", ...warned].join("\n");
   const errors: any[] = Array.isArray(v.errors) ? v.errors : [];
-  return ["not valid:", ...errors.slice(0, 50).map((e) => `  line ${one(e?.line, 8)}:${one(e?.col, 8)} ${one(e?.message, 400)}`)].join("\n");
+  return ["not valid:", ...errors.slice(0, 50).map(problemLine), ...warned].join("\n");
 }
 
 const RECEIPT_MEANING: Record<string, string> = {
@@ -1044,14 +1139,16 @@ export function shape(p: any, argv: string[], code: number, stdout: string, stde
   const first = items[0];
   if (checked) {
     // a failing validate ({ok: false, errors}) is a failed tool call, as the seed's
-    const result = answer(validateText(first), { mode: "management", results: [], ok: first?.ok === true, errors: first?.errors ?? [] });
+    const found = { ok: first?.ok === true, errors: first?.errors ?? [], ...(Array.isArray(first?.warnings) ? { warnings: first.warnings } : {}) };
+    const result = answer(validateText(first), { mode: "management", results: [], ...found });
     return first?.ok === true ? result : { ...result, isError: true };
   }
   if (verb === "run" || verb === "resume") {
     if (typeof first?.runId !== "string") {
       return failure("SUBAGENT_FAILED", `pisub ${verb} gave no run id: ${JSON.stringify(stdout.trim().slice(0, 200))}`);
     }
-    const what = verb === "resume" ? `resume of ${one(p?.id, 64)}` : p?.agent ? one(p.agent, 128) : p?.lanes ? "lanes" : "workflow";
+    const what =
+      verb === "resume" ? `resume of ${one(p?.id, 64)}` : p?.agent ? one(p.agent, 128) : p?.lanes ? "lanes" : p?.workflow ? `workflow ${one(p.workflow, 128)}` : "workflow";
     const who = ` (${what})`; // a space after the id: "started run ID (...)" splits cleanly
     const text = `started run ${first.runId}${who}: ${one(first.state, 20)}; it runs in the background and a notice comes when it ends.\n` +
       `look: {action: "status", id: "${first.runId}"}; block until it ends: {action: "wait", id: "${first.runId}"}`;
@@ -1193,6 +1290,53 @@ function sessionKey(ctx: any): string {
     id = "";
   }
   return crypto.createHash("sha256").update(id || `pid-${process.pid}`).digest("hex").slice(0, 32);
+}
+
+// pi.exec gives a command no stdin; an inline workflow script reaches `pisub ... --workflow-script -`
+// on its stdin through this instead (never in argv, where `ps` shows it and 128 KiB is the most,
+// nor in a file). pi.exec's contract: {stdout, stderr, code (128 + signal when killed), killed};
+// the signal or the timeout end it (TERM, then KILL 5 s later); output past MAX_EXEC_OUTPUT ends it.
+const MAX_EXEC_OUTPUT = 64 << 20;
+
+type ExecOptions = { signal?: any; cwd?: string; timeout: number };
+type Exec = { stdout: string; stderr: string; code: number; killed: boolean };
+
+export function execInput(command: string, args: string[], input: string, options: ExecOptions): Promise<Exec> {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(command, args, { cwd: options.cwd, shell: false, stdio: ["pipe", "pipe", "pipe"] });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    let size = 0;
+    let killed = false;
+    const kill = () => {
+      if (killed) return;
+      killed = true;
+      proc.kill("SIGTERM");
+      setTimeout(() => proc.exitCode === null && proc.signalCode === null && proc.kill("SIGKILL"), 5000).unref();
+    };
+    const timer = setTimeout(kill, options.timeout);
+    if (options.signal?.aborted) kill();
+    else options.signal?.addEventListener?.("abort", kill, { once: true });
+    const take = (into: Buffer[]) => (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > MAX_EXEC_OUTPUT) kill();
+      else into.push(chunk);
+    };
+    proc.stdout.on("data", take(out));
+    proc.stderr.on("data", take(err));
+    proc.stdin.on("error", () => {}); // pisub refused the call before reading: its answer says why
+    proc.on("error", (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+    proc.on("close", (code, sig) => {
+      clearTimeout(timer);
+      options.signal?.removeEventListener?.("abort", kill);
+      const signalled = sig ? 128 + (os.constants.signals[sig] ?? 0) : 1;
+      resolve({ stdout: Buffer.concat(out).toString("utf8"), stderr: Buffer.concat(err).toString("utf8"), code: code ?? signalled, killed });
+    });
+    proc.stdin.end(input, "utf8");
+  });
 }
 
 function privateDir(dir: string): void {
@@ -1407,9 +1551,12 @@ export default function (pi: any) {
     if (!Array.isArray(planned)) return planned;
     if (planned[0] === "wait") return waitFor(params, planned, params.id, signal, onUpdate);
     const argv = pisubArgv();
+    const input = inputOf(params, planned);
     let r: any;
     try {
-      r = await pi.exec(argv[0], [...argv.slice(1), ...planned], { signal, cwd: ctx?.cwd, timeout: 120_000 });
+      const options = { signal, cwd: ctx?.cwd, timeout: 120_000 };
+      const command = [...argv.slice(1), ...planned];
+      r = input === null ? await pi.exec(argv[0], command, options) : await execInput(argv[0], command, input, options);
     } catch (e: any) {
       return failure("LAUNCH_FAILED", `cannot run pisub (${argv[0]}): ${e?.message ?? e}`);
     }
