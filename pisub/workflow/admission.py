@@ -68,8 +68,8 @@ class Admission:
             if existing is not None:
                 if existing.fingerprint != fp:
                     raise InvalidInput(
-                        f"{where}: key {call.key!r} was already used with other parameters "
-                        "(a key names one child)"
+                        f"{where}: Duplicate workflow key {call.key!r} with incompatible launch params: "
+                        "it was already used with other parameters (a key names one child)"
                     )
                 prepared.append((call, fp, existing, None))
                 continue
@@ -139,8 +139,8 @@ class Admission:
             same = call if call.key not in resumed else msgspec.structs.replace(call, resume=known_resume)
             if fingerprint(same) != known_fp:
                 raise InvalidInput(
-                    f"{where}: key {call.key!r} was already used with other parameters "
-                    "(a key names one child)"
+                    f"{where}: Duplicate workflow key {call.key!r} with incompatible launch params: "
+                    "it was already used with other parameters (a key names one child)"
                 )
 
     def reserve(self, keys: list[str]) -> None:

@@ -108,7 +108,10 @@ class HostSteps:
             step = self.steps.get(key)
             if step is not None:
                 if step.fingerprint != fp:
-                    raise InvalidInput(f"{where}: key {key!r} was already used with other parameters")
+                    raise InvalidInput(
+                        f"{where}: Duplicate workflow key {key!r} with incompatible launch params: "
+                        "it was already used with other parameters"
+                    )
                 step.futures.append((future, loop))
                 outcome = step.outcome
             else:

@@ -83,14 +83,14 @@ RESEARCH_RULES: list[tuple[str, str, str]] = [
     (
         "duplicate-key",
         'await runs.run("k", { agent: "scout", task: "x" }); return await runs.run("k", { agent: "scout", task: "y" })',
-        "key 'k' was already used with other parameters",
+        "Duplicate workflow key 'k' with incompatible launch params",
     ),
     # §1.10: "Raw public scripts get no runs.host" (the doc's `return await runs.host("ci", {…,
-    # role:"ci"})`, its "…" filled in with run-ci's own fields): `runs.host` is not there at all.
+    # role:"ci"})`, its "…" filled in with run-ci's own fields): `runs.host` refuses, in words.
     (
         "raw-host",
         'return await runs.host("ci", { kind: "command", command: "npm test", timeoutMs: 120000, role:"ci"})',
-        "TypeError: not a function",
+        "runs.host is only available to named workflow resources",
     ),
 ]
 

@@ -109,7 +109,7 @@ def test_the_sandbox_has_the_seeds_globals_only(home: Path, counted: Path) -> No
     result = run.wait(timeout=60)
     assert result.state == "complete", result.content[0].text
     value = json.loads(result.content[0].text)
-    assert value["kinds"] == ["undefined"] * 7 + ["function", "function", "object"]
+    assert value["kinds"] == ["undefined"] * 6 + ["function"] * 3 + ["object"]
     assert value["fn"] == "EvalError" and value["nf"] == "EvalError"
     assert value["args"] == {"x": 1}
     events = [json.loads(line) for line in run.paths.events.read_text().splitlines()]

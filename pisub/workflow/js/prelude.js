@@ -202,6 +202,14 @@
       plain(p, `runs.host(${JSON.stringify(key)})`);
       return start("host", { key, params: p }, (r, resolve) => resolve(r), "runs.host", key);
     };
+  } else {
+    // A raw script has no host commands (the seed's rule); said in words, not "not a function".
+    runs.host = function () {
+      throw new TypeError(
+        'runs.host is only available to named workflow resources (workflow: "run-ci"); ' +
+          "a raw script has no host commands",
+      );
+    };
   }
   Object.freeze(runs);
 
