@@ -161,6 +161,11 @@ def test_tree_sitter_refuses_an_escape_before_the_engine_is_asked(body: str) -> 
     assert problem is not None and "does not parse as one statement body" in problem.message
 
 
+def test_an_escape_is_shown_where_the_wrapper_closes() -> None:
+    problem = only(check("const é = 1;\n  return 1 }); x(); (function(){"), "syntax")
+    assert (problem.line, problem.col) == (2, 12), problem
+
+
 @pytest.mark.parametrize(
     "body", ["return 1", "// }); x(); (function(){\nreturn 1", "/* }) */ return `})`", "<!-- c\nreturn 1"]
 )

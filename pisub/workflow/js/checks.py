@@ -232,7 +232,17 @@ def _structure_problem(source: str, wrapped: Tree) -> Problem | None:
             and wrapper.named_children[0].end_byte == wrapper.end_byte - 1
         ):
             return None
-    return _escaped(source, _parse(source))
+    problem = _escaped(source, _parse(source))
+    first = root.named_children[0] if root.named_child_count else None
+    while first is not None and first.type in ("expression_statement", "parenthesized_expression"):
+        first = first.named_children[0] if first.named_child_count else None
+    if first is not None and first.end_point[0] >= 1:
+        # where the wrapper closes: the ``}`` that ends its function, on the script's own line
+        row, byte_col = first.end_point
+        line = min(row, source.count("\n") + 1)
+        text = source.split("\n")[line - 1].encode("utf-8")
+        problem.line, problem.col = line, len(text[: max(byte_col - 1, 0)].decode("utf-8", "replace")) + 1
+    return problem
 
 
 def _escaped(source: str, tree: Tree) -> Problem:
