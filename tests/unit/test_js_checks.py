@@ -179,6 +179,7 @@ AGREED = {
     "a closing script tag in a string": ('const tag = "</script>";\nreturn tag', True),
     "a template literal closing braces": ("return `${`})`}`", True),
     "a unicode escape in a name": ("const \\u0061b = 1;\nreturn ab", True),
+    "characters beyond the BMP": ('/* 😀 */ const s = "é😀";\nreturn `😀${s}`', True),
     "a regex literal holding })": ("const r = /})/g;\nreturn 1", False),
     "a hashbang": ("#!/usr/bin/env node\nreturn 1", False),
 }

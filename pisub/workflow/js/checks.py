@@ -194,11 +194,13 @@ def _engine_syntax(source: str, tree: Tree) -> Problem | None:
         if message == str(len(declared.encode("utf-16-le")) // 2):
             return None
         if not message.startswith("SyntaxError"):
-            if tree.root_node.has_error or message.isdigit():
+            if message.isdigit():  # the declared function is not the whole wrapper
                 return _escaped(source, tree)
-            return Problem(
-                1, 1, f"the engine takes more than {ENGINE_SECONDS} s to compile the script", kind="syntax"
-            )
+            if "interrupted" in message:
+                message = f"the engine takes more than {ENGINE_SECONDS} s to compile the script"
+            else:
+                message = f"the engine cannot compile the script ({message})"
+            return Problem(1, 1, message, kind="syntax")
         found = _LINE_RE.search(text)
         line = min(max(int(found.group(1)) - 2, 1), lines) if found else 1
         column = (
