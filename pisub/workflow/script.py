@@ -21,6 +21,9 @@ from pisub.errors import InvalidInput, WorkflowFailed
 from pisub.workflow.futures import call_soon
 
 MainFn = Callable[[Any, Any, Any], Coroutine[Any, Any, Any]]
+
+SCRIPT_STACK_BYTES = 256 * 1024 * 1024
+"""The script thread's stack (address space; pages are used only as deep as the script goes)."""
 Done = Callable[[Any, BaseException | None], None]
 
 
@@ -99,7 +102,13 @@ class ScriptThread:
         self.thread = threading.Thread(target=self._run, name="workflow-script", daemon=True)
 
     def start(self) -> None:
-        self.thread.start()
+        # A big stack (virtual: only what is touched is memory): the JavaScript engine's
+        # JSON.stringify recurses without a stack check, and deep data must fail, not crash.
+        old = threading.stack_size(SCRIPT_STACK_BYTES)
+        try:
+            self.thread.start()
+        finally:
+            threading.stack_size(old)
 
     def _run(self) -> None:
         try:

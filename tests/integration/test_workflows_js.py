@@ -102,15 +102,17 @@ def test_the_sandbox_has_the_seeds_globals_only(home: Path, counted: Path) -> No
     try { fn = (function () {}).constructor("return 1")(); } catch (e) { fn = e.name; }
     let nf = "ran";
     try { nf = new Function("return 1")(); } catch (e) { nf = e.name; }
+    let ev = "ran";
+    try { ev = eval("1"); } catch (e) { ev = e.name; }
     emit({ step: 1 });
-    return { kinds, fn, nf, args, r: [Math.random(), Math.random()] };
+    return { kinds, fn, nf, ev, args, r: [Math.random(), Math.random()] };
     """
     run = launch_workflow(text=text, args={"x": 1})
     result = run.wait(timeout=60)
     assert result.state == "complete", result.content[0].text
     value = json.loads(result.content[0].text)
-    assert value["kinds"] == ["undefined"] * 6 + ["function"] * 3 + ["object"]
-    assert value["fn"] == "EvalError" and value["nf"] == "EvalError"
+    assert value["kinds"] == ["undefined"] * 4 + ["function", "undefined"] + ["function"] * 3 + ["object"]
+    assert value["fn"] == "EvalError" and value["nf"] == "EvalError" and value["ev"] == "EvalError"
     assert value["args"] == {"x": 1}
     events = [json.loads(line) for line in run.paths.events.read_text().splitlines()]
     assert any(e["type"] == "workflow.emit" and e["data"]["value"] == {"step": 1} for e in events)
@@ -207,3 +209,47 @@ def test_launch_refuses_what_validate_finds_in_one_line(home: Path, counted: Pat
         assert done.returncode != 0 and said in done.stderr, done.stderr
         assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) <= 2, done.stderr
     assert not list((home / "runs").glob("*-*-*")), "a refused launch created a run"
+
+
+def test_deep_data_fails_the_script_and_never_the_coordinator(home: Path, counted: Path) -> None:
+    said = _failed("let o = [];\nfor (let i = 0; i < 30000; i++) o = [o];\nreturn JSON.stringify(o).length;")
+    assert "nested deeper than 10000 levels" in said, said
+    deep = "let o = [];\nfor (let i = 0; i < 1000000; i++) o = [o];\nconsole.log(o);\nreturn 1;"
+    run = launch_workflow(text=deep)
+    assert run.wait(timeout=60).state == "complete"
+    assert "a value JSON cannot show" in run.paths.script_log.read_text()
+
+
+def test_a_race_waits_for_its_losers_and_state_writes_are_never_lost(home: Path, counted: Path) -> None:
+    text = """
+    const fast = runs.run("fast", { agent: "worker", task: "quick" });
+    const slow = runs.run("slow", { agent: "worker", task: "slow sleep 1" });
+    const first = await Promise.race([fast, slow]);
+    for (let i = 0; i < 20; i++) state.set("u" + i, i);
+    return first.key;
+    """
+    run = launch_workflow(text=text, state_ns="race-ns")
+    result = run.wait(timeout=60)
+    assert result.state == "complete", result.content[0].text
+    assert [r.state for r in result.details.results] == ["complete", "complete"]
+    read = "const v = []; for (let i = 0; i < 20; i++) v.push(await state.get('u' + i)); return v;"
+    again = launch_workflow(text=read, state_ns="race-ns").wait(timeout=60)
+    assert json.loads(again.content[0].text) == list(range(20))
+
+
+def test_hostile_values_and_replaced_intrinsics_are_reported_not_hung(home: Path, counted: Path) -> None:
+    said = _failed("throw { get message() { throw new Error('no'); } };")
+    assert "its message cannot be read" in said, said
+    text = """
+    JSON.parse = () => { throw new Error("mine"); };
+    Promise.prototype.then = function () { throw new Error("mine too"); };
+    Array.isArray = () => false;
+    const r = await runs.run("a", { agent: "worker", task: "x" });
+    return [1, 2, 3].at(-1) + r.output.length + [4, 5].findLast((x) => x > 4);
+    """
+    result = launch_workflow(text=text).wait(timeout=60)
+    assert result.state == "complete", result.content[0].text
+    assert result.content[0].text == str(3 + len("did: x\n") + 5)
+    counter = "let n = 0;\nconst o = { get x() { n += 1; return n === 1 ? 1 : NaN; } };\nemit(o);\nreturn n;"
+    result = launch_workflow(text=counter).wait(timeout=60)
+    assert result.content[0].text == "1", result.content[0].text  # each getter is read once

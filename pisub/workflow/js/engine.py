@@ -155,6 +155,10 @@ class JsScript:
         long after it settled)."""
         self.settled: list[tuple[int, asyncio.Future[Any]]] = []
         self.wake = asyncio.Event()
+        self.state_ops: dict[int, bool] = {}
+        """The state calls (``state.get``/``state.set``), and whether the script waited for each."""
+        self.lost: list[str] = []
+        """The errors of state calls nobody waited for."""
         self.outcome: dict[str, Any] | None = None
 
     async def run(self, runs: Any, state: Any, args: Any) -> Any:
@@ -180,13 +184,16 @@ class JsScript:
         return await self._pump(ctx, settle, quickjs.JSException)
 
     async def _pump(self, ctx: Any, settle: Any, js_error: type[Exception]) -> Any:
+        """Run the script's jobs and hand it its calls' outcomes until it has ended and every
+        call it waits for — or that writes state — has settled (the seed's "after their side
+        effects settle": a race's losers are waited for, not left running)."""
         while True:
             try:
                 while ctx.execute_pending_job():
                     pass
             except js_error as exc:
                 raise ScriptError(f"the workflow failed: {self.name}: {_first_line(str(exc))}") from None
-            if self.outcome is not None:
+            if self.outcome is not None and not self._still_awaited():
                 return self._result(ctx)
             if not self.calls:
                 raise WorkflowFailed(
@@ -198,16 +205,30 @@ class JsScript:
             batch, self.settled = self.settled, []
             for call_id, future in batch:
                 ok, text = _outcome_of(future)
+                if not ok and call_id in self.state_ops and not self.state_ops[call_id]:
+                    self.lost.append(json.loads(text).get("message", "state call failed"))
                 try:
                     settle(call_id, ok, text)
                 except js_error as exc:
                     raise ScriptError(f"the workflow failed: {self.name}: {_first_line(str(exc))}") from None
 
+    def _still_awaited(self) -> bool:
+        """Whether a call the script observed (or a state call) has not settled yet."""
+        for call_id in self.calls:
+            launch = self.launches.get(call_id)
+            if call_id in self.state_ops or (launch is not None and getattr(launch, "observed", False)):
+                return True
+        return False
+
     def _result(self, ctx: Any) -> Any:
         assert self.outcome is not None
         if not self.outcome.get("ok"):
             raise _script_error(self.outcome.get("error") or {}, self.name)
-        left = json.loads(ctx.eval("JSON.stringify(__pisub.unobserved())"))
+        if self.lost:
+            raise WorkflowFailed(
+                f"the workflow failed: {self.name}: a state call nobody awaited failed: {self.lost[0]}"
+            )
+        left = json.loads(ctx.eval("__pisub.unobserved()"))
         if left:
             what = sorted({w for w, _k in left})
             keys = ", ".join(repr(k) for _w, k in left)
@@ -226,6 +247,8 @@ class JsScript:
                 self.outcome = data
                 return "{}"
             if op == "observe":
+                if int(data) in self.state_ops:
+                    self.state_ops[int(data)] = True
                 future = self.launches.get(int(data))
                 if future is not None:
                     future.observed = True  # type: ignore[attr-defined]
@@ -291,6 +314,8 @@ class JsScript:
             self.wake.set()
 
         future.add_done_callback(done)
+        if op.startswith("state."):
+            self.state_ops[call_id] = False
         if op in _TRACKED and hasattr(future, "observed"):
             future.observed = False  # until JavaScript waits for it
             self.launches[call_id] = future
