@@ -80,20 +80,26 @@ def working_dir(cwd: str | Path | None, base: Path | None = None) -> Path:
     return workdir
 
 
-def outside_home(workdir: Path, home: Path) -> Path:
+def outside_home(workdir: Path, home: Home) -> Path:
     """``workdir``, when it is not inside pisub's ``home`` (where a run could overwrite the
-    files of pisub's runs).
+    files of pisub's runs) — its worktrees (an isolated child's checkout) excepted.
 
     Raises:
-        InvalidInput: it is the home or below it.
+        InvalidInput: it is the home or below it, outside its worktrees.
     """
-    from pisub.runs.run_options import inside
-
-    if inside(workdir, home):
+    if in_pisub_files(workdir, home):
         raise InvalidInput(
-            f"working directory {workdir} is inside pisub's home {home}; give a directory of your own (--cwd)"
+            f"working directory {workdir} is inside pisub's home {home.root}; "
+            "give a directory of your own (--cwd)"
         )
     return workdir
+
+
+def in_pisub_files(path: Path, home: Home) -> bool:
+    """Whether ``path`` is pisub's own: inside its home, not in the worktrees it made there."""
+    from pisub.runs.run_options import inside
+
+    return inside(path, home.root) and not inside(path, home.worktrees)
 
 
 def plan_run(

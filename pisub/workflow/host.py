@@ -30,7 +30,8 @@ from pisub.protocol.host import (
     HostResult,
     HostState,
 )
-from pisub.runs.run_options import inside
+from pisub.runs.launch import in_pisub_files
+from pisub.store.paths import Home
 from pisub.termsafe import printable
 
 PREVIEW_BYTES = 4 * 1024
@@ -120,7 +121,7 @@ def run_host(
     log: Path,
     should_stop: Callable[[], bool],
     env: dict[str, str] | None = None,
-    home: Path | None = None,
+    home: Home | None = None,
 ) -> Outcome:
     """Run one host command to its end (never raises for the command's own failure). An
     ``output`` that lands inside pisub's ``home`` (a run's own files) is refused before it runs."""
@@ -140,10 +141,10 @@ def run_host(
         return failed(HostReason.START, "the command is empty")
     if params.output is not None:
         target = Path(os.path.abspath(cwd)).joinpath(*output_parts(params.output, "output"))
-        if home is not None and inside(target, home):
+        if home is not None and in_pisub_files(target, home):
             return failed(
                 HostReason.OUTPUT,
-                f"output {params.output!r} would be {target}, inside pisub's home {home} (its runs' "
+                f"output {params.output!r} would be {target}, inside pisub's home {home.root} (its runs' "
                 "own files); launch the workflow with a cwd outside the home",
             )
         try:

@@ -60,7 +60,7 @@ class Placement:
         from pisub.runs.launch import outside_home, working_dir
 
         try:
-            return outside_home(working_dir(call.cwd, Path(self.table.manifest.cwd)), self.table.home.root)
+            return outside_home(working_dir(call.cwd, Path(self.table.manifest.cwd)), self.table.home)
         except InvalidInput as exc:
             raise InvalidInput(f"{where}: cwd: {exc.message}") from None
 

@@ -704,6 +704,9 @@ def test_a_cwd_inside_pisub_home_is_refused_at_launch(
         pisub.launch_workflow(text="return 1", cwd=home)
     with pytest.raises(pisub.PisubError, match="is inside pisub's home"):
         pisub.launch("worker", "x", cwd=home / "runs")
+    tree = home / "worktrees" / "repo" / "w1"  # the worktrees pisub makes there are not its files
+    tree.mkdir(parents=True)
+    assert pisub.launch_workflow(text="return 1", cwd=tree).wait(timeout=60).state == "complete"
     run = launch_with_permit(  # a child's cwd relative to the workflow's may not reach it either
         tmp_path,
         f"""
@@ -724,7 +727,8 @@ def test_a_cwd_inside_pisub_home_is_refused_at_launch(
 
 def test_an_output_inside_pisub_home_is_refused_before_the_command_runs(tmp_path: Path) -> None:
     # what a workflow whose cwd reached the home (launched before the launch refused it) meets
-    from pisub.protocol.host import HostParams, HostReason
+    from pisub.protocol.host import HostParams, HostReason, HostState
+    from pisub.store.paths import Home
     from pisub.workflow.host import run_host
 
     fake_home = tmp_path / "pisub-home"
@@ -733,12 +737,15 @@ def test_an_output_inside_pisub_home_is_refused_before_the_command_runs(tmp_path
     (victim_dir / "status.json").write_text('{"v": 1}')
     ran = tmp_path / "ran"
     params = HostParams(kind="command", command=f"touch {ran}", timeout_ms=5000, output="status.json")
-    outcome = run_host(
-        "o", params, cwd=victim_dir, log=tmp_path / "log" / "o.log", should_stop=lambda: False, home=fake_home
-    )
+    log = tmp_path / "log" / "o.log"
+    outcome = run_host("o", params, cwd=victim_dir, log=log, should_stop=lambda: False, home=Home(fake_home))
     assert outcome.reason is HostReason.OUTPUT and outcome.error is not None
     assert f"inside pisub's home {fake_home}" in outcome.error, outcome.error
     assert (victim_dir / "status.json").read_text() == '{"v": 1}' and not ran.exists()
+    tree = fake_home / "worktrees" / "repo" / "w1"  # an isolated child's checkout is the user's
+    tree.mkdir(parents=True)
+    outcome = run_host("o", params, cwd=tree, log=log, should_stop=lambda: False, home=Home(fake_home))
+    assert outcome.state is HostState.DONE and (tree / "status.json").exists(), outcome.error
 
 
 def test_a_setsid_daemon_of_a_host_command_ends_with_its_step(home: Path, tmp_path: Path) -> None:
