@@ -30,7 +30,9 @@ def validate(
         None, "--language", metavar="python|javascript", help="The script's language (default: by suffix)."
     ),
     as_json: bool = typer.Option(
-        False, "--json", help='Print {"ok", "errors": [{message, line, column, kind?}], "warnings": [...]}.'
+        False,
+        "--json",
+        help='Print {"ok", "errors": [{message, line, column, kind?}], "warnings": [...]} (+ "total").',
     ),
 ) -> None:
     """Check a workflow script without starting anything (exit 0 valid, 1 not)."""
@@ -47,7 +49,9 @@ def validate(
             out(f"{shown}:{problem.line}:{problem.col}: {_one_line(problem.message)}")
         for problem in report.warnings:
             out(f"{shown}:{problem.line}:{problem.col}: warning: {_one_line(problem.message)}")
-        out("ok" if report.ok else f"{len(report.errors)} problem(s)")
+        if report.error_count > len(report.errors):
+            out(f"(the first {len(report.errors)} problems are listed)")
+        out("ok" if report.ok else f"{report.error_count} problem(s)")
     raise typer.Exit(0 if report.ok else 1)
 
 

@@ -48,10 +48,23 @@ class Report:
     errors: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
     """What may fail at run time but cannot be told from the text (a run count in a loop)."""
+    total: int | None = None
+    """How many errors there are when ``errors`` lists only the first of them (None: all listed)."""
 
     @property
     def ok(self) -> bool:
         return not self.errors
+
+    @property
+    def error_count(self) -> int:
+        """Every error, listed or not."""
+        return len(self.errors) if self.total is None else self.total
+
+    def cap(self, limit: int) -> None:
+        """List at most ``limit`` errors; :attr:`error_count` still counts them all."""
+        if len(self.errors) > limit:
+            self.total = len(self.errors)
+            del self.errors[limit:]
 
     def add(self, node: ast.AST | None, message: str, *, unknown_agent: bool = False) -> None:
         line = getattr(node, "lineno", 1) if node is not None else 1
@@ -59,12 +72,16 @@ class Report:
         self.errors.append(Problem(line=line, col=col, message=message, unknown_agent=unknown_agent))
 
     def as_json(self) -> dict[str, object]:
-        """The seed's ``{ok, errors: [{message, line, column, kind?}], warnings: [...]}``."""
-        return {
+        """The seed's ``{ok, errors: [{message, line, column, kind?}], warnings: [...]}``, and
+        ``total`` (how many errors there are) when ``errors`` lists only the first of them."""
+        shown: dict[str, object] = {
             "ok": self.ok,
             "errors": [p.as_json() for p in self.errors],
             "warnings": [p.as_json() for p in self.warnings],
         }
+        if self.total is not None:
+            shown["total"] = self.total
+        return shown
 
 
 def validate_file(path: Path, agents: set[str] | None) -> Report:

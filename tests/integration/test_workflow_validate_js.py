@@ -181,3 +181,40 @@ def test_the_api_resolves_a_relative_script_against_cwd(home: Path, tmp_path: Pa
     assert not report.ok and report.errors[0].kind == "keyed-access"
     assert pisub.validate_workflow(text=GOOD).ok
     assert not pisub.validate_workflow(text="def main(): pass", language="python").ok
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<!-- an HTML-like comment\nconst a = 1;\n--> another\nreturn a",
+        "return `${`})`}`.length === 2 ? 1 : 0",
+        "const \\u0061b = 1;\nreturn ab",
+    ],
+    ids=["html-comments", "template", "unicode-escape"],
+)
+def test_a_script_validate_accepts_runs(home: Path, text: str) -> None:
+    assert pisub.validate_workflow(text=text).ok
+    result = pisub.launch_workflow(text=text).wait(timeout=60)
+    assert result.state == "complete", result.content[0].text
+    assert json.loads(result.content[0].text) == 1
+
+
+def test_a_body_that_closes_its_wrapper_is_refused_by_validate_and_launch(home: Path) -> None:
+    text = "}); while (true) {}; (function(){"
+    line = one_line(validate("--workflow-script", text))
+    assert "does not parse as one statement body" in line, line
+    with pytest.raises(pisub.PisubError) as caught:
+        pisub.launch_workflow(text=text)
+    assert "does not parse as one statement body" in str(caught.value)
+
+
+def test_a_flood_of_problems_is_counted_whole(home: Path) -> None:
+    text = "\n".join(f'runs.run("bad key {i}", {{ task: NaN }});' for i in range(150))
+    human = validate("--workflow-script", text)
+    assert human.returncode == 1
+    lines = human.stdout.splitlines()
+    assert lines[-1] == "300 problem(s)" and lines[-2] == "(the first 200 problems are listed)", lines[-3:]
+    assert len(lines) == 202
+    shown = json.loads(validate("--workflow-script", text, "--json").stdout)
+    assert shown["total"] == 300 and len(shown["errors"]) == 200
+    assert {e["kind"] for e in shown["errors"]} == {"key", "json"}

@@ -56,13 +56,15 @@ NO_CWD = (
 )
 RUNS_METHODS = ("run", "all", "host", "lanes", "steer")
 ENGINE_SECONDS = 10
-"""How long the engine may spend compiling a script tree-sitter parses cleanly."""
-ENGINE_SECONDS_BROKEN = 1
-"""... and one it does not: a body that closes its wrapper (``}); ...; (function(){``) runs code
-while the wrapper is made."""
+"""How long the engine may spend compiling a script (it runs none of it)."""
+_WRAP_HEAD = "(async function(){\n"
+_WRAP_TAIL = "\n})"
+_DECLARED = "__pisub_validate__"
+_DECLARED_HEAD = f"function {_DECLARED}(){{ return {_WRAP_HEAD}"
+_COMMENTS = frozenset({"comment", "html_comment"})
 ENGINE_MEMORY = 256 * 1024 * 1024
 MAX_PROBLEMS = 200
-"""At most this many errors are listed (then one ``and N more``)."""
+"""At most this many errors are listed (``Report.total`` counts them all)."""
 LITERAL_DEPTH = 64
 """How deep a literal is followed (deeper: treated as computed at run time)."""
 
@@ -138,10 +140,7 @@ def validate_js(
             Problem(1, 1, f"the script is nested too deeply to check ({type(exc).__name__})", kind="input")
         )
     report.errors.sort(key=lambda p: (p.line, p.col))
-    if len(report.errors) > MAX_PROBLEMS:
-        more = len(report.errors) - MAX_PROBLEMS
-        del report.errors[MAX_PROBLEMS:]
-        report.errors.append(Problem(report.errors[-1].line, 1, f"and {more} more problems", kind="more"))
+    report.cap(MAX_PROBLEMS)
     return report
 
 
@@ -171,38 +170,81 @@ def _parse(source: str) -> Tree:
 
 def _engine_syntax(source: str, tree: Tree) -> Problem | None:
     """The engine's ``SyntaxError`` for ``source`` as a function body, on the script's own lines,
-    or None when it compiles. The function is made, never called; a body that closes its wrapper
-    (``}); ...; (function(){``) is refused: the made function's text is then not the script."""
+    or None when it compiles. Nothing of the script runs: tree-sitter first refuses a body that
+    closes its wrapper (:func:`_structure_problem`, QuickJS is not called); then QuickJS compiles
+    the wrapper as a never-called function *declaration* after a ``throw`` that is the script's
+    first statement, so whatever the text holds, no statement of it runs; the thrown value is the
+    declared function's text length, which must be the wrapper's (defence in depth: the engine
+    parsed it as tree-sitter did)."""
+    problem = _structure_problem(source, _parse(_WRAP_HEAD + source + _WRAP_TAIL))
+    if problem is not None:
+        return problem
     import quickjs
 
     lines = source.count("\n") + 1
-    wrapped = "async function(){\n" + source + "\n}"
+    declared = _DECLARED_HEAD + source + _WRAP_TAIL + " }"
     context = quickjs.Context()
-    broken = tree.root_node.has_error
-    context.set_time_limit(ENGINE_SECONDS_BROKEN if broken else ENGINE_SECONDS)
+    context.set_time_limit(ENGINE_SECONDS)
     context.set_memory_limit(ENGINE_MEMORY)
     try:
-        length = context.eval("(" + wrapped + ").toString().length")
+        context.eval(f"throw {_DECLARED}.toString().length;\n" + declared)
     except quickjs.JSException as exc:
         text = str(exc)
         message = text.split("\n", 1)[0].strip() or "SyntaxError"
+        if message == str(len(declared.encode("utf-16-le")) // 2):
+            return None
         if not message.startswith("SyntaxError"):
-            if broken:
+            if message.isdigit():  # the declared function is not the whole wrapper
                 return _escaped(source, tree)
-            return Problem(
-                1, 1, f"the engine takes more than {ENGINE_SECONDS} s to compile the script", kind="syntax"
-            )
+            if "interrupted" in message:
+                message = f"the engine takes more than {ENGINE_SECONDS} s to compile the script"
+            else:
+                message = f"the engine cannot compile the script ({message})"
+            return Problem(1, 1, message, kind="syntax")
         found = _LINE_RE.search(text)
-        line = min(max(int(found.group(1)) - 1, 1), lines) if found else 1
+        line = min(max(int(found.group(1)) - 2, 1), lines) if found else 1
         column = (
             int(found.group(2)) if found and found.group(2) else _error_column(source, tree, line, message)
         )
         return Problem(line, column, message, kind="syntax")
     finally:
         del context
-    if length != len(wrapped.encode("utf-16-le")) // 2:
-        return _escaped(source, tree)
-    return None
+    return _escaped(source, tree)  # pragma: no cover - the first statement always throws
+
+
+def _structure_problem(source: str, wrapped: Tree) -> Problem | None:
+    """The refusal of a body that closes its wrapper, from tree-sitter alone: ``wrapped`` (the
+    tree of ``(async function(){\\n<source>\\n})``) must be one expression statement, the
+    parenthesized async function spanning the whole text, comments aside. A tree with syntax
+    errors is left to the engine's message (its compile runs nothing)."""
+    root = wrapped.root_node
+    if root.has_error:
+        return None
+    statements = [c for c in root.named_children if c.type not in _COMMENTS]
+    if len(statements) == 1 and statements[0].type == "expression_statement":
+        inner = [c for c in statements[0].named_children if c.type not in _COMMENTS]
+        wrapper = inner[0] if len(inner) == 1 else None
+        if (
+            wrapper is not None
+            and wrapper.type == "parenthesized_expression"
+            and wrapper.start_byte == 0
+            and wrapper.end_byte == len((_WRAP_HEAD + source + _WRAP_TAIL).encode("utf-8"))
+            and [c.type for c in wrapper.named_children] == ["function_expression"]
+            and wrapper.named_children[0].start_byte == 1
+            and wrapper.named_children[0].end_byte == wrapper.end_byte - 1
+        ):
+            return None
+    problem = _escaped(source, _parse(source))
+    first = root.named_children[0] if root.named_child_count else None
+    while first is not None and first.type in ("expression_statement", "parenthesized_expression"):
+        first = first.named_children[0] if first.named_child_count else None
+    if first is not None and first.end_point[0] >= 1:
+        # where the wrapper closes: the ``}`` that ends its function, on the script's own line
+        row, byte_col = first.end_point
+        line = min(row, source.count("\n") + 1)
+        text = source.split("\n")[line - 1].encode("utf-8")
+        problem.line, problem.col = line, len(text[: max(byte_col - 1, 0)].decode("utf-8", "replace")) + 1
+    return problem
 
 
 def _escaped(source: str, tree: Tree) -> Problem:
