@@ -579,21 +579,28 @@ def test_a_fifo_at_the_output_path_is_refused(home: Path, tmp_path: Path) -> Non
     work = tmp_path / "work"
     work.mkdir()
     os.mkfifo(work / "pipe.txt")
+    params = {"kind": "command", "command": "echo hi", "timeoutMs": 5000, "output": "pipe.txt"}
+    said = _refusal(tmp_path, f"runs.host('f', {params!r})", commands=["echo hi"], cwd=work)
+    assert "not a regular file" in said, said
+
+
+def _refusal(tmp_path: Path, call: str, *, commands: list[str], cwd: Path) -> str:
+    """The message one awaited ``runs`` call (Python, in a permitted workflow) is refused with."""
     run = launch_with_permit(
         tmp_path,
-        """
+        f"""
         async def main(runs, state, args):
-            params = {"kind": "command", "command": "echo hi", "timeoutMs": 5000, "output": "pipe.txt"}
             try:
-                await runs.host("f", params)
+                await {call}
             except Exception as exc:
                 return exc.message
         """,
-        commands=["echo hi"],
-        cwd=work,
+        commands=commands,
+        cwd=cwd,
     )
     state, text = _result(run)
-    assert state == "complete" and "not a regular file" in text, text
+    assert state == "complete", text
+    return text
 
 
 def test_the_log_is_capped_at_one_mib_and_the_preview_at_four_kib(home: Path, tmp_path: Path) -> None:
@@ -707,20 +714,10 @@ def test_a_cwd_inside_pisub_home_is_refused_at_launch(
     tree = home / "worktrees" / "repo" / "w1"  # the worktrees pisub makes there are not its files
     tree.mkdir(parents=True)
     assert pisub.launch_workflow(text="return 1", cwd=tree).wait(timeout=60).state == "complete"
-    run = launch_with_permit(  # a child's cwd relative to the workflow's may not reach it either
-        tmp_path,
-        f"""
-        async def main(runs, state, args):
-            try:
-                await runs.run("c", agent="worker", task="x", cwd={os.path.relpath(first.dir, tmp_path)!r})
-            except Exception as exc:
-                return exc.message
-        """,
-        commands=["true"],
-        cwd=tmp_path,
-    )
-    state, text = _result(run)
-    assert state == "complete" and "is inside pisub's home" in text, text
+    # a child's cwd relative to the workflow's may not reach it either
+    child = f"runs.run('c', agent='worker', task='x', cwd={os.path.relpath(first.dir, tmp_path)!r})"
+    said = _refusal(tmp_path, child, commands=["true"], cwd=tmp_path)
+    assert "is inside pisub's home" in said, said
     assert first.paths.status.read_bytes() == before
     assert first.status().state == "complete"
 
