@@ -179,8 +179,8 @@ def validate_workflow(
     with that one error, not an exception.
 
     Raises:
-        InvalidInput: both or neither of ``script`` and ``text``, an unknown language, or a
-            file whose suffix names none.
+        InvalidInput: both or neither of ``script`` and ``text``, an unknown language, a
+            file whose suffix names none, or an argument of the wrong type.
     """
     from pisub.api.client import agent_catalog
     from pisub.protocol.workflow import DEFAULT_MAX_SPAWNS
@@ -191,6 +191,11 @@ def validate_workflow(
 
     if (script is None) == (text is None):
         raise InvalidInput("validate needs a workflow script: a .js or .py file, or its text (not both)")
+    for name, value in (("script", script), ("cwd", cwd), ("home", home)):
+        if value is not None and not isinstance(value, (str, os.PathLike)):
+            raise InvalidInput(f"{name}: give a path, not {type(value).__name__}")
+    if text is not None and not isinstance(text, str):
+        raise InvalidInput(f"text: give the script as a string, not {type(text).__name__}")
     where = Path(cwd or os.getcwd())
     chosen = language_of(Path(script if script is not None else "workflowScript.js"), language)
     agents = set(agent_catalog(home=home, cwd=where).agents)

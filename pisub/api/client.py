@@ -138,7 +138,7 @@ def launch(
         HomeUnusable: the pisub home is not usable.
     """
     _warm_up()  # first: it starts while the launch is checked
-    from pisub.runs.launch import check_task, plan_run, start_run, working_dir
+    from pisub.runs.launch import check_task, outside_home, plan_run, start_run, working_dir
     from pisub.store.lineage import caller_lineage
 
     check_task(task)
@@ -153,6 +153,7 @@ def launch(
     lineage = caller_lineage(os.environ)  # refused here, before anything else, when too deep
     workdir = working_dir(cwd)
     h = open_home(home)
+    outside_home(workdir, h)
     from pisub.acceptance.spec import parse
 
     accept = parse(acceptance, gate, "the call")
@@ -497,7 +498,9 @@ def _script_source(
     if (script is None) == (text is None):
         raise InvalidInput("give a workflow script file or an inline script (text), one of them")
     if text is not None:
-        if not isinstance(text, str) or not text.strip():
+        if not isinstance(text, str):
+            raise InvalidInput(f"the inline workflow script must be text, not {type(text).__name__}")
+        if not text.strip():
             raise InvalidInput("the inline workflow script is empty")
         lang = language_of(Path("workflowScript.js"), language)
         if len(text.encode("utf-8", "surrogatepass")) > MAX_SCRIPT_BYTES:
@@ -508,7 +511,7 @@ def _script_source(
     lang = language_of(path, language)
     source = read_script(Path(os.path.realpath(path)), str(path))  # a link is the user's own
     if lang is ScriptLanguage.PYTHON and language is None and path.suffix != ".py":
-        raise InvalidInput(f"{path.name}: a workflow script is a .js (JavaScript) or .py (Python) file")
+        raise InvalidInput(f"{path}: a workflow script is a .js (JavaScript) or .py (Python) file")
     return source, lang, path
 
 
@@ -617,13 +620,14 @@ def _launch_workflow(
         ScriptLanguage,
         WorkflowSpec,
     )
-    from pisub.runs.launch import new_manifest, start_run, working_dir
+    from pisub.runs.launch import new_manifest, outside_home, start_run, working_dir
     from pisub.store.lineage import caller_lineage
     from pisub.store.shared_state import check_json, check_namespace
 
     lineage = caller_lineage(os.environ)
     workdir = working_dir(cwd)
     h = open_home(home)
+    outside_home(workdir, h)
     spec_args = dict(args or {})
     check_json(spec_args, "the workflow's args")
     from pisub.store.config import load_config
@@ -643,7 +647,7 @@ def _launch_workflow(
         script_text, language, _path = _script_source(script, None, None)
     lang = language or ScriptLanguage.PYTHON
     if script_text is not None:
-        _check_script(script_text, lang, script, catalog, max_spawns)
+        _check_script(script_text, lang, script, catalog, max_spawns, resource)
     if tasks:
         _check_tasks(tasks, catalog, workdir, fork_from, default_isolation, base_ref, labels, h)
     elif default_isolation is not None:
@@ -689,6 +693,10 @@ def _launch_workflow(
     manifest.queue = _queue(h, group, priority, after, lineage.parent_run_id is None, None)
     manifest.label = checked_label
     calls = None if script_text is not None else list(tasks or [])
+    if resource is not None and script_text is not None:
+        from pisub.workflow.resources import may_start_children
+
+        calls = None if may_start_children(script_text) else []  # run-ci: no child, no line
     children = lineage.child(run_id) if lineage.depth < lineage.max_depth else lineage  # too deep: it fails
     manifest.acceptance_plan = workflow_plan(h, catalog, calls, children, review)
     if on_done is not None:
@@ -705,7 +713,9 @@ WORKFLOW_BACKEND = (
 )
 
 
-def _check_script(source: str, language: Any, path: Path | None, catalog: Catalog, max_spawns: int) -> None:
+def _check_script(
+    source: str, language: Any, path: Path | None, catalog: Catalog, max_spawns: int, resource: Any = None
+) -> None:
     """The checks of ``pisub workflow validate``, agents included, before a run directory exists.
 
     Raises:
@@ -717,6 +727,8 @@ def _check_script(source: str, language: Any, path: Path | None, catalog: Catalo
     from pisub.workflow.languages import runtime
 
     shown = str(path) if path is not None else "the inline workflow script"
+    if resource is not None:  # a named resource's script: its name and where it is
+        shown = f"resource {resource.name} ({resource.path or resource.source})"
     report = runtime(language).check(source, set(catalog.agents), shown, max_spawns)
     if not report.ok:
         first = "; ".join(f"line {e.line}: {e.message}" for e in report.errors[:5])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import traceback
 from typing import NoReturn
@@ -138,7 +139,9 @@ def _fail(error: PisubError, cause: BaseException | None = None) -> NoReturn:
 
     if cause is not None and os.environ.get("PISUB_DEBUG"):
         traceback.print_exception(cause)
-    line = " ".join(redact(error.message).split())
+    # one line: every run of whitespace that breaks a line becomes one space; a value's own
+    # spaces stay as given ('npm  test' is not 'npm test')
+    line = re.sub(r"\s*[^\S ]\s*", " ", redact(error.message)).strip()
     print(f"pisub: {printable(line, one_line=True)} [{error.code}]", file=sys.stderr)
     sys.exit(1)
 
@@ -147,7 +150,6 @@ def _usage(error: click.UsageError) -> NoReturn:
     """A usage error as one line, like every other error: ``pisub: <message> Try 'pisub CMD
     --help'. [USAGE]``, exit 2 (click's own says "Usage: …", a blank line and "Error: …",
     and typer added its "Did you mean" once per resolution)."""
-    import re
 
     if isinstance(error, click.exceptions.NoArgsIsHelpError):  # a bare group: its help, as click
         print(error.format_message(), file=sys.stderr)

@@ -325,8 +325,10 @@ def _json_option(text: str | None, flag: str) -> Any:
 
     try:
         value = json.loads(text)
-    except (ValueError, RecursionError):
+    except ValueError:
         raise InvalidInput(f"{flag}: not JSON") from None
+    except RecursionError:
+        raise InvalidInput(f"{flag}: JSON nested too deeply") from None
     if not isinstance(value, dict):
         raise InvalidInput(f"{flag}: give a JSON object")
     return value

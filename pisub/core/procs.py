@@ -178,9 +178,10 @@ def children_of(pid: int) -> list[int]:
         return []
 
 
-def marked_processes(run_id: str) -> list[int]:
-    """Pids whose environment says ``PISUB_RUN_ID=<run_id>`` (Linux /proc scan)."""
-    needle = f"{MARKER_ENV}={run_id}".encode()
+def marked_processes(run_id: str, *, name: str = MARKER_ENV) -> list[int]:
+    """Pids whose environment says ``PISUB_RUN_ID=<run_id>`` (or ``<name>=<run_id>``; Linux
+    /proc scan)."""
+    needle = f"{name}={run_id}".encode()
     me = os.getpid()
     found = []
     try:

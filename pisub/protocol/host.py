@@ -65,7 +65,8 @@ class HostReason(enum.StrEnum):
     OUTPUT = "output"
     """Its ``output`` file could not be written where it was asked for."""
     INTERRUPTED = "interrupted"
-    """Its coordinator died twice while it ran: not run a third time."""
+    """Its coordinator died while it ran: ``cancelled`` on the repaired run (a resume runs it
+    once more); ``error`` when it died twice: not run a third time."""
 
 
 class JournalHostStarted(Record, tag="host_started", tag_field="t", kw_only=True):

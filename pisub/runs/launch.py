@@ -69,14 +69,37 @@ def working_dir(cwd: str | Path | None, base: Path | None = None) -> Path:
     this process's).
 
     Raises:
-        InvalidInput: it does not exist or its name is not UTF-8.
+        InvalidInput: it does not exist, is not a directory, or its name is not UTF-8.
     """
     start = base if base is not None else Path(os.getcwd())
     workdir = (start / cwd if cwd is not None else start).resolve()
     if not workdir.is_dir():
-        raise InvalidInput(f"working directory {workdir} does not exist")
+        said = "is not a directory" if workdir.exists() else "does not exist"
+        raise InvalidInput(f"working directory {workdir} {said}")
     check_text(str(workdir), "working directory's path")
     return workdir
+
+
+def outside_home(workdir: Path, home: Home) -> Path:
+    """``workdir``, when it is not inside pisub's ``home`` (where a run could overwrite the
+    files of pisub's runs) — its worktrees (an isolated child's checkout) excepted.
+
+    Raises:
+        InvalidInput: it is the home or below it, outside its worktrees.
+    """
+    if in_pisub_files(workdir, home):
+        raise InvalidInput(
+            f"working directory {workdir} is inside pisub's home {home.root}; "
+            "give a directory of your own (--cwd)"
+        )
+    return workdir
+
+
+def in_pisub_files(path: Path, home: Home) -> bool:
+    """Whether ``path`` is pisub's own: inside its home, not in the worktrees it made there."""
+    from pisub.runs.run_options import inside
+
+    return inside(path, home.root) and not inside(path, home.worktrees)
 
 
 def plan_run(

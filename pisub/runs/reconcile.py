@@ -27,6 +27,7 @@ from pisub.core.procs import is_alive, kill_all, marked_processes
 from pisub.core.redact import redact
 from pisub.errors import PisubError, ProtocolError, RunNotFound, StorageError, storage_error
 from pisub.protocol.codec import now_iso
+from pisub.protocol.host import HostReason, HostState
 from pisub.protocol.result import (
     UNWRITTEN_END,
     Details,
@@ -397,6 +398,11 @@ def _as_terminal(status: Status, result: Result) -> Status:
             step.ended_at = step.ended_at or result.ended_at
         if step.exit_code is None and step.index < len(singles):
             step.exit_code = singles[step.index].exit_code
+    # A host command is the coordinator's own: it ended with it (the repair ends its group).
+    for host in status.host_steps:
+        if host.state == HostState.RUNNING:
+            host.state, host.reason_code = HostState.CANCELLED, HostReason.INTERRUPTED
+            host.ended_at = host.ended_at or result.ended_at
     status.state = state
     status.ended_at = status.ended_at or result.ended_at
     status.error = status.error or result.details.error

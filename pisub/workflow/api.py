@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 
 
 MAX_EMIT_BYTES = 16 * 1024
+MAX_EMITS = 1000
+"""At most this many ``emit`` calls per coordinator (a resume starts a new count)."""
+MAX_EMIT_TOTAL_BYTES = 1024 * 1024
+"""At most this many bytes of ``emit`` values (as JSON) per coordinator."""
 
 
 class Runs:
@@ -35,6 +39,8 @@ class Runs:
         self._waiters: set[asyncio.Task[None]] = set()
         self._waiters_of_lanes: set[asyncio.Task[Any]] = set()
         self._hosts = children.hosts
+        self._emits = 0
+        self._emitted_bytes = 0
 
     def run(
         self,
@@ -144,13 +150,23 @@ class Runs:
         workflow: progress a reader can follow in ``events.jsonl``.
 
         Raises:
-            InvalidInput: not plain JSON, or too large.
+            InvalidInput: not plain JSON, too large, or past this coordinator's cap
+                (:data:`MAX_EMITS` calls, :data:`MAX_EMIT_TOTAL_BYTES` bytes in all).
         """
         from pisub.store.shared_state import plain_json
 
         checked = plain_json(value, "emit")
-        if len(encode(checked)) > MAX_EMIT_BYTES:
+        size = len(encode(checked))
+        if size > MAX_EMIT_BYTES:
             raise InvalidInput(f"emit: the value is larger than {MAX_EMIT_BYTES} bytes as JSON")
+        if self._emits >= MAX_EMITS or self._emitted_bytes + size > MAX_EMIT_TOTAL_BYTES:
+            raise InvalidInput(
+                f"emit: at most {MAX_EMITS} emits and {MAX_EMIT_TOTAL_BYTES} bytes in all per workflow run "
+                f"(this one has emitted {self._emits}, {self._emitted_bytes} bytes); emit less often, "
+                "or return the rest as the result"
+            )
+        self._emits += 1
+        self._emitted_bytes += size
         host = self._admission.table.host
         host.post(lambda: host.event("workflow.emit", value=checked))
 

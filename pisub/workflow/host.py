@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 
 from pisub.core.fsio import _create_exclusive, private_mkdir, read_bytes
-from pisub.core.procs import OutputUnwritable, run_bounded
+from pisub.core.procs import OutputUnwritable, kill_all, marked_processes, run_bounded
 from pisub.errors import InvalidInput
 from pisub.protocol.host import (
     MAX_COMMAND_BYTES,
@@ -30,6 +30,8 @@ from pisub.protocol.host import (
     HostResult,
     HostState,
 )
+from pisub.runs.launch import in_pisub_files
+from pisub.store.paths import Home
 from pisub.termsafe import printable
 
 PREVIEW_BYTES = 4 * 1024
@@ -37,6 +39,10 @@ PREVIEW_BYTES = 4 * 1024
 
 LOG_BYTES = 1024 * 1024
 """A host command's log keeps at most its first and last half MiB (1 MiB)."""
+
+STEP_MARKER_ENV = "PISUB_HOST_STEP"
+"""Set, to a fresh token, in each host command's environment: what it started that left its
+group (``setsid``) is found by it and ended when the step ends."""
 
 KILL_GRACE_S = 1.0
 """``SIGTERM``, then this long for the command's group to go, then ``SIGKILL``."""
@@ -115,8 +121,10 @@ def run_host(
     log: Path,
     should_stop: Callable[[], bool],
     env: dict[str, str] | None = None,
+    home: Home | None = None,
 ) -> Outcome:
-    """Run one host command to its end (never raises for the command's own failure)."""
+    """Run one host command to its end (never raises for the command's own failure). An
+    ``output`` that lands inside pisub's ``home`` (a run's own files) is refused before it runs."""
     began = time.monotonic()
     where = f"runs.host({key!r})"
     result = HostResult(key=key, ok=False, log_path=str(log))
@@ -132,17 +140,25 @@ def run_host(
     if not argv:
         return failed(HostReason.START, "the command is empty")
     if params.output is not None:
+        target = Path(os.path.abspath(cwd)).joinpath(*output_parts(params.output, "output"))
+        if home is not None and in_pisub_files(target, home):
+            return failed(
+                HostReason.OUTPUT,
+                f"output {params.output!r} would be {target}, inside pisub's home {home.root} (its runs' "
+                "own files); launch the workflow with a cwd outside the home",
+            )
         try:
             check_output_target(cwd, params.output)
         except OSError as exc:
             return failed(HostReason.OUTPUT, f"output {params.output!r}: {_why(exc)}")
+    marker = secrets.token_hex(8)
     try:
         private_mkdir(log.parent)
         done = run_bounded(
             argv,
             timeout=params.timeout_ms / 1000,
             cwd=cwd,
-            env=env,
+            env={**(os.environ if env is None else env), STEP_MARKER_ENV: marker},
             output=log,
             cap=LOG_BYTES // 2 - 64,
             should_stop=should_stop,
@@ -152,6 +168,8 @@ def run_host(
         return failed(HostReason.START, f"cannot write its log {log}: {_why(exc)}")
     except (OSError, ValueError) as exc:
         return failed(HostReason.START, f"cannot start {argv[0]!r}: {_why(exc)}")
+    finally:
+        end_escapees(marker)
     result.exit_code = done.returncode
     result.output = preview(log)
     result.duration_ms = int((time.monotonic() - began) * 1000)
@@ -172,6 +190,14 @@ def run_host(
         )
     result.ok = True
     return Outcome(result, HostState.DONE)
+
+
+def end_escapees(marker: str) -> None:
+    """End what the step started that left its process group (``setsid``): the processes whose
+    environment still carries the step's marker."""
+    left = marked_processes(marker, name=STEP_MARKER_ENV)
+    if left:
+        kill_all(left, grace=KILL_GRACE_S)
 
 
 def _why(exc: BaseException) -> str:

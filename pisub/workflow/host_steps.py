@@ -208,6 +208,7 @@ class HostSteps:
                 cwd=Path(self.table.manifest.cwd),
                 log=self.table.home.run(run_id).host_dir / f"{step.key}.log",
                 should_stop=lambda: self.table.ending is not None,
+                home=self.table.home,
             )
         except Exception as exc:  # never lose the step: it fails with the reason
             outcome = Outcome(

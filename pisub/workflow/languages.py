@@ -98,8 +98,8 @@ def language_of(path: Path, given: str | None = None) -> ScriptLanguage:
     if suffix in SUFFIXES:
         return SUFFIXES[suffix]
     if suffix in (".ts", ".mts", ".cts"):
-        raise InvalidInput(f"{path.name}: TypeScript is not run; write the workflow as a .js (or .py) file")
-    raise InvalidInput(f"{path.name}: a workflow script is a .js (JavaScript) or .py (Python) file")
+        raise InvalidInput(f"{path}: TypeScript is not run; write the workflow as a .js (or .py) file")
+    raise InvalidInput(f"{path}: a workflow script is a .js (JavaScript) or .py (Python) file")
 
 
 def replay_seed(journal: str) -> int:

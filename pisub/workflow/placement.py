@@ -55,12 +55,12 @@ class Placement:
         """The directory ``call`` names, relative to the workflow's cwd.
 
         Raises:
-            InvalidInput: it does not exist (naming ``where``).
+            InvalidInput: it does not exist or is inside pisub's home (naming ``where``).
         """
-        from pisub.runs.launch import working_dir
+        from pisub.runs.launch import outside_home, working_dir
 
         try:
-            return working_dir(call.cwd, Path(self.table.manifest.cwd))
+            return outside_home(working_dir(call.cwd, Path(self.table.manifest.cwd)), self.table.home)
         except InvalidInput as exc:
             raise InvalidInput(f"{where}: cwd: {exc.message}") from None
 

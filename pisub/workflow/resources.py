@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +69,16 @@ BUILTIN_DESCRIPTIONS = {
 }
 
 
+_STARTS = re.compile(r"\bruns\s*(?:\.\s*(?:run|all|lanes)\b|\[)")
+
+
+def may_start_children(script: str) -> bool:
+    """Whether a resource's script may start a child run (it names ``runs.run``, ``runs.all`` or
+    ``runs.lanes``, or indexes ``runs``): ``run-ci`` starts none, so its launch says nothing of
+    what acceptance adds to children."""
+    return _STARTS.search(script) is not None
+
+
 def check_args(args: object, where: str) -> dict[str, Any]:
     """A resource's args: a plain JSON object of at most 16 KiB.
 
@@ -102,8 +113,8 @@ def _review(args: dict[str, Any]) -> Resolved:
     where = "resource review"
     _only(args, ("task",), where)
     task = args.get("task")
-    if not isinstance(task, str) or not task.strip():
-        raise InvalidInput(f"{where}: args.task: give the task to review (a non-empty string)")
+    if not isinstance(task, str) or not task.strip() or "\0" in task:
+        raise InvalidInput(f"{where}: args.task: give the task to review (a non-empty string, no NUL)")
     origin = ResourceOrigin(name="review", source="builtin", sha256=_digest(REVIEW_SCRIPT))
     return Resolved(REVIEW_SCRIPT, ScriptLanguage.JAVASCRIPT, HostPermit(), origin, {"task": task})
 

@@ -137,7 +137,9 @@ def test_bad_sources_are_refused_at_launch_and_nothing_is_created(
     assert not [s for s in pisub.list_runs(children=True) if s.parent_run_id]
 
 
-def test_the_verdict_is_the_last_blocks_only_and_file_only_output_counts(home: Path, py: None) -> None:
+def test_the_verdict_is_the_last_blocks_only_and_file_only_output_counts(
+    home: Path, py: None, tmp_path: Path
+) -> None:
     blocked = 'print("```json\\n{\\"verdict\\": \\"blocked\\"}\\n```")'
     then_other = blocked + '; print("```json\\n{\\"note\\": \\"all good\\"}\\n```")'
     lanes = [
@@ -155,7 +157,7 @@ def test_the_verdict_is_the_last_blocks_only_and_file_only_output_counts(home: P
             ],
         },
     ]
-    run = launch_lanes(lanes, cwd=home)
+    run = launch_lanes(lanes, cwd=tmp_path)
     text = run.wait(timeout=90).content[0].text
     a, b = json.loads(text[text.index("[") :])
     assert a["state"] == "complete" and "verdict" not in a["stages"][0]
@@ -182,7 +184,7 @@ def test_a_changed_second_lanes_call_is_refused_whole(home: Path, py: None, tmp_
             """
         )
     )
-    result = launch_workflow(script, cwd=home).wait(timeout=90)
+    result = launch_workflow(script, cwd=tmp_path).wait(timeout=90)
     assert "INVALID_INPUT" in result.content[0].text or "InvalidInput" in result.content[0].text
     assert "a.s2" in result.content[0].text
     assert "b.s1" not in {r.key for r in result.details.results}

@@ -193,3 +193,20 @@ def test_every_home_wide_command_survives_the_broken_home(corrupted_home: list[s
         ["worktree", "cleanup", "--apply", "--json"],
     ):
         _run(*args)
+
+
+def test_the_workflow_apis_answer_wrong_types_and_odd_files_in_one_line(home: Path) -> None:
+    from pisub.errors import InvalidInput
+
+    # the attack: validate_workflow(cwd=5) raised a raw TypeError; bytes text was "empty";
+    # /dev/zero was shown as "zero"; a file as cwd "does not exist"
+    with pytest.raises(InvalidInput, match="cwd: give a path, not int"):
+        pisub.validate_workflow(text="return 1", cwd=5)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match="text: give the script as a string, not bytes"):
+        pisub.validate_workflow(text=b"return 1")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match="must be text, not bytes"):
+        pisub.launch_workflow(text=b"return 1")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match="working directory /etc/passwd is not a directory"):
+        pisub.launch_resource("run-ci", {}, cwd="/etc/passwd")
+    proc = pisub_cli("workflow", "validate", "/dev/zero")
+    assert proc.returncode == 1 and proc.stderr.startswith("pisub: /dev/zero: a workflow script is"), proc

@@ -389,6 +389,7 @@ def test_run_ci_through_the_cli_runs_npm_test_in_javascript(home: Path, project:
         "run", "--resource", "run-ci", "--args", '{"command": "npm test"}', "--cwd", str(project)
     )
     assert launched.returncode == 0, launched.stderr
+    assert "acceptance" not in launched.stderr, launched.stderr  # it starts no child
     run = Run(launched.stdout.strip())
     state, text = _result(run)
     assert state == "complete", text
@@ -426,6 +427,8 @@ def test_run_ci_typecheck_failing_fails_the_workflow(home: Path, project: Path) 
         ('{"timeoutMs": true}', "timeoutMs must be a whole number"),
         ('["npm test"]', "--args: give a JSON object"),
         ('{"command": "' + "x" * 17000 + '"}', "larger than 16384 bytes"),
+        ('{"command": "npm  test"}', "args.command 'npm  test': give `npm test`"),  # as given
+        ('{"a": ' + "[" * 5000 + "]" * 5000 + "}", "--args: JSON nested too deeply"),
     ],
 )
 def test_run_ci_refuses_bad_args_before_anything_runs(
@@ -549,11 +552,14 @@ def test_a_host_command_its_coordinator_died_under_runs_once_more_then_not_again
 
     def crash(victim: Run) -> None:
         wait_for(lambda: count.exists() and count.read_text().count("ran") >= 1, 30, what="the command")
+        wait_for(lambda: [r["state"] for r in _host_rows(victim)] == ["running"], 30, what="its row")
         coordinator = victim.status().pid
         assert coordinator is not None
         os.kill(coordinator, signal.SIGKILL)
         wait_for(lambda: victim.status().state == "failed", 10)  # the repair ends the command's tree
         wait_no_processes(marker, timeout=10)
+        # the repaired run's row does not stay `running` for ever
+        assert [(r["state"], r["reasonCode"]) for r in _host_rows(victim)] == [("cancelled", "interrupted")]
 
     crash(run)
     again = resume_workflow(run.id)
@@ -573,21 +579,28 @@ def test_a_fifo_at_the_output_path_is_refused(home: Path, tmp_path: Path) -> Non
     work = tmp_path / "work"
     work.mkdir()
     os.mkfifo(work / "pipe.txt")
+    params = {"kind": "command", "command": "echo hi", "timeoutMs": 5000, "output": "pipe.txt"}
+    said = _refusal(tmp_path, f"runs.host('f', {params!r})", commands=["echo hi"], cwd=work)
+    assert "not a regular file" in said, said
+
+
+def _refusal(tmp_path: Path, call: str, *, commands: list[str], cwd: Path) -> str:
+    """The message one awaited ``runs`` call (Python, in a permitted workflow) is refused with."""
     run = launch_with_permit(
         tmp_path,
-        """
+        f"""
         async def main(runs, state, args):
-            params = {"kind": "command", "command": "echo hi", "timeoutMs": 5000, "output": "pipe.txt"}
             try:
-                await runs.host("f", params)
+                await {call}
             except Exception as exc:
                 return exc.message
         """,
-        commands=["echo hi"],
-        cwd=work,
+        commands=commands,
+        cwd=cwd,
     )
     state, text = _result(run)
-    assert state == "complete" and "not a regular file" in text, text
+    assert state == "complete", text
+    return text
 
 
 def test_the_log_is_capped_at_one_mib_and_the_preview_at_four_kib(home: Path, tmp_path: Path) -> None:
@@ -677,3 +690,89 @@ def test_args_json_merges_with_arg_for_a_script_workflow(home: Path, tmp_path: P
     assert state == "complete" and json.loads(text) == {"a": 1, "b": 3}, text
     refused = pisub_cli("run", "--workflow-script", "return args;", "--args", "[1]")
     assert refused.returncode != 0 and "--args: give a JSON object" in refused.stderr
+
+
+def test_a_cwd_inside_pisub_home_is_refused_at_launch(
+    home: Path, project: Path, make_agent: Any, tmp_path: Path
+) -> None:
+    # the attack: `--cwd <home>/runs/<another run> --args '{"output": "status.json"}'` overwrote that
+    # run's status.json with a host command's output
+    make_agent("worker", python="print('worked')")
+    first = pisub.launch_resource("run-ci", cwd=project)
+    assert first.wait(timeout=60).state == "complete"
+    before = first.paths.status.read_bytes()
+    launched = pisub_cli("run", "--resource", "run-ci", "--cwd", str(first.dir))
+    assert launched.returncode == 1, launched
+    said = launched.stderr.strip()
+    assert said.startswith("pisub: working directory ") and said.endswith("[INVALID_INPUT]"), said
+    assert f"is inside pisub's home {home}; give a directory of your own" in said, said
+    assert len(said.splitlines()) == 1
+    with pytest.raises(pisub.PisubError, match="is inside pisub's home"):
+        pisub.launch_workflow(text="return 1", cwd=home)
+    with pytest.raises(pisub.PisubError, match="is inside pisub's home"):
+        pisub.launch("worker", "x", cwd=home / "runs")
+    tree = home / "worktrees" / "repo" / "w1"  # the worktrees pisub makes there are not its files
+    tree.mkdir(parents=True)
+    assert pisub.launch_workflow(text="return 1", cwd=tree).wait(timeout=60).state == "complete"
+    # a child's cwd relative to the workflow's may not reach it either
+    child = f"runs.run('c', agent='worker', task='x', cwd={os.path.relpath(first.dir, tmp_path)!r})"
+    said = _refusal(tmp_path, child, commands=["true"], cwd=tmp_path)
+    assert "is inside pisub's home" in said, said
+    assert first.paths.status.read_bytes() == before
+    assert first.status().state == "complete"
+
+
+def test_an_output_inside_pisub_home_is_refused_before_the_command_runs(tmp_path: Path) -> None:
+    # what a workflow whose cwd reached the home (launched before the launch refused it) meets
+    from pisub.protocol.host import HostParams, HostReason, HostState
+    from pisub.store.paths import Home
+    from pisub.workflow.host import run_host
+
+    fake_home = tmp_path / "pisub-home"
+    victim_dir = fake_home / "runs" / "other"
+    victim_dir.mkdir(parents=True)
+    (victim_dir / "status.json").write_text('{"v": 1}')
+    ran = tmp_path / "ran"
+    params = HostParams(kind="command", command=f"touch {ran}", timeout_ms=5000, output="status.json")
+    log = tmp_path / "log" / "o.log"
+    outcome = run_host("o", params, cwd=victim_dir, log=log, should_stop=lambda: False, home=Home(fake_home))
+    assert outcome.reason is HostReason.OUTPUT and outcome.error is not None
+    assert f"inside pisub's home {fake_home}" in outcome.error, outcome.error
+    assert (victim_dir / "status.json").read_text() == '{"v": 1}' and not ran.exists()
+    tree = fake_home / "worktrees" / "repo" / "w1"  # an isolated child's checkout is the user's
+    tree.mkdir(parents=True)
+    outcome = run_host("o", params, cwd=tree, log=log, should_stop=lambda: False, home=Home(fake_home))
+    assert outcome.state is HostState.DONE and (tree / "status.json").exists(), outcome.error
+
+
+def test_a_setsid_daemon_of_a_host_command_ends_with_its_step(home: Path, tmp_path: Path) -> None:
+    marker, gate = tmp_path / "daemon-marker", tmp_path / "gate"
+    detached = "setsid sleep 44.4 > /dev/null 2>&1 < /dev/null &"
+    daemon = f"sh -c 'export PISUB_TEST_MARK={marker}; {detached} sleep 0.5; echo spawned'"
+    waiter = f"sh -c 'while ! test -e {gate}; do sleep 0.1; done'"
+    run = launch_with_permit(
+        tmp_path,
+        f"""
+        async def main(runs, state, args):
+            first = await runs.host("d", {{"kind": "command", "command": {daemon!r}, "timeoutMs": 10000}})
+            await runs.host("w", {{"kind": "command", "command": {waiter!r}, "timeoutMs": 60000}})
+            return first["output"]
+        """,
+        commands=[daemon, waiter],
+        cwd=tmp_path,
+    )
+    wait_for(lambda: [r["key"] for r in _host_rows(run)] == ["d", "w"], 30, what="the second step")
+    assert _host_rows(run)[0]["state"] == "done"
+    wait_no_processes(marker, timeout=5)  # gone while the coordinator still runs
+    gate.touch()
+    state, text = _result(run)
+    assert state == "complete" and "spawned" in text, text
+
+
+def test_a_config_resource_that_does_not_validate_is_named_by_its_file(home: Path, tmp_path: Path) -> None:
+    script = _script(tmp_path, 'return await runs.run("a", { agent: "nosuchagent", task: "x" });\n')
+    _register(tmp_path, "lint", script)
+    with pytest.raises(pisub.PisubError) as raised:
+        pisub.launch_resource("lint", cwd=tmp_path)
+    assert str(raised.value).startswith(f"resource lint ({script}) does not validate: line 1"), raised.value
+    assert list(pisub.list_runs()) == []

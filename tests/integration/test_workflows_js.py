@@ -253,3 +253,33 @@ def test_hostile_values_and_replaced_intrinsics_are_reported_not_hung(home: Path
     counter = "let n = 0;\nconst o = { get x() { n += 1; return n === 1 ? 1 : NaN; } };\nemit(o);\nreturn n;"
     result = launch_workflow(text=counter).wait(timeout=60)
     assert result.content[0].text == "1", result.content[0].text  # each getter is read once
+
+
+def test_emit_is_capped_per_run_so_a_loop_cannot_fill_the_disk(home: Path) -> None:
+    # the attack: an emit loop grew events.jsonl to 2.6 GB; now the 1001st emit (or the one past
+    # 1 MiB in all) throws INVALID_INPUT, which the script may catch
+    text = """
+    let n = 0, said = "";
+    try { for (;;) { emit({ i: n }); n++; } } catch (e) { said = e.message; }
+    return { n, said };
+    """
+    run = launch_workflow(text=text)
+    result = run.wait(timeout=60)
+    assert result.state == "complete", result.content[0].text
+    value = json.loads(result.content[0].text)
+    assert value["n"] == 1000, value
+    assert "at most 1000 emits and 1048576 bytes in all per workflow run" in value["said"], value
+    events = [json.loads(line) for line in run.paths.events.read_text().splitlines()]
+    assert sum(e["type"] == "workflow.emit" for e in events) == 1000
+    sized = launch_workflow(
+        text="""
+        let n = 0, said = "";
+        try { for (;;) { emit({ s: "y".repeat(16000) }); n++; } } catch (e) { said = e.message; }
+        return { n, said };
+        """
+    )
+    result = sized.wait(timeout=60)
+    assert result.state == "complete", result.content[0].text
+    value = json.loads(result.content[0].text)
+    assert value["n"] == 65 and "(this one has emitted 65, " in value["said"], value
+    assert sized.paths.events.stat().st_size < 2 * 1024 * 1024
