@@ -14,14 +14,16 @@ from pisub.protocol.codec import convert, decode
 from pisub.protocol.workflow import KEY_RE, ChildCall
 from pisub.termsafe import printable
 
-_PYTHON_NAMES = {
+PYTHON_NAMES = {
     "outputMode": "output_mode",
     "idleTimeout": "idle_timeout",
     "baseRef": "base_ref",
     "toolTimeoutMs": "tool_timeout_ms",
     "checkpointBeforeDeadlineMs": "checkpoint_before_deadline_ms",
+    "toolBudget": "tool_budget",
 }
-_CAMEL = {python: camel for camel, python in _PYTHON_NAMES.items()}
+"""A call parameter's camelCase name (files, JavaScript) → its Python name (``runs.run``)."""
+_CAMEL = {python: camel for camel, python in PYTHON_NAMES.items()}
 
 
 def camel_name(name: str) -> str:
@@ -91,7 +93,7 @@ def _convert(data: dict[str, Any], where: str, *, python: bool) -> ChildCall:
     except PisubError as exc:
         message = str(exc)
         if python:
-            for camel, name in _PYTHON_NAMES.items():
+            for camel, name in PYTHON_NAMES.items():
                 message = message.replace(f"`$.{camel}`", f"`{name}`").replace(f"`{camel}`", f"`{name}`")
         raise InvalidInput(message) from None
     for what in ("task", "agent", "output", "cwd", "model", "resume"):

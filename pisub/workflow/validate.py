@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pisub.protocol.workflow import KEY_RE
+from pisub.workflow.calls import PYTHON_NAMES as _PYTHON_NAMES
 
 MAX_SCRIPT_BYTES = 1024 * 1024
 RUNS_METHODS = ("run", "all", "lanes", "steer")
@@ -327,13 +328,6 @@ def unknown_agent_message(name: str, agents: set[str]) -> str:
 
 
 _COLLECTING = ("append", "add", "extend", "insert", "appendleft")
-_PYTHON_NAMES = {
-    "outputMode": "output_mode",
-    "idleTimeout": "idle_timeout",
-    "baseRef": "base_ref",
-    "toolTimeoutMs": "tool_timeout_ms",
-    "checkpointBeforeDeadlineMs": "checkpoint_before_deadline_ms",
-}
 
 
 def _same_call(params: dict[str, ast.expr]) -> str:

@@ -14,6 +14,7 @@ from tests.integration.test_workflows import WORKER
 
 @pytest.fixture
 def counted(home: Path, make_agent: AgentMaker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The counted ``worker`` of tests/integration/test_workflows.py."""
     count = tmp_path / "starts.txt"
     count.touch()
     monkeypatch.setenv("PISUB_TEST_COUNT", str(count))
@@ -283,3 +284,16 @@ def test_emit_is_capped_per_run_so_a_loop_cannot_fill_the_disk(home: Path) -> No
     value = json.loads(result.content[0].text)
     assert value["n"] == 65 and "(this one has emitted 65, " in value["said"], value
     assert sized.paths.events.stat().st_size < 2 * 1024 * 1024
+
+
+def test_a_tool_budget_is_a_runs_run_parameter_in_both_languages(
+    home: Path, counted: Path, tmp_path: Path
+) -> None:
+    js = 'return (await runs.run("a", { agent: "worker", task: "x", toolBudget: { hard: 5 } })).ok;'
+    assert launch_workflow(text=js).wait(timeout=60).content[0].text == "true"
+    script = tmp_path / "budget.py"
+    script.write_text(
+        "async def main(runs, state, args):\n"
+        "    return (await runs.run('a', agent='worker', task='x', tool_budget={'hard': 5})).ok\n"
+    )
+    assert launch_workflow(script).wait(timeout=60).content[0].text == "true"

@@ -32,6 +32,8 @@ from typing import Any
 import msgspec
 
 from pisub.errors import InvalidInput, PisubError, WorkflowFailed
+from pisub.protocol.workflow import ChildCall
+from pisub.workflow.calls import PYTHON_NAMES
 
 MEMORY_LIMIT = 512 * 1024 * 1024
 """Bytes the script's JavaScript heap may hold (children's outputs included)."""
@@ -49,14 +51,6 @@ WRAPPER_LINES = PAD_LINES + 1
 _TRACKED = ("run", "all", "lanes", "steer", "host")
 _LINE = re.compile(r"<input>:(\d+)")
 _PAD = "\n" * PAD_LINES
-_PYTHON_NAMES = {
-    "outputMode": "output_mode",
-    "idleTimeout": "idle_timeout",
-    "baseRef": "base_ref",
-    "toolTimeoutMs": "tool_timeout_ms",
-    "checkpointBeforeDeadlineMs": "checkpoint_before_deadline_ms",
-    "toolBudget": "tool_budget",
-}
 _REFUSED = (
     "action",
     "workflowScript",
@@ -363,30 +357,11 @@ def _python_params(key: str, params: dict[str, Any]) -> dict[str, Any]:
         elif name == "lane":
             continue  # display-only metadata (the seed's lane {version, key, mode})
         else:
-            out[_PYTHON_NAMES.get(name, name)] = value
-    known = {
-        "agent",
-        "task",
-        "resume",
-        "output",
-        "output_mode",
-        "timeout",
-        "idle_timeout",
-        "model",
-        "context",
-        "cwd",
-        "isolation",
-        "base_ref",
-        "tool_timeout_ms",
-        "checkpoint_before_deadline_ms",
-        "tool_budget",
-        "acceptance",
-        "gate",
-        "backend",
-    }
+            out[PYTHON_NAMES.get(name, name)] = value
+    known = set(ChildCall.__struct_fields__) - {"key"}
     for name in out:
         if name not in known:
-            shown = next((c for c, p in _PYTHON_NAMES.items() if p == name), name)
+            shown = next((c for c, p in PYTHON_NAMES.items() if p == name), name)
             raise InvalidInput(f"{where}: unknown parameter {shown!r:.60}")
     return out
 
