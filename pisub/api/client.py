@@ -153,7 +153,8 @@ def launch(
     lineage = caller_lineage(os.environ)  # refused here, before anything else, when too deep
     workdir = working_dir(cwd)
     h = open_home(home)
-    outside_home(workdir, h)
+    if cwd is not None:  # a directory given (a script in a run's directory launching: its own)
+        outside_home(workdir, h)
     from pisub.acceptance.spec import parse
 
     accept = parse(acceptance, gate, "the call")
@@ -627,7 +628,8 @@ def _launch_workflow(
     lineage = caller_lineage(os.environ)
     workdir = working_dir(cwd)
     h = open_home(home)
-    outside_home(workdir, h)
+    if cwd is not None:  # a directory given (a script in a run's directory launching: its own)
+        outside_home(workdir, h)
     spec_args = dict(args or {})
     check_json(spec_args, "the workflow's args")
     from pisub.store.config import load_config

@@ -60,7 +60,8 @@ class Placement:
         from pisub.runs.launch import outside_home, working_dir
 
         try:
-            return outside_home(working_dir(call.cwd, Path(self.table.manifest.cwd)), self.table.home)
+            where_ = working_dir(call.cwd, Path(self.table.manifest.cwd))
+            return outside_home(where_, self.table.home) if call.cwd is not None else where_
         except InvalidInput as exc:
             raise InvalidInput(f"{where}: cwd: {exc.message}") from None
 
