@@ -591,7 +591,7 @@ def bench_script_languages(b: Bench) -> None:
     import pisub
 
     n_children = 16
-    rounds = 2 if b.quick else 5
+    rounds = 1 if b.quick else 5
     b.agent("sleeper", "sleep", ["3600"])
     folder = b.home.parent / "scripts"
     folder.mkdir(exist_ok=True)
