@@ -493,8 +493,8 @@ def _script_source(
         InvalidInput: neither or both given, an unknown language, a file that cannot be read.
     """
     from pisub.protocol.workflow import ScriptLanguage
-    from pisub.workflow.js.engine import read_script
     from pisub.workflow.languages import language_of
+    from pisub.workflow.validate import MAX_SCRIPT_BYTES, read_script_text
 
     if (script is None) == (text is None):
         raise InvalidInput("give a workflow script file or an inline script (text), one of them")
@@ -510,13 +510,10 @@ def _script_source(
     assert script is not None
     path = Path(script).absolute()
     lang = language_of(path, language)
-    source = read_script(Path(os.path.realpath(path)), str(path))  # a link is the user's own
+    source = read_script_text(Path(os.path.realpath(path)), str(path))  # a link is the user's own
     if lang is ScriptLanguage.PYTHON and language is None and path.suffix != ".py":
         raise InvalidInput(f"{path}: a workflow script is a .js (JavaScript) or .py (Python) file")
     return source, lang, path
-
-
-MAX_SCRIPT_BYTES = 1024 * 1024
 
 
 def _entries(items: Any) -> Any:

@@ -231,8 +231,8 @@ def _script_text(given: str | None) -> str | None:
     """
     if given != "-":
         return given
-    from pisub.api.client import MAX_SCRIPT_BYTES
     from pisub.errors import InvalidInput
+    from pisub.workflow.validate import MAX_SCRIPT_BYTES
 
     data = sys.stdin.buffer.read(MAX_SCRIPT_BYTES + 1)
     if len(data) > MAX_SCRIPT_BYTES:

@@ -27,9 +27,9 @@ from pisub.protocol.config import ResourceSection
 from pisub.protocol.host import MAX_TIMEOUT_MS
 from pisub.protocol.workflow import HostPermit, ResourceOrigin, ScriptLanguage
 from pisub.termsafe import printable
+from pisub.workflow.validate import MAX_SCRIPT_BYTES
 
 MAX_ARGS_BYTES = 16 * 1024
-MAX_SCRIPT_BYTES = 1024 * 1024
 RUN_CI_COMMANDS = ("npm test", "npm run typecheck")
 RUN_CI_DEFAULT_TIMEOUT_MS = 120_000
 

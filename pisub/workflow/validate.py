@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pisub.errors import InvalidInput
 from pisub.protocol.workflow import KEY_RE
 from pisub.workflow.calls import PYTHON_NAMES as _PYTHON_NAMES
 
@@ -97,21 +98,35 @@ def read_script(path: Path, report: Report) -> str | None:
     """The text of the script at ``path`` (a symlink is followed: it is the user's own), or
     None with the one problem in ``report`` (unreadable, not a regular file, too large, not
     UTF-8)."""
+    try:
+        return read_script_text(Path(os.path.realpath(path)), str(path), allow_empty=True)
+    except InvalidInput as exc:
+        report.add(None, exc.message)
+        return None
+
+
+def read_script_text(path: Path, name: str, *, allow_empty: bool = False) -> str:
+    """The text of the workflow script at ``path`` (``name`` in messages), in any language.
+
+    Raises:
+        InvalidInput: unreadable, larger than :data:`MAX_SCRIPT_BYTES`, not UTF-8, or empty
+            (unless ``allow_empty``).
+    """
     from pisub.core.fsio import read_bytes
 
     try:
-        data = read_bytes(os.path.realpath(path), limit=MAX_SCRIPT_BYTES)
+        data = read_bytes(path, limit=MAX_SCRIPT_BYTES)
     except OSError as exc:
-        report.add(None, f"cannot read {path}: {exc.strerror or exc}")
-        return None
+        raise InvalidInput(f"{name}: cannot read the script: {exc.strerror or exc}") from None
     if len(data) > MAX_SCRIPT_BYTES:
-        report.add(None, f"the script is larger than {MAX_SCRIPT_BYTES} bytes")
-        return None
+        raise InvalidInput(f"{name}: the script is larger than {MAX_SCRIPT_BYTES} bytes")
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        report.add(None, f"the script is not UTF-8: {exc}")
-        return None
+        raise InvalidInput(f"{name}: the script is not UTF-8: {exc}") from None
+    if not allow_empty and not text.strip():
+        raise InvalidInput(f"{name}: the script is empty")
+    return text
 
 
 def validate_source(source: str, agents: set[str] | None, filename: str = "<workflow>") -> Report:

@@ -34,12 +34,12 @@ import msgspec
 from pisub.errors import InvalidInput, PisubError, WorkflowFailed
 from pisub.protocol.workflow import ChildCall
 from pisub.workflow.calls import PYTHON_NAMES
+from pisub.workflow.validate import read_script_text
 
 MEMORY_LIMIT = 512 * 1024 * 1024
 """Bytes the script's JavaScript heap may hold (children's outputs included)."""
 STACK_LIMIT = 1024 * 1024
 """Bytes of native stack the engine may use (deep recursion fails as a RangeError-like error)."""
-MAX_SCRIPT_BYTES = 1024 * 1024
 MAX_CONSOLE_CHARS = 64 * 1024
 """One console line is cut to this many characters."""
 PAD_LINES = 100_000
@@ -79,29 +79,6 @@ def prelude() -> str:
     return resources.files("pisub.workflow.js").joinpath("prelude.js").read_text(encoding="utf-8")
 
 
-def read_script(path: Path, name: str) -> str:
-    """The text of the script at ``path``.
-
-    Raises:
-        InvalidInput: unreadable, larger than :data:`MAX_SCRIPT_BYTES`, not UTF-8 or empty.
-    """
-    from pisub.core.fsio import read_bytes
-
-    try:
-        data = read_bytes(path, limit=MAX_SCRIPT_BYTES)
-    except OSError as exc:
-        raise InvalidInput(f"{name}: cannot read the script: {exc.strerror or exc}") from None
-    if len(data) > MAX_SCRIPT_BYTES:
-        raise InvalidInput(f"{name}: the script is larger than {MAX_SCRIPT_BYTES} bytes")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidInput(f"{name}: the script is not UTF-8") from None
-    if not text.strip():
-        raise InvalidInput(f"{name}: the script is empty")
-    return text
-
-
 def refuse_unrunnable(source: str, name: str) -> None:
     """Refuse what the engine must not run: a syntax error, a nested async function.
 
@@ -111,7 +88,7 @@ def refuse_unrunnable(source: str, name: str) -> None:
     from pisub.workflow.js.checks import validate_js
 
     report = validate_js(source, None, name)
-    fatal = [p for p in report.errors if getattr(p, "kind", None) in ("syntax", "nested-async")]
+    fatal = [p for p in report.errors if p.kind in ("syntax", "nested-async")]
     if fatal:
         first = fatal[0]
         raise InvalidInput(f"{name}:{first.line}: {first.message}")
@@ -123,7 +100,7 @@ def load_js_main(path: Path, name: str, seed: int) -> Callable[[Any, Any, Any], 
     Raises:
         InvalidInput: the script cannot be read or must not run (:func:`refuse_unrunnable`).
     """
-    source = read_script(path, name)
+    source = read_script_text(path, name)
     refuse_unrunnable(source, name)
 
     async def main(runs: Any, state: Any, args: Any) -> Any:
