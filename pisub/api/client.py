@@ -492,9 +492,9 @@ def _script_source(
     Raises:
         InvalidInput: neither or both given, an unknown language, a file that cannot be read.
     """
-    from pisub.protocol.workflow import ScriptLanguage
+    from pisub.protocol.workflow import MAX_SCRIPT_BYTES, ScriptLanguage
     from pisub.workflow.languages import language_of
-    from pisub.workflow.validate import MAX_SCRIPT_BYTES, read_script_text
+    from pisub.workflow.validate import read_script_text
 
     if (script is None) == (text is None):
         raise InvalidInput("give a workflow script file or an inline script (text), one of them")

@@ -232,7 +232,7 @@ def _script_text(given: str | None) -> str | None:
     if given != "-":
         return given
     from pisub.errors import InvalidInput
-    from pisub.workflow.validate import MAX_SCRIPT_BYTES
+    from pisub.protocol.workflow import MAX_SCRIPT_BYTES
 
     data = sys.stdin.buffer.read(MAX_SCRIPT_BYTES + 1)
     if len(data) > MAX_SCRIPT_BYTES:

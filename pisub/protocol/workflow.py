@@ -40,6 +40,10 @@ class Shape(enum.StrEnum):
     """Lanes of ordered stages side by side; the result is the board."""
 
 
+MAX_SCRIPT_BYTES = 1024 * 1024
+"""The largest workflow script, in any language (a file, an inline text, stdin)."""
+
+
 class ScriptLanguage(enum.StrEnum):
     """The language of a workflow script (``.py`` Python, ``.js`` JavaScript)."""
 

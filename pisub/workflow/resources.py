@@ -25,9 +25,8 @@ from pisub.core.strict_path import unsafe_ancestor
 from pisub.errors import InvalidInput
 from pisub.protocol.config import ResourceSection
 from pisub.protocol.host import MAX_TIMEOUT_MS
-from pisub.protocol.workflow import HostPermit, ResourceOrigin, ScriptLanguage
+from pisub.protocol.workflow import MAX_SCRIPT_BYTES, HostPermit, ResourceOrigin, ScriptLanguage
 from pisub.termsafe import printable
-from pisub.workflow.validate import MAX_SCRIPT_BYTES
 
 MAX_ARGS_BYTES = 16 * 1024
 RUN_CI_COMMANDS = ("npm test", "npm run typecheck")

@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pisub.errors import InvalidInput
-from pisub.protocol.workflow import KEY_RE
+from pisub.protocol.workflow import KEY_RE, MAX_SCRIPT_BYTES
 from pisub.workflow.calls import PYTHON_NAMES as _PYTHON_NAMES
 
-MAX_SCRIPT_BYTES = 1024 * 1024
 RUNS_METHODS = ("run", "all", "lanes", "steer")
 COMBINATORS = ("gather", "wait", "as_completed", "wait_for", "shield", "create_task", "ensure_future")
 

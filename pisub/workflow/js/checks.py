@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pisub.protocol.fields import KEY_PATTERN
-from pisub.protocol.workflow import KEY_RE
-from pisub.workflow.validate import MAX_SCRIPT_BYTES, Problem, Report, unknown_agent_message
+from pisub.protocol.workflow import KEY_RE, MAX_SCRIPT_BYTES
+from pisub.workflow.validate import Problem, Report, unknown_agent_message
 
 if TYPE_CHECKING:
     from tree_sitter import Node, Tree
