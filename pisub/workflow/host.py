@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from pisub.core.fsio import _create_exclusive, private_mkdir, read_bytes
+from pisub.core.fsio import _create_exclusive, private_mkdir, read_bytes, read_tail
 from pisub.core.procs import OutputUnwritable, kill_all, marked_processes, run_bounded
 from pisub.errors import InvalidInput
 from pisub.protocol.host import (
@@ -206,14 +206,7 @@ def _why(exc: BaseException) -> str:
 
 def preview(log: Path) -> str:
     """The last :data:`PREVIEW_BYTES` of the log, as text."""
-    try:
-        size = log.stat().st_size
-        with open(log, "rb") as fh:
-            fh.seek(max(0, size - PREVIEW_BYTES))
-            data = fh.read(PREVIEW_BYTES)
-    except OSError:
-        return ""
-    text = data.decode("utf-8", "replace")
+    text = read_tail(log, PREVIEW_BYTES).decode("utf-8", "replace")
     while len(text.encode("utf-8")) > PREVIEW_BYTES:  # a replaced byte is three
         text = text[1:]
     return text
