@@ -154,6 +154,7 @@ def unique_keys(calls: list[ChildCall], where: str) -> None:
         seen.add(call.key)
 
 
-def fingerprint(call: ChildCall) -> str:
-    """The identity of a call's parameters: same key and same fingerprint is the same child."""
+def fingerprint(call: msgspec.Struct) -> str:
+    """The identity of a call's parameters (a child's :class:`ChildCall`, a host step's
+    parameters): same key and same fingerprint is the same call."""
     return hashlib.sha256(_fingerprint_encoder.encode(call)).hexdigest()[:32]

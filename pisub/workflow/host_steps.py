@@ -10,20 +10,17 @@ not (``spec/resources.md``).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import msgspec
 
 from pisub.core.redact import redact
 from pisub.errors import HostCommandFailed, InvalidInput, storage_error
 from pisub.protocol.codec import now_iso
 from pisub.protocol.host import HostParams, HostReason, HostResult, HostState
 from pisub.protocol.status import HostStepStatus
-from pisub.workflow.calls import check_key
+from pisub.workflow.calls import check_key, fingerprint
 from pisub.workflow.entries import ChildTable
 from pisub.workflow.futures import ChildFuture, call_soon
 from pisub.workflow.host import Outcome, check_params, result_json, run_host
@@ -33,12 +30,10 @@ RAW_SCRIPT = (
     "a raw script has no host commands"
 )
 
-_encoder = msgspec.json.Encoder(order="sorted")
-
 
 def host_fingerprint(params: HostParams) -> str:
-    """The identity of a host call's parameters."""
-    return "host:" + hashlib.sha256(_encoder.encode(params)).hexdigest()[:32]
+    """The identity of a host call's parameters (apart from any child's: ``host:`` first)."""
+    return "host:" + fingerprint(params)
 
 
 @dataclass
