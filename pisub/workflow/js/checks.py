@@ -32,7 +32,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from pisub.protocol.fields import KEY_PATTERN
+from pisub.protocol.host import MAX_COMMAND_BYTES, MAX_OUTPUT_PATH_BYTES, MAX_TIMEOUT_MS, HostParams
 from pisub.protocol.workflow import KEY_RE, MAX_SCRIPT_BYTES
 from pisub.workflow.validate import Problem, Report, unknown_agent_message
 
@@ -44,12 +47,10 @@ NESTED_ASYNC = (
     "functions that return runs.run(...), or explicit Promise chains so workflows stay portable "
     "across Node and Bun."
 )
-HOST_FIELDS = ("kind", "command", "timeoutMs", "output", "role", "provider")
-HOST_REQUIRED = ("kind", "command", "timeoutMs")
+HOST_FIELDS = tuple(f.encode_name for f in msgspec.structs.fields(HostParams))
+"""``runs.host``'s parameters, as a script spells them (those of ``HostParams``)."""
+HOST_REQUIRED = tuple(f.encode_name for f in msgspec.structs.fields(HostParams) if f.required)
 HOST_ROLES = ("ci", "gate")
-MAX_HOST_COMMAND_BYTES = 16 * 1024
-MAX_HOST_TIMEOUT_MS = 24 * 3600 * 1000
-MAX_HOST_OUTPUT_BYTES = 240
 NO_CWD = (
     "runs.host has no per-step cwd: put the directory change in the command "
     "(cd dir && npm test) or set cwd on the outer request"
@@ -856,11 +857,11 @@ def _host_value(name: str, value: object) -> str | None:
         if not isinstance(value, str) or not value.strip():
             return "must be a non-empty string"
         size = len(value.encode("utf-8", "replace"))
-        return None if size <= MAX_HOST_COMMAND_BYTES else f"{size} bytes; at most {MAX_HOST_COMMAND_BYTES}"
+        return None if size <= MAX_COMMAND_BYTES else f"{size} bytes; at most {MAX_COMMAND_BYTES}"
     if name == "timeoutMs":
         number = isinstance(value, int | float) and not isinstance(value, bool)
-        ok = number and 1 <= value <= MAX_HOST_TIMEOUT_MS  # type: ignore[operator]
-        return None if ok else f"must be a number of milliseconds from 1 to {MAX_HOST_TIMEOUT_MS} (24 h)"
+        ok = number and 1 <= value <= MAX_TIMEOUT_MS  # type: ignore[operator]
+        return None if ok else f"must be a number of milliseconds from 1 to {MAX_TIMEOUT_MS} (24 h)"
     if name == "output":
         return _host_output(value)
     if name == "role":
@@ -873,8 +874,8 @@ def _host_value(name: str, value: object) -> str | None:
 def _host_output(value: object) -> str | None:
     if not isinstance(value, str) or not value:
         return "must be a non-empty relative path"
-    if len(value.encode("utf-8", "replace")) > MAX_HOST_OUTPUT_BYTES:
-        return f"at most {MAX_HOST_OUTPUT_BYTES} bytes"
+    if len(value.encode("utf-8", "replace")) > MAX_OUTPUT_PATH_BYTES:
+        return f"at most {MAX_OUTPUT_PATH_BYTES} bytes"
     if value.startswith("/") or value.startswith("~") or re.match(r"^[A-Za-z]:", value):
         return "must be relative to the workflow's cwd"
     if ".." in re.split(r"[\\/]", value):
