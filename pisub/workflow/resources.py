@@ -27,6 +27,7 @@ from pisub.protocol.config import ResourceSection
 from pisub.protocol.host import MAX_TIMEOUT_MS
 from pisub.protocol.workflow import MAX_SCRIPT_BYTES, HostPermit, ResourceOrigin, ScriptLanguage
 from pisub.termsafe import printable
+from pisub.workflow.languages import language_of
 
 MAX_ARGS_BYTES = 16 * 1024
 RUN_CI_COMMANDS = ("npm test", "npm run typecheck")
@@ -217,7 +218,7 @@ def _from_config(name: str, section: ResourceSection, args: dict[str, Any]) -> R
     if path.suffix not in (".js", ".py"):
         raise InvalidInput(f"{where} {printable(section.script[:200])!r}: a .js or .py file")
     text = read_script(path, where)
-    language = ScriptLanguage.PYTHON if path.suffix == ".py" else ScriptLanguage.JAVASCRIPT
+    language = language_of(path)
     permit = HostPermit(keys=list(section.keys), commands=list(section.commands))
     origin = ResourceOrigin(name=name, source="config", path=str(path), sha256=_digest(text))
     return Resolved(text, language, permit, origin, args)
