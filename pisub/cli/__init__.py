@@ -29,10 +29,12 @@ from pisub.cli import control as _control
 from pisub.cli import groups as _groups
 from pisub.cli import lanes as _lanes
 from pisub.cli import leases as _leases
+from pisub.cli import missions as _missions
 from pisub.cli import ops as _ops
 from pisub.cli import pi_ext as _pi_ext
 from pisub.cli import resources as _resources
 from pisub.cli import runs as _runs
+from pisub.cli import schedules as _schedules
 from pisub.cli import version as _version
 from pisub.cli import workflows as _workflows
 from pisub.cli import worktrees as _worktrees
@@ -78,6 +80,8 @@ app.add_typer(_lanes.app, name="lane")
 app.add_typer(_config.app, name="config")
 app.add_typer(_cluster.app, name="cluster")
 app.add_typer(_groups.app, name="group")
+app.add_typer(_schedules.app, name="schedule")
+app.add_typer(_missions.app, name="mission")
 _pi_ext.register(app)
 _resources.register(app)
 

@@ -176,6 +176,17 @@ class Home:
         return self.cache / "clock-probe"
 
     @property
+    def schedules(self) -> Path:
+        """Schedules: ``schedules/<id>/`` (``spec/schedules.md``), and ``schedules/last-tick.json``
+        (the last ``pisub schedule tick``)."""
+        return self.root / "schedules"
+
+    @property
+    def missions(self) -> Path:
+        """Missions: ``missions/<project key>/`` per repository (``spec/missions.md``)."""
+        return self.root / "missions"
+
+    @property
     def budgets(self) -> Path:
         """Spawn budgets of root runs: ``budgets/<root run id>/``."""
         return self.root / "budgets"
@@ -278,6 +289,8 @@ HOME_ENTRIES = frozenset(
         "index",
         "notices",
         "groups",
+        "schedules",
+        "missions",
     }
 )
 """What a pisub home holds (:class:`Home` names each; ``notices/`` is the pi extension's, and a
