@@ -112,6 +112,18 @@ class RunNotFound(PisubError):
     code = "RUN_NOT_FOUND"
 
 
+class ScheduleNotFound(PisubError):
+    """No schedule has the given id."""
+
+    code = "SCHEDULE_NOT_FOUND"
+
+
+class MissionNotFound(PisubError):
+    """No mission has the given id (in this project, or at all with a global scope)."""
+
+    code = "MISSION_NOT_FOUND"
+
+
 class AmbiguousRun(PisubError):
     """A prefix matches more than one run; the message lists the candidates."""
 

@@ -140,6 +140,11 @@ class WorkflowSpec(Record, kw_only=True):
     concurrency: int = DEFAULT_CONCURRENCY
     max_spawns: int = DEFAULT_MAX_SPAWNS
     state_ns: str | None = None
+    mission_id: str | None = None
+    """The mission this workflow belongs to (``spec/missions.md``): its ``state`` is the
+    mission's; None with ``mission: false`` (then ``state`` exists only with ``state_ns``)."""
+    mission_project: str | None = None
+    """The project key of that mission's store (``<home>/missions/<key>/``)."""
     fork_from: str | None = None
     """The pi session a ``context="fork"`` child starts from (a copy)."""
     journal: str
