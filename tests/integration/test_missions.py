@@ -553,3 +553,36 @@ def test_a_mission_store_is_never_written_outside_a_lock(home: Path) -> None:
     assert not is_held(store.lock(m.id))
     with pytest.raises(PisubError):
         store.modify("0123456789ab", lambda _: True)
+
+
+def test_an_interrupted_workflow_leaves_its_mission_waiting(
+    home: Path, make_agent: AgentMaker, tmp_path: Path
+) -> None:
+    make_agent("gated", python=GATED)
+    script = write_script(
+        tmp_path,
+        f"""
+        async def main(runs, state, args):
+            await runs.run("slow", agent="gated", task="gate {tmp_path / "never"}")
+            return "done"
+        """,
+    )
+    m = mission_create(title="pausable")
+    run = launch_workflow(script)
+    mission_attach_run(m.id, run.id)
+    wait_for(lambda: [str(s.status) for s in run.status().steps] == ["running"], 30, what="the child")
+    run.send_interrupt()
+    assert run.wait(timeout=60).state == "paused"
+    shown = mission_show(m.id)
+    assert shown.mission.status == MissionStatus.WAITING
+    assert shown.next_step.startswith(f"run {run.id[:8]} paused: pisub resume {run.id[:8]}")
+
+
+def test_the_project_key_without_git_is_the_same(repo: Path, tmp_path: Path) -> None:
+    from pisub.store.missions import _git_common_dir, _walk_for_git
+
+    for where in (repo, repo / "src" / "deep", tmp_path / "wt"):
+        assert _walk_for_git(where) == _git_common_dir(where) == (repo / ".git").resolve()
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert _walk_for_git(plain) is None
