@@ -586,3 +586,28 @@ def test_the_project_key_without_git_is_the_same(repo: Path, tmp_path: Path) -> 
     plain = tmp_path / "plain"
     plain.mkdir()
     assert _walk_for_git(plain) is None
+
+
+NEXT = """
+import json, sys
+from pisub.api.missions import mission_next
+print(json.dumps(mission_next(sys.argv[1]).to_json()))
+"""
+
+
+def test_sessions_asking_at_once_get_one_notice_between_them(home: Path, tmp_path: Path) -> None:
+    goal = mission_create(title="race", goal=True, budget_tokens=100, session_key=SESSION)
+    MissionStore(open_home(), goal.project).state(goal.id).set("nextAction", "do the thing")
+    procs = [
+        subprocess.Popen([sys.executable, "-c", NEXT, SESSION], cwd=tmp_path, stdout=subprocess.PIPE)
+        for _ in range(8)
+    ]
+    answers = []
+    for proc in procs:
+        stdout, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0
+        answers.append(json.loads(stdout))
+    assert sorted(a["reason"] for a in answers) == ["no-progress"] * 7 + ["notice"]
+    assert [a["notice"] for a in answers if a["notice"]] == [
+        f"Goal mission {goal.id} (race): next: do the thing (0/100 tokens)"
+    ]
