@@ -322,7 +322,8 @@ class MissionStore:
         if status == MissionStatus.NEEDS_DECISION or status.is_terminal:
             raise InvalidInput(f"status: a new mission is planned, active or waiting, not {status}")
         real = os.path.realpath(cwd)
-        self.ensure_project(project_of(Path(real))[1])
+        key, root = project_of(Path(real))
+        self.ensure_project(root if key == self.project else real)
         now = now_iso()
         while True:
             mission_id = secrets.token_hex(6)

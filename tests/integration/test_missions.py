@@ -611,3 +611,35 @@ def test_sessions_asking_at_once_get_one_notice_between_them(home: Path, tmp_pat
     assert [a["notice"] for a in answers if a["notice"]] == [
         f"Goal mission {goal.id} (race): next: do the thing (0/100 tokens)"
     ]
+
+
+def test_the_seed_mission_object_is_checked_with_its_path() -> None:
+    from pisub.protocol.mission import parse_mission_input
+
+    given = parse_mission_input({"summary": "s", "goal": True, "budget": {"tokens": 5}, "labels": ["a", "a"]})
+    assert (given.summary, given.goal, given.labels) == ("s", True, ["a"])
+    assert given.budget is not None and given.budget.tokens == 5
+    for bad, needle in (
+        ({"title": "x", "summary": "y"}, "exactly one of title and summary"),
+        ({"title": "x", "goal": False}, r"mission\.goal: may only be true"),
+        ({"title": "x", "goal": True}, r"mission\.budget\.tokens"),
+        ({"title": "x", "budget": {"tokens": 0}}, r"mission\.budget\.tokens: Expected `int` >= 1"),
+        ({"title": "x", "owner": "me"}, "unknown field `owner`"),
+        ({"title": ""}, r"mission\.title: is empty"),
+    ):
+        with pytest.raises(InvalidInput, match=needle):
+            parse_mission_input(bad)
+
+
+@pytest.mark.root  # only root can make a file another user's
+def test_a_record_of_another_user_is_skipped(home: Path) -> None:
+    if os.getuid() != 0:
+        pytest.skip("needs root")
+    good = mission_create(title="mine")
+    theirs = mission_create(title="theirs")
+    os.chown(home / "missions" / theirs.project / f"{theirs.id}.json", 65534, 65534)
+    listing = mission_list()
+    assert [m.id for m in listing.missions] == [good.id]
+    assert any("belongs to uid 65534" in note for note in listing.skipped)
+    proc = pisub_cli("mission", "show", theirs.id)
+    assert proc.returncode != 0 and "belongs to uid 65534" in proc.stderr and "Traceback" not in proc.stderr
