@@ -55,6 +55,7 @@ from pisub.protocol.schedule import (
     parse_at,
     parse_every,
 )
+from pisub.protocol.status import RepairCause
 from pisub.store.paths import open_home
 from pisub.store.schedules import ScheduleStore, record_notice, session_present
 
@@ -696,6 +697,21 @@ def _reconcile(store: ScheduleStore, schedule: Schedule, report: TickReport, *, 
         fire.ended_at = now_iso()
         _end(store, schedule, fire, "fire.ended")
         report.ended.append(fire)
+        return
+    if (
+        fire.state is FireState.CLAIMED
+        and status.state.is_terminal
+        and status.repaired is RepairCause.NEVER_STARTED
+    ):
+        # The tick died after creating the run and before its runner started: nothing of it
+        # ever ran (the repair proved it), so the slot is still to fire — with a new run id.
+        if launch_claims:
+            store.event(schedule.id, "fire.relaunched", fire, f"run {fire.run_id} never started")
+            fire.run_id = str(uuid.uuid4())
+            store.save(schedule)  # the new claim
+            store.record(schedule.id, fire)
+            _launch(store, schedule, fire)
+            report.fired.append(fire)
         return
     if fire.state is FireState.CLAIMED:  # launched by a tick that died before recording it
         _notice(store, schedule, fire)

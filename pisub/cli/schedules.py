@@ -68,7 +68,18 @@ def _state(schedule: Any) -> str:
         return "paused"
     if schedule.done:
         return "done"
+    if schedule.next_run_at is not None and _overdue(schedule.next_run_at):
+        return "due (fired by the next pisub schedule tick: pisub schedule timer says whether one runs)"
     return "waiting"
+
+
+def _overdue(value: str) -> bool:
+    from pisub.protocol.schedule import epoch
+
+    try:
+        return epoch(value) <= time.time()
+    except ValueError:
+        return False
 
 
 def _fire_line(fire: Any) -> str:

@@ -130,14 +130,15 @@ class Fire(Record, kw_only=True):
 
     v: int = 1
     id: str
-    """The fire's id: its run id when it launches one, else a fresh id."""
+    """The fire's id: the run id it first claimed when it launches one, else a fresh id."""
     schedule_id: str
     planned_at: str
     """The slot (ISO UTC); a manual fire's is its time."""
     due_reason: DueReason
     state: FireState
     run_id: str | None = None
-    """Chosen before the launch (written in the claim)."""
+    """Chosen before the launch (written in the claim); a new one when the claimed run was
+    created but its runner never started (the tick died between the two)."""
     claimed_at: str | None = None
     started_at: str | None = None
     ended_at: str | None = None
@@ -204,7 +205,7 @@ class ScheduleEvent(Record, kw_only=True):
     at: str
     type: str
     """``schedule.created|paused|resumed|deleted``,
-    ``fire.claimed|started|ended|skipped|missed|failed_launch``."""
+    ``fire.claimed|relaunched|started|ended|skipped|missed|failed_launch``."""
     fire_id: str | None = None
     run_id: str | None = None
     state: str | None = None

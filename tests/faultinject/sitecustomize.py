@@ -124,6 +124,7 @@ POINTS = (
     "launch.go",  # the launcher said go; it has not read the runner's answer
     "launch.before-commit",  # the child's runner took the run; its startup commit is not written
     "schedule.claimed",  # a tick's claim of a slot is on disk; its run does not exist yet
+    "schedule.created",  # the fire's run directory exists; its runner was never started
     "schedule.launched",  # the fire's run was started; the tick has not recorded it
 )
 """(The ``schedule.*`` points match ``PISUB_FAULT_KEY`` against the label of the fire's run.)"""
@@ -178,6 +179,7 @@ def _patch(module: Any) -> None:
             _fire("launch.before-create", manifest.key)
             made = create(self, manifest, *args, **kwargs)
             _fire("launch.created", manifest.key)
+            _fire("schedule.created", manifest.label)
             return made
 
         module.RunStore.create = create_

@@ -244,12 +244,14 @@ def test_fifty_concurrent_ticks_start_exactly_one_run(home: Path, tmp_path: Path
     assert [(r.state, r.run_id) for r in rows] == [(FireState.COMPLETED, runs_in(home)[0])]
 
 
-@pytest.mark.parametrize("point", ["schedule.claimed", "schedule.launched"])
+@pytest.mark.parametrize("point", ["schedule.claimed", "schedule.created", "schedule.launched"])
 def test_a_tick_killed_mid_fire_loses_no_slot_and_starts_nothing_twice(
     home: Path, tmp_path: Path, point: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """SIGKILL of the tick with its claim on disk and no run yet (the next tick launches the
-    claim with the same run id), or with the run started and not recorded (only reconciled)."""
+    claim with the same run id), with the run created and its runner never started (proven
+    never-started by the repair: launched again under a new run id, the dead one ``failed``),
+    or with the run started and not recorded (only reconciled)."""
     made = schedule_create(workflow=script(tmp_path), at="+1s", label="fault")
     latch = tmp_path / "latch"
     latch.mkdir()
@@ -269,15 +271,22 @@ def test_a_tick_killed_mid_fire_loses_no_slot_and_starts_nothing_twice(
 
     again = pisub_cli("schedule", "tick", "--json", check=True)
     fired = json.loads(again.stdout)["fired"]
+    ran = claim.run_id
     if point == "schedule.claimed":
         assert [f["runId"] for f in fired] == [claim.run_id]  # the same run id
+    elif point == "schedule.created":
+        assert len(fired) == 1 and fired[0]["runId"] != claim.run_id and fired[0]["id"] == claim.id
+        ran = fired[0]["runId"]
+        never = pisub.Run(claim.run_id).status()
+        assert never.state == "failed" and never.repaired == "never-started"
     else:
         assert fired == []
     settled(made.id)
-    assert runs_in(home) == [claim.run_id]
+    assert set(runs_in(home)) == {claim.run_id, ran}
     rows = schedule_history(made.id)
-    assert [(r.state, r.run_id) for r in rows] == [(FireState.COMPLETED, claim.run_id)]
-    assert pisub_cli("schedule", "tick", "--json", check=True) and runs_in(home) == [claim.run_id]
+    assert [(r.state, r.run_id) for r in rows] == [(FireState.COMPLETED, ran)]
+    assert pisub.Run(ran).status().pid is not None  # it ran: one run of the slot ran
+    assert pisub_cli("schedule", "tick", "--json", check=True) and set(runs_in(home)) == {claim.run_id, ran}
 
 
 def test_session_only_fires_while_its_session_is_open_and_notices(home: Path, tmp_path: Path) -> None:
@@ -353,3 +362,53 @@ def test_hostile_entries_are_skipped_or_quarantined(home: Path, tmp_path: Path) 
     assert [r.state for r in schedule_history("real")] == [FireState.COMPLETED]
     proc = pisub_cli("schedule", "tick")
     assert proc.returncode == 0 and "Traceback" not in proc.stderr
+
+
+def test_strict_create_input_and_bounded_files(home: Path, tmp_path: Path) -> None:
+    """The seed's ``schedule.create`` object is checked strictly (the field named); the history
+    keeps the 100 newest fires and ``events.jsonl`` stays bounded."""
+    from pisub.api.schedules import schedule_create_from
+    from pisub.protocol.schedule import MAX_HISTORY, Fire
+    from pisub.store.schedules import MAX_EVENTS_BYTES
+
+    made = schedule_create_from({"workflowScript": "return 1", "every": "2h", "catchUp": "none", "id": "s.1"})
+    assert (made.id, made.trigger.every_s, made.catch_up.value) == ("s.1", 7200, "none")
+    assert (home / "schedules" / "s.1" / "workflow.js").read_text() == "return 1"
+    for bad, field in (
+        ({"workflowScript": "return 1", "every": "1h", "agent": "worker"}, "agent"),
+        ({"workflowScript": "return 1", "every": "1h", "timezone": "UTC"}, "timezone"),
+        ({"workflowScript": "return 1", "every": "1h", "overlap": "queue"}, "overlap"),
+        ({"workflowScript": "return 1", "every": "1h", "catchUp": "all"}, "catchUp"),
+        ({"every": "1h"}, "workflowScript"),
+    ):
+        with pytest.raises(InvalidInput, match=field):
+            schedule_create_from(bad)
+
+    store = ScheduleStore(open_home(home))
+    with store.locked("s.1"):
+        for n in range(MAX_HISTORY + 20):
+            row = Fire(
+                id=f"f{n:04d}",
+                schedule_id="s.1",
+                planned_at=f"2026-01-01T00:{n // 60:02d}:{n % 60:02d}.000Z",
+                due_reason=DueReason.TIMER,
+                state=FireState.MISSED,
+            )
+            store.record("s.1", row)
+        for _ in range(4000):
+            store.event("s.1", "fire.missed", row, "x" * 200)
+    rows = schedule_history("s.1")
+    assert len(rows) == MAX_HISTORY and rows[0].id == f"f{MAX_HISTORY + 19:04d}"
+    assert (home / "schedules" / "s.1" / "events.jsonl").stat().st_size <= MAX_EVENTS_BYTES + 1024
+    assert store.events("s.1")[-1].type == "fire.missed"
+
+
+def test_pending_limit(home: Path, tmp_path: Path) -> None:
+    for n in range(20):
+        schedule_create(text="return 1", every="1d", schedule_id=f"s{n}")
+    with pytest.raises(InvalidInput, match="20 schedules are pending"):
+        schedule_create(text="return 1", every="1d")
+    schedule_delete("s0")
+    with pytest.raises(InvalidInput, match="exists"):
+        schedule_create(text="return 1", every="1d", schedule_id="s1")
+    assert len(pisub.schedule_list()) == 19
