@@ -412,3 +412,30 @@ def test_pending_limit(home: Path, tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="exists"):
         schedule_create(text="return 1", every="1d", schedule_id="s1")
     assert len(pisub.schedule_list()) == 19
+
+
+def test_concurrent_creates_keep_the_pending_limit(home: Path, tmp_path: Path) -> None:
+    """25 ``pisub schedule create`` at once: exactly 20 are created, the others refused."""
+    creates = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pisub",
+                "schedule",
+                "create",
+                "--workflow-script",
+                "return 1",
+                "--every",
+                "1d",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(25)
+    ]
+    outcomes = [(c.communicate(timeout=120), c.returncode) for c in creates]
+    refused = [err for (_out, err), code in outcomes if code != 0]
+    assert len(refused) == 5 and all("pending" in err and "[INVALID_INPUT]" in err for err in refused)
+    assert len(pisub.schedule_list(all_projects=True)) == 20
