@@ -264,27 +264,7 @@ def _project_of(cwd: Path) -> str:
     """The project key of ``cwd`` (``pisub.store.missions.project_key``)."""
     from pisub.store.missions import project_key
 
-    try:
-        return project_key(cwd)
-    except NotImplementedError:  # (issue 28: until the missions store lands; the same rule)
-        import hashlib
-        import subprocess
-
-        where = os.path.realpath(cwd)
-        try:
-            found = subprocess.run(
-                ["git", "rev-parse", "--path-format=absolute", "--git-common-dir"],
-                cwd=where,
-                capture_output=True,
-                text=True,
-                timeout=10,
-                check=False,
-            )
-            if found.returncode == 0 and found.stdout.strip():
-                where = os.path.realpath(found.stdout.strip())
-        except (OSError, subprocess.SubprocessError):
-            pass
-        return hashlib.sha256(os.fsencode(where)).hexdigest()[:20]
+    return project_key(cwd)
 
 
 # ---- read -----------------------------------------------------------------------------------
