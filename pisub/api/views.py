@@ -33,6 +33,7 @@ __all__ = [
     "json_lines_of",
     "last_line",
     "log_bytes",
+    "mission_of",
     "open_home",
     "redact",
     "transcript",
@@ -183,3 +184,25 @@ def last_line(home: Home, status: Status) -> str:
         return ""
     lines = [line for line in tail.decode("utf-8", "surrogateescape").splitlines() if line.strip()]
     return redact(lines[-1].strip()) if lines else ""
+
+
+def mission_of(run: Run, status: Status | None = None) -> tuple[str, str] | None:
+    """The mission workflow run ``run`` belongs to, ``(id, status)`` (``spec/missions.md``);
+    the status is ``gone`` when the mission is no longer there, ``unreadable`` when it cannot
+    be read. None: the run belongs to none."""
+    from pisub.errors import MissionNotFound
+    from pisub.store.missions import MissionStore
+
+    st = status if status is not None else run.status()
+    if st.mission_id is None:
+        return None
+    try:
+        spec = run.manifest().workflow
+        project = spec.mission_project if spec is not None else None
+        if project is None:
+            return st.mission_id, "unreadable"
+        return st.mission_id, str(MissionStore(run.home, project).get(st.mission_id).status)
+    except MissionNotFound:
+        return st.mission_id, "gone"
+    except (PisubError, OSError):
+        return st.mission_id, "unreadable"
