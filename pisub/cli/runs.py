@@ -391,13 +391,17 @@ def _json_option(text: str | None, flag: str) -> Any:
 
 
 def _mission_line(handle: Any, st: Any) -> None:
-    """A workflow's mission: ``mission  <id> (<status>)`` (``spec/missions.md``)."""
+    """A workflow's mission, ``mission  <id> (<status>)``, and its launch's warning about it
+    (``spec/protocol.md``, Workflow runs, Missions)."""
     from pisub.api.views import mission_of
     from pisub.cli.render import cell
 
     found = mission_of(handle, st)
     if found is not None:
         out(f"mission  {cell(found[0])} ({cell(found[1])})")
+    spec = handle.manifest().workflow if st.runner == "workflow" else None
+    if spec is not None and spec.mission_warning:
+        out(f"note     {cell(spec.mission_warning)}")
 
 
 def _resource_lines(handle: Any, st: Any) -> None:

@@ -1,4 +1,4 @@
-"""Missions in workflow launches (spec/missions.md, "Workflows and their missions"): every
+"""Missions in workflow launches (spec/protocol.md, Workflow runs, "Missions"): every
 workflow belongs to a default enclosing mission unless ``mission: false``; ``missionId`` attaches
 a later workflow, which shares the mission's ``state``; explicit mission options are strict
 (nothing starts when they fail), a default mission that cannot be made only warns. Real
@@ -280,6 +280,8 @@ def test_a_default_mission_that_cannot_be_made_only_warns(home: Path, workers: P
     assert spec.mission_warning and "default mission could not be made" in spec.mission_warning
     proc = pisub_cli("run", "--workflow-script", "return 1;", check=True)
     assert "pisub: warning: the workflow's default mission could not be made" in proc.stderr, proc.stderr
+    shown = pisub_cli("status", run.id, check=True).stdout
+    assert "note     the workflow's default mission could not be made" in shown, shown
     # an explicit one is strict: nothing starts
     before = len(RunStore(open_home()).ids())
     with pytest.raises(PisubError):
