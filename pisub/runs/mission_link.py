@@ -19,33 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from pisub.errors import InvalidInput, PisubError
+from pisub.protocol.mission import MissionInput, check_mission_id, check_session_key, parse_mission_input
 from pisub.store.lineage import Lineage
 from pisub.store.paths import Home
 
-MISSION_FIELDS = ("title", "summary", "objective", "goal", "budget", "labels")
-"""The fields of ``mission={...}`` (the seed's ``{title | summary, objective?, goal?, budget?,
-labels?}``)."""
-
 MAX_TITLE = 80
-"""The longest title a launch makes (a default one, or one cut from a ``summary``)."""
-
-GIVE_OBJECT = "give an object {title|summary, objective?, goal?, budget?, labels?} or false"
-MAX_LABELS = 32
-MAX_BUDGET_TOKENS = 10**12
-SESSION_KEY_RE = re.compile(r"[0-9a-f]{32}")
-MISSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-"""What a mission id may look like (checked before any file is opened with it)."""
-
-
-@dataclass(frozen=True)
-class MissionInput:
-    """``mission={...}``, checked."""
-
-    title: str
-    objective: str | None = None
-    goal: bool = False
-    budget_tokens: int | None = None
-    labels: tuple[str, ...] = ()
+"""The longest title a launch makes for a default mission."""
 
 
 @dataclass(frozen=True)
@@ -61,8 +40,8 @@ class MissionChoice:
 
 @dataclass
 class Linked:
-    """The mission a run belongs to (``mission_id`` None: none) and why not, when the default
-    one could not be made."""
+    """The mission a run belongs to (``mission_id`` None: none) and the launch's warning about
+    it (a default mission that could not be made, a resumed run its mission refused)."""
 
     mission_id: str | None = None
     project: str | None = None
@@ -75,14 +54,13 @@ def choose(
     session_key: str | None,
     state_ns: str | None,
 ) -> MissionChoice:
-    """The launch's mission options, checked (nothing is read or written).
+    """The launch's mission options, checked (nothing is read or written): ``mission`` by
+    :func:`pisub.protocol.mission.parse_mission_input`, the seed's object (or False).
 
     Raises:
         InvalidInput: a bad value (naming the field path: ``mission.budget.tokens: ...``), or
             two options that contradict each other (naming both).
     """
-    if mission is True:
-        raise InvalidInput(f"mission: {GIVE_OBJECT}")
     if mission_id is not None and mission is False:
         raise InvalidInput("--mission-id and --no-mission (mission false): give one")
     if mission_id is not None and mission is not None:
@@ -100,145 +78,19 @@ def choose(
                 "--session-key and --mission-id: give one (the key names a new mission's owner; "
                 "an existing mission keeps its own)"
             )
-        session_key = check_session_key(session_key)
+        session_key = check_session_key(session_key, "--session-key")
     if mission_id is not None:
         if state_ns is not None:
             raise InvalidInput(
                 "--mission-id and --state-ns: give one "
                 "(the script's state is the mission's, or the namespace's)"
             )
-        return MissionChoice("attach", mission_id=check_mission_id(mission_id))
+        return MissionChoice("attach", mission_id=check_mission_id(mission_id, "--mission-id"))
     if mission is False:
         return MissionChoice("none")
     if mission is None:
         return MissionChoice("default", session_key=session_key)
-    return MissionChoice("new", given=check_mission(mission), session_key=session_key)
-
-
-def check_session_key(key: object, where: str = "--session-key") -> str:
-    """A pi session's key (32 lowercase hexadecimal digits, the pi extension's ``sessionKey``).
-
-    Raises:
-        InvalidInput: naming ``where``.
-    """
-    if not isinstance(key, str) or not SESSION_KEY_RE.fullmatch(key):
-        shown = repr(key)[:60]
-        raise InvalidInput(f"{where}: {shown} is not a session key (32 lowercase hexadecimal digits)")
-    return key
-
-
-def check_mission_id(mission_id: object, where: str = "--mission-id") -> str:
-    """A mission id as given.
-
-    Raises:
-        InvalidInput: naming ``where``.
-    """
-    if not isinstance(mission_id, str) or not MISSION_ID_RE.fullmatch(mission_id):
-        shown = repr(mission_id)[:60]
-        raise InvalidInput(f"{where}: {shown} is not a mission id (see pisub mission list)")
-    return mission_id
-
-
-def check_mission(value: Any, where: str = "mission") -> MissionInput:
-    """``mission={title | summary, objective?, goal?, budget?{tokens}, labels?}``, strictly:
-    unknown fields, wrong types, both or neither of title and summary, ``goal`` other than
-    true, a goal without ``budget.tokens`` are refused.
-
-    Raises:
-        InvalidInput: naming the field path (``mission.labels[2]: ...``).
-    """
-    if not isinstance(value, dict):
-        raise InvalidInput(f"{where}: {GIVE_OBJECT}, not {_kind(value)}")
-    for key in value:
-        if key not in MISSION_FIELDS:
-            raise InvalidInput(
-                f"{where}.{str(key)[:40]}: unknown field; the fields are {', '.join(MISSION_FIELDS)}"
-            )
-    title, summary = value.get("title"), value.get("summary")
-    if title is not None and summary is not None:
-        raise InvalidInput(f"{where}: give title or summary, not both")
-    if title is None and summary is None:
-        raise InvalidInput(f"{where}: give a non-empty title or summary")
-    objective = None
-    if "objective" in value:
-        objective = _text(value["objective"], f"{where}.objective")
-    if title is not None:
-        shown = _text(title, f"{where}.title")
-        if "\n" in shown or "\r" in shown:
-            raise InvalidInput(f"{where}.title: give one line (a longer text is a summary)")
-    else:
-        text = _text(summary, f"{where}.summary")
-        shown = _head(text)
-        if objective is None and text.strip() != shown:
-            objective = text.strip()  # the whole summary is kept: the title is its first line
-    goal = False
-    if "goal" in value:
-        if value["goal"] is not True:
-            raise InvalidInput(
-                f"{where}.goal: only true (a goal mission, with budget.tokens); leave it out otherwise, "
-                f"not {_kind(value['goal'])}"
-            )
-        goal = True
-    tokens = None
-    if "budget" in value:
-        tokens = _budget(value["budget"], f"{where}.budget")
-    if goal and tokens is None:
-        raise InvalidInput(
-            f"{where}.budget.tokens: a goal mission needs a token budget (budget: {{tokens: N}})"
-        )
-    labels: tuple[str, ...] = ()
-    if "labels" in value:
-        labels = _labels(value["labels"], f"{where}.labels")
-    return MissionInput(title=shown, objective=objective, goal=goal, budget_tokens=tokens, labels=labels)
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return {str: "text", int: "a number", float: "a number", list: "a list", dict: "an object"}.get(
-        type(value), type(value).__name__
-    )
-
-
-def _text(value: Any, where: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidInput(f"{where}: must be text, not {_kind(value)}")
-    if not value.strip():
-        raise InvalidInput(f"{where}: is empty")
-    from pisub.termsafe import printable
-
-    if printable(value) != value.replace("\r\n", "\n"):
-        raise InvalidInput(f"{where}: holds a control character: {printable(value, one_line=True)[:80]}")
-    return value.strip()
-
-
-def _budget(value: Any, where: str) -> int:
-    if not isinstance(value, dict):
-        raise InvalidInput(f"{where}: give an object {{tokens: N}}, not {_kind(value)}")
-    for key in value:
-        if key != "tokens":
-            raise InvalidInput(f"{where}.{str(key)[:40]}: unknown field; the field is tokens")
-    tokens = value.get("tokens")
-    if tokens is None:
-        raise InvalidInput(f"{where}.tokens: required (a whole number of tokens)")
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= MAX_BUDGET_TOKENS:
-        raise InvalidInput(
-            f"{where}.tokens: must be a whole number from 1 to {MAX_BUDGET_TOKENS}, not {str(tokens)[:40]}"
-        )
-    return tokens
-
-
-def _labels(value: Any, where: str) -> tuple[str, ...]:
-    from pisub.store.paths import check_label
-
-    if not isinstance(value, list):
-        raise InvalidInput(f"{where}: give a list of labels, not {_kind(value)}")
-    if len(value) > MAX_LABELS:
-        raise InvalidInput(f"{where}: {len(value)} labels; at most {MAX_LABELS}")
-    labels = tuple(check_label(item, f"{where}[{i}]") for i, item in enumerate(value))
-    return tuple(dict.fromkeys(labels))
+    return MissionChoice("new", given=parse_mission_input(mission, "mission"), session_key=session_key)
 
 
 def _head(text: str, limit: int = MAX_TITLE) -> str:
@@ -309,14 +161,16 @@ def link(
         assert given is not None
         project = project_key(workdir)
         store = MissionStore(home, project)
+        named = given.title if given.title is not None else given.summary  # a summary is its title
+        assert named is not None
         try:
             made = store.create(
-                title=given.title,
+                title=named,
                 cwd=workdir,
                 objective=given.objective,
-                goal=given.goal,
-                budget_tokens=given.budget_tokens,
-                labels=list(given.labels),
+                goal=bool(given.goal),
+                budget_tokens=given.budget.tokens if given.budget is not None else None,
+                labels=given.labels or [],
                 status=MissionStatus.ACTIVE,
                 owner_session=choice.session_key,
             )
