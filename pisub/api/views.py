@@ -187,22 +187,21 @@ def last_line(home: Home, status: Status) -> str:
 
 
 def mission_of(run: Run, status: Status | None = None) -> tuple[str, str] | None:
-    """The mission workflow run ``run`` belongs to, ``(id, status)`` (``spec/missions.md``);
-    the status is ``gone`` when the mission is no longer there, ``unreadable`` when it cannot
-    be read. None: the run belongs to none."""
+    """The mission workflow run ``run`` belongs to, ``(id, status)`` (``spec/missions.md``),
+    its status as :func:`pisub.api.missions.mission_show` reads it (its runs refreshed, never
+    stale); ``gone`` when the mission is no longer there, ``unreadable`` when it cannot be
+    read. None: the run belongs to none."""
+    from pisub.api.missions import mission_show
     from pisub.errors import MissionNotFound
-    from pisub.store.missions import MissionStore
 
     st = status if status is not None else run.status()
     if st.mission_id is None:
         return None
+    cwd = st.cwd if st.cwd is not None and os.path.isdir(st.cwd) else None  # else: any project's
     try:
-        spec = run.manifest().workflow
-        project = spec.mission_project if spec is not None else None
-        if project is None:
-            return st.mission_id, "unreadable"
-        return st.mission_id, str(MissionStore(run.home, project).get(st.mission_id).status)
+        shown = mission_show(st.mission_id, cwd=cwd, home=run.home.root)
     except MissionNotFound:
         return st.mission_id, "gone"
     except (PisubError, OSError):
         return st.mission_id, "unreadable"
+    return st.mission_id, str(shown.mission.status)

@@ -75,7 +75,7 @@ def test_a_workflow_gets_a_default_mission_that_lists_it(home: Path, workers: Pa
     assert MissionStore(open_home(), mission.project).state(mission.id).get("seen") is True
 
     shown = pisub_cli("status", run.id, check=True).stdout
-    assert f"mission  {mission.id} (" in shown, shown
+    assert f"mission  {mission.id} (completed)" in shown, shown  # it followed its run
     status = json.loads(pisub_cli("status", run.id, "--json", check=True).stdout)
     assert status["missionId"] == mission.id
 
