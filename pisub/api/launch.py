@@ -28,10 +28,11 @@ WORKFLOW_ONLY = "--usage-budget is for workflows"
 ARGS_ONLY_FOR_SCRIPTS = "--arg is for --workflow or --workflow-script"
 MISSION_OPTIONS = {
     "mission_id": "--mission-id",
-    "mission": "--mission/--no-mission",
+    "mission": "--mission",
     "session_key": "--session-key",
 }
-"""A workflow's mission options (``spec/missions.md``): refused for a single run."""
+"""A workflow's mission options (``spec/missions.md``): refused for a single run, except
+``mission=False`` (``--no-mission``), which a single run already is."""
 SINGLE_RUN_ONLY = {
     "session_dir": ("--session-dir", None),
     "max_output_bytes": ("--max-output-bytes", None),
@@ -119,7 +120,7 @@ def start(
         if options.get("usage_budget") is not None:
             raise InvalidInput(WORKFLOW_ONLY)
         for name, flag in MISSION_OPTIONS.items():
-            if options.get(name) is not None:
+            if options.get(name) not in (None, False if name == "mission" else None):
                 raise InvalidInput(f"{flag} is for workflows (a single run belongs to no mission of its own)")
         return launch(agent, task, **cast("LaunchOptions", _only(options, LaunchOptions.__optional_keys__)))
     if agent is not None or task is not None:

@@ -266,8 +266,8 @@ def test_the_cli_refuses_bad_mission_flags_in_one_line(home: Path) -> None:
         assert len(lines) == 1 and said in lines[0] and "INVALID_INPUT" in lines[0], (flags, proc.stderr)
     proc = pisub_cli("run", "--agent", "worker", "hello", "--mission-id", "0123456789ab")
     assert proc.returncode != 0 and "--mission-id is for workflows" in proc.stderr, proc.stderr
-    with pytest.raises(InvalidInput, match="for workflows"):
-        start("worker", "hello", mission=False)
+    with pytest.raises(InvalidInput, match="--mission is for workflows"):
+        start("worker", "hello", mission={"title": "t"})
     _nothing_started(home)
 
 
@@ -362,3 +362,5 @@ def test_a_single_run_is_in_no_mission(home: Path, workers: Path) -> None:
     run = launch("worker", "hello")
     assert run.wait(timeout=60).state == "complete"
     assert run.status().mission_id is None and not (home / "missions").exists()
+    again = start("worker", "hello", mission=False)  # --no-mission: what a single run is anyway
+    assert again.wait(timeout=60).state == "complete" and again.status().mission_id is None
