@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,11 @@ def test_mission_false_leaves_the_workflow_without_mission_or_state(
     )
     assert shared.wait(timeout=60).content[0].text == "1"
     assert json.loads((home / "state" / "ns1.json").read_text())["values"] == {"k": 1}
+    # a schedule's fire: its pre-chosen run id, no mission (pisub/api/schedules.py)
+    chosen = str(uuid.uuid4())
+    fired = launch_workflow(text="return typeof state;", mission=False, run_id=chosen)
+    assert fired.id == chosen and fired.wait(timeout=60).content[0].text == "undefined"
+    assert fired.status().mission_id is None and not (home / "missions").exists()
     # the CLI's --no-mission is the same
     out = pisub_cli("run", "--workflow-script", "return typeof state;", "--no-mission", "--json", check=True)
     launched = json.loads(out.stdout)
