@@ -21,6 +21,7 @@ from pisub.protocol.manifest import Manifest
 from pisub.protocol.placement import Heartbeat, Placement
 from pisub.protocol.queue import GroupConfig, QueueEntry
 from pisub.protocol.result import Result
+from pisub.protocol.schedule_timer import TimerRecord
 from pisub.protocol.status import Status
 from pisub.protocol.workflow import ChildCall, ChildResult, JournalEntry, SharedState
 from pisub.protocol.worktree import WorktreeRecord
@@ -52,6 +53,7 @@ SCHEMAS: dict[str, Any] = {
     "verify-cache": VerifyCacheEntry,
     "group": GroupConfig,
     "queue-entry": QueueEntry,
+    "schedule-timer": TimerRecord,
 }
 """File name (without ``.json``) → the type it describes."""
 
