@@ -667,7 +667,7 @@ def _install_systemd(home: Home, pisub: list[str], dry_run: bool) -> Plan:
         try:
             where.mkdir(mode=0o700, parents=True, exist_ok=True)
             for unit in files:
-                atomic_write(Path(unit.path), unit.text.encode(), mode=0o644)
+                atomic_write(Path(unit.path), unit.text.encode())
         except OSError as exc:
             raise storage_error(exc, "write the unit files in", where) from exc
         _systemctl("daemon-reload")
@@ -732,19 +732,28 @@ def _remove_units(home: Home) -> list[Installed]:
     return [entry]
 
 
-def uninstall(*, home: Path | None = None) -> list[Installed]:
+@dataclass(frozen=True)
+class Uninstalled:
+    """What ``uninstall`` removed (nothing when no timer of the home was installed)."""
+
+    home: str
+    removed: list[Installed]
+
+
+def uninstall(*, home: Path | None = None) -> Uninstalled:
     """Remove this home's timer entries (its crontab line, its systemd units); every other line
-    and unit stays. What was removed (none: nothing was installed).
+    and unit stays. A home that no longer exists is not created again (its entry still goes).
 
     Raises:
         TimerError: ``crontab`` failed.
     """
-    opened = open_home(home)
+    opened = open_home(home, create=False)
     digest = home_hash(str(opened.root))
     with user_lock():
         removed = _remove_cron_line(digest) + _remove_units(opened)
-        _drop_record(opened)
-    return removed
+        if opened.root.is_dir():
+            _drop_record(opened)
+    return Uninstalled(str(opened.root), removed)
 
 
 def _cron_installed(line: str, daemon: bool | None) -> Installed:
@@ -778,8 +787,9 @@ def installed(home: Home, problems: list[str] | None = None) -> list[Installed]:
     if (where / timer_name).exists() or (where / service_name).exists():
         active: bool | None = None
         if user_manager():
-            code, out, _ = _tool(["systemctl", "--user", "is-active", timer_name])
-            active = code == 0 and out.strip() == b"active"
+            with contextlib.suppress(TimerError):
+                code, out, _ = _tool(["systemctl", "--user", "is-active", timer_name])
+                active = code == 0 and out.strip() == b"active"
         found.append(_unit_installed(where / timer_name, where / service_name, active))
     return found
 
@@ -809,6 +819,33 @@ def last_tick(home: Home, problems: list[str] | None = None) -> LastTick | None:
         source=str(source) if isinstance(source, str) else "unknown",
         fired=fired if isinstance(fired, int) and not isinstance(fired, bool) else None,
     )
+
+
+def gone_homes() -> list[str]:
+    """Homes that crontab entries of pisub tick (any home's marker) but that no longer exist: a
+    home removed without ``uninstall`` (never raises)."""
+    if shutil.which("crontab") is None:
+        return []
+    try:
+        lines = read_crontab().split(b"\n")
+    except TimerError:
+        return []
+    gone: list[str] = []
+    for line in lines:
+        if _MARKED.search(line) is None:
+            continue
+        fields = line.decode("utf-8", "replace").split(None, 5)
+        try:
+            words = shlex.split(fields[5].replace("\\%", "%"), comments=True) if len(fields) == 6 else []
+        except ValueError:
+            continue
+        for word in words:
+            if word.startswith("PISUB_HOME="):
+                root = word.removeprefix("PISUB_HOME=")
+                if os.path.isabs(root) and not os.path.lexists(root) and root not in gone:
+                    gone.append(root)
+                break
+    return gone
 
 
 def ago(seconds: float) -> str:
@@ -864,6 +901,14 @@ def timer_status(home: Home) -> TimerStatus:
         warnings.append(
             f"a {record.kind.value} timer was installed at {record.installed_at} but is gone (removed "
             "outside pisub): pisub schedule install puts it back"
+        )
+    gone = gone_homes()
+    if gone:
+        shown = ", ".join(gone[:3]) + (f" and {len(gone) - 3} more" if len(gone) > 3 else "")
+        notes.append(
+            f"{len(gone)} crontab entr{'y ticks a pisub home' if len(gone) == 1 else 'ies tick pisub homes'} "
+            f"that no longer exist{'s' if len(gone) == 1 else ''} ({shown}): "
+            "PISUB_HOME=<that path> pisub schedule uninstall removes one"
         )
     return TimerStatus(str(home.root), found, tick, warnings, notes, None if found else available_kind())
 

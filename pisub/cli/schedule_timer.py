@@ -71,16 +71,15 @@ def install(
 
 def uninstall(as_json: bool = JSON) -> None:
     """Remove this home's timer entry (every other crontab line and unit stays)."""
-    from pisub.api.admin import home_dir
     from pisub.api.schedule_timer import uninstall as uninstall_timer
 
-    removed = uninstall_timer()
+    done = uninstall_timer()
     if as_json:
-        json_line({"home": str(home_dir()), "removed": [_installed_json(r) for r in removed]})
+        json_line({"home": done.home, "removed": [_installed_json(r) for r in done.removed]})
         return
-    if not removed:
-        out(f"nothing to remove: no timer of home {home_dir()} is installed")
-    for gone in removed:
+    if not done.removed:
+        out(f"nothing to remove: no timer of home {done.home} is installed")
+    for gone in done.removed:
         out(f"removed: {gone.kind.value} {gone.entry}")
 
 

@@ -324,3 +324,16 @@ def test_installs_of_many_homes_at_once_lose_no_line(tmp_path: Path) -> None:
         for root in roots:
             if root.exists():
                 uninstall(home=root)
+
+
+def test_an_entry_of_a_removed_home_is_named_and_uninstalled_without_creating_it(
+    cron_home: Path, other_home: Path
+) -> None:
+    other_env = {**os.environ, "PISUB_HOME": str(other_home)}
+    cli_json("schedule", "install", "--cron", env=other_env)
+    shutil.rmtree(other_home)  # removed without `uninstall`: its line ticks a home that is gone
+    notes = cli_json("schedule", "timer")["notes"]
+    assert any(f"({other_home}" in n and "no longer exist" in n for n in notes), notes
+    gone = cli_json("schedule", "uninstall", env=other_env)
+    assert len(gone["removed"]) == 1 and ours(other_home) == []
+    assert not other_home.exists()  # uninstall did not make the home again
