@@ -32,7 +32,7 @@ from pathlib import Path
 
 from pisub.errors import InvalidInput, PisubError, TimerError, storage_error
 from pisub.protocol.schedule_timer import TimerKind, TimerRecord
-from pisub.store.paths import Home, open_home
+from pisub.store.paths import Home, default_home, open_home
 
 TICK_STALE_S = 180.0
 """A timer whose home has not ticked for this long (or never, this long after its install) is
@@ -558,7 +558,8 @@ def install(kind: TimerKind | None = None, *, dry_run: bool = False, home: Path 
         TimerError: no timer on this machine, or ``crontab``/``systemctl`` failed.
         InvalidInput: the home's or the Python's path cannot be written into the entry.
     """
-    opened = open_home(home)
+    check_path_text("the pisub home", str(home if home is not None else default_home()))
+    opened = open_home(home)  # (refused first: a home no entry can name is not created)
     root = str(opened.root)
     chosen = kind if kind is not None else available_kind()
     if chosen is None:
