@@ -593,7 +593,19 @@ def _install_cron(home: Home, pisub: list[str], dry_run: bool) -> Plan:
         except TimerError as exc:
             changed = True
             notes.append(f"the crontab cannot be read here: {exc.message}")
-        return Plan(TimerKind.CRON, root, pisub, command, line, [], changed, True, _user_name(), [], notes)
+        return Plan(
+            kind=TimerKind.CRON,
+            home=root,
+            pisub=pisub,
+            command=command,
+            entry=line,
+            files=[],
+            changed=changed,
+            dry_run=True,
+            owner=_user_name(),
+            removed=[],
+            notes=notes,
+        )
     with user_lock():
         current = read_crontab()
         new = with_cron_line(current, line.encode(), digest)
@@ -609,7 +621,19 @@ def _install_cron(home: Home, pisub: list[str], dry_run: bool) -> Plan:
         _keep_record(home, TimerKind.CRON, line, pisub)
     if cron_daemon() is None:
         notes.append(NO_CRON_DAEMON)
-    return Plan(TimerKind.CRON, root, pisub, command, line, [], changed, False, _user_name(), removed, notes)
+    return Plan(
+        kind=TimerKind.CRON,
+        home=root,
+        pisub=pisub,
+        command=command,
+        entry=line,
+        files=[],
+        changed=changed,
+        dry_run=False,
+        owner=_user_name(),
+        removed=removed,
+        notes=notes,
+    )
 
 
 NO_CRON_DAEMON = (
@@ -648,17 +672,17 @@ def _install_systemd(home: Home, pisub: list[str], dry_run: bool) -> Plan:
         if not user_manager():
             notes.append("no systemd user manager answers `systemctl --user` here: the install would fail")
         return Plan(
-            TimerKind.SYSTEMD,
-            root,
-            pisub,
-            command,
-            files[1].path,
-            files,
-            changed,
-            True,
-            _user_name(),
-            [],
-            notes,
+            kind=TimerKind.SYSTEMD,
+            home=root,
+            pisub=pisub,
+            command=command,
+            entry=files[1].path,
+            files=files,
+            changed=changed,
+            dry_run=True,
+            owner=_user_name(),
+            removed=[],
+            notes=notes,
         )
     if not user_manager():
         raise TimerError(
@@ -673,20 +697,23 @@ def _install_systemd(home: Home, pisub: list[str], dry_run: bool) -> Plan:
             raise storage_error(exc, "write the unit files in", where) from exc
         _systemctl("daemon-reload")
         _systemctl("enable", "--now", timer_name)
-        removed = _remove_cron_line(digest)
+        try:
+            removed = _remove_cron_line(digest)
+        except TimerError as exc:  # the timer is installed; an old line may stay
+            notes.append(f"a crontab line of this home could not be removed: {exc.message}")
         _keep_record(home, TimerKind.SYSTEMD, files[1].path, pisub)
     return Plan(
-        TimerKind.SYSTEMD,
-        root,
-        pisub,
-        command,
-        files[1].path,
-        files,
-        changed,
-        False,
-        _user_name(),
-        removed,
-        notes,
+        kind=TimerKind.SYSTEMD,
+        home=root,
+        pisub=pisub,
+        command=command,
+        entry=files[1].path,
+        files=files,
+        changed=changed,
+        dry_run=False,
+        owner=_user_name(),
+        removed=removed,
+        notes=notes,
     )
 
 
