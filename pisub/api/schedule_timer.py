@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import re
 import shlex
@@ -103,12 +102,13 @@ class Plan:
 
 @dataclass(frozen=True)
 class LastTick:
-    """``<home>/schedules/last-tick.json``, as the last ``pisub schedule tick`` wrote it."""
+    """``<home>/schedules/last-tick.json``, as the last ``pisub schedule tick`` wrote it, and its
+    age."""
 
     at: str
     age_s: float
     source: str
-    fired: int | None
+    fired: int
 
 
 @dataclass(frozen=True)
@@ -823,30 +823,25 @@ def installed(home: Home, problems: list[str] | None = None) -> list[Installed]:
 
 
 def last_tick(home: Home, problems: list[str] | None = None) -> LastTick | None:
-    """``<home>/schedules/last-tick.json`` (None: no tick yet; one that cannot be read is named
-    in ``problems``)."""
-    from pisub.core.fsio import read_bytes
+    """``<home>/schedules/last-tick.json`` as the last ``pisub schedule tick`` wrote it (None: no
+    tick yet; one that cannot be read is named in ``problems``)."""
+    from pisub.core.fsio import load_json
     from pisub.protocol.codec import parse_iso
+    from pisub.protocol.schedule import LastTick as TickRecord
+    from pisub.store.schedules import LAST_TICK
 
-    path = home.schedules / "last-tick.json"
+    path = home.schedules / LAST_TICK
     try:
-        data = json.loads(read_bytes(path, limit=RECORD_LIMIT))
-        at = data["at"]
-        age = time.time() - parse_iso(at)
-        source = data.get("source")
-        fired = data.get("fired")
+        tick = load_json(path, TickRecord, limit=RECORD_LIMIT)
+        age = time.time() - parse_iso(tick.at)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (PisubError, ValueError) as exc:
         if problems is not None:
-            problems.append(f"{path} cannot be read ({type(exc).__name__}): the next tick rewrites it")
+            why = exc.message if isinstance(exc, PisubError) else f"its time {exc}"
+            problems.append(f"{LAST_TICK} cannot be read ({why}): the next tick rewrites it")
         return None
-    return LastTick(
-        at=str(at),
-        age_s=max(0.0, age),
-        source=str(source) if isinstance(source, str) else "unknown",
-        fired=fired if isinstance(fired, int) and not isinstance(fired, bool) else None,
-    )
+    return LastTick(at=tick.at, age_s=max(0.0, age), source=tick.source, fired=tick.fired)
 
 
 def gone_homes() -> list[str]:
@@ -971,16 +966,13 @@ def _stale(entry: Installed, tick: LastTick | None, record: TimerRecord | None) 
 
 
 def count_schedules(home: Home) -> int:
-    """Schedules of the home: ``schedules/<id>/schedule.json`` (every project's)."""
+    """Schedules of the home (every project's)."""
+    from pisub.store.schedules import ScheduleStore
+
     try:
-        entries = list(os.scandir(home.schedules))
-    except OSError:
+        return len(ScheduleStore(home).ids())
+    except PisubError:
         return 0
-    return sum(
-        1
-        for e in entries
-        if e.is_dir(follow_symlinks=False) and os.path.isfile(os.path.join(e.path, "schedule.json"))
-    )
 
 
 NO_TIMER = (

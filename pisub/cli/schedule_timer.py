@@ -108,8 +108,7 @@ def timer(as_json: bool = JSON) -> None:
     if tick is None:
         out("last tick: never")
     else:
-        fired = "?" if tick.fired is None else str(tick.fired)
-        out(f"last tick: {tick.at} ({ago(tick.age_s)} ago), from {tick.source}, fired {fired}")
+        out(f"last tick: {tick.at} ({ago(tick.age_s)} ago), from {tick.source}, fired {tick.fired}")
     for warning in state.warnings:
         out(f"warning: {warning}")
     for note in state.notes:

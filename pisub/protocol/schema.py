@@ -18,9 +18,11 @@ from pisub.protocol.handoff import Handoff
 from pisub.protocol.lanes import Lane, LaneBoard
 from pisub.protocol.lease import Brief, LeaseOwner
 from pisub.protocol.manifest import Manifest
+from pisub.protocol.mission import Mission, MissionInput, MissionProject, MissionUpdate
 from pisub.protocol.placement import Heartbeat, Placement
 from pisub.protocol.queue import GroupConfig, QueueEntry
 from pisub.protocol.result import Result
+from pisub.protocol.schedule import Fire, Schedule
 from pisub.protocol.schedule_timer import TimerRecord
 from pisub.protocol.status import Status
 from pisub.protocol.workflow import ChildCall, ChildResult, JournalEntry, SharedState
@@ -53,6 +55,12 @@ SCHEMAS: dict[str, Any] = {
     "verify-cache": VerifyCacheEntry,
     "group": GroupConfig,
     "queue-entry": QueueEntry,
+    "mission": Mission,
+    "mission-update": MissionUpdate,
+    "mission-input": MissionInput,
+    "mission-project": MissionProject,
+    "schedule": Schedule,
+    "schedule-fire": Fire,
     "schedule-timer": TimerRecord,
 }
 """File name (without ``.json``) → the type it describes."""
