@@ -1,4 +1,4 @@
-"""The real timer of schedules (``spec/schedule-timer.md``).
+"""The real timer of schedules (``spec/schedules.md (Timers)``).
 
 ``pisub schedule install`` puts ONE entry that runs ``pisub schedule tick --from cron|systemd
 --quiet`` every minute into a timer the machine already has: a systemd user timer when a user

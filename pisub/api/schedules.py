@@ -25,6 +25,7 @@ from typing import Any
 
 from pisub.core import fsio
 from pisub.errors import (
+    HomeUnusable,
     InvalidInput,
     LockBusy,
     PisubError,
@@ -462,6 +463,13 @@ def schedule_tick(
     """
     if source not in TICK_SOURCES:
         raise InvalidInput(f"from: {str(source)[:20]!r} is not cron, systemd or manual")
+    # A timer's tick never makes a home again: a timer left behind by a removed home does nothing.
+    given = open_home(home, create=False)
+    if source != "manual" and not fsio.lexists(given.root):
+        raise HomeUnusable(
+            f"pisub home {given.root} does not exist: a timer of a removed home ticked; remove it "
+            f"with PISUB_HOME={given.root} pisub schedule uninstall"
+        )
     store = ScheduleStore(open_home(home))
     report = _fire_all(store, DueReason.TIMER, now)
     store.write_last_tick(LastTick(at=now_iso(), pid=os.getpid(), source=source, fired=len(report.fired)))
@@ -607,7 +615,7 @@ def _launch(store: ScheduleStore, schedule: Schedule, fire: Fire) -> None:
             label=target.label,
             home=store.home.root,
             run_id=fire.run_id,
-            **_NO_MISSION,
+            mission=False,  # the seed's: a fire has no mission
         )
     except LaunchFailed as exc:  # the run exists, marked failed
         error = exc.message
@@ -628,11 +636,6 @@ def _launch(store: ScheduleStore, schedule: Schedule, fire: Fire) -> None:
     store.save(schedule)
     store.record(schedule.id, fire)
     store.event(schedule.id, "fire.started", fire)
-
-
-_NO_MISSION: dict[str, Any] = {}
-"""A fire is ``launch_workflow(..., mission=False)`` (the seed's); issue 28's mission parameter
-is added to the launch by the missions work — then this is ``{"mission": False}``."""
 
 
 def _notice(store: ScheduleStore, schedule: Schedule, fire: Fire) -> None:

@@ -1,5 +1,5 @@
 """``pisub schedule install`` / ``uninstall`` / ``timer``: the real timer (cron or a systemd user
-timer) that calls ``pisub schedule tick`` every minute (``spec/schedule-timer.md``)."""
+timer) that calls ``pisub schedule tick`` every minute (``spec/schedules.md (Timers)``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``<home>/schedules/timer.json``: which real timer ``pisub schedule install`` installed for the
-home (``spec/schedule-timer.md``)."""
+home (``spec/schedules.md (Timers)``)."""
 
 from __future__ import annotations
 

@@ -49,6 +49,8 @@ EVENTS = "events.jsonl"
 LOCK = "lock"
 CREATE_LOCK = ".create.lock"
 LAST_TICK = "last-tick.json"
+TIMER = "timer.json"
+"""What `pisub schedule install` installed (pisub.api.schedule_timer)."""
 QUARANTINE = ".quarantine"
 MAX_RECORD_BYTES = 1024 * 1024
 """A schedule.json larger than this is not read (quarantined)."""
@@ -120,7 +122,7 @@ class ScheduleStore:
             names = fsio.listdir(self.root)
         except OSError:
             return []
-        known = {CREATE_LOCK, LAST_TICK, QUARANTINE}
+        known = {CREATE_LOCK, LAST_TICK, QUARANTINE, TIMER}
         return sorted(
             printable(n)
             for n in names

@@ -118,6 +118,18 @@ def test_tick_fires_a_detached_workflow_and_records_its_end(home: Path, tmp_path
     assert [h["state"] for h in history] == ["completed"] and history[0]["dueReason"] == "timer"
     shown_json = json.loads(pisub_cli("schedule", "show", made.id, "--json", check=True).stdout)
     assert shown_json["id"] == made.id and shown_json["recent"][0]["runId"] == fire.run_id
+    # a fire is a workflow without a mission (the seed's), so no mission store appears
+    assert pisub.Run(fire.run_id or "").status().mission_id is None
+    assert not (home / "missions").exists()
+
+
+def test_a_timer_tick_never_makes_a_removed_home_again(tmp_path: Path) -> None:
+    gone = tmp_path / "removed home"
+    done = pisub_cli(
+        "schedule", "tick", "--from", "cron", "--quiet", env={**os.environ, "PISUB_HOME": str(gone)}
+    )
+    assert done.returncode == 1 and "does not exist" in done.stderr and "[HOME_UNUSABLE]" in done.stderr
+    assert not gone.exists()
 
 
 def test_overlap_skip_delete_refused_and_a_run_killed_dead_does_not_block(
