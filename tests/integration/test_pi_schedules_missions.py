@@ -819,7 +819,7 @@ def test_a_mission_from_create_to_close(face: Face, tmp_path: Path) -> None:
         face.result({"action": "mission.update", "missionId": mission, "missionUpdate": {"bogus": 1}})
     )
     assert bad.startswith("INVALID_INPUT: ") and "bogus" in bad, bad  # pisub's strict check, with the field
-    missing = _text(face.result({"action": "mission.show", "missionId": "no-such-mission"}))
+    missing = _text(face.result({"action": "mission.show", "missionId": "0123456789ab"}))
     assert missing.startswith("MISSION_NOT_FOUND: "), missing
 
 

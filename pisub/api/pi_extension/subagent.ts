@@ -1583,6 +1583,7 @@ function missionText(m: any): string {
     out.push(`goal: ${one(goal ?? "none", 24)}${budget !== undefined ? `, ${one(used, 16)} of ${one(budget, 16)} tokens used` : ""}`);
   }
   if (Array.isArray(m.labels) && m.labels.length) out.push(`labels: ${one(m.labels.join(", "), 400)}`);
+  if (m.ownerSession) out.push(`session: ${one(m.ownerSession, 64)}`);
   if (m.summary && m.title) out.push(`summary: ${one(m.summary, 600)}`);
   const runs: any[] = Array.isArray(m.runs) ? m.runs : [];
   if (runs.length) {
@@ -1599,8 +1600,9 @@ function missionText(m: any): string {
   if (artifacts.length) out.push("artifacts:", ...artifacts.slice(0, 20).map((a) => `  ${one(a?.kind, 20)}: ${one(a?.path, 400)}`));
   const receipts: any[] = Array.isArray(m.receipts) ? m.receipts : [];
   if (receipts.length) {
-    out.push("receipts:", ...receipts.slice(0, 20).map((r) => `  ${one(r?.kind, 20)} (${one(r?.status, 16)}): ${one(r?.title, 200)} ${one(r?.url, 400)}`));
+    out.push("receipts:", ...receipts.slice(0, 20).map((r) => `  ${one(r?.kind, 20)} (${one(r?.status, 16)}): ${one(r?.title ?? "", 200)} ${one(r?.url, 400)}`));
   }
+  if (m.nextStep) out.push(`next: ${one(m.nextStep, 400)}`);
   return out.join("\n");
 }
 
@@ -2073,14 +2075,14 @@ function removePresence(file: string | null): void {
 
 // ---- Goal missions: after a parent turn settles (pi idle), `pisub mission next --session-key
 // KEY --json` says whether a goal mission of this session has a continuation notice; one is sent
-// (custom type pisub-mission, starting a turn). At most one per idle turn, none while a tool call
-// of this extension runs, and never the same notice twice in a row for a mission (nothing moved).
+// (custom type pisub-mission, starting a turn). At most one per idle turn and none while a tool
+// call of this extension runs. pisub gives a notice once per progress of its mission (it records
+// it as given), so what it answers is always sent: a notice never repeats without progress.
 class Goals {
   running = 0; // tool calls of this extension in flight
   turn = 0; // agent runs started in this session
   checked = -1; // the turn whose end was looked at
   settledSeen = false; // this pi has agent_settled (older ones: agent_end, then idle)
-  last = new Map<string, string>(); // mission id -> the last notice sent
 
   constructor(
     private pi: any,
@@ -2107,6 +2109,7 @@ class Goals {
 
   async check(ctx: any): Promise<void> {
     if (this.running > 0 || this.checked === this.turn || !this.notices.home) return;
+    if (ctx?.isIdle?.() === false) return; // a turn began already: its end looks
     this.checked = this.turn;
     if (!hasMissions(this.notices.home)) return; // no mission anywhere: no process per turn
     const argv = pisubArgv();
@@ -2119,22 +2122,18 @@ class Goals {
     } catch {
       return; // a pisub without missions, a broken answer: no notice
     }
-    const mission = typeof out?.missionId === "string" ? out.missionId : "";
     const notice = typeof out?.notice === "string" ? out.notice.trim() : "";
-    if (!notice) {
-      if (mission) this.last.delete(mission);
-      else this.last.clear(); // a run went on, or the goal ended: the next notice is news
-      return;
-    }
-    if (this.last.get(mission) === notice) return; // the same as the last one: nothing moved
-    if (this.running > 0 || ctx?.isIdle?.() === false) return; // a turn began meanwhile: its end looks again
-    this.last.set(mission, notice);
+    if (!notice) return;
+    // given is given (pisub marked it): a turn that began meanwhile gets it as a follow-up
     this.pi.sendMessage(
       {
         customType: "pisub-mission",
         content: termSafe(notice.slice(0, 500)),
         display: true,
-        details: { missionId: mission || null, reason: typeof out?.reason === "string" ? out.reason : null },
+        details: {
+          missionId: typeof out?.missionId === "string" ? out.missionId : null,
+          reason: typeof out?.reason === "string" ? out.reason : null,
+        },
       },
       { triggerTurn: true, deliverAs: "followUp" },
     );
