@@ -18,6 +18,7 @@ from pisub.protocol.handoff import Handoff
 from pisub.protocol.lanes import Lane, LaneBoard
 from pisub.protocol.lease import Brief, LeaseOwner
 from pisub.protocol.manifest import Manifest
+from pisub.protocol.mission import Mission, MissionInput, MissionProject, MissionUpdate
 from pisub.protocol.placement import Heartbeat, Placement
 from pisub.protocol.queue import GroupConfig, QueueEntry
 from pisub.protocol.result import Result
@@ -52,6 +53,10 @@ SCHEMAS: dict[str, Any] = {
     "verify-cache": VerifyCacheEntry,
     "group": GroupConfig,
     "queue-entry": QueueEntry,
+    "mission": Mission,
+    "mission-update": MissionUpdate,
+    "mission-input": MissionInput,
+    "mission-project": MissionProject,
 }
 """File name (without ``.json``) → the type it describes."""
 

@@ -48,6 +48,11 @@ class StateNamespace:
         with self._locked():
             return self._read().values.get(key)
 
+    def snapshot(self) -> SharedState:
+        """Every value and when they last changed (under the lock: never stale)."""
+        with self._locked():
+            return self._read()
+
     def set(self, key: str, value: Any) -> None:
         """Set ``key`` to the JSON value ``value`` (merged with the others' keys).
 
