@@ -915,14 +915,14 @@ function startArgv(p: any, ctx: PlanContext): string[] | Result {
   flag(argv, "--timeout", timeout);
   const refused = startOptions(p, ctx, argv);
   if (refused) return refused;
-  const workflow = [p.workflowScript, p.workflowScriptPath, p.workflow].some((v) => v !== undefined);
+  const workflow = [p.workflowScript, p.workflowScriptPath, p.workflow, p.lanes].some((v) => v !== undefined);
   if (!workflow && (p.missionId !== undefined || (p.mission !== undefined && p.mission !== false))) {
     return invalid(
       `${p.missionId !== undefined ? "missionId" : "mission"}: a mission encloses a workflow (workflowScript, workflowScriptPath, ` +
-        "workflow); link another run to a mission with mission.attach-run",
+        "workflow, lanes); link another run to a mission with mission.attach-run",
     );
   }
-  if (workflow || p.lanes !== undefined) {
+  if (workflow) {
     if (p.checkpointBeforeDeadlineMs !== undefined) {
       return invalid("checkpointBeforeDeadlineMs is for a single agent's run (the seed's rule), not a workflow");
     }
@@ -930,11 +930,8 @@ function startArgv(p: any, ctx: PlanContext): string[] | Result {
     if (!Array.isArray(source)) return source;
     argv.push(...source);
     flag(argv, "--usage-budget", json(p.usageBudget));
-    if (workflow) {
-      const refused = startMission(p, ctx, argv);
-      if (refused) return refused;
-    }
-    return argv;
+    const refused = startMission(p, ctx, argv);
+    return refused ?? argv;
   }
   if (!p.agent || !p.task) return invalid("a run needs agent and task (or workflowScript, workflowScriptPath, workflow)");
   if (p.gate !== undefined && p.acceptance !== undefined && p.acceptance !== false) {
