@@ -1504,6 +1504,7 @@ function scheduleState(s: any): string {
   const state = pick(s, "state", "status");
   if (typeof state === "string") return state;
   if (s?.paused === true) return "paused";
+  if (s?.done === true) return "done"; // a one-shot that fired
   return pick(s, "activeRunId", "active.runId") ? "running" : "scheduled";
 }
 
@@ -1528,12 +1529,13 @@ function scheduleLine(s: any): string {
 function fireLine(f: any): string {
   if (!f || typeof f !== "object") return one(f);
   const run = pick(f, "runId", "run");
-  const state = pick(f, "state", "outcome", "status");
+  const runState = pick(f, "runState");
+  const state = `${pick(f, "state", "outcome", "status") ?? "?"}${runState !== undefined ? ` (run ${runState})` : ""}`;
   const planned = pick(f, "plannedAt");
   const reason = pick(f, "dueReason", "reason");
   const error = pick(f, "error");
   return (
-    `${run !== undefined ? "run " + one(run, 64) : "no run"}  ${one(state ?? "?", 24)}` +
+    `${run !== undefined ? "run " + one(run, 64) : "no run"}  ${one(state, 48)}` +
     `${planned !== undefined ? "  planned " + one(planned, 40) : ""}${reason !== undefined ? "  (" + one(reason, 20) + ")" : ""}` +
     `${error !== undefined ? "  " + one(error, 200) : ""}`
   );
@@ -1546,8 +1548,11 @@ function scheduleText(s: any): string {
   if (cwd !== undefined) out.push(`cwd: ${one(cwd, 400)}`);
   const catchUp = pick(s, "catchUp");
   if (catchUp !== undefined) out.push(`catch up: ${one(catchUp, 20)}; overlap: skip`);
-  const last = pick(s, "lastRunId", "activeRunId");
-  if (last !== undefined) out.push(`last run: ${one(last, 64)}`);
+  const active = pick(s, "active");
+  if (active && typeof active === "object") out.push(`firing now: ${fireLine(active)}`);
+  const last = pick(s, "last");
+  if (last && typeof last === "object") out.push(`last fire: ${fireLine(last)}`);
+  if (typeof s.fires === "number") out.push(`fires so far: ${s.fires}`);
   const recent: any[] = Array.isArray(s.recent) ? s.recent : Array.isArray(s.history) ? s.history : [];
   if (recent.length) out.push("recent fires:", ...recent.slice(0, 10).map((f) => "  " + fireLine(f)));
   return out.join("\n");
@@ -2479,7 +2484,8 @@ function registerCommands(pi: any, notices: Notices): void {
       if (!running.length && !schedules.length) {
         return tell(ctx, "no run started from this session is running, and no schedule here is active (/subagents-stop RUN stops any run)");
       }
-      const label = (r: Pending) => `${r.runId}  ${r.agent ? termSafe(r.agent, true).slice(0, 64) : "?"}  ${readState(notices.runDir(r.runId)) ?? "?"}`;
+      const who = (r: Pending) => (r.agent ? termSafe(r.agent, true).slice(0, 64) : r.schedule ? `schedule ${termSafe(r.schedule.name, true).slice(0, 64)}` : "?");
+      const label = (r: Pending) => `${r.runId}  ${who(r)}  ${readState(notices.runDir(r.runId)) ?? "?"}`;
       const scheduleLabel = (sc: any) => `[schedule] ${scheduleLine(sc)}  (pauses it)`;
       if (!ctx?.hasUI || !ctx.ui?.select) {
         const lines = running.map((r) => `${label(r)}\n  subagent({action: "stop", id: "${r.runId}"})  or  /subagents-stop ${r.runId}`);
