@@ -1623,7 +1623,7 @@ function scheduleRender(sub: string, items: any[], p: any): string {
         : `schedule ${one(p?.id, 64)}: ${fireLine(first)}`;
     }
     case "run-due":
-      return rows(items, fireLine, "(nothing was due)");
+      return runDueText(first);
     case "delete":
       return `deleted schedule ${one(pick(first, "id") ?? p?.id, 64)}`;
     case "create":
@@ -1632,6 +1632,24 @@ function scheduleRender(sub: string, items: any[], p: any): string {
     default:
       return scheduleText(first);
   }
+}
+
+// What a run-due did: {fired, ended, skipped, missed: [fire], waiting, busy: [schedule id], errors}.
+function runDueText(report: any): string {
+  if (!report || typeof report !== "object" || Array.isArray(report)) return readable(report);
+  const out: string[] = [];
+  const fires = (key: string, verb: string) => {
+    const list: any[] = Array.isArray(report[key]) ? report[key] : [];
+    for (const f of list.slice(0, 50)) out.push(`${verb} ${one(pick(f, "scheduleId") ?? "?", 64)}: ${fireLine(f)}`);
+  };
+  fires("fired", "fired");
+  fires("ended", "ended");
+  fires("skipped", "skipped");
+  fires("missed", "missed");
+  for (const id of Array.isArray(report.waiting) ? report.waiting.slice(0, 50) : []) out.push(`waiting ${one(id, 64)}: due, but its pi session is not open`);
+  for (const id of Array.isArray(report.busy) ? report.busy.slice(0, 50) : []) out.push(`busy ${one(id, 64)}: another tick holds it`);
+  for (const e of Array.isArray(report.errors) ? report.errors.slice(0, 50) : []) out.push(`error ${one(e, 400)}`);
+  return out.join("\n") || "nothing was due";
 }
 
 function missionRender(sub: string, items: any[]): string {
