@@ -188,12 +188,17 @@ MAPPED: list[tuple[dict[str, Any], dict[str, Any], list[str]]] = [
     (
         {"workflowScript": JS, "missionId": "m-1"},
         {"sessionKey": KEY},
-        ["run", "--json", "--workflow-script=-", "--mission-id=m-1", f"--session-key={KEY}"],
+        ["run", "--json", "--workflow-script=-", "--mission-id=m-1"],
     ),
     (
         {"workflowScriptPath": "wf.py", "mission": False},
         {"sessionKey": KEY},
-        ["run", "--json", "--workflow=wf.py", "--no-mission", f"--session-key={KEY}"],
+        ["run", "--json", "--workflow=wf.py", "--no-mission"],
+    ),
+    (
+        {"lanes": "lanes.json", "cwd": "/p"},
+        {"sessionKey": KEY},
+        ["run", "--json", "--cwd=/p", "--lanes=/p/lanes.json", f"--session-key={KEY}"],
     ),
     (
         {"workflow": "review", "args": {"task": "x"}, "mission": {"title": "Review", "labels": ["r"]}},

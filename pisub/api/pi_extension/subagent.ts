@@ -753,7 +753,9 @@ function missionArgv(p: any, verb: string, ctx: PlanContext): string[] | Result 
 }
 
 // A workflow start's mission: missionId (attach), mission {...} (its own), false (none), else the
-// default mission pisub makes, owned by this session (the goal notices' session).
+// default mission pisub makes. A new mission (the default, or mission {...}) is owned by this
+// session (the goal notices' session); an existing one keeps its owner and false makes none, so
+// no --session-key goes with those (pisub refuses it there).
 function startMission(p: any, ctx: PlanContext, argv: string[]): Result | null {
   if (p.missionId !== undefined && p.mission !== undefined) {
     return invalid(p.mission === false ? "missionId and mission: false contradict each other: give one" : "give missionId (attach to that mission) or mission (a new one), not both");
@@ -768,7 +770,7 @@ function startMission(p: any, ctx: PlanContext, argv: string[]): Result | null {
     if (problem) return invalid(problem);
     argv.push(`--mission=${JSON.stringify(p.mission)}`);
   }
-  flag(argv, "--session-key", ctx.sessionKey);
+  if (p.missionId === undefined && p.mission !== false) flag(argv, "--session-key", ctx.sessionKey);
   return null;
 }
 
@@ -2014,8 +2016,10 @@ class Notices {
       return; // another instance (or an earlier life of this session) sent it
     }
     const who = run.agent ? ` (${termSafe(run.agent, true)})` : "";
+    // (a default name "schedule ID" is not said twice)
+    const name = termSafe(run.schedule?.name ?? "", true).replace(/^schedule\s+(?=\S)/i, "");
     const line = run.schedule
-      ? `pisub: schedule ${termSafe(run.schedule.name, true)} fired run ${run.runId}: ended ${state}.`
+      ? `pisub: schedule ${name} fired run ${run.runId}: ended ${state}.`
       : `pisub: run ${run.runId}${who} ended ${state}.`;
     const text = termSafe(`${line}${head ? "\n" + head : ""}`);
     // a quiet schedule's successful fire is shown without starting a turn; anything else wakes the parent
