@@ -88,11 +88,9 @@ def _git_common_dir(cwd: Path) -> Path | None:
         )
     except (OSError, subprocess.SubprocessError):
         return _walk_for_git(cwd)
-    if proc.returncode != 0:
-        return None
     out = os.fsdecode(proc.stdout.rstrip(b"\n"))
-    if not out:
-        return None
+    if proc.returncode != 0 or not out:
+        return _walk_for_git(cwd)  # (not a repository; or one git refuses: "dubious ownership")
     return Path(os.path.realpath(os.path.join(cwd, out)))
 
 
@@ -324,7 +322,8 @@ class MissionStore:
         if status == MissionStatus.NEEDS_DECISION or status.is_terminal:
             raise InvalidInput(f"status: a new mission is planned, active or waiting, not {status}")
         real = os.path.realpath(cwd)
-        self.ensure_project(project_of(Path(real))[1])
+        key, root = project_of(Path(real))
+        self.ensure_project(root if key == self.project else real)
         now = now_iso()
         while True:
             mission_id = secrets.token_hex(6)
@@ -601,7 +600,11 @@ def project_keys(home: Home) -> tuple[list[str], list[str]]:
                 shown = name.encode("utf-8", "backslashreplace").decode("utf-8")
                 skipped.append(f"{home.missions}/{shown}: not a project store (ignored)")
                 continue
-            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError as exc:
+                skipped.append(f"{home.missions}/{name}: cannot be read: {exc.strerror or exc}")
+                continue
             if not stat.S_ISDIR(st.st_mode):
                 kind = file_kind(st.st_mode)
                 skipped.append(f"{home.missions}/{name}: a {kind}, not a store (not followed)")
