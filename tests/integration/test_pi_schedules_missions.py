@@ -11,6 +11,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -585,9 +586,22 @@ def _notice_messages(face: Face, run_id: str) -> list[dict[str, Any]]:
     ]
 
 
-def _tick() -> None:
+def _tick() -> list[Any]:
+    """One tick, as a timer gives it; nothing (so that ``_tick() or ...`` polls)."""
     proc = pisub_cli("schedule", "tick", "--from", "manual", "--json")
     assert proc.returncode == 0, proc.stderr
+    return []
+
+
+def _runs_of(schedule: str) -> list[dict[str, Any]]:
+    """The fires of ``schedule`` that started a run, newest first."""
+    fires: list[dict[str, Any]] = json.loads(pisub_cli("schedule", "history", schedule, "--json").stdout)
+    return [f for f in fires if f.get("runId")]
+
+
+def _due(schedule: str) -> bool:
+    record = json.loads(pisub_cli("schedule", "show", schedule, "--json").stdout)
+    return datetime.fromisoformat(record["nextRunAt"]) <= datetime.now(UTC)
 
 
 def _fired(face: Face, arguments: dict[str, Any]) -> str:
@@ -663,15 +677,8 @@ def test_a_one_shot_schedule_fires_from_the_tick_and_its_notice_reaches_the_sess
         }
     )
     assert not created.get("result", {}).get("isError"), _text(created)
-    time.sleep(1.5)  # the slot is due one second after its creation; the tick below is what fires it
-    _tick()
-    fires = wait_for(
-        lambda: [
-            f for f in json.loads(pisub_cli("schedule", "history", "soon", "--json").stdout) if f.get("runId")
-        ],
-        timeout=30,
-        what="the fire",
-    )
+    # the slot is due one second after its creation: nothing but the ticks (a timer's) fires it
+    fires = wait_for(lambda: _tick() or _runs_of("soon"), timeout=30, interval=0.5, what="the fire")
     run_id = fires[0]["runId"]
     assert pisub.Run(run_id).wait(timeout=120).state == "complete"
     wait_for(lambda: _schedule_notices(model_server, "soon"), timeout=60, what="the one-shot's notice")
@@ -745,25 +752,15 @@ def test_presence_binds_a_session_only_schedule_to_its_open_session(
         *("--workflow-script", job, "--json"),
     )
     assert proc.returncode == 0, proc.stderr
-    time.sleep(1.5)
+    wait_for(lambda: _due("later"), timeout=30, interval=0.2, what="the slot to be due")
     _tick()
-    assert [
-        f for f in json.loads(pisub_cli("schedule", "history", "later", "--json").stdout) if f.get("runId")
-    ] == []
+    assert _runs_of("later") == []
     again = Face(pi_bin, session, tmp_path)  # the session is back: the slot fires on the next tick
     try:
         again.call({"action": "schedule.list"})
         wait_for(lambda: _presence(pi_home), timeout=30, what="the presence file")
         _tick()
-        fired = wait_for(
-            lambda: [
-                f
-                for f in json.loads(pisub_cli("schedule", "history", "later", "--json").stdout)
-                if f.get("runId")
-            ],
-            timeout=30,
-            what="the fire once the session is back",
-        )
+        fired = wait_for(lambda: _runs_of("later"), timeout=30, what="the fire once the session is back")
         assert pisub.Run(fired[0]["runId"]).wait(timeout=120).state == "complete"
     finally:
         again.close()
@@ -883,7 +880,7 @@ def test_a_goal_missions_continuation_notice_comes_once_and_not_again_without_pr
     assert notices[0]["details"]["missionId"] == mission and len(str(notices[0]["content"])) <= 500
     wait_for(face.idle, timeout=60, what="the turn the notice started to end")
     face.call({"action": "mission.list"})  # another idle turn, nothing moved
-    time.sleep(3)
+    time.sleep(3)  # a second notice would come at once after the turn; none may
     assert len(_session_messages(face, "pisub-mission")) == 1
 
 
