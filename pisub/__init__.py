@@ -37,6 +37,16 @@ __all__ = [
     "resume",
     "resume_workflow",
     "retained_children",
+    "schedule_create",
+    "schedule_delete",
+    "schedule_history",
+    "schedule_list",
+    "schedule_pause",
+    "schedule_resume",
+    "schedule_run",
+    "schedule_run_due",
+    "schedule_show",
+    "schedule_tick",
     "validate_workflow",
 ]
 
@@ -66,6 +76,16 @@ _HOMES = {
     "RunState": "pisub.protocol.status",
     "Status": "pisub.protocol.status",
     "validate_workflow": "pisub.api.admin",
+    "schedule_create": "pisub.api.schedules",
+    "schedule_delete": "pisub.api.schedules",
+    "schedule_history": "pisub.api.schedules",
+    "schedule_list": "pisub.api.schedules",
+    "schedule_pause": "pisub.api.schedules",
+    "schedule_resume": "pisub.api.schedules",
+    "schedule_run": "pisub.api.schedules",
+    "schedule_run_due": "pisub.api.schedules",
+    "schedule_show": "pisub.api.schedules",
+    "schedule_tick": "pisub.api.schedules",
 }
 
 if TYPE_CHECKING:
@@ -92,6 +112,18 @@ if TYPE_CHECKING:
         group_set_limit,
     )
     from pisub.api.resources import launch_resource, list_resources
+    from pisub.api.schedules import (
+        schedule_create,
+        schedule_delete,
+        schedule_history,
+        schedule_list,
+        schedule_pause,
+        schedule_resume,
+        schedule_run,
+        schedule_run_due,
+        schedule_show,
+        schedule_tick,
+    )
     from pisub.errors import PisubError, WorkflowFailed
     from pisub.protocol.result import Result
     from pisub.protocol.status import RunState, Status

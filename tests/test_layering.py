@@ -145,6 +145,16 @@ def test_the_public_api_is_exactly_these_names() -> None:
             "list_runs",
             "resume",
             "resume_workflow",
+            "schedule_create",
+            "schedule_delete",
+            "schedule_history",
+            "schedule_list",
+            "schedule_pause",
+            "schedule_resume",
+            "schedule_run",
+            "schedule_run_due",
+            "schedule_show",
+            "schedule_tick",
             "validate_workflow",
         ]
     )

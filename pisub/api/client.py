@@ -21,7 +21,7 @@ from pisub.protocol.control import FollowUp, Interrupt, Receipt, ReceiptState, R
 from pisub.protocol.manifest import AgentSpec, Limits, LimitValues, Manifest
 from pisub.protocol.result import Result
 from pisub.protocol.status import RunState, Status
-from pisub.store.paths import Home, RunPaths, open_home, validate_run_ref
+from pisub.store.paths import Home, RunPaths, is_run_id, open_home, validate_run_ref
 from pisub.store.runs import RunStore, load_manifest, load_result, load_status
 
 if TYPE_CHECKING:
@@ -429,6 +429,7 @@ def launch_workflow(
     label: str | None = None,
     review: bool | None = None,
     home: Path | None = None,
+    run_id: str | None = None,
 ) -> Run:
     """Start a detached workflow run of the script file ``script`` — Python (``.py``: ``async
     def main(runs, state, args)``) or JavaScript (``.js``: the seed's statement body with
@@ -445,6 +446,9 @@ def launch_workflow(
     ``review``: each writer child's work is reviewed by a reviewer run (real tokens; default:
     config ``[acceptance] review``, else off: a script child's inferred review is recorded as
     ``review-required``, not run). What acceptance adds is in ``manifest().acceptance_plan``.
+
+    ``run_id`` (internal): the new run's id, chosen beforehand — a schedule's fire writes it in
+    its claim before the launch (``spec/schedules.md``); a run with that id must not exist.
 
     Raises:
         InvalidInput: the script does not validate (the message lists the problems), or a bad
@@ -481,6 +485,7 @@ def launch_workflow(
         label=label,
         review=review,
         home=home,
+        run_id=run_id,
     )
 
 
@@ -604,6 +609,7 @@ def _launch_workflow(
     label: str | None = None,
     review: bool | None = None,
     home: Path | None = None,
+    run_id: str | None = None,
 ) -> Run:
     import uuid
 
@@ -653,7 +659,9 @@ def _launch_workflow(
         _check_worktree_source(workdir, "the workflow", base_ref, home=h)
     budget = _usage_budget(usage_budget, lineage.root_run_id)
     caller = LimitValues(timeout=timeout).check("the call")
-    run_id = str(uuid.uuid4())
+    if run_id is not None and not is_run_id(run_id):
+        raise InvalidInput(f"run_id: {run_id[:40]!r} is not a run id (a lower-case UUID)")
+    run_id = run_id or str(uuid.uuid4())
     spec = WorkflowSpec(
         shape=shape,
         script=str(script) if script is not None else ("-" if script_text is not None else None),

@@ -22,6 +22,7 @@ from pisub.protocol.mission import Mission, MissionInput, MissionProject, Missio
 from pisub.protocol.placement import Heartbeat, Placement
 from pisub.protocol.queue import GroupConfig, QueueEntry
 from pisub.protocol.result import Result
+from pisub.protocol.schedule import Fire, Schedule
 from pisub.protocol.status import Status
 from pisub.protocol.workflow import ChildCall, ChildResult, JournalEntry, SharedState
 from pisub.protocol.worktree import WorktreeRecord
@@ -57,6 +58,8 @@ SCHEMAS: dict[str, Any] = {
     "mission-update": MissionUpdate,
     "mission-input": MissionInput,
     "mission-project": MissionProject,
+    "schedule": Schedule,
+    "schedule-fire": Fire,
 }
 """File name (without ``.json``) → the type it describes."""
 

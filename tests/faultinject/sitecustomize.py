@@ -123,7 +123,11 @@ POINTS = (
     "launch.got",  # the warm runner acknowledged (got); the launcher has not said go
     "launch.go",  # the launcher said go; it has not read the runner's answer
     "launch.before-commit",  # the child's runner took the run; its startup commit is not written
+    "schedule.claimed",  # a tick's claim of a slot is on disk; its run does not exist yet
+    "schedule.created",  # the fire's run directory exists; its runner was never started
+    "schedule.launched",  # the fire's run was started; the tick has not recorded it
 )
+"""(The ``schedule.*`` points match ``PISUB_FAULT_KEY`` against the label of the fire's run.)"""
 _AT = os.environ.get("PISUB_FAULT_AT", "")
 _KEY = os.environ.get("PISUB_FAULT_KEY", "")
 _LATCH = os.environ.get("PISUB_FAULT_LATCH", "")
@@ -175,6 +179,7 @@ def _patch(module: Any) -> None:
             _fire("launch.before-create", manifest.key)
             made = create(self, manifest, *args, **kwargs)
             _fire("launch.created", manifest.key)
+            _fire("schedule.created", manifest.label)
             return made
 
         module.RunStore.create = create_
@@ -204,6 +209,18 @@ def _patch(module: Any) -> None:
             return startup(self)
 
         module.Supervisor._startup = startup_
+    elif name == "pisub.api.client":
+        launch_workflow = module.launch_workflow
+
+        def launch_workflow_(*args, **kwargs):  # type: ignore[no-untyped-def]
+            if kwargs.get("run_id") is not None:  # a schedule's fire
+                _fire("schedule.claimed", kwargs.get("label"))
+            made = launch_workflow(*args, **kwargs)
+            if kwargs.get("run_id") is not None:
+                _fire("schedule.launched", kwargs.get("label"))
+            return made
+
+        module.launch_workflow = launch_workflow_
 
 
 def _after_import(wanted: Callable[[str], bool], patch: Callable[[Any], None]) -> None:
@@ -235,7 +252,7 @@ def _after_import(wanted: Callable[[str], bool], patch: Callable[[Any], None]) -
 
 def _install_points() -> None:
     """Patch the modules of the launch points as they are imported."""
-    wanted = {"pisub.store.runs", "pisub.backends.warm", "pisub.runner.supervise"}
+    wanted = {"pisub.store.runs", "pisub.backends.warm", "pisub.runner.supervise", "pisub.api.client"}
     _after_import(wanted.__contains__, _patch)
 
 
