@@ -1607,6 +1607,9 @@ function missionText(m: any): string {
     out.push("receipts:", ...receipts.slice(0, 20).map((r) => `  ${one(r?.kind, 20)} (${one(r?.status, 16)}): ${one(r?.title ?? "", 200)} ${one(r?.url, 400)}`));
   }
   if (m.nextStep) out.push(`next: ${one(m.nextStep, 400)}`);
+  const open = decisions.find((d) => d && d.status === "open" && typeof d.id === "string");
+  const id = one(pick(m, "id", "missionId"), 64);
+  if (open) out.push(`resolve: {action: "mission.resolve-decision", missionId: "${id}", id: "${one(open.id, 64)}", summary: "..."}`);
   return out.join("\n");
 }
 
