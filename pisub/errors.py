@@ -28,6 +28,7 @@ Every error pisub raises on purpose is a :class:`PisubError` with a stable ``cod
     ├── EvidenceMismatch             EVIDENCE_MISMATCH   a lane's stored patch is not the captured one
     ├── StaleEvidence                EVIDENCE_STALE      lane evidence contradicting the recorded
     ├── SlurmError                   SLURM_ERROR         a Slurm client command failed
+    ├── TimerError                   TIMER_ERROR         the cron/systemd timer could not be read or written
     ├── WorkflowFailed               WORKFLOW_FAILED     a workflow's ``main`` ended it ``failed``
     ├── StorageError                 IO_ERROR            a file cannot be read or written (with the fix)
     └── InternalError                INTERNAL_ERROR      a bug: anything else reaching a command's top
@@ -246,6 +247,13 @@ class SlurmError(PisubError):
     """A Slurm client command failed (missing, timed out or refused; its message is one line)."""
 
     code = "SLURM_ERROR"
+
+
+class TimerError(PisubError):
+    """The real timer of schedules (a crontab entry or a systemd user timer) could not be read,
+    installed or removed: ``crontab``/``systemctl`` missing, refused or failed (one line)."""
+
+    code = "TIMER_ERROR"
 
 
 class StorageError(PisubError):

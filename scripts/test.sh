@@ -37,8 +37,10 @@ passes: main (xdist), root, each other pi version, serial. Extra arguments go to
 pass (e.g. -k crash, --stress, --nfs); -m is the script's own.
 
 As root it also changes the system:
-  - apt-get installs what is missing of tmux, bindfs and zsh (and, for the Slurm tests, slurm-wlm,
-    slurmctld, slurmd, slurm-client, munge);
+  - apt-get installs what is missing of tmux, bindfs, zsh and cron (and, for the Slurm tests,
+    slurm-wlm, slurmctld, slurmd, slurm-client, munge);
+  - starts the cron daemon (Debian's cron) when none runs, for the tests where cron alone fires
+    a schedule, and stops it at the end (one already running is left as it is);
   - adds the system user pisub-ci (useradd, no home) and runs most tests as that user from a
     copy of the project in /tmp/pisub-nonroot.*;
   - starts a one-node Slurm cluster (scripts/slurm-up.sh) and stops it before the serial pass.
@@ -84,6 +86,8 @@ nonroot_cleanup() {
             kill -KILL "${proc#/proc/}" 2>/dev/null || true
         fi
     done
+    # Its crontab: entries an aborted run's tests left (the user is the tests' own).
+    crontab -r -u "$NONROOT_USER" >/dev/null 2>&1 || true
     rm -rf -- "$nonroot_dir"
 }
 slurm_cleanup() {
@@ -96,6 +100,7 @@ cleanup() {
     for pid in "${!step_pid[@]}"; do kill -TERM -- "-${step_pid[$pid]}" 2>/dev/null || true; done
     nonroot_cleanup
     slurm_cleanup
+    cron_cleanup
     rm -rf -- "$logs"
 }
 trap cleanup EXIT
@@ -135,12 +140,14 @@ install_venv() {
         --config-settings editable_mode=compat
 }
 # tmux drives `pisub top` in its tests, bindfs gives test_split_brain.py its second mount of
-# the home, zsh sources scripts/env.sh in test_readme_try.py, slurm-wlm and munge the one-node cluster: one apt-get (dpkg takes one at a time).
+# the home, zsh sources scripts/env.sh in test_readme_try.py, cron ticks schedules in
+# test_schedule_timer.py, slurm-wlm and munge the one-node cluster: one apt-get (dpkg takes one at a time).
 install_packages() {
     local want=()
     command -v tmux >/dev/null 2>&1 || want+=(tmux)
     command -v bindfs >/dev/null 2>&1 || want+=(bindfs)
     command -v zsh >/dev/null 2>&1 || want+=(zsh)
+    { command -v cron && command -v crontab; } >/dev/null 2>&1 || want+=(cron)
     if [ -n "$use_slurm" ] && ! { command -v slurmctld && command -v slurmd && command -v munged; } >/dev/null 2>&1; then
         want+=(slurm-wlm slurmctld slurmd slurm-client munge)
     fi
@@ -155,11 +162,33 @@ install_packages() {
 }
 packages_and_slurm() {
     install_packages
+    cron_up
     if [ -n "$use_slurm" ]; then
         # The Slurm tests place runs on a one-node cluster started here and stopped before the
         # serial pass (left as it was when one was already up).
         bash scripts/slurm-up.sh
     fi
+}
+# The cron daemon that fires schedules in the tests (pisub schedule install writes a crontab line;
+# nothing else ticks): started when none runs — $logs/cron-started records it for the cleanup,
+# since this runs in a background step — and the tests then require it (PISUB_REQUIRE_CRON=1).
+cron_running() {
+    pgrep -x cron >/dev/null 2>&1 || pgrep -x crond >/dev/null 2>&1 \
+        || { [ -s /var/run/crond.pid ] && kill -0 "$(cat /var/run/crond.pid)" 2>/dev/null; }
+}
+cron_up() {
+    cron_running && return 0
+    command -v cron >/dev/null 2>&1 || { echo "   no cron daemon: the cron tests skip (or fail under CI)"; return 0; }
+    if cron; then
+        echo started >"$logs/cron-started"
+    else
+        echo "   could not start cron: the cron tests skip (or fail under CI)"
+    fi
+}
+cron_cleanup() {
+    [ -e "$logs/cron-started" ] || return 0
+    rm -f -- "$logs/cron-started"
+    if [ -s /var/run/crond.pid ]; then kill -TERM "$(cat /var/run/crond.pid)" 2>/dev/null || true; fi
 }
 # shellcheck source=scripts/pi-pins.sh
 . scripts/pi-pins.sh
@@ -238,6 +267,10 @@ slurm_env=()
 if [ -n "$use_slurm" ]; then
     slurm_env=(SLURM_CONF="$slurm_dir/slurm.conf" PISUB_REQUIRE_SLURM=1)
 fi
+cron_env=()
+if [ -n "$is_root" ] && cron_running; then
+    cron_env=(PISUB_REQUIRE_CRON=1)  # a cron daemon runs: the cron tests must not skip
+fi
 if [ -n "$use_nonroot" ]; then
     # The pi CLI where the user can reach it: hard links (else a copy); the launchers name
     # absolute paths of this tree, so they are new files naming the copy.
@@ -277,10 +310,10 @@ pytest_pass() {
     local opts=(-q -p no:cacheprovider --durations=15 -m "$marks" --junitxml="$reports/junit-$name.xml")
     [ "$workers" = 0 ] || opts+=(-n "$workers" --dist worksteal)
     if [ -n "$nonroot" ]; then
-        as_nonroot "${slurm_env[@]}" PISUB_PI_BIN="$(pi_for "$pi" 1)" \
+        as_nonroot "${slurm_env[@]}" "${cron_env[@]}" PISUB_PI_BIN="$(pi_for "$pi" 1)" \
             "$nonroot_dir/venv/bin/python" -m pytest "${opts[@]}" "$@"
     else
-        env "${slurm_env[@]}" "${nonroot_env[@]}" PISUB_PI_BIN="$pi" .venv/bin/python -m pytest "${opts[@]}" "$@"
+        env "${slurm_env[@]}" "${cron_env[@]}" "${nonroot_env[@]}" PISUB_PI_BIN="$pi" .venv/bin/python -m pytest "${opts[@]}" "$@"
     fi
 }
 rc=0

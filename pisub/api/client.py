@@ -428,6 +428,9 @@ def launch_workflow(
     after: Sequence[str] | None = None,
     label: str | None = None,
     review: bool | None = None,
+    mission_id: str | None = None,
+    mission: dict[str, Any] | bool | None = None,
+    session_key: str | None = None,
     home: Path | None = None,
     run_id: str | None = None,
 ) -> Run:
@@ -447,12 +450,23 @@ def launch_workflow(
     config ``[acceptance] review``, else off: a script child's inferred review is recorded as
     ``review-required``, not run). What acceptance adds is in ``manifest().acceptance_plan``.
 
+    Missions (``spec/missions.md``; every workflow launcher takes the same three): a workflow
+    belongs to a default enclosing mission made for it (status ``active``, titled by its label
+    or what it runs; ``session_key``: the pi session that owns it), unless ``mission=False``;
+    ``mission={"title"|"summary", "objective"?, "goal"?: True, "budget"?: {"tokens": N},
+    "labels"?}`` makes that mission as given; ``mission_id`` attaches the workflow to an
+    existing mission of the project. The script's ``state`` is the mission's (with
+    ``state_ns``, the namespace's: the mission still lists the run). The mission's id is in
+    ``status().mission_id``; a default mission that cannot be made only warns
+    (``manifest().workflow.mission_warning``) and the workflow runs without one.
+
     ``run_id`` (internal): the new run's id, chosen beforehand — a schedule's fire writes it in
     its claim before the launch (``spec/schedules.md``); a run with that id must not exist.
 
     Raises:
         InvalidInput: the script does not validate (the message lists the problems), or a bad
-            argument.
+            argument (a bad ``mission`` names the field: ``mission.budget.tokens: ...``).
+        MissionNotFound: ``mission_id`` names no mission of this project (nothing started).
     """
     from pisub.protocol.workflow import Shape
 
@@ -484,6 +498,9 @@ def launch_workflow(
         after=after,
         label=label,
         review=review,
+        mission_id=mission_id,
+        mission=mission,
+        session_key=session_key,
         home=home,
         run_id=run_id,
     )
@@ -608,15 +625,21 @@ def _launch_workflow(
     after: Sequence[str] | None = None,
     label: str | None = None,
     review: bool | None = None,
+    mission_id: str | None = None,
+    mission: dict[str, Any] | bool | None = None,
+    session_key: str | None = None,
     home: Path | None = None,
     run_id: str | None = None,
 ) -> Run:
     import uuid
 
+    from pisub.runs.mission_link import choose, default_title, link
+
     if backend is not None:
         raise InvalidInput(WORKFLOW_BACKEND)
     _warm_up()  # first: it starts while the launch is checked
     checked_label = _label(label)
+    mission_choice = choose(mission_id, mission, session_key, state_ns)
     from pisub.protocol.workflow import (
         DEFAULT_CONCURRENCY,
         DEFAULT_MAX_SPAWNS,
@@ -711,6 +734,12 @@ def _launch_workflow(
     seeds: dict[str, Path | bytes] = {}
     if script_text is not None:  # the text that was checked is the text that runs
         seeds[lang.copy_name] = script_text.encode("utf-8", "surrogatepass")
+    # Last, right before the run is created: the run is listed in its mission first (a launcher
+    # dying in between leaves a mission naming a run that never appeared, shown as gone).
+    first = script_text if script_text is not None else (tasks[0].task if tasks else None)
+    linked = link(h, workdir, mission_choice, run_id, lineage, default_title(checked_label, what, first))
+    spec.mission_id, spec.mission_project = linked.mission_id, linked.project
+    spec.mission_warning = linked.warning
     return Run(start_run(h, manifest, seeds=seeds).run_id, home=h.root)
 
 
@@ -934,6 +963,13 @@ def resume_workflow(ref: str, *, home: Path | None = None) -> Run:
     seeds: dict[str, Path | bytes] = (
         {copy: source.paths.root / copy} if manifest.workflow.script is not None else {}
     )
+    spec = manifest.workflow
+    warning = None
+    if spec.mission_id is not None and spec.mission_project is not None:  # it keeps its mission
+        from pisub.runs.mission_link import attach_again
+
+        warning = attach_again(source.home, spec.mission_id, spec.mission_project, new.run_id).warning
+    new.workflow = msgspec.structs.replace(spec, mission_warning=warning)
     return Run(start_run(source.home, new, seeds=seeds).run_id, home=source.home.root)
 
 

@@ -63,6 +63,7 @@ def diagnose(home: Home, pi_bin: str | None) -> Report:
         ("runs", lambda: _check_runs(home, report)),
         ("leases", lambda: _check_leases(home, report)),
         ("agents", lambda: _check_agents(home, report)),
+        ("schedule", lambda: _check_schedules(home, report)),
     ]
     for name, check in checks:
         try:
@@ -323,6 +324,15 @@ def _check_reviewer(home: Home, catalog: Catalog, report: Report) -> None:
         where = printable(str(agent.path), one_line=True)
         detail = f"warning: review gates run {where} ({agent.scope} scope), not the {name!r} pisub ships"
         report.add("reviewer", True, f"{detail}; {reviewer_tools(agent)}")
+
+
+def _check_schedules(home: Home, report: Report) -> None:
+    """How many schedules the home has and the timer that fires them (``pisub schedule timer``):
+    no timer is a warning when there are schedules; a timer that is not ticking, a problem."""
+    from pisub.api.schedule_timer import doctor_check
+
+    ok, detail, fix = doctor_check(home)
+    report.add("schedule", ok, detail, fix)
 
 
 def _check_runs(home: Home, report: Report) -> None:

@@ -26,6 +26,13 @@ NO_AGENT_IN_WORKFLOW = "a workflow takes no --agent or TASK (they belong in its 
 AGENT_AND_TASK = "give --agent NAME and TASK (or a workflow: --workflow FILE)"
 WORKFLOW_ONLY = "--usage-budget is for workflows"
 ARGS_ONLY_FOR_SCRIPTS = "--arg is for --workflow or --workflow-script"
+MISSION_OPTIONS = {
+    "mission_id": "--mission-id",
+    "mission": "--mission",
+    "session_key": "--session-key",
+}
+"""A workflow's mission options (``spec/missions.md``): refused for a single run, except
+``mission=False`` (``--no-mission``), which a single run already is."""
 SINGLE_RUN_ONLY = {
     "session_dir": ("--session-dir", None),
     "max_output_bytes": ("--max-output-bytes", None),
@@ -90,7 +97,7 @@ def start(
     Raises:
         InvalidInput: two shapes, a workflow with an agent or task or a backend or a
             :data:`SINGLE_RUN_ONLY` option, a single run
-            without both or with ``usage_budget``, ``args`` without a
+            without both or with ``usage_budget`` or a :data:`MISSION_OPTIONS` one, ``args`` without a
             script; and whatever the launcher refuses.
     """
     from pisub.api.options import LaunchOptions, StartOptions, WorkflowOptions
@@ -112,6 +119,9 @@ def start(
             raise InvalidInput(AGENT_AND_TASK)
         if options.get("usage_budget") is not None:
             raise InvalidInput(WORKFLOW_ONLY)
+        for name, flag in MISSION_OPTIONS.items():
+            if options.get(name) not in (None, False if name == "mission" else None):
+                raise InvalidInput(f"{flag} is for workflows (a single run belongs to no mission of its own)")
         return launch(agent, task, **cast("LaunchOptions", _only(options, LaunchOptions.__optional_keys__)))
     if agent is not None or task is not None:
         raise InvalidInput(NO_AGENT_IN_WORKFLOW)

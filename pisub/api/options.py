@@ -69,6 +69,9 @@ class WorkflowOptions(TypedDict, total=False):
     after: Sequence[str] | None
     label: str | None
     review: bool | None
+    mission_id: str | None
+    mission: dict[str, Any] | bool | None
+    session_key: str | None
     home: Path | None
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "json_lines_of",
     "last_line",
     "log_bytes",
+    "mission_of",
     "open_home",
     "redact",
     "transcript",
@@ -183,3 +184,24 @@ def last_line(home: Home, status: Status) -> str:
         return ""
     lines = [line for line in tail.decode("utf-8", "surrogateescape").splitlines() if line.strip()]
     return redact(lines[-1].strip()) if lines else ""
+
+
+def mission_of(run: Run, status: Status | None = None) -> tuple[str, str] | None:
+    """The mission workflow run ``run`` belongs to, ``(id, status)`` (``spec/missions.md``),
+    its status as :func:`pisub.api.missions.mission_show` reads it (its runs refreshed, never
+    stale); ``gone`` when the mission is no longer there, ``unreadable`` when it cannot be
+    read. None: the run belongs to none."""
+    from pisub.api.missions import mission_show
+    from pisub.errors import MissionNotFound
+
+    st = status if status is not None else run.status()
+    if st.mission_id is None:
+        return None
+    cwd = st.cwd if st.cwd is not None and os.path.isdir(st.cwd) else None  # else: any project's
+    try:
+        shown = mission_show(st.mission_id, cwd=cwd, home=run.home.root)
+    except MissionNotFound:
+        return st.mission_id, "gone"
+    except (PisubError, OSError):
+        return st.mission_id, "unreadable"
+    return st.mission_id, str(shown.mission.status)

@@ -70,7 +70,24 @@ def run(
     max_spawns: int | None = typer.Option(
         None, "--max-spawns", help="Run starts per tree of runs, whoever starts them (default 64)."
     ),
-    state_ns: str | None = typer.Option(None, "--state-ns", help="The workflow state namespace to share."),
+    state_ns: str | None = typer.Option(
+        None, "--state-ns", help="The workflow state namespace to share (instead of the mission's state)."
+    ),
+    mission_id: str | None = typer.Option(
+        None, "--mission-id", help="Attach the workflow to this mission (its state is the script's state)."
+    ),
+    mission: str | None = typer.Option(
+        None,
+        "--mission",
+        help='JSON: the workflow\'s new mission {"title"|"summary", "objective", "goal": true, '
+        '"budget": {"tokens": N}, "labels": [...]}, or false.',
+    ),
+    no_mission: bool = typer.Option(
+        False, "--no-mission", help="No mission for the workflow (and no state unless --state-ns)."
+    ),
+    session_key: str | None = typer.Option(
+        None, "--session-key", help="The pi session (32 hex digits) that owns the workflow's new mission."
+    ),
     fork_from: str | None = typer.Option(
         None, "--fork-from", help="RUN or session file: what a fork copies (a pi run, workflow children)."
     ),
@@ -178,6 +195,7 @@ def run(
             max_spawns=max_spawns,
             state_ns=state_ns,
             fork_from=fork_from,
+            **_mission_options(mission_id, mission, no_mission, session_key),
             **_single_options(
                 context,
                 parent_session,
@@ -209,6 +227,8 @@ def run(
     manifest = handle.manifest()
     for line in launch_lines(manifest.acceptance_plan):
         err(line)
+    if manifest.workflow is not None and manifest.workflow.mission_warning:
+        err(f"pisub: warning: {manifest.workflow.mission_warning}")
     if as_json:
         import msgspec
 
@@ -216,6 +236,8 @@ def run(
         plan = msgspec.to_builtins(manifest.acceptance_plan)
         shown: dict[str, object] = {"runId": handle.id, "runDir": str(handle.dir), "state": st.state}
         shown |= {"pid": st.pid, "acceptance": plan, "label": st.label}
+        if manifest.workflow is not None:
+            shown["missionId"] = st.mission_id
         if st.group is not None:
             shown["group"] = st.group
         json_line(shown)
@@ -241,6 +263,40 @@ def _script_text(given: str | None) -> str | None:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidInput("--workflow-script -: the script on stdin is not UTF-8") from None
+
+
+def _mission_options(
+    mission_id: str | None, mission: str | None, no_mission: bool, session_key: str | None
+) -> dict[str, Any]:
+    """The mission options as given (those left out stay out): ``--mission`` is a JSON object
+    or ``false`` (the same as ``--no-mission``).
+
+    Raises:
+        InvalidInput: ``--mission`` with ``--no-mission``, or not JSON (saying where).
+    """
+    from pisub.errors import InvalidInput
+
+    given: dict[str, Any] = {"mission_id": mission_id, "session_key": session_key}
+    if mission is not None and no_mission:
+        raise InvalidInput("--mission and --no-mission: give one")
+    if no_mission:
+        given["mission"] = False
+    elif mission is not None:
+        import json
+
+        try:
+            value = json.loads(mission)
+        except json.JSONDecodeError as exc:
+            where = f"line {exc.lineno} column {exc.colno}"
+            raise InvalidInput(f"--mission: not JSON ({exc.msg}, {where})") from None
+        except (ValueError, RecursionError):
+            raise InvalidInput("--mission: not JSON (or nested too deeply)") from None
+        if value is not False and not isinstance(value, dict):
+            raise InvalidInput(
+                "--mission: give a JSON object {title|summary, objective?, goal?, budget?, labels?} or false"
+            )
+        given["mission"] = value
+    return {name: value for name, value in given.items() if value is not None}
 
 
 def _queue_options(group: str | None, priority: int | None, after: list[str] | None) -> dict[str, Any]:
@@ -332,6 +388,20 @@ def _json_option(text: str | None, flag: str) -> Any:
     if not isinstance(value, dict):
         raise InvalidInput(f"{flag}: give a JSON object")
     return value
+
+
+def _mission_line(handle: Any, st: Any) -> None:
+    """A workflow's mission, ``mission  <id> (<status>)``, and its launch's warning about it
+    (``spec/protocol.md``, Workflow runs, Missions)."""
+    from pisub.api.views import mission_of
+    from pisub.cli.render import cell
+
+    found = mission_of(handle, st)
+    if found is not None:
+        out(f"mission  {cell(found[0])} ({cell(found[1])})")
+    spec = handle.manifest().workflow if st.runner == "workflow" else None
+    if spec is not None and spec.mission_warning:
+        out(f"note     {cell(spec.mission_warning)}")
 
 
 def _resource_lines(handle: Any, st: Any) -> None:
@@ -438,6 +508,7 @@ def status(
         else:
             out_painted(status_text(st, placement, colour=colour))
         if not as_json:
+            _mission_line(handle, st)
             _resource_lines(handle, st)
             from pisub.cli.reviews import print_review_runs
 

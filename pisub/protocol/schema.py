@@ -23,6 +23,7 @@ from pisub.protocol.placement import Heartbeat, Placement
 from pisub.protocol.queue import GroupConfig, QueueEntry
 from pisub.protocol.result import Result
 from pisub.protocol.schedule import Fire, Schedule
+from pisub.protocol.schedule_timer import TimerRecord
 from pisub.protocol.status import Status
 from pisub.protocol.workflow import ChildCall, ChildResult, JournalEntry, SharedState
 from pisub.protocol.worktree import WorktreeRecord
@@ -60,6 +61,7 @@ SCHEMAS: dict[str, Any] = {
     "mission-project": MissionProject,
     "schedule": Schedule,
     "schedule-fire": Fire,
+    "schedule-timer": TimerRecord,
 }
 """File name (without ``.json``) → the type it describes."""
 

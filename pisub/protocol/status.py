@@ -158,3 +158,6 @@ class Status(Record, kw_only=True):
     """The directory the child works in (copied from the manifest at creation)."""
     group: str | None = None
     """The group the run waits or runs in (``--group``; ``spec/queue.md``); None: in none."""
+    mission_id: str | None = None
+    """A workflow's mission (``spec/missions.md``; copied from the manifest at creation);
+    None: it has none."""

@@ -140,11 +140,17 @@ class WorkflowSpec(Record, kw_only=True):
     concurrency: int = DEFAULT_CONCURRENCY
     max_spawns: int = DEFAULT_MAX_SPAWNS
     state_ns: str | None = None
+    """``--state-ns``: the script's ``state`` is this namespace's (even when the workflow
+    belongs to a mission, which then records the run but does not hold its state)."""
     mission_id: str | None = None
     """The mission this workflow belongs to (``spec/missions.md``): its ``state`` is the
     mission's; None with ``mission: false`` (then ``state`` exists only with ``state_ns``)."""
     mission_project: str | None = None
     """The project key of that mission's store (``<home>/missions/<key>/``)."""
+    mission_warning: str | None = None
+    """A launch's warning about its mission: the default mission could not be made (the
+    workflow runs without one, and without ``state``), or a resumed run could not be listed in
+    its mission (it keeps the mission's state). None: nothing to say."""
     fork_from: str | None = None
     """The pi session a ``context="fork"`` child starts from (a copy)."""
     journal: str

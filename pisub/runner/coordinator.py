@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from pisub.protocol.status import Status
     from pisub.runner.script_output import ScriptOutput
     from pisub.runner.workflow_dispatch import WorkflowDispatcher
+    from pisub.store.shared_state import StateNamespace
     from pisub.workflow.script import ScriptThread
 
 STOP_WAIT_S = 60.0
@@ -106,6 +107,8 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
         self.replay_skipped = 0
         """Journal lines the replay could not read (an event once the run started)."""
         self.script_output: ScriptOutput | None = None
+        self.state_store: StateNamespace | None = None
+        """What the script's ``state`` reads and writes (None: it has no ``state``)."""
 
     # == the run (the shell's hooks) ========================================================
     def run(self) -> int:
@@ -147,6 +150,11 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
         except PisubError as exc:
             self._fail_startup(f"cannot set the spawn budget: {exc.message}")
             return False
+        try:
+            self.state_store = self._state_store()
+        except (PisubError, OSError) as exc:
+            self._fail_startup(f"cannot open the workflow's state: {exc}")
+            return False
         self.children = ChildRuns(self, self.home, self.manifest, status.steps, journal, replayed)
         status.host_steps = self.children.hosts.rows  # runs.host's rows (spec/resources.md)
         if self.children.watch.fd is not None:
@@ -169,6 +177,19 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
         if self.replay_skipped:
             self.event("workflow.journal_skipped", lines=self.replay_skipped)
         return True
+
+    def _state_store(self) -> StateNamespace | None:
+        """The script's ``state``: the ``--state-ns`` namespace when given, else its mission's
+        (``spec/missions.md``), else none (``mission: false``)."""
+        from pisub.store.shared_state import StateNamespace
+
+        if self.spec.state_ns is not None:
+            return StateNamespace(self.home.state, self.spec.state_ns)
+        if self.spec.mission_id is not None and self.spec.mission_project is not None:
+            from pisub.store.missions import MissionStore
+
+            return MissionStore(self.home, self.spec.mission_project).state(self.spec.mission_id)
+        return None
 
     def _create_usage_budget(self) -> None:
         """A top-level workflow's usage budget, with the per-child estimate of the config."""
@@ -231,11 +252,7 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
         from pisub.workflow.api import Runs, State
         from pisub.workflow.script import MainFn, ScriptThread
 
-        state: Any = None
-        if self.spec.state_ns is not None:
-            from pisub.store.shared_state import StateNamespace
-
-            state = State(StateNamespace(self.home.state, self.spec.state_ns))
+        state = State(self.state_store) if self.state_store is not None else None
         assert self.children is not None
         runs = Runs(self.children)
         spec, script, name = self.spec, self._script_copy, self._script_name

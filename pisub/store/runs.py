@@ -128,6 +128,7 @@ class RunStore:
                 task=task_head(manifest.task),
                 cwd=manifest.cwd,
                 group=manifest.queue.group if manifest.queue is not None else None,
+                mission_id=manifest.workflow.mission_id if manifest.workflow is not None else None,
             )
             atomic_write(staging.status, encode_pretty(status))
             append_event(staging, "run.created", agent=manifest.agent.name, pid=os.getpid(), sync=True)

@@ -285,7 +285,7 @@ def test_state_is_shared_by_a_namespace_and_never_stale(home: Path, counted: Pat
     assert saved["values"] == {"count": 2, "first": True, "second": True}
     assert oct((home / "state" / "team.json").stat().st_mode & 0o777) == "0o600"
     lonely = write_script(tmp_path, "async def main(runs, state, args):\n    return state is None\n", "n.py")
-    alone = launch_workflow(lonely)
+    alone = launch_workflow(lonely, mission=False)  # no mission, no namespace: no state
     assert alone.wait(timeout=60).content[0].text == "true"
 
 

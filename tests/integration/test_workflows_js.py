@@ -112,7 +112,8 @@ def test_the_sandbox_has_the_seeds_globals_only(home: Path, counted: Path) -> No
     result = run.wait(timeout=60)
     assert result.state == "complete", result.content[0].text
     value = json.loads(result.content[0].text)
-    assert value["kinds"] == ["undefined"] * 4 + ["function", "undefined"] + ["function"] * 3 + ["object"]
+    # state: the workflow's default mission's (spec/missions.md)
+    assert value["kinds"] == ["undefined"] * 4 + ["function", "object"] + ["function"] * 3 + ["object"]
     assert value["fn"] == "EvalError" and value["nf"] == "EvalError" and value["ev"] == "EvalError"
     assert value["args"] == {"x": 1}
     events = [json.loads(line) for line in run.paths.events.read_text().splitlines()]

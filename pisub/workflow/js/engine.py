@@ -265,7 +265,9 @@ class JsScript:
             return runs.host(data["key"], data.get("params") or {})  # type: ignore[no-any-return]
         if op in ("state.get", "state.set"):
             if self.state is None:
-                raise InvalidInput("this workflow has no state (start it with a state namespace)")
+                raise InvalidInput(
+                    "this workflow has no state (it was started with mission false and no --state-ns)"
+                )
             coro: Any = (
                 self.state.get(data["key"])
                 if op == "state.get"
