@@ -66,15 +66,25 @@ AT = "2026-08-27T16:23:00.000Z"
 GATE = 'gate: "npm test" })'
 JS_ONE = 'return runs.run("main", { agent: "scout", task: "Analyze the auth flow" })'
 
-# The seed's workflow examples pisub does not build (schedules, missions): NOT_AVAILABLE_YET,
-# never "unknown parameter".
+# What the seed defers and pisub does not build (calendar schedules: ``on``, ``timezone``, ``cron``):
+# NOT_AVAILABLE_YET, never "unknown parameter".
 JS_EXAMPLES: list[dict[str, Any]] = [
-    {"action": "schedule.create", "every": "6h", "workflowScriptPath": "workflows/review.js"},
-    {"action": "mission.list"},
+    {
+        "action": "schedule.create",
+        "every": "6h",
+        "workflowScriptPath": "workflows/review.js",
+        "timezone": "UTC",
+    },
+    {"action": "schedule.create", "on": "monday", "workflowScriptPath": "workflows/review.js"},
 ]
 # The seed's JavaScript workflow examples (their scripts shortened) and the argv each becomes; an
 # inline script goes to pisub on stdin (``--workflow-script=-``), never in the argv.
 JS_MAPPED: list[tuple[dict[str, Any], list[str]]] = [
+    (
+        {"action": "schedule.create", "every": "6h", "workflowScriptPath": "workflows/review.js"},
+        ["schedule", "create", "--json", "--workflow=workflows/review.js", "--every=6h"],
+    ),
+    ({"action": "mission.list"}, ["mission", "list", "--json"]),
     ({"workflowScript": JS_ONE}, ["run", "--json", "--workflow-script=-"]),
     (
         {"workflowScript": 'return runs.run("impl", { agent: "worker", task: "Implement the fix", ' + GATE},

@@ -54,6 +54,22 @@ const ACTIONS = [
   "lane.recordSupersession",
   "worktree.cleanup",
   "worktree.discard",
+  "schedule.create",
+  "schedule.list",
+  "schedule.show",
+  "schedule.history",
+  "schedule.pause",
+  "schedule.resume",
+  "schedule.run",
+  "schedule.run-due",
+  "schedule.delete",
+  "mission.create",
+  "mission.list",
+  "mission.show",
+  "mission.update",
+  "mission.resolve-decision",
+  "mission.attach-run",
+  "mission.close",
 ];
 const AGENT_EDITS = new Set(["update", "delete", "eject", "disable", "enable", "reset"]);
 const REFINES = new Set(["refine", "refine.show", "refine.rollback"]);
@@ -61,14 +77,10 @@ const REFINES = new Set(["refine", "refine.show", "refine.rollback"]);
 // The seed's actions pisub answers with a stable code instead of running anything: a later pisub
 // issue builds them (NOT_AVAILABLE_YET, naming the topic), or they cannot exist here
 // (UNSUPPORTED_HERE, one line why).
-const MISSIONS = ["create", "list", "show", "update", "resolve-decision", "attach-run", "close"].map((a) => `mission.${a}`);
-const SCHEDULES = ["create", "list", "show", "history", "pause", "resume", "run", "run-due", "delete"].map(
-  (a) => `schedule.${a}`,
-);
 const INSPECTOR = ["command", "open", "status", "close"].map((a) => `inspector.${a}`);
 const PROJECT = ["open", "status", "close"].map((a) => `project.${a}`);
 const WATCHDOG = ["configure", "status"].map((a) => `watchdog.${a}`);
-const ANSWERED_ACTIONS = [...MISSIONS, ...SCHEDULES, ...INSPECTOR, ...PROJECT, ...WATCHDOG];
+const ANSWERED_ACTIONS = [...INSPECTOR, ...PROJECT, ...WATCHDOG];
 const NO_PANES =
   "pisub opens no Herdr/inspector panes: its runs are detached processes, followed with " +
   'action "status" (view "fleet" or "transcript") or `pisub top` in a terminal';
@@ -94,7 +106,10 @@ export const PARAMETERS = {
     agent: str("The agent to run (action list shows them), or the agent an agent action is about."),
     task: str("What the agent should do."),
     async: bool("false: wait for the run and return its result (default: background)."),
-    id: str("A run id or a unique prefix (status, wait, steer, interrupt, stop, resume, get, worktree.discard)."),
+    id: str(
+      "A run id or a unique prefix (status, wait, steer, interrupt, stop, resume, get, worktree.discard); a schedule's " +
+        "id (schedule.*; schedule.create: the id to give it); a decision's id (mission.resolve-decision).",
+    ),
     childId: str("A workflow child's key or index (status, steer, interrupt, stop, get)."),
     index: num("A child's index (status, steer, resume, interrupt, stop); the same as childId."),
     message: str("The message of a steer, follow_up or resume."),
@@ -154,13 +169,40 @@ export const PARAMETERS = {
     supersession: obj("lane.recordSupersession: {supersededBy, attestedBy, attestedAt}."),
     repo: str("worktree.cleanup: only the worktrees of this repository."),
     planId: str("Reserved by the seed for a future worktree.cleanup apply; refused."),
-    missionId: str(later("missions")),
-    mission: any(`An object: ${later("missions")} false: no mission (pisub's default).`),
-    every: str(later("schedules")),
-    at: str(later("schedules")),
-    cron: str(later("schedules")),
-    sessionOnly: bool(later("schedules")),
-    quiet: bool(later("schedules")),
+    missionId: str(
+      "A mission's id: a workflow start attaches to it (and shares its state); mission.show / update / " +
+        "resolve-decision / attach-run / close name it.",
+    ),
+    mission: any(
+      "A workflow start or mission.create: {title | summary (exactly one), objective?, goal?: true, budget?: {tokens}, " +
+        "labels?: [..]}; goal: true needs budget.tokens and brings continuation notices. false (a start): no mission " +
+        "and no state for this workflow (every workflow gets a default mission otherwise).",
+    ),
+    missionUpdate: obj(
+      "mission.update: {title?, objective?, status?, labels?, decisions?: [{title, ...}], artifacts?: [{kind, path}], " +
+        "receipts?: [{kind, status, title, url}]} (see guide missions).",
+    ),
+    missionStatus: str("mission.close: completed (default), failed or cancelled."),
+    missionScope: oneOf(["project", "global"], "mission.list: project (default: this repository's) or global."),
+    runId: str("mission.attach-run: the run to link (a run id)."),
+    runMode: str("mission.attach-run: how the run relates (workflow or run)."),
+    summary: str("mission.resolve-decision: the resolution (required); mission.close: a closing summary."),
+    every: str(
+      "schedule.create: fire every N minutes/hours/days/weeks (30m, 6h, 2d, 2w; the first fire one interval from " +
+        "now). Not with at.",
+    ),
+    at: str("schedule.create: fire once, after a delay (+10m, +2h) or at an ISO time with a zone. Not with every."),
+    name: str("schedule.create: the schedule's name (shown in its notices)."),
+    catchUp: oneOf(["latest", "none"], "schedule.create: missed slots: latest (default: fire the newest once) or none."),
+    overlap: oneOf(["skip"], "schedule.create: skip (the only policy: a slot while the last fire runs is skipped)."),
+    sessionOnly: bool("schedule.create: true: fires only while this pi session is open (else project-wide)."),
+    quiet: bool(
+      "schedule.create with every: a successful automatic fire notifies without starting a turn (failures, stops and " +
+        "pauses still do); schedule.run: this manual fire is quiet.",
+    ),
+    cron: str(later("calendar schedules (cron); the seed defers them: use every")),
+    on: any(later("calendar schedules (on); the seed defers them: use every")),
+    timezone: str(later("calendar schedules (timezone); the seed defers them: use every or at with a zone")),
     focus: bool(`inspector.open / project.open: ${NO_PANES}.`),
     machine: str("Herdr saved machines do not exist in pisub: answered UNSUPPORTED_HERE."),
     output: str(later("output files of a run the tool starts; a workflow child's runs.run(output=) has them")),
@@ -301,6 +343,7 @@ function shown(value: unknown): string {
 const UNION: Record<string, (value: unknown) => string | null> = {
   config: (v) => (kindOf(v) === "object" || typeof v === "string" ? null : "expected an object or a string"),
   mission: (v) => (kindOf(v) === "object" || v === false ? null : "expected an object or false"),
+  on: (v) => (typeof v === "string" || Number.isSafeInteger(v) ? null : "expected a string or a whole number"),
   acceptance: (v) => (["object", "string", "boolean"].includes(kindOf(v)) ? null : "expected an object, a string or false"),
   outputSchema: (v) => (kindOf(v) === "object" ? null : "expected an object"),
 };
@@ -421,12 +464,12 @@ const ONLY_FOR: Record<string, string[]> = {
   steeringRecovery: ["steer"],
   mode: ["steer", "worktree.cleanup"],
   share: ["run", "resume"],
-  args: ["run"],
+  args: ["run", "schedule.create"],
   forkFrom: ["run"],
   // how a run starts: a resume, a status or a management action would drop them
   isolation: ["run"],
   worktree: ["run"],
-  baseRef: ["run"],
+  baseRef: ["run", "schedule.create"],
   maxOutput: ["run"],
   artifacts: ["run"],
   includeProgress: ["run"],
@@ -438,6 +481,21 @@ const ONLY_FOR: Record<string, string[]> = {
   gate: ["run"],
   usageBudget: ["run"],
   topic: ["guide"],
+  every: ["schedule.create"],
+  at: ["schedule.create"],
+  name: ["schedule.create"],
+  catchUp: ["schedule.create"],
+  overlap: ["schedule.create"],
+  sessionOnly: ["schedule.create"],
+  quiet: ["schedule.create", "schedule.run"],
+  missionId: ["run", "mission.show", "mission.update", "mission.resolve-decision", "mission.attach-run", "mission.close"],
+  mission: ["run", "mission.create"],
+  missionUpdate: ["mission.update"],
+  missionStatus: ["mission.close"],
+  missionScope: ["mission.list"],
+  runId: ["mission.attach-run"],
+  runMode: ["mission.attach-run"],
+  summary: ["mission.resolve-decision", "mission.close"],
 };
 
 function subagentsDisabled(): boolean {
@@ -449,7 +507,9 @@ function disabled(): Result {
   return failure("SUBAGENTS_DISABLED", "sub-agents are turned off here (PISUB_SUBAGENTS_DISABLED is set): do the work yourself");
 }
 
-export type PlanContext = { sessionFile?: string | null };
+// What a call's session adds: its session file (the source of context "fork") and its key (the
+// owner of what the call creates: a schedule's notices, a mission's goal notices).
+export type PlanContext = { sessionFile?: string | null; sessionKey?: string | null };
 
 // What the action of a call is: `action`, else a start (agent + task, a workflow, lanes).
 function actionOf(p: any): string {
@@ -472,6 +532,9 @@ function workflowRules(p: any): Result | null {
   if (p.workflow !== undefined) {
     if (!p.workflow.trim()) return invalid("workflow must be a non-empty named workflow resource.");
     if (script) return invalid("workflow is mutually exclusive with workflowScript and workflowScriptPath.");
+    if (p.action === "schedule.create") {
+      return invalid("schedule.create takes workflowScript or workflowScriptPath; a named workflow resource is not scheduled");
+    }
     if (p.action !== undefined) return invalid("Named workflow resource execution must omit action.");
     if (!NAME.test(p.workflow)) return bad("workflow (a resource's name)", p.workflow);
   } else if (p.args !== undefined && !script) {
@@ -479,7 +542,7 @@ function workflowRules(p: any): Result | null {
   }
   if (!script && p.workflow === undefined) return null;
   if (p.lanes !== undefined) return invalid("lanes is a workflow of its own: give lanes or a workflow script or resource, not both");
-  if (p.action === "validate") return null;
+  if (p.action === "validate" || p.action === "schedule.create") return null;
   if (p.action !== undefined) {
     return invalid("Workflow execution must omit action; only validate and schedule.create accept action with workflowScript or workflowScriptPath.");
   }
@@ -489,16 +552,235 @@ function workflowRules(p: any): Result | null {
   return null;
 }
 
+// ---- Schedules (spec/pi-extension.md "Schedules and missions"): `pisub schedule ...`.
+export const SCHEDULE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/; // the seed's schedule ids
+const MISSION_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+const EVERY = /^[1-9][0-9]{0,8}[mhdw]$/;
+const AT_DELAY = /^\+[1-9][0-9]{0,8}[smhd]$/;
+const CALENDAR = /^(?:day|daily|week|weekly|month|monthly|year|yearly|hour|hourly)$/i;
+const CALENDAR_HINT =
+  "the seed defers calendar selectors: use every (30m, 6h, 2d, 2w) or at (+10m, or an ISO time with a zone)";
+const MISSION_FIELDS = ["missionId", "mission", "missionUpdate", "missionStatus", "missionScope"];
+
+// The seed's rules for schedule.create, in its order: a workflow (never agent/task), no mission
+// fields, exactly one trigger, quiet only for an interval, always in the background.
+function scheduleRules(p: any): Result | null {
+  if (p.agent !== undefined || p.task !== undefined) {
+    return invalid(
+      "schedule.create takes a workflow (workflowScript or workflowScriptPath), not agent/task: wrap the run, e.g. " +
+        "workflowScript: \"return runs.run('main', {agent: 'scout', task: '...'})\"",
+    );
+  }
+  const mission = MISSION_FIELDS.find((k) => p[k] !== undefined);
+  if (mission) {
+    return invalid(`${mission}: schedule.create takes no mission fields (a fire runs without a mission; the seed defers mission attachment for schedules)`);
+  }
+  if (p.async === false) return invalid("async: schedule.create's fires always run in the background (async false is refused)");
+  if (p.workflowScript === undefined && p.workflowScriptPath === undefined) {
+    return invalid("schedule.create needs workflowScript or workflowScriptPath (the workflow each fire runs)");
+  }
+  if ((p.at === undefined) === (p.every === undefined)) {
+    return invalid("schedule.create needs exactly one trigger: at (+10m, or an ISO time with a zone) or every (30m, 6h, 2d, 2w)");
+  }
+  if (p.every !== undefined && !EVERY.test(p.every.trim())) {
+    return invalid(`every: ${shown(p.every)} is not an interval: a whole number and m, h, d or w (30m, 6h, 2d, 2w)`);
+  }
+  if (p.at !== undefined && !AT_DELAY.test(p.at.trim()) && !isoTime(p.at.trim())) {
+    return invalid(`at: ${shown(p.at)} is neither a delay (+10m, +2h, +1d) nor an ISO 8601 time with a zone (2026-12-24T18:00:00Z)`);
+  }
+  if (p.quiet !== undefined && p.every === undefined) {
+    return invalid("quiet is for a recurring schedule (every): a one-shot at stays noisy (schedule.run may pass quiet for one manual fire)");
+  }
+  if (p.id !== undefined && !SCHEDULE_ID.test(String(p.id))) {
+    return bad("id (a schedule id: 1 to 64 letters, digits, . _ -, not starting with . _ -)", p.id);
+  }
+  if (p.baseRef !== undefined) {
+    const problem = refProblem(p.baseRef);
+    if (problem) return invalid(`baseRef: ${shown(p.baseRef)} is ${problem}`);
+  }
+  return null;
+}
+
+function scheduleCreateArgv(p: any, ctx: PlanContext): string[] | Result {
+  if (subagentsDisabled()) return disabled();
+  if (p.sessionOnly === true && !ctx.sessionFile) {
+    return invalid("sessionOnly: this session has no file (pi started with --no-session): a sessionOnly schedule is bound to a persisted session");
+  }
+  const argv = ["schedule", "create", "--json"];
+  if (p.workflowScript !== undefined) {
+    if (!p.workflowScript.trim()) return invalid("schedule.create needs a non-empty workflowScript or workflowScriptPath");
+    argv.push("--workflow-script=-");
+  } else {
+    if (!p.workflowScriptPath.trim()) return invalid("schedule.create needs a non-empty workflowScript or workflowScriptPath");
+    const file = scriptFile(p, p.workflowScriptPath, "workflowScriptPath");
+    if (typeof file !== "string") return file;
+    argv.push(`--workflow=${file}`);
+  }
+  flag(argv, "--at", p.at?.trim());
+  flag(argv, "--every", p.every?.trim());
+  flag(argv, "--name", p.name);
+  flag(argv, "--id", p.id);
+  flag(argv, "--catch-up", p.catchUp);
+  if (p.quiet === true) argv.push("--quiet");
+  if (p.sessionOnly === true) argv.push("--session-only");
+  flag(argv, "--session-key", ctx.sessionKey);
+  flag(argv, "--cwd", p.cwd);
+  if (p.args !== undefined) argv.push(`--args=${JSON.stringify(p.args)}`);
+  const timeout = timeoutOf(p);
+  if (timeout !== null && typeof timeout !== "string") return timeout;
+  flag(argv, "--timeout", timeout);
+  flag(argv, "--base-ref", p.baseRef);
+  return argv;
+}
+
+// schedule.list / show / history / pause / resume / run / run-due / delete.
+function scheduleArgv(p: any, verb: string): string[] | Result {
+  const argv = ["schedule", verb, "--json"];
+  if (verb === "list" || verb === "run-due") {
+    if (p.id !== undefined) return invalid(`schedule.${verb} takes no id`);
+    if (verb === "run-due" && subagentsDisabled()) return disabled();
+    return argv;
+  }
+  if (p.id === undefined) return invalid(`schedule.${verb} needs id (the schedule's; schedule.list shows them)`);
+  if (!SCHEDULE_ID.test(String(p.id))) return bad("id (a schedule id)", p.id);
+  if (verb === "run") {
+    if (subagentsDisabled()) return disabled();
+    if (p.quiet === true) argv.push("--quiet");
+  }
+  return end(argv, String(p.id));
+}
+
+// ---- Missions: `pisub mission ...`. The mission object of mission.create and of a workflow start,
+// checked as the seed does (field paths in the errors); the rest pisub checks (missionUpdate).
+const MISSION_KEYS = ["title", "summary", "objective", "goal", "budget", "labels"];
+
+export function missionProblem(m: any, name = "mission"): string | null {
+  for (const key of Object.keys(m)) {
+    if (!MISSION_KEYS.includes(key)) return `${name}.${JSON.stringify(key.slice(0, 64))}: unknown field (known: ${MISSION_KEYS.join(", ")})`;
+  }
+  if (m.title !== undefined && m.summary !== undefined) return `${name}: give title or summary, not both`;
+  const title = m.title ?? m.summary;
+  const which = m.title !== undefined ? "title" : "summary";
+  if (title === undefined) return `${name}: needs a title or a summary (exactly one, non-empty)`;
+  if (typeof title !== "string" || !title.trim()) return `${name}.${which}: expected a non-empty string`;
+  if (title.length > 1024) return `${name}.${which}: at most 1024 characters`;
+  if (m.objective !== undefined && (typeof m.objective !== "string" || !m.objective.trim())) {
+    return `${name}.objective: expected a non-empty string`;
+  }
+  if (m.goal !== undefined && m.goal !== true) return `${name}.goal: only true (a goal mission), or leave it out`;
+  if (m.budget !== undefined) {
+    const b = m.budget;
+    if (kindOf(b) !== "object") return `${name}.budget: expected an object {tokens}`;
+    const extra = Object.keys(b).find((k) => k !== "tokens");
+    if (extra !== undefined) return `${name}.budget.${JSON.stringify(extra.slice(0, 64))}: unknown field (known: tokens)`;
+    if (!Number.isSafeInteger(b.tokens) || b.tokens < 1) return `${name}.budget.tokens: expected a positive whole number`;
+  }
+  if (m.goal === true && m.budget === undefined) return `${name}.budget: goal: true needs budget: {tokens: N}`;
+  if (m.labels !== undefined) {
+    if (!Array.isArray(m.labels)) return `${name}.labels: expected an array of strings`;
+    const i = m.labels.findIndex((l: unknown) => typeof l !== "string" || !l.trim() || l.length > 128);
+    if (i >= 0) return `${name}.labels[${i}]: expected a non-empty string (at most 128 characters)`;
+  }
+  return null;
+}
+
+function missionArgv(p: any, verb: string, ctx: PlanContext): string[] | Result {
+  const argv = ["mission", verb, "--json"];
+  if (verb === "create") {
+    if (p.missionId !== undefined) return invalid("mission.create makes a new mission: missionId is for the other mission actions");
+    if (p.mission === undefined || p.mission === false) {
+      return invalid("mission.create needs mission: {title | summary, objective?, goal?, budget?: {tokens}, labels?}");
+    }
+    const problem = missionProblem(p.mission);
+    if (problem) return invalid(problem);
+    const m = p.mission;
+    argv.push(m.title !== undefined ? `--title=${m.title}` : `--summary=${m.summary}`);
+    flag(argv, "--objective", m.objective);
+    if (m.goal === true) argv.push("--goal");
+    flag(argv, "--budget-tokens", m.budget === undefined ? null : String(m.budget.tokens));
+    for (const label of m.labels ?? []) argv.push(`--label=${label}`);
+    flag(argv, "--cwd", p.cwd);
+    flag(argv, "--session-key", ctx.sessionKey);
+    return argv;
+  }
+  if (verb === "list") {
+    flag(argv, "--scope", p.missionScope);
+    flag(argv, "--cwd", p.cwd);
+    return argv;
+  }
+  if (p.missionId === undefined) return invalid(`mission.${verb} needs missionId (mission.list shows them)`);
+  if (!MISSION_ID.test(String(p.missionId))) return bad("missionId", p.missionId);
+  if (p.id !== undefined && verb !== "resolve-decision" && verb !== "attach-run") {
+    return invalid(`mission.${verb} names its mission with missionId; id is a decision's id (resolve-decision) or a run's (attach-run)`);
+  }
+  switch (verb) {
+    case "show":
+      return end(argv, p.missionId);
+    case "update":
+      if (p.missionUpdate === undefined) {
+        return invalid("mission.update needs missionUpdate: {title?, objective?, status?, labels?, decisions?, artifacts?, receipts?}");
+      }
+      argv.push(`--set=${JSON.stringify(p.missionUpdate)}`);
+      return end(argv, p.missionId);
+    case "resolve-decision": {
+      if (p.id === undefined) return invalid("mission.resolve-decision needs id (the decision's; mission.show lists them)");
+      if (!MISSION_ID.test(String(p.id))) return bad("id (a decision id)", p.id);
+      if (typeof p.summary !== "string" || !p.summary.trim()) return invalid("mission.resolve-decision needs summary (the resolution, non-empty)");
+      argv.push(`--summary=${p.summary}`);
+      return end(argv, p.missionId, p.id);
+    }
+    case "attach-run": {
+      if (p.runId !== undefined && p.id !== undefined && p.runId !== p.id) return invalid("runId and id name different runs: give runId");
+      const run = p.runId ?? p.id;
+      if (run === undefined) return invalid("mission.attach-run needs runId (the run to link)");
+      if (!ID.test(String(run))) return bad(p.runId !== undefined ? "runId" : "id", run);
+      if (p.runMode !== undefined && !NAME.test(p.runMode)) return bad("runMode", p.runMode);
+      flag(argv, "--mode", p.runMode);
+      return end(argv, p.missionId, String(run));
+    }
+    case "close": {
+      const status = p.missionStatus ?? "completed";
+      if (!["completed", "failed", "cancelled"].includes(status)) {
+        return invalid(`missionStatus: ${shown(status)} is not one of completed, failed, cancelled (a closed mission's status)`);
+      }
+      argv.push(`--status=${status}`);
+      if (p.summary !== undefined && !p.summary.trim()) return invalid("summary: expected a non-empty string (or leave it out)");
+      flag(argv, "--summary", p.summary);
+      return end(argv, p.missionId);
+    }
+  }
+  return invalid(`unknown action "mission.${verb}"`);
+}
+
+// A workflow start's mission: missionId (attach), mission {...} (its own), false (none), else the
+// default mission pisub makes. A new mission (the default, or mission {...}) is owned by this
+// session (the goal notices' session); an existing one keeps its owner and false makes none, so
+// no --session-key goes with those (pisub refuses it there).
+function startMission(p: any, ctx: PlanContext, argv: string[]): Result | null {
+  if (p.missionId !== undefined && p.mission !== undefined) {
+    return invalid(p.mission === false ? "missionId and mission: false contradict each other: give one" : "give missionId (attach to that mission) or mission (a new one), not both");
+  }
+  if (p.missionId !== undefined) {
+    if (!MISSION_ID.test(String(p.missionId))) return bad("missionId", p.missionId);
+    argv.push(`--mission-id=${p.missionId}`);
+  } else if (p.mission === false) {
+    argv.push("--no-mission");
+  } else if (p.mission !== undefined) {
+    const problem = missionProblem(p.mission);
+    if (problem) return invalid(problem);
+    argv.push(`--mission=${JSON.stringify(p.mission)}`);
+  }
+  if (p.missionId === undefined && p.mission !== false) flag(argv, "--session-key", ctx.sessionKey);
+  return null;
+}
+
 // Answers that do not depend on the action: seed parameters pisub does not build (yet).
 function seedAnswer(p: any, action: string): Result | null {
   if (p.workflowScript !== undefined && p.workflowScriptPath !== undefined) {
     return invalid("workflowScript and workflowScriptPath are mutually exclusive: give one");
   }
-  if (p.every !== undefined || p.at !== undefined || p.cron !== undefined || p.sessionOnly !== undefined || p.quiet !== undefined || action.startsWith("schedule.")) {
-    return notYet("schedules", "start the run now, or schedule `pisub run` with cron");
-  }
-  if (p.missionId !== undefined || (p.mission !== undefined && p.mission !== false) || action.startsWith("mission.")) {
-    return notYet("missions", "mission: false (no mission) is pisub's default; a workflow shares state with --state-ns");
+  if (p.cron !== undefined || p.on !== undefined || p.timezone !== undefined || (typeof p.every === "string" && CALENDAR.test(p.every.trim()))) {
+    return notYet("calendar schedules (cron, on, timezone, every: day)", CALENDAR_HINT);
   }
   if (action.startsWith("watchdog.")) return notYet("the watchdog");
   if (action.startsWith("inspector.") || action.startsWith("project.")) return unsupported(NO_PANES);
@@ -509,6 +791,10 @@ function seedAnswer(p: any, action: string): Result | null {
   if (p.planId !== undefined) return invalid("planId is reserved for a future worktree.cleanup apply (the seed refuses it too)");
   const workflow = workflowRules(p);
   if (workflow) return workflow;
+  if (action === "schedule.create") {
+    const refused = scheduleRules(p);
+    if (refused) return refused;
+  }
   if (p.agentContract !== undefined) return notYet("agent contracts", "use acceptance");
   if (p.outputSchema !== undefined) return notYet("structured output");
   if (p.output !== undefined || p.outputMode !== undefined) {
@@ -631,7 +917,14 @@ function startArgv(p: any, ctx: PlanContext): string[] | Result {
   flag(argv, "--timeout", timeout);
   const refused = startOptions(p, ctx, argv);
   if (refused) return refused;
-  if ([p.workflowScript, p.workflowScriptPath, p.workflow, p.lanes].some((v) => v !== undefined)) {
+  const workflow = [p.workflowScript, p.workflowScriptPath, p.workflow, p.lanes].some((v) => v !== undefined);
+  if (!workflow && (p.missionId !== undefined || (p.mission !== undefined && p.mission !== false))) {
+    return invalid(
+      `${p.missionId !== undefined ? "missionId" : "mission"}: a mission encloses a workflow (workflowScript, workflowScriptPath, ` +
+        "workflow, lanes); link another run to a mission with mission.attach-run",
+    );
+  }
+  if (workflow) {
     if (p.checkpointBeforeDeadlineMs !== undefined) {
       return invalid("checkpointBeforeDeadlineMs is for a single agent's run (the seed's rule), not a workflow");
     }
@@ -639,7 +932,8 @@ function startArgv(p: any, ctx: PlanContext): string[] | Result {
     if (!Array.isArray(source)) return source;
     argv.push(...source);
     flag(argv, "--usage-budget", json(p.usageBudget));
-    return argv;
+    const refused = startMission(p, ctx, argv);
+    return refused ?? argv;
   }
   if (!p.agent || !p.task) return invalid("a run needs agent and task (or workflowScript, workflowScriptPath, workflow)");
   if (p.gate !== undefined && p.acceptance !== undefined && p.acceptance !== false) {
@@ -754,7 +1048,9 @@ export function plan(p: any, ctx: PlanContext = {}): string[] | Result {
   const action = actionOf(p);
   const answered = seedAnswer(p, action);
   if (answered) return answered;
-  if (p.id !== undefined && !ID.test(String(p.id))) return bad("id", p.id);
+  // a schedule's id (schedule.*), a decision's or a run's (mission.*): checked where they are used
+  const ownId = action.startsWith("schedule.") || action.startsWith("mission.");
+  if (p.id !== undefined && !ownId && !ID.test(String(p.id))) return bad("id", p.id);
   if (p.agent !== undefined && !NAME.test(String(p.agent))) return bad("agent", p.agent);
   if (p.childId !== undefined && !CHILD.test(String(p.childId))) return bad("childId", p.childId);
   if (p.mode !== undefined && action === "steer" && !["steer", "follow_up", "auto"].includes(p.mode)) {
@@ -857,7 +1153,11 @@ export function plan(p: any, ctx: PlanContext = {}): string[] | Result {
     case "worktree.discard":
       if (!p.id) return invalid("worktree.discard needs id (the run whose worktree is deleted)");
       return end(["worktree", "discard", "--force"], p.id);
+    case "schedule.create":
+      return scheduleCreateArgv(p, ctx);
     default: {
+      if (action.startsWith("schedule.") && ACTIONS.includes(action)) return scheduleArgv(p, action.slice("schedule.".length));
+      if (action.startsWith("mission.") && ACTIONS.includes(action)) return missionArgv(p, action.slice("mission.".length), ctx);
       if (AGENT_EDITS.has(action) || REFINES.has(action)) return agentArgv(p, action);
       const hint = near(String(action));
       const did = hint ? ` Did you mean "${hint}"? (not run)` : "";
@@ -1150,9 +1450,11 @@ export function shape(p: any, argv: string[], code: number, stdout: string, stde
     const what =
       verb === "resume" ? `resume of ${one(p?.id, 64)}` : p?.agent ? one(p.agent, 128) : p?.lanes ? "lanes" : p?.workflow ? `workflow ${one(p.workflow, 128)}` : "workflow";
     const who = ` (${what})`; // a space after the id: "started run ID (...)" splits cleanly
+    const missionId = typeof first.missionId === "string" ? first.missionId : null;
+    const mission = missionId ? `\nmission ${one(missionId, 128)}: {action: "mission.show", missionId: "${one(missionId, 128)}"}` : "";
     const text = `started run ${first.runId}${who}: ${one(first.state, 20)}; it runs in the background and a notice comes when it ends.\n` +
-      `look: {action: "status", id: "${first.runId}"}; block until it ends: {action: "wait", id: "${first.runId}"}`;
-    return answer(text, { mode: "single", runId: first.runId, runDir: first.runDir, results: [], started: first });
+      `look: {action: "status", id: "${first.runId}"}; block until it ends: {action: "wait", id: "${first.runId}"}${mission}`;
+    return answer(text, { mode: "single", runId: first.runId, runDir: first.runDir, results: [], started: first, ...(missionId ? { missionId } : {}) });
   }
   if (verb === "result" || verb === "wait") {
     const result = answer(resultText(first), withDisplayItems(first?.details ?? { mode: "single", results: [] }));
@@ -1175,8 +1477,189 @@ export function shape(p: any, argv: string[], code: number, stdout: string, stde
     }
     return answer(rows(agents, agentLine, "(no agents)"), { mode: "management", results: [], items: agents });
   }
+  if (verb === "schedule" || verb === "mission") {
+    // one JSON value: a record, or an array (list, history)
+    const all = items.length === 1 && Array.isArray(first) ? first : items;
+    const details: any = { mode: "management", results: [], items: all.slice(0, 500) };
+    if (verb === "schedule" && argv[1] === "run") details.fired = fireOf(first, p);
+    const record = !Array.isArray(first) && first && typeof first === "object" ? first : null;
+    if (verb === "mission" && record) details.missionId = record.id ?? record.missionId ?? null;
+    if (verb === "schedule" && record && argv[1] !== "run-due") details.scheduleId = record.id ?? record.scheduleId ?? p?.id ?? null;
+    return answer(render(p, argv, all).slice(0, 50_000), details);
+  }
   const shown = verb === "list" || verb === "fleet" ? ownRuns(items) : items;
   return answer(render(p, argv, shown).slice(0, 50_000), { mode: "management", results: [], items: shown.slice(0, 500) });
+}
+
+// ---- Schedules and missions as text. The records are pisub's (spec/schedules.md,
+// spec/missions.md); a field a renderer does not know is in details.items.
+
+function pick(o: any, ...keys: string[]): any {
+  for (const key of keys) {
+    const v = key.split(".").reduce((x: any, k) => (x && typeof x === "object" ? x[k] : undefined), o);
+    if (v !== undefined && v !== null && v !== "") return v;
+  }
+  return undefined;
+}
+
+function scheduleState(s: any): string {
+  const state = pick(s, "state", "status");
+  if (typeof state === "string") return state;
+  if (s?.paused === true) return "paused";
+  if (s?.done === true) return "done"; // a one-shot that fired
+  return pick(s, "activeRunId", "active.runId") ? "running" : "scheduled";
+}
+
+function triggerOf(s: any): string {
+  const every = pick(s, "every", "trigger.every");
+  if (every !== undefined) return `every ${one(every, 32)}`;
+  const at = pick(s, "at", "trigger.at");
+  return at !== undefined ? `at ${one(at, 64)}` : "";
+}
+
+function scheduleLine(s: any): string {
+  if (!s || typeof s !== "object") return one(s);
+  const next = pick(s, "nextRunAt", "nextAt", "next", "trigger.nextRunAt");
+  const traits = [s.quiet === true ? "quiet" : "", s.sessionOnly === true ? "session-only" : ""].filter(Boolean);
+  const name = pick(s, "name");
+  return (
+    `${one(s.id, 64)}${name !== undefined && name !== s.id ? `  "${one(name, 128)}"` : ""}  ${one(scheduleState(s), 20)}  ${triggerOf(s)}` +
+    `  next ${next !== undefined ? one(next, 40) : "none"}${traits.length ? "  " + traits.join(", ") : ""}`
+  );
+}
+
+function fireLine(f: any): string {
+  if (!f || typeof f !== "object") return one(f);
+  const run = pick(f, "runId", "run");
+  const runState = pick(f, "runState");
+  const state = `${pick(f, "state", "outcome", "status") ?? "?"}${runState !== undefined ? ` (run ${runState})` : ""}`;
+  const planned = pick(f, "plannedAt");
+  const reason = pick(f, "dueReason", "reason");
+  const error = pick(f, "error");
+  return (
+    `${run !== undefined ? "run " + one(run, 64) : "no run"}  ${one(state, 48)}` +
+    `${planned !== undefined ? "  planned " + one(planned, 40) : ""}${reason !== undefined ? "  (" + one(reason, 20) + ")" : ""}` +
+    `${error !== undefined ? "  " + one(error, 200) : ""}`
+  );
+}
+
+function scheduleText(s: any): string {
+  if (!s || typeof s !== "object") return readable(s);
+  const out = [`schedule ${scheduleLine(s)}`];
+  const cwd = pick(s, "cwd");
+  if (cwd !== undefined) out.push(`cwd: ${one(cwd, 400)}`);
+  const catchUp = pick(s, "catchUp");
+  if (catchUp !== undefined) out.push(`catch up: ${one(catchUp, 20)}; overlap: skip`);
+  const active = pick(s, "active");
+  if (active && typeof active === "object") out.push(`firing now: ${fireLine(active)}`);
+  const last = pick(s, "last");
+  if (last && typeof last === "object") out.push(`last fire: ${fireLine(last)}`);
+  if (typeof s.fires === "number") out.push(`fires so far: ${s.fires}`);
+  const recent: any[] = Array.isArray(s.recent) ? s.recent : Array.isArray(s.history) ? s.history : [];
+  if (recent.length) out.push("recent fires:", ...recent.slice(0, 10).map((f) => "  " + fireLine(f)));
+  return out.join("\n");
+}
+
+function fireOf(first: any, p: any): { runId: string | null; schedule: { id: string; name: string } } {
+  const f = first && typeof first === "object" ? first : {};
+  const runId = pick(f, "runId", "fire.runId", "run");
+  const id = String(pick(f, "scheduleId", "schedule.id") ?? p?.id ?? "");
+  const name = pick(f, "name", "scheduleName", "schedule.name") ?? id;
+  return { runId: typeof runId === "string" ? runId : null, schedule: { id, name: String(name) } };
+}
+
+function missionLine(m: any): string {
+  if (!m || typeof m !== "object") return one(m);
+  const decisions: any[] = Array.isArray(m.decisions) ? m.decisions : [];
+  const open = decisions.filter((d) => d && d.status !== "resolved" && !d.resolution).length;
+  const goal = m.goal ? "  goal" : "";
+  return `${one(pick(m, "id", "missionId"), 64)}  ${one(m.status, 20)}  ${one(pick(m, "title", "summary"), 200)}${goal}${open ? `  ${open} open decision${open > 1 ? "s" : ""}` : ""}`;
+}
+
+function missionText(m: any): string {
+  if (!m || typeof m !== "object") return readable(m);
+  const out = [`mission ${missionLine(m)}`];
+  if (m.objective) out.push(`objective: ${one(m.objective, 600)}`);
+  const budget = pick(m, "budget.tokens", "budgetTokens");
+  if (m.goal || budget !== undefined) {
+    const used = pick(m, "usage.tokens", "usedTokens") ?? 0;
+    const goal = typeof m.goal === "object" && m.goal ? pick(m.goal, "status") : m.goal ? "active" : undefined;
+    out.push(`goal: ${one(goal ?? "none", 24)}${budget !== undefined ? `, ${one(used, 16)} of ${one(budget, 16)} tokens used` : ""}`);
+  }
+  if (Array.isArray(m.labels) && m.labels.length) out.push(`labels: ${one(m.labels.join(", "), 400)}`);
+  if (m.ownerSession) out.push(`session: ${one(m.ownerSession, 64)}`);
+  if (m.summary && m.title) out.push(`summary: ${one(m.summary, 600)}`);
+  const runs: any[] = Array.isArray(m.runs) ? m.runs : [];
+  if (runs.length) {
+    out.push("runs:", ...runs.slice(0, 20).map((r) => `  ${one(r?.runId, 64)} (${one(r?.mode ?? "run", 20)}${r?.status || r?.state ? ", " + one(r.status ?? r.state, 20) : ""})`));
+  }
+  const decisions: any[] = Array.isArray(m.decisions) ? m.decisions : [];
+  if (decisions.length) {
+    out.push(
+      "decisions:",
+      ...decisions.slice(0, 20).map((d) => `  ${one(d?.id, 64)}: ${one(d?.status ?? (d?.resolution ? "resolved" : "open"), 16)} — ${one(d?.title, 200)}${d?.resolution ? "; " + one(d.resolution, 200) : ""}`),
+    );
+  }
+  const artifacts: any[] = Array.isArray(m.artifacts) ? m.artifacts : [];
+  if (artifacts.length) out.push("artifacts:", ...artifacts.slice(0, 20).map((a) => `  ${one(a?.kind, 20)}: ${one(a?.path, 400)}`));
+  const receipts: any[] = Array.isArray(m.receipts) ? m.receipts : [];
+  if (receipts.length) {
+    out.push("receipts:", ...receipts.slice(0, 20).map((r) => `  ${one(r?.kind, 20)} (${one(r?.status, 16)}): ${one(r?.title ?? "", 200)} ${one(r?.url, 400)}`));
+  }
+  if (m.nextStep) out.push(`next: ${one(m.nextStep, 400)}`);
+  const open = decisions.find((d) => d && d.status === "open" && typeof d.id === "string");
+  const id = one(pick(m, "id", "missionId"), 64);
+  if (open) out.push(`resolve: {action: "mission.resolve-decision", missionId: "${id}", id: "${one(open.id, 64)}", summary: "..."}`);
+  return out.join("\n");
+}
+
+function scheduleRender(sub: string, items: any[], p: any): string {
+  const first = items[0];
+  switch (sub) {
+    case "list":
+      return rows(items, scheduleLine, "(no schedules in this project)");
+    case "history":
+      return rows(items, fireLine, `(schedule ${one(p?.id, 64)} has not fired yet)`);
+    case "run": {
+      const fired = fireOf(first, p);
+      return fired.runId
+        ? `fired schedule ${one(fired.schedule.name, 128)}: run ${fired.runId} (${one(pick(first, "state", "outcome") ?? "started", 20)}); ` +
+            `a notice comes when it ends. look: {action: "status", id: "${fired.runId}"}`
+        : `schedule ${one(p?.id, 64)}: ${fireLine(first)}`;
+    }
+    case "run-due":
+      return runDueText(first);
+    case "delete":
+      return `deleted schedule ${one(pick(first, "id") ?? p?.id, 64)}`;
+    case "create":
+      return `${scheduleText(first)}\nfires run detached by \`pisub schedule tick\` (a timer: \`pisub schedule install\`); ` +
+        `look: {action: "schedule.show", id: "${one(pick(first, "id"), 64)}"}`;
+    default:
+      return scheduleText(first);
+  }
+}
+
+// What a run-due did: {fired, ended, skipped, missed: [fire], waiting, busy: [schedule id], errors}.
+function runDueText(report: any): string {
+  if (!report || typeof report !== "object" || Array.isArray(report)) return readable(report);
+  const out: string[] = [];
+  const fires = (key: string, verb: string) => {
+    const list: any[] = Array.isArray(report[key]) ? report[key] : [];
+    for (const f of list.slice(0, 50)) out.push(`${verb} ${one(pick(f, "scheduleId") ?? "?", 64)}: ${fireLine(f)}`);
+  };
+  fires("fired", "fired");
+  fires("ended", "ended");
+  fires("skipped", "skipped");
+  fires("missed", "missed");
+  for (const id of Array.isArray(report.waiting) ? report.waiting.slice(0, 50) : []) out.push(`waiting ${one(id, 64)}: due, but its pi session is not open`);
+  for (const id of Array.isArray(report.busy) ? report.busy.slice(0, 50) : []) out.push(`busy ${one(id, 64)}: another tick holds it`);
+  for (const e of Array.isArray(report.errors) ? report.errors.slice(0, 50) : []) out.push(`error ${one(e, 400)}`);
+  return out.join("\n") || "nothing was due";
+}
+
+function missionRender(sub: string, items: any[]): string {
+  if (sub === "list") return rows(items, missionLine, "(no missions)");
+  return missionText(items[0]);
 }
 
 // An option's value in an argv (`--name=value` or `--name value`, before the `--`), or null.
@@ -1208,6 +1691,8 @@ function render(p: any, argv: string[], items: any[]): string {
   if (verb === "children") return rows(Array.isArray(first) ? first : items, childLine, "(no retained children)");
   if (verb === "workflow" && sub === "validate") return validateText(first);
   if (verb === "agents" && sub === "show") return agentText(first);
+  if (verb === "schedule") return scheduleRender(sub, items, p);
+  if (verb === "mission") return missionRender(sub, items);
   return items.map((i) => (typeof i === "string" ? i : readable(i))).join("\n") || "(nothing)";
 }
 
@@ -1236,6 +1721,21 @@ function waitGaveUp(p: any): Result {
   const text = `run ${one(p?.id, 64)} is still going: the wait gave up after ${s ?? "?"} s and the run goes on. ` +
     `Wait again: {action: "wait", id: "${one(p?.id, 64)}"}; look: {action: "status", id: "${one(p?.id, 64)}"}`;
   return answer(text, { mode: "single", runId: p?.id, results: [], waiting: { done: false, reason: "timeout" } });
+}
+
+function isDir(dir: string | undefined): boolean {
+  try {
+    return typeof dir === "string" && fs.statSync(dir).isDirectory();
+  } catch {
+    return false;
+  }
+}
+
+// Where pisub runs for a call: the call's cwd for a schedule or mission action that has no --cwd
+// option of its own (pisub finds "this project" there), else pi's.
+function cwdOf(p: any, planned: string[], ctx: any): string | undefined {
+  const own = (planned[0] === "schedule" || planned[0] === "mission") && option(planned, "--cwd") === null;
+  return own && typeof p?.cwd === "string" && p.cwd ? p.cwd : ctx?.cwd;
 }
 
 // The parent session's file (the source of context "fork"), or null when it has none.
@@ -1381,7 +1881,15 @@ const RUN_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const MAX_STATUS = 1 << 20;
 const MAX_RESULT = 8 << 20;
 
-type Pending = { runId: string; agent: string | null; share: boolean };
+// A ledger entry: a run this session started (agent), or a schedule's fire (schedule, quiet:
+// pisub writes those for the schedule's owner session; the tool for a manual fire from here).
+type Pending = { runId: string; agent: string | null; share: boolean; schedule: { id: string; name: string } | null; quiet: boolean };
+
+function scheduleOf(value: any): { id: string; name: string } | null {
+  if (!value || typeof value !== "object" || typeof value.id !== "string" || !SCHEDULE_ID.test(value.id)) return null;
+  const name = typeof value.name === "string" && value.name.trim() ? value.name : value.id;
+  return { id: value.id, name: name.slice(0, 128) };
+}
 
 class Notices {
   home: string | null = null;
@@ -1410,6 +1918,16 @@ class Notices {
     writeAtomic(path.join(this.dir, `${runId}.json`), JSON.stringify({ v: 1, runId, agent: agent ?? null, ...(share ? { share } : {}) }) + "\n");
   }
 
+  // A schedule's fire started from this session (schedule.run): noticed as the schedule's, once.
+  recordFire(runId: string, schedule: unknown, quiet: boolean): void {
+    const owner = scheduleOf(schedule);
+    if (!this.dir || !RUN_ID.test(runId) || !owner) return;
+    privateDir(this.dir);
+    const file = path.join(this.dir, `${runId}.json`);
+    if (fs.existsSync(file)) return; // pisub wrote it (this session owns the schedule)
+    writeAtomic(file, JSON.stringify({ v: 1, runId, agent: null, schedule: owner, quiet }) + "\n");
+  }
+
   // Mark a run noticed without a message (its result was returned to the model directly).
   settle(runId: string): void {
     if (!this.dir || !RUN_ID.test(runId)) return;
@@ -1434,7 +1952,15 @@ class Notices {
       const runId = name.endsWith(".json") ? name.slice(0, -5) : "";
       if (!RUN_ID.test(runId) || sent.has(runId)) continue;
       const rec = readJson(path.join(this.dir, name), 64 * 1024);
-      if (rec && typeof rec === "object") out.push({ runId, agent: typeof rec.agent === "string" ? rec.agent : null, share: rec.share === true });
+      if (rec && typeof rec === "object") {
+        out.push({
+          runId,
+          agent: typeof rec.agent === "string" ? rec.agent : null,
+          share: rec.share === true,
+          schedule: scheduleOf(rec.schedule),
+          quiet: rec.quiet === true,
+        });
+      }
     }
     return out;
   }
@@ -1493,10 +2019,18 @@ class Notices {
       return; // another instance (or an earlier life of this session) sent it
     }
     const who = run.agent ? ` (${termSafe(run.agent, true)})` : "";
-    const text = termSafe(`pisub: run ${run.runId}${who} ended ${state}.${head ? "\n" + head : ""}`);
+    // (a default name "schedule ID" is not said twice)
+    const name = termSafe(run.schedule?.name ?? "", true).replace(/^schedule\s+(?=\S)/i, "");
+    const line = run.schedule
+      ? `pisub: schedule ${name} fired run ${run.runId}: ended ${state}.`
+      : `pisub: run ${run.runId}${who} ended ${state}.`;
+    const text = termSafe(`${line}${head ? "\n" + head : ""}`);
+    // a quiet schedule's successful fire is shown without starting a turn; anything else wakes the parent
+    const quietly = run.schedule !== null && run.quiet && state === "complete";
+    const details = { runId: run.runId, state, ...(run.schedule ? { schedule: run.schedule, quiet: run.quiet } : {}) };
     this.pi.sendMessage(
-      { customType: "pisub-notice", content: text, display: true, details: { runId: run.runId, state } },
-      { triggerTurn: true, deliverAs: "followUp" },
+      { customType: "pisub-notice", content: text, display: true, details },
+      { triggerTurn: !quietly, deliverAs: "followUp" },
     );
   }
 }
@@ -1504,6 +2038,141 @@ class Notices {
 function readState(runDir: string): string | null {
   const status = readJson(path.join(runDir, "status.json"), MAX_STATUS);
   return typeof status?.state === "string" ? status.state : null;
+}
+
+// ---- Presence: `<ledger>/presence/<pid>.json` = {v: 1, pid, startTicks} while this pi has the
+// session open (written on session_start, removed on session_shutdown): a sessionOnly schedule
+// fires only while one names a live process (pisub checks the pid and its start time).
+
+// The start time (field 22 of /proc/PID/stat, in clock ticks) from a stat line; the process name
+// (field 2, in parentheses) may hold spaces and parentheses, so fields are counted after the last ")".
+export function startTicksOf(stat: string): number | null {
+  const close = stat.lastIndexOf(")");
+  if (close < 0) return null;
+  const fields = stat.slice(close + 1).trim().split(/\s+/);
+  const ticks = Number(fields[19]); // fields[0] is field 3
+  return /^\d+$/.test(fields[19] ?? "") && Number.isSafeInteger(ticks) ? ticks : null;
+}
+
+function ticksOf(pid: number): number | null {
+  try {
+    return startTicksOf(fs.readFileSync(`/proc/${pid}/stat`, "utf8")); // /proc files have no size: read to the end
+  } catch {
+    return null;
+  }
+}
+
+// This process's presence file, after removing the ones that name a dead process (a pi killed
+// with -9 never removed its own); null when it cannot be written (no /proc, no home).
+export function writePresence(ledger: string | null, pid = process.pid): string | null {
+  if (!ledger) return null;
+  const ticks = ticksOf(pid);
+  if (ticks === null) return null;
+  const dir = path.join(ledger, "presence");
+  try {
+    privateDir(ledger);
+    privateDir(dir);
+    const st = fs.lstatSync(dir);
+    if (!st.isDirectory()) return null; // a symlink planted there is not followed
+    if ((st.mode & 0o777) !== 0o700) fs.chmodSync(dir, 0o700);
+    for (const name of fs.readdirSync(dir)) {
+      const m = /^(\d{1,10})\.json$/.exec(name);
+      if (!m || Number(m[1]) === pid) continue;
+      const rec = readJson(path.join(dir, name), 4096);
+      const other = Number(m[1]);
+      if (rec && rec.pid === other && Number.isSafeInteger(rec.startTicks) && ticksOf(other) === rec.startTicks) continue;
+      fs.rmSync(path.join(dir, name), { force: true });
+    }
+    const file = path.join(dir, `${pid}.json`);
+    writeAtomic(file, JSON.stringify({ v: 1, pid, startTicks: ticks }) + "\n");
+    return file;
+  } catch {
+    return null;
+  }
+}
+
+function removePresence(file: string | null): void {
+  if (!file) return;
+  try {
+    fs.rmSync(file, { force: true });
+  } catch {
+    // gone already
+  }
+}
+
+// ---- Goal missions: after a parent turn settles (pi idle), `pisub mission next --session-key
+// KEY --json` says whether a goal mission of this session has a continuation notice; one is sent
+// (custom type pisub-mission, starting a turn). At most one per idle turn and none while a tool
+// call of this extension runs. pisub gives a notice once per progress of its mission (it records
+// it as given), so what it answers is always sent: a notice never repeats without progress.
+class Goals {
+  running = 0; // tool calls of this extension in flight
+  turn = 0; // agent runs started in this session
+  checked = -1; // the turn whose end was looked at
+  settledSeen = false; // this pi has agent_settled (older ones: agent_end, then idle)
+
+  constructor(
+    private pi: any,
+    private notices: Notices,
+  ) {}
+
+  started(): void {
+    this.turn++;
+  }
+
+  // not awaited: pi defers what is asked during agent_settled until its handlers return
+  settled(ctx: any): void {
+    this.settledSeen = true;
+    void this.check(ctx);
+  }
+
+  ended(ctx: any): void {
+    if (this.settledSeen) return;
+    const timer = setTimeout(() => {
+      if (!this.settledSeen && ctx?.isIdle?.() !== false) void this.check(ctx);
+    }, 300);
+    timer.unref?.();
+  }
+
+  async check(ctx: any): Promise<void> {
+    if (this.running > 0 || this.checked === this.turn || !this.notices.home) return;
+    if (ctx?.isIdle?.() === false) return; // a turn began already: its end looks
+    this.checked = this.turn;
+    if (!hasMissions(this.notices.home)) return; // no mission anywhere: no process per turn
+    const argv = pisubArgv();
+    let out: any = null;
+    try {
+      const args = [...argv.slice(1), "mission", "next", "--json", `--session-key=${sessionKey(ctx)}`];
+      const r = await this.pi.exec(argv[0], args, { cwd: ctx?.cwd, timeout: 30_000 });
+      if (r.code !== 0) return;
+      out = JSON.parse(String(r.stdout ?? "").trim().split("\n")[0]);
+    } catch {
+      return; // a pisub without missions, a broken answer: no notice
+    }
+    const notice = typeof out?.notice === "string" ? out.notice.trim() : "";
+    if (!notice) return;
+    // given is given (pisub marked it): a turn that began meanwhile gets it as a follow-up
+    this.pi.sendMessage(
+      {
+        customType: "pisub-mission",
+        content: termSafe(notice.slice(0, 500)),
+        display: true,
+        details: {
+          missionId: typeof out?.missionId === "string" ? out.missionId : null,
+          reason: typeof out?.reason === "string" ? out.reason : null,
+        },
+      },
+      { triggerTurn: true, deliverAs: "followUp" },
+    );
+  }
+}
+
+function hasMissions(home: string): boolean {
+  try {
+    return fs.readdirSync(path.join(home, "missions")).length > 0;
+  } catch {
+    return false;
+  }
 }
 
 async function homeOf(pi: any): Promise<string | null> {
@@ -1518,12 +2187,24 @@ async function homeOf(pi: any): Promise<string | null> {
 
 export default function (pi: any) {
   const notices = new Notices(pi);
+  const goals = new Goals(pi, notices);
+  let presence: string | null = null;
 
   pi.on("session_start", async (_event: any, ctx: any) => {
     const home = await homeOf(pi);
-    if (home) notices.bind(home, sessionKey(ctx));
+    if (home) {
+      notices.bind(home, sessionKey(ctx));
+      presence = writePresence(notices.dir);
+    }
   });
-  pi.on("session_shutdown", async () => notices.stop());
+  pi.on("session_shutdown", async () => {
+    notices.stop();
+    removePresence(presence);
+    presence = null;
+  });
+  pi.on("agent_start", async () => goals.started());
+  pi.on("agent_end", async (_event: any, ctx: any) => goals.ended(ctx));
+  pi.on("agent_settled", async (_event: any, ctx: any) => goals.settled(ctx));
 
   registerCommands(pi, notices);
 
@@ -1532,35 +2213,59 @@ export default function (pi: any) {
     label: "Subagent",
     description:
       "Delegate work to a sub-agent run by pisub (detached; it survives this session). Start a run with agent + task " +
-      "(background by default: a notice arrives when it ends; async: false waits), or manage runs with action: " +
-      ACTIONS.join(", ") + ". action guide explains everything.",
+      "(background by default: a notice arrives when it ends; async: false waits), or a workflow (workflowScript, " +
+      "workflowScriptPath; each in a mission unless mission: false, missionId shares one). Fire a workflow later or every " +
+      "interval with action schedule.create (at | every). Manage with action: " +
+      ACTIONS.join(", ") + ". action guide explains everything (topic missions: missions and schedules).",
     promptSnippet: "Start and steer background sub-agent runs (pisub)",
     parameters: PARAMETERS,
     async execute(_id: string, params: any, signal: any, onUpdate: any, ctx: any): Promise<Result> {
+      goals.running++;
       try {
         return await execute(params, signal, onUpdate, ctx);
       } catch (e: any) {
         // a bug here must be an answer, never a crash of the extension
         return failure("INTERNAL_ERROR", termSafe(String(e?.message ?? e), true).slice(0, 500));
+      } finally {
+        goals.running--;
       }
     },
   });
 
   async function execute(params: any, signal: any, onUpdate: any, ctx: any): Promise<Result> {
-    const planned = plan(params ?? {}, { sessionFile: sessionFileOf(ctx) });
+    const planned = plan(params ?? {}, { sessionFile: sessionFileOf(ctx), sessionKey: sessionKey(ctx) });
     if (!Array.isArray(planned)) return planned;
     if (planned[0] === "wait") return waitFor(params, planned, params.id, signal, onUpdate);
     const argv = pisubArgv();
     const input = inputOf(params, planned);
     let r: any;
+    const cwd = cwdOf(params, planned, ctx);
+    if (cwd !== ctx?.cwd && !isDir(cwd)) return invalid(`cwd: ${shown(cwd)} is not a directory`);
     try {
-      const options = { signal, cwd: ctx?.cwd, timeout: 120_000 };
+      const options = { signal, cwd, timeout: 120_000 };
       const command = [...argv.slice(1), ...planned];
       r = input === null ? await pi.exec(argv[0], command, options) : await execInput(argv[0], command, input, options);
     } catch (e: any) {
       return failure("LAUNCH_FAILED", `cannot run pisub (${argv[0]}): ${e?.message ?? e}`);
     }
     const result = shape(params, planned, r.code, r.stdout ?? "", r.stderr ?? "");
+    if (planned[0] === "schedule" && planned[1] === "run" && !result.details.error) {
+      // a manual fire from here: its end is noticed in this session (the schedule's owner session
+      // gets its own entry from pisub; the same run is noticed once per session)
+      const fired = result.details.fired;
+      if (!notices.dir) {
+        const home = await homeOf(pi);
+        if (home) notices.bind(home, sessionKey(ctx));
+      }
+      if (fired && typeof fired.runId === "string") {
+        try {
+          notices.recordFire(fired.runId, fired.schedule, params?.quiet === true);
+        } catch {
+          // the answer names the run; its notice is best effort
+        }
+      }
+      return result;
+    }
     const started = planned[0] === "run" || planned[0] === "resume";
     if (!started || result.details.error) return result;
     const runId = result.details.runId;
@@ -1748,6 +2453,15 @@ function registerCommands(pi: any, notices: Notices): void {
     const err = cliError(String(r?.stderr ?? ""), Number(r?.code ?? 1));
     return `${err.code}: ${err.message}`;
   };
+  // `pisub schedule list --json`: the ones not paused (an older pisub, an error: none)
+  const activeSchedules = async (ctx: any): Promise<any[]> => {
+    const r = await pisub(["schedule", "list", "--json"], ctx);
+    if (r.code !== 0) return [];
+    const items = parseLines(String(r.stdout ?? ""));
+    const all: any[] = items.length === 1 && Array.isArray(items[0]) ? items[0] : items;
+    const inactive = new Set(["paused", "done", "completed", "complete", "expired", "fired", "deleted"]);
+    return all.filter((sc) => sc && typeof sc === "object" && typeof sc.id === "string" && SCHEDULE_ID.test(sc.id) && !inactive.has(scheduleState(sc)));
+  };
   const stop = async (ctx: any, run: string, child: string | null): Promise<void> => {
     const argv = ["stop", "--json", "--wait", "3", "--reason", "/subagents-stop"];
     if (child !== null) argv.push("--child", child);
@@ -1790,16 +2504,31 @@ function registerCommands(pi: any, notices: Notices): void {
         if (home) notices.bind(home, sessionKey(ctx));
       }
       const running = notices.pending().filter((r) => !TERMINAL.has(readState(notices.runDir(r.runId)) ?? "complete"));
-      if (!running.length) return tell(ctx, "no run started from this session is running (/subagents-stop RUN stops any run)");
-      const label = (r: Pending) => `${r.runId}  ${r.agent ? termSafe(r.agent, true).slice(0, 64) : "?"}  ${readState(notices.runDir(r.runId)) ?? "?"}`;
+      // this project's schedules that still fire: listed as schedules, and paused (never stopped)
+      const schedules = await activeSchedules(ctx);
+      if (!running.length && !schedules.length) {
+        return tell(ctx, "no run started from this session is running, and no schedule here is active (/subagents-stop RUN stops any run)");
+      }
+      const who = (r: Pending) => (r.agent ? termSafe(r.agent, true).slice(0, 64) : r.schedule ? `schedule ${termSafe(r.schedule.name, true).slice(0, 64)}` : "?");
+      const label = (r: Pending) => `${r.runId}  ${who(r)}  ${readState(notices.runDir(r.runId)) ?? "?"}`;
+      const scheduleLabel = (sc: any) => `[schedule] ${scheduleLine(sc)}  (pauses it)`;
       if (!ctx?.hasUI || !ctx.ui?.select) {
         const lines = running.map((r) => `${label(r)}\n  subagent({action: "stop", id: "${r.runId}"})  or  /subagents-stop ${r.runId}`);
-        return tell(ctx, `running runs of this session (no UI to pick from here):\n${lines.join("\n")}`);
+        lines.push(...schedules.map((sc) => `${scheduleLabel(sc)}\n  subagent({action: "schedule.pause", id: "${one(sc.id, 64)}"})`));
+        return tell(ctx, `running runs of this session and active schedules (no UI to pick from here):\n${lines.join("\n")}`);
       }
-      const options = running.map(label);
-      const picked = await ctx.ui.select("Stop which run? (a stop is final: not a pause)", options);
+      const options = [...running.map(label), ...schedules.map(scheduleLabel)];
+      const picked = await ctx.ui.select("Stop which run? (a stop is final: not a pause; a schedule is paused)", options);
       const index = options.indexOf(picked);
       if (index < 0) return tell(ctx, "nothing stopped");
+      if (index >= running.length) {
+        const id = String(schedules[index - running.length].id);
+        const sure = ctx.ui.confirm ? await ctx.ui.confirm(`Pause schedule ${id}?`, "It fires no more until schedule.resume; a run it started goes on.") : true;
+        if (!sure) return tell(ctx, "nothing paused");
+        const r = await pisub(["schedule", "pause", "--json", "--", id], ctx);
+        if (r.code !== 0) return tell(ctx, failed(r), "error");
+        return tell(ctx, `paused schedule ${one(id, 64)} (resume it: subagent({action: "schedule.resume", id: "${one(id, 64)}"}))`);
+      }
       const runId = running[index].runId;
       const sure = ctx.ui.confirm ? await ctx.ui.confirm(`Stop run ${runId}?`, "It ends for good; start a new run to redo it.") : true;
       if (!sure) return tell(ctx, "nothing stopped");
