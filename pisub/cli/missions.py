@@ -146,6 +146,8 @@ def show(mission_id: str = MISSION, cwd: str | None = CWD, as_json: bool = JSON)
     from pisub.api.missions import mission_show
 
     view = mission_show(mission_id, cwd=cwd)
+    for note in view.notes:
+        err(f"pisub: {note}")
     if as_json:
         json_line({**_record(view.mission), "nextStep": view.next_step, "projectRoot": view.root})
         return
@@ -264,8 +266,10 @@ def update(
     import sys
 
     from pisub.api.missions import mission_update
+    from pisub.protocol.mission import MAX_UPDATE_BYTES
 
-    text = sys.stdin.read() if set_ == "-" else set_
+    # (stdin is read up to one byte past the limit: an endless pipe is refused, not buffered)
+    text: str | bytes = sys.stdin.buffer.read(MAX_UPDATE_BYTES + 1) if set_ == "-" else set_
     _one(mission_update(mission_id, text, cwd=cwd), as_json)
 
 
@@ -323,6 +327,8 @@ def next_(
     from pisub.api.missions import mission_next
 
     notice = mission_next(session_key)
+    for note in notice.skipped:
+        err(f"pisub: skipped {note}")
     if as_json:
         json_line(notice.to_json())
     elif notice.notice is not None:
