@@ -14,6 +14,7 @@ mission's lock, so what it says is never stale.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,6 +169,15 @@ def _cwd(cwd: str | Path | None) -> Path:
         if cwd is not None:
             raise
         raise InvalidInput(f"{exc.message[:300]}; run it from another directory, or give --cwd DIR") from None
+    except OSError as exc:  # (a path too long to resolve: ENAMETOOLONG, ELOOP)
+        where = os.fsdecode(exc.filename or cwd or ".")
+        shown = where if len(where) <= 120 else where[:60] + "…" + where[-59:]
+        fix = (
+            "give --cwd with a shorter path"
+            if cwd is not None
+            else "run it from a shorter path, or give --cwd DIR"
+        )
+        raise InvalidInput(f"working directory {shown}: {exc.strerror or exc}; {fix}") from None
 
 
 def _store_of(home: Home, cwd: str | Path | None) -> MissionStore:

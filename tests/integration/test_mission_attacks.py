@@ -399,3 +399,47 @@ def test_f6_a_cwd_pisub_cannot_use_names_the_fix(home: Path, tmp_path: Path) -> 
         check=False,
     )
     assert proc.returncode == 0 and "findable" in proc.stdout, proc.stderr
+
+
+def test_f6_a_cwd_too_deep_names_the_cwd_and_is_cut(home: Path, tmp_path: Path) -> None:
+    made = mission_create(title="findable")
+    deep = os.fsencode(_git_init(tmp_path / "repo"))
+    fd = os.open(deep, os.O_RDONLY)
+    try:
+        for _ in range(25):  # deeper than PATH_MAX (4096)
+            os.mkdir(b"d" * 200, dir_fd=fd)
+            nxt = os.open(b"d" * 200, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        for args, code in ((("list",), "INVALID_INPUT"), (("show", made.id), None)):
+            proc = subprocess.run(
+                [sys.executable, "-m", "pisub", "mission", *args],
+                capture_output=True,
+                text=True,
+                pass_fds=(fd,),
+                preexec_fn=lambda: os.fchdir(fd),
+                timeout=60,
+                check=False,
+            )
+            if code is None:
+                assert proc.returncode == 0 and "findable" in proc.stdout, proc.stderr
+                continue
+            _one_line_error(proc, code)
+            assert len(proc.stderr) < 400 and "PISUB_HOME" not in proc.stderr and "--cwd" in proc.stderr
+    finally:
+        os.close(fd)
+
+
+def test_f13_a_closed_stdout_changes_nothing(home: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pisub", "mission", "create", "--title", "closedout"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+        check=False,
+        preexec_fn=lambda: os.close(1),
+    )
+    assert proc.returncode != 0 and "[IO_ERROR]" in proc.stderr and "INTERNAL" not in proc.stderr
+    assert "stdout is closed" in proc.stderr
+    assert mission_list().missions == []
