@@ -349,7 +349,7 @@ def test_f15_git_variables_do_not_pick_the_project(home: Path, tmp_path: Path) -
 
 
 def test_f17_a_held_lock_does_not_stall_or_hide_a_listing(home: Path) -> None:
-    made = mission_create(title="live1")
+    made = mission_create(title="live1", goal=True, budget_tokens=100, session_key=SESSION)
     record = home / "missions" / made.project / f"{made.id}.json"
     data = json.loads(record.read_text())
     data["runs"] = [{"runId": "0" * 8 + "-0000-4000-8000-" + "0" * 12, "mode": "run", "status": "running"}]
@@ -371,6 +371,11 @@ def test_f17_a_held_lock_does_not_stall_or_hide_a_listing(home: Path) -> None:
         assert "not refreshed" in proc.stderr
         proc = pisub_cli("mission", "show", made.id, timeout=30)
         assert proc.returncode == 0 and "not refreshed" in proc.stderr
+        # the goal notice (the pi extension asks on every idle turn): no 30 s stall, no failure
+        started = time.monotonic()
+        proc = pisub_cli("mission", "next", "--session-key", SESSION, "--json", timeout=30)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["reason"] == "run-active" and time.monotonic() - started < 15
     finally:
         holder.kill()
         holder.wait()
