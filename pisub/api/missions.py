@@ -14,12 +14,13 @@ mission's lock, so what it says is never stale.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pisub.errors import InvalidInput, PisubError, RunNotFound
+from pisub.errors import InvalidInput, LockBusy, PisubError, RunNotFound
 from pisub.protocol.codec import now_iso
 from pisub.protocol.mission import (
     DecisionStatus,
@@ -49,6 +50,73 @@ from pisub.store.paths import Home, open_home
 
 NOTICE_MAX = 180
 """Longest goal continuation notice (characters)."""
+READ_LOCK_TIMEOUT = 1.0
+"""How long a read (``list``, ``next``) waits for a mission's lock before it shows the record as
+last stored (``show`` waits :data:`SHOW_LOCK_TIMEOUT`): one held lock never stalls a listing."""
+SHOW_LOCK_TIMEOUT = 5.0
+
+
+def shown(mission: Mission) -> Mission:
+    """A copy of ``mission`` as it leaves pisub (``show``, ``list``, ``--json``, the pi tool):
+    every text a person or a tool gave — title, objective, labels, decisions, artifacts,
+    receipts, summary, children's keys, the last notice — redacted like a run's output
+    (:func:`pisub.core.redact.redact`). The record itself keeps what was given (a private 0600
+    file, as a run's own logs are): nothing is lost, and a secret typed by mistake can still be
+    replaced by an update."""
+    import msgspec
+
+    from pisub.api.text import redact
+
+    m = msgspec.structs.replace(
+        mission,
+        title=redact(mission.title),
+        objective=None if mission.objective is None else redact(mission.objective),
+        summary=None if mission.summary is None else redact(mission.summary),
+        labels=[redact(label) for label in mission.labels],
+        decisions=[
+            msgspec.structs.replace(
+                d, title=redact(d.title), resolution=None if d.resolution is None else redact(d.resolution)
+            )
+            for d in mission.decisions
+        ],
+        artifacts=[
+            msgspec.structs.replace(a, kind=redact(a.kind), path=redact(a.path)) for a in mission.artifacts
+        ],
+        receipts=[
+            msgspec.structs.replace(r, status=redact(r.status), url=_redact_url(r.url))
+            for r in mission.receipts
+        ],
+        workflow_children=[
+            msgspec.structs.replace(c, key=None if c.key is None else redact(c.key))
+            for c in mission.workflow_children
+        ],
+        last_notice=None
+        if mission.last_notice is None
+        else msgspec.structs.replace(mission.last_notice, text=redact(mission.last_notice.text)),
+    )
+    return m
+
+
+def _redact_url(url: str) -> str:
+    """A receipt's url redacted, its ``user:password@`` part masked too."""
+    import re
+
+    from pisub.api.text import redact
+
+    return redact(re.sub(r"^(https?://)[^/@\s]*@", r"\1[REDACTED]@", url))
+
+
+def redacted_values(value: Any) -> Any:
+    """A mission state's values with every text in them redacted (for what leaves pisub)."""
+    from pisub.api.text import redact
+
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        return [redacted_values(v) for v in value]
+    if isinstance(value, dict):
+        return {k: redacted_values(v) for k, v in value.items()}
+    return value
 
 
 @dataclass
@@ -57,7 +125,8 @@ class MissionListing:
 
     missions: list[Mission] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
-    """Entries of the stores that are not missions of ours, each with the reason."""
+    """Entries of the stores that are not missions of ours, each with the reason; and missions
+    shown as last stored (their lock was held), each with why."""
     roots: dict[str, str] = field(default_factory=dict)
     """Project key → the project's root (``project.json``)."""
 
@@ -70,6 +139,8 @@ class MissionView:
     mission: Mission
     next_step: str
     root: str | None = None
+    notes: list[str] = field(default_factory=list)
+    """Why the mission is shown as last stored (its lock was held), if it is."""
 
 
 @dataclass
@@ -81,6 +152,9 @@ class Notice:
     notice: str | None
     mission_id: str | None
     reason: str
+    skipped: list[str] = field(default_factory=list)
+    """Goal missions left out of this answer (unreadable state, a held lock), each with why
+    (the CLI prints them on stderr; not in :meth:`to_json`)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"notice": self.notice, "missionId": self.mission_id, "reason": self.reason}
@@ -89,7 +163,21 @@ class Notice:
 def _cwd(cwd: str | Path | None) -> Path:
     from pisub.runs.launch import working_dir
 
-    return working_dir(cwd)
+    try:
+        return working_dir(cwd)
+    except InvalidInput as exc:
+        if cwd is not None:
+            raise
+        raise InvalidInput(f"{exc.message[:300]}; run it from another directory, or give --cwd DIR") from None
+    except OSError as exc:  # (a path too long to resolve: ENAMETOOLONG, ELOOP)
+        where = os.fsdecode(exc.filename or cwd or ".")
+        shown = where if len(where) <= 120 else where[:60] + "…" + where[-59:]
+        fix = (
+            "give --cwd with a shorter path"
+            if cwd is not None
+            else "run it from a shorter path, or give --cwd DIR"
+        )
+        raise InvalidInput(f"working directory {shown}: {exc.strerror or exc}; {fix}") from None
 
 
 def _store_of(home: Home, cwd: str | Path | None) -> MissionStore:
@@ -99,7 +187,13 @@ def _store_of(home: Home, cwd: str | Path | None) -> MissionStore:
 def _found(home: Home, mission_id: str, cwd: str | Path | None) -> MissionStore:
     """The store holding ``mission_id``: this project's first, else any."""
     check_mission_id(mission_id)
-    return find(home, mission_id, first=project_of(_cwd(cwd))[0])
+    try:
+        first: str | None = project_of(_cwd(cwd))[0]
+    except InvalidInput:
+        if cwd is not None:
+            raise
+        first = None  # (a working directory pisub cannot use: every store is searched)
+    return find(home, mission_id, first=first)
 
 
 # ---- reading runs ------------------------------------------------------------------------
@@ -107,14 +201,14 @@ def _found(home: Home, mission_id: str, cwd: str | Path | None) -> MissionStore:
 
 def _usage_of_result(home: Home, run_id: str) -> MissionUsage:
     from pisub.store.runs import load_result
-    from pisub.store.usage_budget import tokens_of
 
     result = load_result(home.run(run_id))
     total = MissionUsage()
     for single in result.details.results if result is not None else []:
-        total.tokens += int(tokens_of(single.usage))
-        total.cost_usd += single.usage.cost
-        total.turns += single.usage.turns
+        u = single.usage  # (a negative count — a broken result — counts 0, never against others)
+        total.tokens += sum(max(0, int(n)) for n in (u.input, u.output, u.cache_read, u.cache_write))
+        total.cost_usd += max(0.0, u.cost)
+        total.turns += max(0, u.turns)
     total.cost_usd = round(total.cost_usd, 6)
     return total
 
@@ -145,7 +239,9 @@ def see_run(home: Home, run: MissionRun) -> RunSeen:
             if state != run.status or st.ended_at != run.ended_at:
                 usage = _usage_of_result(home, run.run_id)
         elif st.usage is not None:
-            usage = MissionUsage(tokens=int(st.usage.tokens), cost_usd=round(st.usage.cost_usd, 6))
+            usage = MissionUsage(
+                tokens=max(0, int(st.usage.tokens)), cost_usd=round(max(0.0, st.usage.cost_usd), 6)
+            )
         else:  # a live workflow: what its ended children used
             usage = MissionUsage()
             for step in st.steps:
@@ -159,10 +255,25 @@ def see_run(home: Home, run: MissionRun) -> RunSeen:
     return RunSeen(status=state, ended_at=st.ended_at, usage=usage, children=children)
 
 
-def _refreshed(home: Home, store: MissionStore, mission: Mission) -> Mission:
+def _refreshed(
+    home: Home,
+    store: MissionStore,
+    mission: Mission,
+    timeout: float | None = None,
+    notes: list[str] | None = None,
+) -> Mission:
+    """``mission`` with its runs read now. With ``timeout`` (a read): a lock held longer gives
+    the record as last stored, and a line saying so in ``notes``."""
     if not mission.runs:
         return mission
-    return store.refresh(mission.id, lambda run: see_run(home, run))
+    if timeout is None:
+        return store.refresh(mission.id, lambda run: see_run(home, run))
+    try:
+        return store.refresh(mission.id, lambda run: see_run(home, run), timeout=timeout)
+    except LockBusy as exc:
+        if notes is not None:
+            notes.append(f"mission {mission.id}: shown as last stored, not refreshed ({exc.message})")
+        return mission
 
 
 # ---- the actions -------------------------------------------------------------------------
@@ -192,14 +303,32 @@ def mission_create(
     h = open_home(home)
     workdir = _cwd(cwd)
     store = MissionStore(h, project_of(workdir)[0])
-    return store.create(
-        title=check_one_line(given[0], "title" if title is not None else "summary", 200),
-        cwd=workdir,
-        objective=objective,
-        goal=goal,
-        budget_tokens=budget_tokens,
-        labels=list(labels),
-        owner_session=session_key,
+    return _create(store, workdir, title, summary, objective, goal, budget_tokens, labels, session_key)
+
+
+def _create(
+    store: MissionStore,
+    workdir: Path,
+    title: str | None,
+    summary: str | None,
+    objective: str | None,
+    goal: bool,
+    budget_tokens: int | None,
+    labels: Sequence[str],
+    session_key: str | None,
+) -> Mission:
+    given = title if title is not None else summary
+    assert given is not None
+    return shown(
+        store.create(
+            title=check_one_line(given, "title" if title is not None else "summary", 200),
+            cwd=workdir,
+            objective=objective,
+            goal=goal,
+            budget_tokens=budget_tokens,
+            labels=list(labels),
+            owner_session=session_key,
+        )
     )
 
 
@@ -225,7 +354,9 @@ def mission_list(
             listing.roots[key] = info.root
         for mission in found.missions:
             try:
-                listing.missions.append(_refreshed(h, store, mission))
+                listing.missions.append(
+                    shown(_refreshed(h, store, mission, READ_LOCK_TIMEOUT, listing.skipped))
+                )
             except PisubError as exc:
                 listing.skipped.append(f"mission {mission.id}: {exc.message}")
     listing.missions.sort(key=lambda m: m.created_at, reverse=True)
@@ -239,15 +370,19 @@ def mission_show(mission_id: str, *, cwd: str | Path | None = None, home: Path |
         MissionNotFound: no such mission."""
     h = open_home(home)
     store = _found(h, mission_id, cwd)
-    mission = _refreshed(h, store, store.get(mission_id))
-    values = _state_of(store, mission)
+    notes: list[str] = []
+    mission = shown(_refreshed(h, store, store.get(mission_id), SHOW_LOCK_TIMEOUT, notes))
+    try:
+        step = next_step(mission, redacted_values(store.state(mission.id).snapshot().values))
+    except PisubError as exc:
+        step = f"repair its state: {exc.message}"
     info = store.info()
-    return MissionView(mission, next_step(mission, values), info.root if info else None)
+    return MissionView(mission, step, info.root if info else None, notes)
 
 
 def mission_update(
     mission_id: str,
-    update: str | dict[str, Any] | MissionUpdate,
+    update: str | bytes | dict[str, Any] | MissionUpdate,
     *,
     cwd: str | Path | None = None,
     home: Path | None = None,
@@ -260,7 +395,7 @@ def mission_update(
     checked = update if isinstance(update, MissionUpdate) else parse_mission_update(update)
     h = open_home(home)
     store = _found(h, mission_id, cwd)
-    return _refreshed(h, store, store.update(mission_id, checked))
+    return shown(_refreshed(h, store, store.update(mission_id, checked)))
 
 
 def mission_resolve_decision(
@@ -275,7 +410,7 @@ def mission_resolve_decision(
     ``active``."""
     h = open_home(home)
     store = _found(h, mission_id, cwd)
-    return _refreshed(h, store, store.resolve_decision(mission_id, decision_id, summary))
+    return shown(_refreshed(h, store, store.resolve_decision(mission_id, decision_id, summary)))
 
 
 def mission_attach_run(
@@ -302,7 +437,7 @@ def mission_attach_run(
         mode = RunMode.WORKFLOW if observe(paths).runner == "workflow" else RunMode.RUN
     elif mode not in ("workflow", "run"):
         raise InvalidInput(f"--mode: workflow or run, not {mode!r:.40}")
-    return _refreshed(h, store, store.attach_run(mission_id, paths.run_id, mode))
+    return shown(_refreshed(h, store, store.attach_run(mission_id, paths.run_id, mode)))
 
 
 def mission_close(
@@ -322,7 +457,7 @@ def mission_close(
     h = open_home(home)
     store = _found(h, mission_id, cwd)
     mission = _refreshed(h, store, store.get(mission_id))
-    return store.close(mission.id, final, summary)
+    return shown(store.close(mission.id, final, summary))
 
 
 # ---- goal continuation notices --------------------------------------------------------------
@@ -339,34 +474,52 @@ def mission_next(session_key: str, *, home: Path | None = None) -> Notice:
     check_session_key(session_key, "--session-key")
     h = open_home(home)
     keys, _ = project_keys(h)
+    skipped: list[str] = []
     goals: list[tuple[MissionStore, Mission]] = []
     for key in keys:
         store = MissionStore(h, key)
-        for mission in store.listing().missions:
+        try:
+            found = store.listing().missions
+        except PisubError as exc:
+            skipped.append(exc.message)
+            continue
+        for mission in found:
             if mission.goal and mission.owner_session == session_key and not mission.status.is_terminal:
-                goals.append((store, _refreshed(h, store, mission)))
+                try:
+                    goals.append((store, _refreshed(h, store, mission, READ_LOCK_TIMEOUT, skipped)))
+                except PisubError as exc:
+                    skipped.append(f"mission {mission.id}: {exc.message}")
     goals = [(s, m) for s, m in goals if not m.status.is_terminal]
     if not goals:
-        return Notice(None, None, "no-goal-missions")
+        return Notice(None, None, "no-goal-missions", skipped)
     goals.sort(key=lambda sm: sm[1].created_at)
     for _, mission in goals:
         if any(r.status not in TERMINAL_RUN for r in mission.runs):
-            return Notice(None, mission.id, "run-active")
+            return Notice(None, mission.id, "run-active", skipped)
     why = "nothing-ready"
     about: str | None = goals[0][1].id
     for store, mission in goals:
-        state = store.state(mission.id).snapshot()
-        text, reason = continuation(mission, state.values)
+        try:  # one goal mission that cannot be read never silences the others
+            state = store.state(mission.id).snapshot()
+        except PisubError as exc:
+            skipped.append(f"mission {mission.id}: its state is unreadable, no notice from it: {exc.message}")
+            continue
+        text, reason = continuation(shown(mission), redacted_values(state.values))
         if text is None:
             continue
         progress = _progress(mission, state)
         if mission.last_notice is not None and mission.last_notice.progress == progress:
             why, about = "no-progress", mission.id
             continue
-        if _mark(store, mission.id, text, reason, progress):
-            return Notice(text, mission.id, reason)
+        try:
+            taken = _mark(store, mission.id, text, reason, progress)
+        except PisubError as exc:
+            skipped.append(f"mission {mission.id}: {exc.message}")
+            continue
+        if taken:
+            return Notice(text, mission.id, reason, skipped)
         why, about = "no-progress", mission.id
-    return Notice(None, about, why)
+    return Notice(None, about, why, skipped)
 
 
 def _progress(mission: Mission, state: SharedState) -> str:
@@ -387,7 +540,7 @@ def _mark(store: MissionStore, mission_id: str, text: str, reason: str, progress
         taken.append(True)
         return True
 
-    store.modify(mission_id, mark)
+    store.modify(mission_id, mark, by_person=False, timeout=READ_LOCK_TIMEOUT)
     return bool(taken)
 
 
@@ -410,6 +563,8 @@ def continuation(mission: Mission, values: dict[str, Any]) -> tuple[str | None, 
     tail = f" ({used}/{budget} tokens)"
     room = NOTICE_MAX - len(head) - len(": next: ") - len(tail)
     return f"{head}: next: {_squeeze(action, max(room, 10))}{tail}"[:NOTICE_MAX], "notice"
+    # (the mission and state given are redacted already, before anything is cut: a secret cut
+    # in half by "…" would no longer look like one)
 
 
 def next_action(mission: Mission, values: dict[str, Any]) -> str | None:
@@ -461,13 +616,6 @@ def _squeeze(text: str, width: int) -> str:
 
 def _fit(text: str) -> str:
     return text if len(text) <= NOTICE_MAX else text[: NOTICE_MAX - 1] + "…"
-
-
-def _state_of(store: MissionStore, mission: Mission) -> dict[str, Any]:
-    try:
-        return store.state(mission.id).snapshot().values
-    except PisubError:
-        return {}
 
 
 def next_step(mission: Mission, values: dict[str, Any]) -> str:

@@ -32,6 +32,19 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
+
+@app.callback()
+def _stdout_open() -> None:
+    """Every mission command prints its answer: with stdout closed (``>&-``) it changes nothing
+    and says so, rather than failing after the change is made (a retry would make it twice)."""
+    import sys
+
+    from pisub.errors import StorageError
+
+    if sys.stdout is None:
+        raise StorageError("stdout is closed: nothing was done; run it with an open stdout (e.g. >/dev/null)")
+
+
 JSON = typer.Option(False, "--json", help="Machine-readable output (documented in spec/cli.md).")
 MISSION = typer.Argument(..., metavar="ID", help="A mission id (12 hex digits: pisub mission list).")
 CWD = typer.Option(None, "--cwd", help="The project's directory (default: here).")
@@ -146,6 +159,8 @@ def show(mission_id: str = MISSION, cwd: str | None = CWD, as_json: bool = JSON)
     from pisub.api.missions import mission_show
 
     view = mission_show(mission_id, cwd=cwd)
+    for note in view.notes:
+        err(f"pisub: {note}")
     if as_json:
         json_line({**_record(view.mission), "nextStep": view.next_step, "projectRoot": view.root})
         return
@@ -264,8 +279,10 @@ def update(
     import sys
 
     from pisub.api.missions import mission_update
+    from pisub.protocol.mission import MAX_UPDATE_BYTES
 
-    text = sys.stdin.read() if set_ == "-" else set_
+    # (stdin is read up to one byte past the limit: an endless pipe is refused, not buffered)
+    text: str | bytes = sys.stdin.buffer.read(MAX_UPDATE_BYTES + 1) if set_ == "-" else set_
     _one(mission_update(mission_id, text, cwd=cwd), as_json)
 
 
@@ -323,6 +340,8 @@ def next_(
     from pisub.api.missions import mission_next
 
     notice = mission_next(session_key)
+    for note in notice.skipped:
+        err(f"pisub: skipped {note}")
     if as_json:
         json_line(notice.to_json())
     elif notice.notice is not None:

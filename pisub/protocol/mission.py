@@ -38,6 +38,8 @@ MAX_URL = 2048
 MAX_SHORT = 80
 MAX_TEXT = 2000
 MAX_BUDGET_TOKENS = 10**12
+MAX_UPDATE_BYTES = 4 * 1024 * 1024
+"""Longest ``missionUpdate`` text read (``--set``, stdin): more than any valid update."""
 
 
 class MissionStatus(enum.StrEnum):
@@ -264,12 +266,15 @@ def _path_in(exc: msgspec.ValidationError, what: str) -> str:
     return f"{what}: {text}"
 
 
-def check_one_line(value: Any, where: str, limit: int, *, empty: bool = False) -> str:
-    """``value`` when it is text of one line of printable characters, at most ``limit`` long.
+def check_one_line(value: Any, where: str, limit: int, *, empty: bool = False, visible: bool = True) -> str:
+    """``value`` when it is text of one line of printable characters, at most ``limit`` long;
+    with ``visible`` (titles, labels) also no invisible character (a zero-width space, a BOM,
+    a space other than U+0020) and at least one character that shows — the rule run labels
+    follow.
 
     Raises:
         InvalidInput: naming ``where``."""
-    from pisub.termsafe import printable
+    from pisub.termsafe import invisible_char, printable, shows_nothing
 
     if not isinstance(value, str):
         raise InvalidInput(f"{where}: must be text, not {type(value).__name__}")
@@ -279,6 +284,14 @@ def check_one_line(value: Any, where: str, limit: int, *, empty: bool = False) -
         raise InvalidInput(f"{where}: is {len(value)} characters long; at most {limit}")
     if printable(value, one_line=True) != value:
         raise InvalidInput(f"{where}: holds a control character or line break (give one line)")
+    if visible:
+        char = invisible_char(value)
+        if char is not None:
+            raise InvalidInput(
+                f"{where}: holds an invisible character (U+{ord(char):04X}); type it with visible ones"
+            )
+        if value and shows_nothing(value):
+            raise InvalidInput(f"{where}: shows nothing (only spaces, combining or private-use characters)")
     return value
 
 
@@ -327,7 +340,8 @@ def check_mission_id(value: Any, where: str = "mission id") -> str:
 
 def check_session_key(value: Any, where: str = "session key") -> str:
     if not isinstance(value, str) or not SESSION_KEY_RE.fullmatch(value):
-        raise InvalidInput(f"{where}: must be 32 lower-case hex digits (a pi session's key)")
+        # (worded so that no "key: value" shape is there for the redactor to mask)
+        raise InvalidInput(f"{where} is not a pi session's key (give 32 lower-case hex digits)")
     return value
 
 
@@ -363,6 +377,10 @@ def parse_mission_update(value: Any, what: str = "missionUpdate") -> MissionUpda
 
     Raises:
         InvalidInput: naming the field's path."""
+    if isinstance(value, str | bytes):
+        size = len(value.encode() if isinstance(value, str) else value)
+        if size > MAX_UPDATE_BYTES:
+            raise InvalidInput(f"{what}: more than {MAX_UPDATE_BYTES} bytes (give a smaller update)")
     update: MissionUpdate = _decode_input(value, MissionUpdate, what)
     if update.title is not None:
         check_one_line(update.title, f"{what}.title", MAX_TITLE)
@@ -386,7 +404,7 @@ def parse_mission_update(value: Any, what: str = "missionUpdate") -> MissionUpda
         raise InvalidInput(f"{what}.decisions: at most {MAX_DECISIONS}")
     for n, a in enumerate(update.artifacts or []):
         check_one_line(a.kind, f"{what}.artifacts[{n}].kind", MAX_SHORT)
-        check_one_line(a.path, f"{what}.artifacts[{n}].path", MAX_PATH)
+        check_one_line(a.path, f"{what}.artifacts[{n}].path", MAX_PATH, visible=False)
     if len(update.artifacts or []) > MAX_ARTIFACTS:
         raise InvalidInput(f"{what}.artifacts: at most {MAX_ARTIFACTS}")
     for n, r in enumerate(update.receipts or []):

@@ -19,19 +19,31 @@ import os
 import secrets
 import stat
 import subprocess
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
+
 from pisub.core import fsio
 from pisub.core.fsio import atomic_write, file_kind, load_json, open_dir, private_mkdir
 from pisub.core.locks import exclusive
-from pisub.errors import InvalidInput, MissionNotFound, PisubError, ProtocolError, storage_error
+from pisub.errors import (
+    InvalidInput,
+    MissionNotFound,
+    PisubError,
+    ProtocolError,
+    StorageError,
+    storage_error,
+)
 from pisub.protocol.codec import encode_pretty, now_iso
 from pisub.protocol.mission import (
+    MAX_ARTIFACTS,
     MAX_BUDGET_TOKENS,
     MAX_DECISIONS,
     MAX_OBJECTIVE,
+    MAX_RECEIPTS,
     MAX_RUNS,
     MAX_TEXT,
     MAX_TITLE,
@@ -60,8 +72,18 @@ from pisub.protocol.mission import (
 from pisub.store.paths import Home, is_run_id
 from pisub.store.shared_state import StateNamespace
 
-MAX_RECORD_BYTES = 1024 * 1024
-"""Largest mission record read (a bigger file is skipped)."""
+MAX_RECORD_BYTES = 4 * 1024 * 1024
+"""Largest mission record read (a bigger file is quarantined). pisub never writes one this big:
+what a person adds is capped at :data:`MAX_OWN_BYTES`, and the runs and workflow children (each
+at most 500, their texts cut) cannot make up the rest."""
+MAX_OWN_BYTES = 512 * 1024
+"""Largest record a change by a person or a tool may make, without its runs, workflow children
+and last notice (the parts a refresh writes): an update that would grow it past this is refused
+(``INVALID_INPUT``)."""
+MAX_CHILD_TEXT = 200
+"""A workflow child's key, agent and status are cut to this many characters."""
+QUARANTINE = ".quarantine"
+"""Where a record too large to read is moved (with a ``.reason`` file beside it)."""
 KEEP_FINISHED = 200
 """Finished (completed, failed, cancelled) missions kept per project; older ones are removed."""
 LOCK_TIMEOUT = 30.0
@@ -76,7 +98,10 @@ ProjectInfo = MissionProject
 
 def _git_common_dir(cwd: Path) -> Path | None:
     """The realpath of ``cwd``'s git common dir (``git rev-parse --git-common-dir``, argv, no
-    shell), else of the one found by walking up for ``.git``; None outside a repository."""
+    shell, no ``GIT_*`` variable of the caller's), else of the one found by walking up for
+    ``.git``; None outside a repository, and when the common dir found is not a git directory
+    of this user's (:func:`_trusted_git_dir`)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     try:
         proc = subprocess.run(
             ["git", "rev-parse", "--git-common-dir"],
@@ -85,13 +110,34 @@ def _git_common_dir(cwd: Path) -> Path | None:
             timeout=GIT_TIMEOUT,
             check=False,
             stdin=subprocess.DEVNULL,
+            env=env,
         )
     except (OSError, subprocess.SubprocessError):
-        return _walk_for_git(cwd)
-    out = os.fsdecode(proc.stdout.rstrip(b"\n"))
-    if proc.returncode != 0 or not out:
-        return _walk_for_git(cwd)  # (not a repository; or one git refuses: "dubious ownership")
-    return Path(os.path.realpath(os.path.join(cwd, out)))
+        found = _walk_for_git(cwd)
+    else:
+        out = os.fsdecode(proc.stdout.rstrip(b"\n"))
+        if proc.returncode != 0 or not out:
+            found = _walk_for_git(cwd)  # (not a repository; or one git refuses: "dubious ownership")
+        else:
+            found = Path(os.path.realpath(os.path.join(cwd, out)))
+    return found if found is not None and _trusted_git_dir(found) else None
+
+
+def _trusted_git_dir(path: Path) -> bool:
+    """Whether ``path`` (a realpath) can key a project: a directory of this user's that is a git
+    directory (``HEAD``, ``objects/`` and ``refs/`` in it). A ``.git`` file or ``commondir``
+    naming ``/``, ``/etc`` or another user's folder is not followed: the directory keys itself."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            return False
+        return (
+            stat.S_ISREG(os.lstat(path / "HEAD").st_mode)
+            and stat.S_ISDIR(os.lstat(path / "objects").st_mode)
+            and stat.S_ISDIR(os.lstat(path / "refs").st_mode)
+        )
+    except OSError:
+        return False
 
 
 def _walk_for_git(cwd: Path) -> Path | None:
@@ -109,17 +155,29 @@ def _walk_for_git(cwd: Path) -> Path | None:
             if stat.S_ISDIR(st.st_mode):
                 gitdir = dot
             else:
-                text = dot.read_text(errors="replace").strip()
-                if not text.startswith("gitdir:"):
+                text = _small_text(dot)
+                if text is None or not text.startswith("gitdir:"):
                     return None
                 gitdir = Path(os.path.join(folder, text[len("gitdir:") :].strip()))
-            common = gitdir / "commondir"
-            if common.is_file():
-                return Path(os.path.realpath(os.path.join(gitdir, common.read_text().strip())))
+            common = _small_text(gitdir / "commondir")
+            if common is not None:
+                return Path(os.path.realpath(os.path.join(gitdir, common)))
         except OSError:
             return None
         return Path(os.path.realpath(gitdir))
     return None
+
+
+def _small_text(path: Path) -> str | None:
+    """The stripped text of a small regular file (``.git``, ``commondir``: 4 KiB at most, never
+    read through a FIFO), else None."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        with open(path, "rb") as fh:
+            return fh.read(4096).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
 
 
 def project_of(cwd: Path) -> tuple[str, str]:
@@ -202,11 +260,20 @@ def settle(mission: Mission, runs_changed: bool) -> None:
 
 
 def sum_usage(runs: Sequence[MissionRun]) -> MissionUsage:
+    """The runs' usage summed; a negative count (a broken result) counts 0, never against the
+    others."""
     return MissionUsage(
-        tokens=sum(r.usage.tokens for r in runs),
-        cost_usd=round(sum(r.usage.cost_usd for r in runs), 6),
-        turns=sum(r.usage.turns for r in runs),
+        tokens=sum(max(0, r.usage.tokens) for r in runs),
+        cost_usd=round(sum(max(0.0, r.usage.cost_usd) for r in runs), 6),
+        turns=sum(max(0, r.usage.turns) for r in runs),
     )
+
+
+def own_bytes(mission: Mission) -> int:
+    """The size of ``mission``'s record without what a refresh writes (runs, workflow children,
+    the last notice): what :data:`MAX_OWN_BYTES` bounds."""
+    own = msgspec.structs.replace(mission, runs=[], workflow_children=[], last_notice=None)
+    return len(encode_pretty(own))
 
 
 class MissionStore:
@@ -231,6 +298,39 @@ class MissionStore:
                 private_mkdir(folder)
             except OSError as exc:
                 raise storage_error(exc, "create", folder) from exc
+        self.check()
+
+    def check(self) -> bool:
+        """Whether the store exists; it (and ``missions/``) must be a directory of this user's,
+        never a symlink; one open to others is tightened to 0700 (as the home is).
+
+        Raises:
+            StorageError: a symlink or a non-directory in the store's place, or a folder of
+                another user's (``IO_ERROR``, naming the fix)."""
+        for folder in (self.home.missions, self.dir):
+            try:
+                st = os.lstat(folder)
+            except FileNotFoundError:
+                return False
+            except OSError as exc:
+                raise storage_error(exc, "read", folder) from exc
+            if not stat.S_ISDIR(st.st_mode):
+                raise StorageError(
+                    f"mission store {folder} is a {file_kind(st.st_mode)}, not a directory "
+                    f"(never followed); move it aside (mv {folder} {folder}.bad) and retry"
+                )
+            if st.st_uid != os.getuid():
+                raise StorageError(
+                    f"mission store {folder} belongs to uid {st.st_uid}, not to you (uid {os.getuid()}); "
+                    f"move it aside (mv {folder} {folder}.foreign) and retry"
+                )
+            if st.st_mode & 0o077:
+                try:
+                    os.chmod(folder, 0o700, follow_symlinks=False)
+                except OSError as exc:
+                    raise storage_error(exc, "tighten", folder) from exc
+                print(f"pisub: tightened permissions of {folder} to 0700", file=sys.stderr)
+        return True
 
     def ensure_project(self, root: str) -> None:
         """Create the store and its ``project.json`` (naming ``root``) when missing."""
@@ -256,17 +356,22 @@ class MissionStore:
             return None
 
     @contextlib.contextmanager
-    def locked(self, mission_id: str) -> Iterator[None]:
+    def locked(self, mission_id: str, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
         """Hold mission ``mission_id``'s lock (the store is created when missing)."""
         self._ensure()
-        with exclusive(self.lock(mission_id), timeout=LOCK_TIMEOUT):
+        with exclusive(self.lock(mission_id), timeout=timeout):
             yield
 
     def _read(self, mission_id: str) -> Mission:
         """The record (no lock). Raises MissionNotFound; ProtocolError for an entry that is
         not a record of ours (a symlink, FIFO, directory, too large, another user's, undecodable)."""
         path = self.record(mission_id)
+        self.check()
         reason = _unusable(path)
+        if reason is not None and reason.startswith("too large:"):
+            moved = self._quarantine(path, f"mission {mission_id}: its record is {reason}")
+            where = f"moved to {moved} with the reason beside it" if moved else f"remove {path}"
+            raise ProtocolError(f"mission {mission_id}: its record is {reason}; {where}")
         if reason == "missing":
             raise MissionNotFound(
                 f"no mission {mission_id} in this project's store "
@@ -280,7 +385,28 @@ class MissionStore:
             raise MissionNotFound(f"no mission {mission_id} in this project's store") from None
         if mission.id != mission_id:
             raise ProtocolError(f"{path}: names mission {mission.id!r}, not {mission_id}; skipped")
+        if mission.project != self.project:
+            raise ProtocolError(
+                f"{path}: names project {mission.project!r:.40}, not this store's {self.project} "
+                "(a copied record?); skipped (move it to its own store or remove it)"
+            )
         return mission
+
+    def _quarantine(self, path: Path, reason: str) -> Path | None:
+        """Move a bad record out of the way into ``<store>/.quarantine/`` with ``<name>.reason``
+        beside it; where it went (None: it could not be moved)."""
+        from pisub.termsafe import printable
+
+        directory = self.dir / QUARANTINE
+        dest = directory / f"{secrets.token_hex(3)}-{path.name}"
+        try:
+            private_mkdir(directory)
+            fsio.rename(path, dest)
+        except OSError:
+            return None
+        with contextlib.suppress(OSError):
+            atomic_write(dest.with_name(dest.name + ".reason"), (printable(reason) + "\n").encode())
+        return dest
 
     def _write(self, mission: Mission) -> None:
         path = self.record(mission.id)
@@ -304,7 +430,7 @@ class MissionStore:
         owner_session: str | None = None,
     ) -> Mission:
         """A new mission (checked: title one printable line)."""
-        check_one_line(title, "title", MAX_TITLE)
+        check_one_line(title, "title", MAX_TITLE, visible=False)  # (a default title; input is checked before)
         if objective is not None:
             check_text(objective, "objective", MAX_OBJECTIVE)
         checked_labels = check_labels(list(labels), "labels")
@@ -378,25 +504,55 @@ class MissionStore:
             settle(mission, runs_changed=True)
             return True
 
-        return self.modify(mission_id, attach)
+        return self.modify(mission_id, attach, by_person=False)  # (a run is not counted in MAX_OWN_BYTES)
 
     def state(self, mission_id: str) -> StateNamespace:
         """The mission's shared ``state`` (the same 256 KiB rules as ``--state-ns``)."""
         self.get(mission_id)
         self._ensure()
+        for path in (self.dir / STATE_DIR, self.dir / STATE_DIR / f"{mission_id}.json"):
+            try:
+                st = fsio.lstat(path)
+            except FileNotFoundError:
+                break
+            except OSError as exc:
+                raise storage_error(exc, "read", path) from exc
+            if st.st_uid != os.getuid():
+                raise ProtocolError(
+                    f"mission {mission_id}'s state {path} belongs to uid {st.st_uid}, not to you; "
+                    f"not read (move it aside: mv {path} {path}.foreign)"
+                )
         return StateNamespace(self.dir / STATE_DIR, mission_id)
 
     # ---- more ----------------------------------------------------------------------------
 
-    def modify(self, mission_id: str, change: Callable[[Mission], bool]) -> Mission:
+    def modify(
+        self,
+        mission_id: str,
+        change: Callable[[Mission], bool],
+        *,
+        by_person: bool = True,
+        timeout: float = LOCK_TIMEOUT,
+    ) -> Mission:
         """Read the mission, let ``change`` alter it (True: it did) and write it back, all under
-        the mission's lock; finished missions beyond :data:`KEEP_FINISHED` are pruned after."""
+        the mission's lock; finished missions beyond :data:`KEEP_FINISHED` are pruned after.
+        A change ``by_person`` (not a refresh or a notice) may not grow the record past
+        :data:`MAX_OWN_BYTES` (``INVALID_INPUT``)."""
         check_mission_id(mission_id)
-        with self.locked(mission_id):
+        with self.locked(mission_id, timeout):
             mission = self._read(mission_id)
             was_final = mission.status.is_terminal
+            before = own_bytes(mission) if by_person else 0
             if not change(mission):
                 return mission
+            if by_person:
+                after = own_bytes(mission)
+                if after > MAX_OWN_BYTES and after > before:
+                    raise InvalidInput(
+                        f"missionUpdate: mission {mission_id}'s record would be {after} bytes "
+                        f"(its runs aside); at most {MAX_OWN_BYTES}: give shorter texts, or start a new "
+                        "mission for more artifacts, receipts and decisions"
+                    )
             mission.updated_at = now_iso()
             self._write(mission)
         if mission.status.is_terminal and not was_final:
@@ -441,6 +597,8 @@ class MissionStore:
             check_text(summary, "summary", MAX_TEXT)
 
         def close(mission: Mission) -> bool:
+            if mission.closed and mission.status == status and summary in (None, mission.summary):
+                return False  # (closed so already: no change, no new revision)
             mission.status = status
             mission.closed = True
             if summary is not None:
@@ -448,9 +606,12 @@ class MissionStore:
             mission.revision += 1
             return True
 
-        return self.modify(mission_id, close)
+        # (a close adds at most its summary: always allowed, even to a record over the cap)
+        return self.modify(mission_id, close, by_person=False)
 
-    def refresh(self, mission_id: str, see: Callable[[MissionRun], RunSeen]) -> Mission:
+    def refresh(
+        self, mission_id: str, see: Callable[[MissionRun], RunSeen], timeout: float = LOCK_TIMEOUT
+    ) -> Mission:
         """Bring the linked runs up to date under the lock: ``see`` reads each the way ``pisub
         status`` does; the mission's usage and status follow (:func:`settle`)."""
 
@@ -468,6 +629,10 @@ class MissionStore:
                     run.usage = seen.usage
                     changed = True
                 if seen.children is not None:
+                    for child in seen.children:
+                        child.key = None if child.key is None else child.key[:MAX_CHILD_TEXT]
+                        child.agent = None if child.agent is None else child.agent[:MAX_CHILD_TEXT]
+                        child.status = child.status[:MAX_CHILD_TEXT]
                     others = [c for c in mission.workflow_children if c.workflow_run_id != run.run_id]
                     mine = [c for c in mission.workflow_children if c.workflow_run_id == run.run_id]
                     if mine != seen.children:
@@ -482,7 +647,7 @@ class MissionStore:
             settle(mission, runs_changed)
             return changed or mission.status != before
 
-        return self.modify(mission_id, observe)
+        return self.modify(mission_id, observe, by_person=False, timeout=timeout)
 
     def ids(self) -> list[str]:
         try:
@@ -500,6 +665,7 @@ class MissionStore:
     def listing(self) -> Listing:
         """Every readable mission, newest first; the rest skipped with a reason."""
         listing = Listing()
+        self.check()
         try:
             fd = open_dir(self.dir)
         except FileNotFoundError:
@@ -560,7 +726,7 @@ class MissionStore:
 def _known(name: str) -> bool:
     """A store's own entries besides records: its project file, locks, the state folder,
     temp files of an atomic write, locks moved aside."""
-    if name in (PROJECT_FILE, STATE_DIR):
+    if name in (PROJECT_FILE, STATE_DIR, QUARANTINE):
         return True
     if name.endswith(".lock") and MISSION_ID_RE.fullmatch(name[:-5]):
         return True
@@ -580,7 +746,7 @@ def _unusable(path: Path) -> str | None:
     if st.st_uid != os.getuid():
         return f"its record belongs to uid {st.st_uid}, not to you (uid {os.getuid()})"
     if st.st_size > MAX_RECORD_BYTES:
-        return f"its record is {st.st_size} bytes; at most {MAX_RECORD_BYTES}"
+        return f"too large: {st.st_size} bytes; at most {MAX_RECORD_BYTES}"
     return None
 
 
@@ -621,15 +787,33 @@ def find(home: Home, mission_id: str, first: str | None = None) -> MissionStore:
     """The store that holds mission ``mission_id``: project ``first``'s, else any project's.
 
     Raises:
-        MissionNotFound: no store holds it."""
+        MissionNotFound: no store holds it (naming the stores skipped, if any).
+        StorageError: project ``first``'s store is not a directory of this user's.
+        ProtocolError: two stores hold a record of that id (a copy)."""
     check_mission_id(mission_id)
-    keys, _ = project_keys(home)
+    if first is not None:
+        MissionStore(home, first).check()
+    keys, skipped = project_keys(home)
     order = ([first] if first in keys else []) + [k for k in keys if k != first]
+    holders = []
     for key in order:
         store = MissionStore(home, key)
         if os.path.lexists(store.record(mission_id)):
-            return store
-    raise MissionNotFound(f"no mission {mission_id} (`pisub mission list --scope global` lists them all)")
+            holders.append(store)
+    if len(holders) > 1 and first in keys and holders[0].project == first:
+        return holders[0]  # (this project's own: the one meant here)
+    if len(holders) > 1:
+        where = ", ".join(str(s.record(mission_id)) for s in holders)
+        raise ProtocolError(
+            f"mission {mission_id} is in {len(holders)} stores ({where}): a copy; "
+            "remove the one that is not meant, or run in its project"
+        )
+    if holders:
+        return holders[0]
+    note = f"; {len(skipped)} store(s) skipped: {skipped[0]}" if skipped else ""
+    raise MissionNotFound(
+        f"no mission {mission_id} (`pisub mission list --scope global` lists them all){note}"
+    )
 
 
 def apply_update(mission: Mission, update: MissionUpdate) -> bool:
@@ -639,6 +823,7 @@ def apply_update(mission: Mission, update: MissionUpdate) -> bool:
         InvalidInput: a closed mission's status set back to an open one without a close
             status, a decision id that collides, too many decisions."""
     now = now_iso()
+    unchanged = msgspec.json.encode(mission)
     if update.title is not None:
         mission.title = update.title
     if update.objective is not None:
@@ -657,7 +842,10 @@ def apply_update(mission: Mission, update: MissionUpdate) -> bool:
             new_id = given.id or next(f"d{i}" for i in range(1, 10**6) if f"d{i}" not in ids)
             status = given.status or DecisionStatus.OPEN
             if len(mission.decisions) >= MAX_DECISIONS:
-                raise InvalidInput(f"{where}: mission {mission.id} has {MAX_DECISIONS} decisions already")
+                raise InvalidInput(
+                    f"{where}: mission {mission.id} has {MAX_DECISIONS} decisions already (at most "
+                    f"{MAX_DECISIONS}); change one by its id, or start a new mission"
+                )
             mission.decisions.append(
                 Decision(
                     id=new_id,
@@ -680,11 +868,19 @@ def apply_update(mission: Mission, update: MissionUpdate) -> bool:
         item = Artifact(kind=art.kind, path=art.path)
         if item not in mission.artifacts:
             mission.artifacts.append(item)
-    del mission.artifacts[: max(0, len(mission.artifacts) - 200)]
+    if len(mission.artifacts) > MAX_ARTIFACTS:
+        raise InvalidInput(
+            f"missionUpdate.artifacts: mission {mission.id} would have {len(mission.artifacts)} "
+            f"artifacts; at most {MAX_ARTIFACTS} (start a new mission for more)"
+        )
     for rec in update.receipts or []:
         mission.receipts = [r for r in mission.receipts if (r.kind, r.url) != (rec.kind, rec.url)]
         mission.receipts.append(MissionReceipt(kind=rec.kind, status=rec.status, url=rec.url))
-    del mission.receipts[: max(0, len(mission.receipts) - 100)]
+    if len(mission.receipts) > MAX_RECEIPTS:
+        raise InvalidInput(
+            f"missionUpdate.receipts: mission {mission.id} would have {len(mission.receipts)} "
+            f"receipts; at most {MAX_RECEIPTS} (start a new mission for more)"
+        )
     if update.status is not None:
         if update.status.is_terminal:
             mission.status = update.status
@@ -692,6 +888,8 @@ def apply_update(mission: Mission, update: MissionUpdate) -> bool:
         else:
             mission.closed = False
             mission.status = update.status
-    mission.revision += 1
     settle(mission, runs_changed=False)
+    if msgspec.json.encode(mission) == unchanged:
+        return False  # (nothing changed: no new revision, so no new goal notice either)
+    mission.revision += 1
     return True

@@ -307,7 +307,7 @@ def test_hostile_entries_are_skipped_with_a_reason(home: Path, tmp_path: Path) -
     os.mkfifo(store / "bbbbbbbbbbbb.json")
     (store / "cccccccccccc.json").mkdir()
     with open(store / "dddddddddddd.json", "wb") as fh:
-        fh.truncate(2 * 1024 * 1024)
+        fh.truncate(5 * 1024 * 1024)  # (beyond the 4 MiB read limit: quarantined)
     (store / "eeeeeeeeeeee.json").write_text("{not json")
     (store / "ffffffffffff.json").write_text((store / f"{good.id}.json").read_text())  # names another id
     os.close(os.open(os.fsencode(store) + b"/\xff\xfe.json", os.O_CREAT | os.O_WRONLY, 0o600))
@@ -325,7 +325,9 @@ def test_hostile_entries_are_skipped_with_a_reason(home: Path, tmp_path: Path) -
         "not UTF-8",
     ):
         assert needle in text, (needle, text)
-    for bad in ("aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc", "dddddddddddd", "eeeeeeeeeeee"):
+    moved = list((store / ".quarantine").glob("*-dddddddddddd.json"))
+    assert len(moved) == 1 and "too large" in moved[0].with_name(moved[0].name + ".reason").read_text()
+    for bad in ("aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc", "eeeeeeeeeeee"):
         proc = pisub_cli("mission", "show", bad, timeout=20)
         assert proc.returncode != 0 and "Traceback" not in proc.stderr
         assert proc.stderr.count("\n") == 1 and "[PROTOCOL_ERROR]" in proc.stderr, proc.stderr
