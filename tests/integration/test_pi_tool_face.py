@@ -91,7 +91,7 @@ def _readable(end: dict[str, Any]) -> str:
 @pytest.mark.pi_versions
 def test_every_answer_is_a_readable_summary_and_details_keep_the_structure(face: Face) -> None:
     tag = uuid.uuid4().hex[:8]
-    started = face.result({"agent": "pi", "task": f"SLOW:40 summary {tag}"})
+    started = face.result({"agent": "pi", "task": f"SLOW:100 summary {tag}"})
     text = _readable(started)
     run_id = _details(started)["runId"]
     assert text.startswith(f"started run {run_id} (pi): running") and '{action: "wait"' in text
