@@ -268,6 +268,66 @@ def _project_of(cwd: Path) -> str:
     return project_key(cwd)
 
 
+# ---- which schedule ---------------------------------------------------------------------------
+
+MIN_PREFIX = 4
+"""The shortest id prefix that names a schedule."""
+
+
+def resolve_schedule(ref: str, *, home: Path | None = None) -> str:
+    """The id of the schedule ``ref`` names: an id, else a unique name (as given at create),
+    else a unique id prefix of at least :data:`MIN_PREFIX` characters.
+
+    Raises:
+        ScheduleNotFound: nothing matches (or an entry named like it is not a schedule).
+        InvalidInput: ``ref`` is not text, or names several schedules (listing them).
+    """
+    return _resolve(ScheduleStore(open_home(home)), ref)
+
+
+def _resolve(store: ScheduleStore, ref: object) -> str:
+    from pisub.protocol.schedule import SCHEDULE_ID
+
+    if not isinstance(ref, str) or not ref.strip():
+        raise InvalidInput("give a schedule's id or name (pisub schedule list)")
+    if SCHEDULE_ID.fullmatch(ref) and store.exists(ref):
+        return ref
+    ids = store.ids()
+    named: list[tuple[str, str]] = []
+    for schedule_id in ids:
+        try:
+            name = store.load(schedule_id).name
+        except PisubError:
+            continue
+        named.append((schedule_id, name))
+    for matches, how in (
+        ([(i, n) for i, n in named if n == ref], "are named"),
+        ([(i, n) for i, n in named if n == ref.strip()], "are named"),
+        (
+            [(i, n) for i, n in named if len(ref) >= MIN_PREFIX and i.startswith(ref)]
+            if SCHEDULE_ID.fullmatch(ref)
+            else [],
+            "have ids starting with",
+        ),
+    ):
+        if len(matches) == 1:
+            return matches[0][0]
+        if len(matches) > 1:
+            shown = ", ".join(f"{i} ({n})" for i, n in matches[:10])
+            more = f" and {len(matches) - 10} more" if len(matches) > 10 else ""
+            raise InvalidInput(f"{len(matches)} schedules {how} {ref[:80]!r}: {shown}{more}; give its id")
+    if SCHEDULE_ID.fullmatch(ref) and fsio.lexists(store.dir(ref)):
+        raise store._not_found(ref)  # says what stands there
+    if len(ref) < MIN_PREFIX and SCHEDULE_ID.fullmatch(ref) and any(i.startswith(ref) for i in ids):
+        raise ScheduleNotFound(
+            f"no schedule named {ref[:80]!r}; an id prefix needs at least {MIN_PREFIX} characters"
+        )
+    shown = ref[:80].encode("unicode_escape").decode("ascii")
+    raise ScheduleNotFound(
+        f"no schedule with the id or name {shown!r} (pisub schedule list --all shows them)"
+    )
+
+
 # ---- read -----------------------------------------------------------------------------------
 
 
@@ -297,8 +357,8 @@ def schedule_show(schedule_id: str, *, recent: int = 10, home: Path | None = Non
     Raises:
         ScheduleNotFound; ProtocolError: its record cannot be read.
     """
-    check_id(schedule_id)
     store = ScheduleStore(open_home(home))
+    schedule_id = _resolve(store, schedule_id)
     schedule = _refreshed(store, schedule_id)
     return ScheduleDetail(schedule, store.history(schedule_id)[: max(0, recent)])
 
@@ -309,10 +369,10 @@ def schedule_history(schedule_id: str, *, limit: int = MAX_HISTORY, home: Path |
     Raises:
         ScheduleNotFound.
     """
-    check_id(schedule_id)
     if not isinstance(limit, int) or limit < 1:
         raise InvalidInput("limit: give a whole number of at least 1")
     store = ScheduleStore(open_home(home))
+    schedule_id = _resolve(store, schedule_id)
     _refreshed(store, schedule_id)
     return store.history(schedule_id)[:limit]
 
@@ -337,8 +397,8 @@ def _refreshed(store: ScheduleStore, schedule_id: str) -> Schedule:
 
 def schedule_pause(schedule_id: str, *, home: Path | None = None) -> Schedule:
     """Fire no slot of the schedule until :func:`schedule_resume` (a fire going on goes on)."""
-    check_id(schedule_id)
     store = ScheduleStore(open_home(home))
+    schedule_id = _resolve(store, schedule_id)
     with store.locked(schedule_id):
         schedule = store.load(schedule_id)
         _reconcile(store, schedule, TickReport(), launch_claims=True)
@@ -354,8 +414,8 @@ def schedule_resume(schedule_id: str, *, home: Path | None = None, now: float | 
     """Fire the schedule's slots again. An interval goes on with its next slot after now: the
     slots that fell while it was paused are recorded ``missed`` (one row). A one-shot whose time
     passed while paused follows its ``catchUp`` at the next tick (``latest`` fires it)."""
-    check_id(schedule_id)
     store = ScheduleStore(open_home(home))
+    schedule_id = _resolve(store, schedule_id)
     moment = time.time() if now is None else now
     with store.locked(schedule_id):
         schedule = store.load(schedule_id)
@@ -383,14 +443,14 @@ def schedule_resume(schedule_id: str, *, home: Path | None = None, now: float | 
         return schedule
 
 
-def schedule_delete(schedule_id: str, *, home: Path | None = None) -> None:
-    """Delete the schedule (its history too). Refused while one of its fires runs.
+def schedule_delete(schedule_id: str, *, home: Path | None = None) -> str:
+    """Delete the schedule (its history too); its id. Refused while one of its fires runs.
 
     Raises:
         ScheduleNotFound; InvalidInput: a fire runs (the message says how to stop it).
     """
-    check_id(schedule_id)
     store = ScheduleStore(open_home(home))
+    schedule_id = _resolve(store, schedule_id)
     with store.locked(schedule_id):
         try:
             schedule: Schedule | None = store.load(schedule_id)
@@ -407,6 +467,7 @@ def schedule_delete(schedule_id: str, *, home: Path | None = None) -> None:
                 )
         store.event(schedule_id, "schedule.deleted")
         store.delete(schedule_id)
+    return schedule_id
 
 
 # ---- fire -----------------------------------------------------------------------------------
@@ -422,8 +483,8 @@ def schedule_run(
     Raises:
         ScheduleNotFound; InvalidInput: a fire of it runs (``overlap: skip``).
     """
-    check_id(schedule_id)
     store = ScheduleStore(open_home(home))
+    schedule_id = _resolve(store, schedule_id)
     moment = time.time() if now is None else now
     report = TickReport()
     with store.locked(schedule_id):
@@ -441,7 +502,7 @@ def schedule_run(
         else:
             schedule.next_run_at = None
             schedule.done = True
-        return _claim_and_launch(store, schedule, iso(moment), DueReason.MANUAL, quiet, moment)
+        return _claim_and_launch(store, schedule, iso(moment), DueReason.MANUAL, quiet, moment, None, report)
 
 
 def schedule_run_due(*, home: Path | None = None, now: float | None = None) -> TickReport:
@@ -476,9 +537,23 @@ def schedule_tick(
     return report
 
 
+def schedule_last_tick(*, home: Path | None = None) -> LastTick | None:
+    """The last tick's mark (``schedules/last-tick.json``), None when none is readable."""
+    return ScheduleStore(open_home(home)).last_tick()
+
+
 def _fire_all(store: ScheduleStore, reason: DueReason, now: float | None) -> TickReport:
+    from pisub.store.schedules import check_root
+
     report = TickReport()
+    check_root(store.home)  # another user's schedules/ is refused whole; ours open to others tightened
     for schedule_id in store.ids():
+        hostile = store.hostile(schedule_id)
+        if hostile is not None:  # planted: never locked, read or fired — moved aside
+            where = store.quarantine(schedule_id, store.dir(schedule_id), f"{hostile}: never fired")
+            moved = f" (moved to {where})" if where is not None else " (could not be moved aside)"
+            report.errors.append(f"{schedule_id}: not fired, quarantined{moved}: {hostile}")
+            continue
         try:
             with store.locked(schedule_id):
                 try:
@@ -556,7 +631,7 @@ def _fire_due(
             (report.skipped if row.state is FireState.SKIPPED else report.missed).append(row)
         return
     quiet = schedule.quiet and every_s is not None
-    fire = _claim_and_launch(store, schedule, iso(slot.planned), reason, quiet, now, rows)
+    fire = _claim_and_launch(store, schedule, iso(slot.planned), reason, quiet, now, rows, report)
     report.fired.append(fire)
     report.missed.extend(row for row, _kind in rows)
 
@@ -569,6 +644,7 @@ def _claim_and_launch(
     quiet: bool,
     now: float,
     rows: list[tuple[Fire, str]] | None = None,
+    report: TickReport | None = None,
 ) -> Fire:
     """Claim the slot (one durable write of ``schedule.json`` naming the run id), then launch."""
     run_id = str(uuid.uuid4())
@@ -590,13 +666,30 @@ def _claim_and_launch(
         store.event(schedule.id, kind, row, row.error)
     store.record(schedule.id, fire)
     store.event(schedule.id, "fire.claimed", fire)
-    _launch(store, schedule, fire)
+    _launch(store, schedule, fire, report)
     return fire
 
 
-def _launch(store: ScheduleStore, schedule: Schedule, fire: Fire) -> None:
+def fire_label(schedule: Schedule) -> str:
+    """The label of a fire's run: the schedule's ``label``, else ``schedule:<name>`` (cut to a
+    label's length), else ``schedule:<id>`` — so ``pisub list`` tells a fire apart."""
+    from pisub.store.paths import MAX_LABEL, check_label
+
+    if schedule.target.label:
+        return schedule.target.label
+    for candidate in (f"schedule:{schedule.name}", f"schedule:{schedule.id}"):
+        candidate = candidate[:MAX_LABEL].rstrip()
+        try:
+            return check_label(candidate)
+        except InvalidInput:
+            continue
+    return f"schedule:{schedule.id}"
+
+
+def _launch(store: ScheduleStore, schedule: Schedule, fire: Fire, report: TickReport | None = None) -> None:
     """Start the claimed fire's run with its run id (none with that id exists), then record
-    what became of it."""
+    what became of it. The run is top-level whoever ticks (a tick started inside a run does
+    not make the fire that run's child)."""
     from pisub.api.client import launch_workflow
     from pisub.errors import LaunchFailed
 
@@ -604,18 +697,19 @@ def _launch(store: ScheduleStore, schedule: Schedule, fire: Fire) -> None:
     target = schedule.target
     error: str | None = None
     try:
-        text = store.script(schedule)
+        store.script(schedule)  # refused when it is not this user's own file
         launch_workflow(
-            text=text,
+            store.dir(schedule.id) / target.copy_name,  # the copy: the run's task names it
             language=target.language,
             args=dict(target.args),
             cwd=schedule.cwd,
             timeout=target.timeout_s,
             base_ref=target.base_ref,
-            label=target.label,
+            label=fire_label(schedule),
             home=store.home.root,
             run_id=fire.run_id,
             mission=False,  # the seed's: a fire has no mission
+            top_level=True,
         )
     except LaunchFailed as exc:  # the run exists, marked failed
         error = exc.message
@@ -623,7 +717,7 @@ def _launch(store: ScheduleStore, schedule: Schedule, fire: Fire) -> None:
         error = exc.message if isinstance(exc, PisubError) else f"{exc.strerror or exc}"
     exists = fsio.lexists(store.home.run(fire.run_id).root)
     if exists:
-        _notice(store, schedule, fire)
+        _notice(store, schedule, fire, report)
     if error is not None:
         fire.state = FireState.FAILED_LAUNCH
         fire.error = error
@@ -638,9 +732,17 @@ def _launch(store: ScheduleStore, schedule: Schedule, fire: Fire) -> None:
     store.event(schedule.id, "fire.started", fire)
 
 
-def _notice(store: ScheduleStore, schedule: Schedule, fire: Fire) -> None:
-    if schedule.owner_session is not None and fire.run_id is not None:
-        record_notice(store.home, schedule.owner_session, fire.run_id, schedule.id, schedule.name, fire.quiet)
+def _notice(store: ScheduleStore, schedule: Schedule, fire: Fire, report: TickReport | None) -> None:
+    """Record the fire's run in its session's notices ledger; why not (or what was repaired on
+    the way) is an event ``fire.notice`` and an ``errors`` line of the tick — never silent."""
+    if schedule.owner_session is None or fire.run_id is None:
+        return
+    key, name = schedule.owner_session, schedule.name
+    why = record_notice(store.home, key, fire.run_id, schedule.id, name, fire.quiet)
+    if why is not None:
+        store.event(schedule.id, "fire.notice", fire, why)
+        if report is not None:
+            report.errors.append(f"{schedule.id}: run {fire.run_id}: {why}")
 
 
 def _end(store: ScheduleStore, schedule: Schedule, fire: Fire, kind: str) -> None:
@@ -669,7 +771,7 @@ def _reconcile(store: ScheduleStore, schedule: Schedule, report: TickReport, *, 
     exists = fsio.lexists(store.home.run(fire.run_id).root)
     if fire.state is FireState.CLAIMED and not exists:
         if launch_claims:
-            _launch(store, schedule, fire)
+            _launch(store, schedule, fire, report)
             report.fired.append(fire)
         return
     try:
@@ -693,11 +795,11 @@ def _reconcile(store: ScheduleStore, schedule: Schedule, report: TickReport, *, 
             fire.run_id = str(uuid.uuid4())
             store.save(schedule)  # the new claim
             store.record(schedule.id, fire)
-            _launch(store, schedule, fire)
+            _launch(store, schedule, fire, report)
             report.fired.append(fire)
         return
     if fire.state is FireState.CLAIMED:  # launched by a tick that died before recording it
-        _notice(store, schedule, fire)
+        _notice(store, schedule, fire, report)
         fire.state = FireState.RUNNING
         fire.started_at = status.started_at
         schedule.fires += 1
