@@ -58,7 +58,13 @@ from pisub.protocol.schedule import (
 )
 from pisub.protocol.status import RepairCause
 from pisub.store.paths import open_home
-from pisub.store.schedules import ScheduleStore, record_notice, session_present
+from pisub.store.schedules import (
+    LOCK_TIMEOUT_S,
+    RESERVED,
+    ScheduleStore,
+    record_notice,
+    session_present,
+)
 
 TICK_SOURCES = ("cron", "systemd", "manual")
 PEEK_LOCK_S = 2.0
@@ -164,10 +170,14 @@ def schedule_create(
     except ValueError:
         raise InvalidInput(f"catch-up: {str(catch_up)[:20]!r} is not latest or none") from None
     if session_key is not None and not (isinstance(session_key, str) and SESSION_KEY.fullmatch(session_key)):
-        raise InvalidInput("session-key: give the pi session's key (32 hex digits)")
+        raise InvalidInput("session-key must be the pi session's key of 32 hex digits")
     if session_only and session_key is None:
         raise InvalidInput("session-only needs the creating pi session (--session-key)")
     chosen_id = check_id(schedule_id) if schedule_id is not None else uuid.uuid4().hex[:8]
+    if chosen_id in RESERVED:
+        raise InvalidInput(
+            f"id: {chosen_id!r} is the name of a file of pisub's in schedules/; give another --id"
+        )
     workdir = working_dir(cwd)
     outside_home(workdir, h)
     if workflow is not None and not Path(workflow).is_absolute():
@@ -416,8 +426,8 @@ def schedule_resume(schedule_id: str, *, home: Path | None = None, now: float | 
     passed while paused follows its ``catchUp`` at the next tick (``latest`` fires it)."""
     store = ScheduleStore(open_home(home))
     schedule_id = _resolve(store, schedule_id)
-    moment = time.time() if now is None else now
     with store.locked(schedule_id):
+        moment = time.time() if now is None else now  # read holding the lock
         schedule = store.load(schedule_id)
         _reconcile(store, schedule, TickReport(), launch_claims=True)
         if not schedule.paused:
@@ -485,9 +495,9 @@ def schedule_run(
     """
     store = ScheduleStore(open_home(home))
     schedule_id = _resolve(store, schedule_id)
-    moment = time.time() if now is None else now
     report = TickReport()
     with store.locked(schedule_id):
+        moment = time.time() if now is None else now  # read holding the lock, never before the wait
         schedule = store.load(schedule_id)
         _reconcile(store, schedule, report, launch_claims=True)
         if schedule.active is not None:
@@ -547,6 +557,11 @@ def _fire_all(store: ScheduleStore, reason: DueReason, now: float | None) -> Tic
 
     report = TickReport()
     check_root(store.home)  # another user's schedules/ is refused whole; ours open to others tightened
+    # Every lock is tried at once first; those held by another process are waited for after,
+    # all against one deadline: a few stuck holders cost one wait, not one each, and never
+    # delay the schedules that are free.
+    deadline = time.monotonic() + LOCK_TIMEOUT_S
+    later: list[str] = []
     for schedule_id in store.ids():
         hostile = store.hostile(schedule_id)
         if hostile is not None:  # planted: never locked, read or fired — moved aside
@@ -554,24 +569,43 @@ def _fire_all(store: ScheduleStore, reason: DueReason, now: float | None) -> Tic
             moved = f" (moved to {where})" if where is not None else " (could not be moved aside)"
             report.errors.append(f"{schedule_id}: not fired, quarantined{moved}: {hostile}")
             continue
-        try:
-            with store.locked(schedule_id):
-                try:
-                    schedule = store.load(schedule_id)
-                except ProtocolError as exc:
-                    where = store.quarantine(schedule_id, store.dir(schedule_id), str(exc))
-                    moved = f" (moved to {where})" if where is not None else ""
-                    report.errors.append(f"{schedule_id}: unreadable, quarantined{moved}: {exc.message}")
-                    continue
-                _reconcile(store, schedule, report, launch_claims=True)
-                _fire_due(store, schedule, reason, time.time() if now is None else now, report)
-        except ScheduleNotFound:
-            continue  # deleted meanwhile
-        except LockBusy:
+        if not _fire_one(store, schedule_id, 0.0, reason, now, report):
+            later.append(schedule_id)
+    for schedule_id in later:
+        if not _fire_one(store, schedule_id, max(0.0, deadline - time.monotonic()), reason, now, report):
             report.busy.append(schedule_id)
-        except PisubError as exc:
-            report.errors.append(f"{schedule_id}: {exc.message} [{exc.code}]")
     return report
+
+
+def _fire_one(
+    store: ScheduleStore,
+    schedule_id: str,
+    wait: float,
+    reason: DueReason,
+    now: float | None,
+    report: TickReport,
+) -> bool:
+    """Handle one schedule under its lock (waiting ``wait`` seconds for it); False when another
+    process held the lock all that time."""
+    try:
+        with store.locked(schedule_id, wait):
+            store.sweep_temps(schedule_id)  # left by a process killed mid-write (we hold the lock)
+            try:
+                schedule = store.load(schedule_id)
+            except ProtocolError as exc:
+                where = store.quarantine(schedule_id, store.dir(schedule_id), str(exc))
+                moved = f" (moved to {where})" if where is not None else ""
+                report.errors.append(f"{schedule_id}: unreadable, quarantined{moved}: {exc.message}")
+                return True
+            _reconcile(store, schedule, report, launch_claims=True)
+            _fire_due(store, schedule, reason, time.time() if now is None else now, report)
+    except ScheduleNotFound:
+        return True  # deleted meanwhile
+    except LockBusy:
+        return False
+    except PisubError as exc:
+        report.errors.append(f"{schedule_id}: {exc.message} [{exc.code}]")
+    return True
 
 
 def _next(schedule: Schedule) -> float | None:

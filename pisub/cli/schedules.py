@@ -396,10 +396,11 @@ def _report(report: Any, as_json: bool) -> None:
     for schedule_id in report.waiting:
         out(f"waiting {schedule_id}: due, but its pi session is not open")
     for schedule_id in report.busy:
-        out(f"busy {schedule_id}: another tick holds it")
+        out(f"busy {schedule_id}: another pisub process held its lock for the whole wait (60 s)")
     for line in report.errors:
         out(f"error {line}")
-    if not (report.fired or report.ended or report.skipped or report.missed or report.errors):
+    done = report.fired or report.ended or report.skipped or report.missed or report.errors
+    if not (done or report.waiting or report.busy):
         out("nothing due")
 
 

@@ -52,6 +52,8 @@ LAST_TICK = "last-tick.json"
 TIMER = "timer.json"
 """What `pisub schedule install` installed (pisub.api.schedule_timer)."""
 QUARANTINE = ".quarantine"
+RESERVED = frozenset({LAST_TICK, TIMER})
+"""Names of pisub's own files in ``schedules/`` that the id pattern allows: never a schedule's id."""
 MAX_RECORD_BYTES = 1024 * 1024
 """A schedule.json larger than this is not read (quarantined)."""
 MAX_HISTORY_BYTES = 4 * 1024 * 1024
@@ -161,7 +163,12 @@ class ScheduleStore:
             raise storage_error(exc, "list", self.root) from exc
         found = []
         for name in names:
-            if SCHEDULE_ID.fullmatch(name) and name.isascii() and is_real_dir(self.root / name):
+            if (
+                SCHEDULE_ID.fullmatch(name)
+                and name.isascii()
+                and name not in RESERVED
+                and is_real_dir(self.root / name)
+            ):
                 found.append(name)
         return sorted(found)
 
@@ -184,6 +191,21 @@ class ScheduleStore:
 
     def exists(self, schedule_id: str) -> bool:
         return is_real_dir(self.dir(schedule_id))
+
+    def sweep_temps(self, schedule_id: str) -> None:
+        """Remove the temp files (``.<name>.<pid>.<hex>.tmp``) a process killed mid-write left in
+        the schedule's folder. Only holding its lock: every write there is made holding it, so
+        none of them is being written now."""
+        directory = self.dir(schedule_id)
+        try:
+            names = fsio.listdir(directory)
+        except OSError:
+            return
+        for name in names:
+            if name.startswith(".") and name.endswith(".tmp"):
+                with contextlib.suppress(OSError):
+                    if stat.S_ISREG(fsio.lstat(directory / name).st_mode):
+                        os.unlink(directory / name)
 
     def hostile(self, schedule_id: str) -> str | None:
         """Why schedule ``schedule_id``'s folder must not be used (None: it is this user's

@@ -21,6 +21,7 @@ import pwd
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -271,7 +272,8 @@ def test_schedule_list_is_a_table_fitted_to_the_terminal(home: Path, tmp_path: P
     assert "no timer ticked in the last 3 minutes" in lines[3]
 
     # a timer ticked a moment ago (the session is still away: the slot stays due): no hint
-    assert pisub_cli("schedule", "tick", "--from", "cron", "--quiet", env=env, check=True).returncode == 0
+    ticked = pisub_cli("schedule", "tick", "--from", "cron", env=env, check=True).stdout
+    assert ticked.startswith(f"waiting {due.id}: due") and "nothing due" not in ticked
     text = pisub_cli("schedule", "list", env=env, check=True).stdout
     assert len(text.rstrip("\n").split("\n")) == 3 and "due:" not in text
 
@@ -313,3 +315,118 @@ def test_a_tick_from_inside_a_run_fires_a_top_level_run(home: Path, tmp_path: Pa
     status = fired.wait_until_terminal(30)
     assert status.state == "complete"
     assert status.parent_run_id is None and status.depth == 0
+
+
+HOLDER = """
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from pisub.core.locks import exclusive
+with ExitStack() as stack:
+    for path in sys.argv[1:]:
+        stack.enter_context(exclusive(Path(path), 10))
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def hold_locks(*paths: Path) -> subprocess.Popen[str]:
+    """A process holding the schedules' locks until its stdin is closed."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, *map(str, paths)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def release(proc: subprocess.Popen[str]) -> None:
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.close()
+    proc.wait(10)
+    proc.stdout.close()
+
+
+def sleeping(pid: int) -> bool:
+    """Whether process ``pid`` sits in a sleep (nanosleep, clock_nanosleep: x86-64 numbers) —
+    pisub's lock wait, which is the only sleep before a fire."""
+    try:
+        return Path(f"/proc/{pid}/syscall").read_text().split()[0] in ("35", "230")
+    except (OSError, IndexError):
+        return False
+
+
+def test_schedule_run_reads_now_after_the_lock_wait(home: Path, tmp_path: Path) -> None:
+    if os.uname().machine != "x86_64":
+        pytest.skip("the test tells a lock wait by x86-64 syscall numbers")
+    wf = tmp_path / "w.js"
+    wf.write_text(QUICK_JS)
+    made = schedule_create(workflow=wf, every="1m", schedule_id="st")
+    holder = hold_locks(home / "schedules" / "st" / "lock")
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "pisub", "schedule", "run", "st", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: sleeping(cli.pid), 30, interval=0.005, what="the run to wait for the lock")
+        released = time.time()
+        release(holder)
+        out, err = cli.communicate(timeout=60)
+    finally:
+        if holder.poll() is None:
+            release(holder)
+    assert cli.returncode == 0, err
+    fire = json.loads(out)
+    assert epoch(fire["claimedAt"]) >= released - 0.01  # not the time before the wait
+    shown = schedule_show(made.id).schedule
+    assert epoch(shown.next_run_at or "") >= released + 60 - 0.01  # re-anchored from the real now
+    pisub.Run(fire["runId"]).wait_until_terminal(30)
+
+
+def test_the_names_of_pisubs_own_files_are_no_schedule_ids(home: Path, tmp_path: Path) -> None:
+    wf = tmp_path / "w.js"
+    wf.write_text(QUICK_JS)
+    for name in ("last-tick.json", "timer.json"):
+        done = pisub_cli("schedule", "create", "--workflow", str(wf), "--every", "1h", "--id", name)
+        assert done.returncode == 1 and "[INVALID_INPUT]" in done.stderr and "pisub's" in done.stderr
+    assert pisub_cli("schedule", "tick", check=True).stdout.strip() == "nothing due"
+    assert json.loads((home / "schedules" / "last-tick.json").read_text())["v"] == 1
+
+
+def test_a_stuck_lock_holder_delays_no_other_schedule_and_waits_add_up_to_one(
+    home: Path, tmp_path: Path
+) -> None:
+    wf = tmp_path / "w.js"
+    wf.write_text(QUICK_JS)
+    for sid in ("b1", "b2"):
+        schedule_create(workflow=wf, every="1h", schedule_id=sid)
+    due = schedule_create(workflow=wf, at="+1s", schedule_id="c")
+    # a temp file a tick killed mid-write left behind
+    stale = home / "schedules" / "c" / ".schedule.json.4242.0badc0de.tmp"
+    stale.write_text("{}")
+    wait_for(lambda: epoch(due.next_run_at or "") < time.time(), 5, what="c's slot to pass")
+    holder = hold_locks(home / "schedules" / "b1" / "lock", home / "schedules" / "b2" / "lock")
+    tick = subprocess.Popen(
+        [sys.executable, "-m", "pisub", "schedule", "tick", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # c (sorted after the held ones) fires while b1 and b2 are still held
+        fired = wait_for(lambda: runs_of(home), 30, interval=0.05, what="c to fire")
+        assert tick.poll() is None  # the tick still waits for b1 and b2
+        release(holder)
+        out, err = tick.communicate(timeout=90)
+    finally:
+        if holder.poll() is None:
+            release(holder)
+    report = json.loads(out)
+    assert [f["scheduleId"] for f in report["fired"]] == ["c"] and report["fired"][0]["runId"] in fired
+    assert report["busy"] == [] and report["errors"] == [], (report, err)
+    assert not stale.exists()
+    pisub.Run(report["fired"][0]["runId"]).wait_until_terminal(30)
