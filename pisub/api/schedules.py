@@ -453,8 +453,11 @@ def schedule_resume(schedule_id: str, *, home: Path | None = None, now: float | 
         return schedule
 
 
-def schedule_delete(schedule_id: str, *, home: Path | None = None) -> str:
-    """Delete the schedule (its history too); its id. Refused while one of its fires runs.
+def schedule_delete(schedule_id: str, *, force: bool = False, home: Path | None = None) -> str:
+    """Delete the schedule (its history too); its id. Refused while one of its fires runs,
+    unless ``force``: the run then goes on as an ordinary run (``pisub list`` shows it, labelled
+    ``schedule:<name>``), no longer the schedule's — the way out when its runner is stuck and
+    answers no stop.
 
     Raises:
         ScheduleNotFound; InvalidInput: a fire runs (the message says how to stop it).
@@ -469,11 +472,12 @@ def schedule_delete(schedule_id: str, *, home: Path | None = None) -> str:
         if schedule is not None:
             _reconcile(store, schedule, TickReport(), launch_claims=False)
             fire = schedule.active
-            if fire is not None:
+            if fire is not None and not force:
                 run = fire.run_id or "?"
                 raise InvalidInput(
                     f"schedule {schedule_id} has a fire running (run {run}); stop it (pisub stop {run}) "
-                    "or wait for its end, then delete the schedule (pisub schedule pause stops later fires)"
+                    f"or wait for its end, then delete the schedule (pisub schedule pause {schedule_id} "
+                    f"stops later fires now); --force deletes it now and leaves run {run} going on its own"
                 )
         store.event(schedule_id, "schedule.deleted")
         store.delete(schedule_id)

@@ -166,7 +166,8 @@ def _show_text(detail: Any) -> str:
         "next      " + ("-" if s.done or s.next_run_at is None else _when(s.next_run_at)),
         f"catch-up  {s.catch_up.value}  overlap skip" + ("  quiet" if s.quiet else ""),
         f"cwd       {one_line(s.cwd)}",
-        f"script    {one_line(s.target.source or 'inline')} ({s.target.language})",
+        f"script    {one_line(s.target.source or 'inline')} ({s.target.language}; its copy taken at "
+        f"create runs: {s.target.copy_name})",
     ]
     if s.owner_session:
         lines.append(
@@ -349,11 +350,17 @@ def resume(schedule_id: str = ID, as_json: bool = JSON) -> None:
 
 
 @app.command("delete")
-def delete(schedule_id: str = ID, as_json: bool = JSON) -> None:
-    """Delete a schedule and its history (refused while one of its fires runs)."""
+def delete(
+    schedule_id: str = ID,
+    force: bool = typer.Option(
+        False, "--force", help="Delete even while a fire runs (the run goes on as an ordinary run)."
+    ),
+    as_json: bool = JSON,
+) -> None:
+    """Delete a schedule and its history (refused while one of its fires runs, unless --force)."""
     from pisub.api.schedules import schedule_delete
 
-    deleted = schedule_delete(schedule_id)
+    deleted = schedule_delete(schedule_id, force=force)
     json_line({"id": deleted, "deleted": True}) if as_json else out(f"deleted schedule {deleted}")
 
 

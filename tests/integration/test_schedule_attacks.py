@@ -19,6 +19,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -33,9 +34,15 @@ import pisub
 from pisub.api.schedules import schedule_create, schedule_show, schedule_tick
 from pisub.errors import InvalidInput, ScheduleNotFound
 from pisub.protocol.schedule import FireState, epoch
-from tests.conftest import pisub_cli, wait_for
+from tests.conftest import AgentMaker, pisub_cli, wait_for
+from tests.helpers import SLEEPER
 
 QUICK_JS = 'return "ok";\n'
+SLOW = (
+    "async def main(runs, state, args):\n"
+    "    done = await runs.run('s', agent='sleeper', task='x')\n"
+    "    return done.output\n"
+)
 EVIL_JS = 'return "evil ran";\n'
 OTHER = os.environ.get("PISUB_NONROOT_USER") or "pisub-ci"
 KEY2 = "fedcba9876543210fedcba9876543210"
@@ -430,3 +437,30 @@ def test_a_stuck_lock_holder_delays_no_other_schedule_and_waits_add_up_to_one(
     assert report["busy"] == [] and report["errors"] == [], (report, err)
     assert not stale.exists()
     pisub.Run(report["fired"][0]["runId"]).wait_until_terminal(30)
+
+
+def test_a_stuck_fire_can_be_let_go_with_delete_force(
+    home: Path, tmp_path: Path, make_agent: AgentMaker
+) -> None:
+    make_agent("sleeper", python=SLEEPER)
+    wf = tmp_path / "long.py"
+    wf.write_text(SLOW)
+    made = schedule_create(workflow=wf, every="1m", name="long")
+    first = epoch(made.next_run_at or "")
+    fire = schedule_tick(now=first + 1).fired[0]
+    run = pisub.Run(fire.run_id or "")
+    pid = wait_for(lambda: run.status().pid, what="the fire's runner")
+    os.kill(pid, signal.SIGSTOP)  # alive but stuck: it answers nothing
+    try:
+        report = schedule_tick(now=first + 61)
+        assert [s.state for s in report.skipped] == [FireState.SKIPPED]
+        refused = pisub_cli("schedule", "delete", "long")
+        assert refused.returncode == 1 and "--force" in refused.stderr and "pause" in refused.stderr
+        gone = pisub_cli("schedule", "delete", "long", "--force", check=True).stdout
+        assert gone.strip() == f"deleted schedule {made.id}"
+        assert not (home / "schedules" / made.id).exists()
+        assert run.status().state == "running"  # goes on as an ordinary run
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    run.stop()
+    assert run.wait_until_terminal(60).state == "stopped"
