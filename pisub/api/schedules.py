@@ -159,7 +159,7 @@ def schedule_create(
     else:
         seconds = parse_every(every)
         trigger = Trigger(
-            kind=TriggerKind.EVERY, every=str(every).strip(), every_s=seconds, anchor_at=iso(moment)
+            kind=TriggerKind.EVERY, every=_every_text(str(every)), every_s=seconds, anchor_at=iso(moment)
         )
     if quiet and trigger.kind is TriggerKind.AT:
         raise InvalidInput(
@@ -261,6 +261,13 @@ def schedule_create_from(data: object, *, home: Path | None = None) -> Schedule:
         label=given.label,
         home=home,
     )
+
+
+def _every_text(given: str) -> str:
+    """``every`` as it is shown: ``01m`` is ``1m`` (the number without leading zeros)."""
+    value = given.strip()
+    digits = value.rstrip("mhdwMHDW")
+    return f"{int(digits)}{value[len(digits) :]}" if digits.isascii() and digits.isdigit() else value
 
 
 def _name(name: str | None, path: Path | None, schedule_id: str) -> str:

@@ -464,3 +464,12 @@ def test_a_stuck_fire_can_be_let_go_with_delete_force(
         os.kill(pid, signal.SIGCONT)
     run.stop()
     assert run.wait_until_terminal(60).state == "stopped"
+
+
+def test_every_is_shown_without_leading_zeros(home: Path, tmp_path: Path) -> None:
+    wf = tmp_path / "w.js"
+    wf.write_text(QUICK_JS)
+    made = json.loads(
+        pisub_cli("schedule", "create", "--workflow", str(wf), "--every", "01m", "--json", check=True).stdout
+    )
+    assert made["trigger"]["every"] == "1m" and made["trigger"]["everyS"] == 60
