@@ -287,8 +287,8 @@ def list_(
     out_block(list_table(schedules, terminal_width()))
     if any(_state(s, short=True) == "due" for s in schedules) and not _timer_ticking():
         out(
-            "due: fired by the next `pisub schedule tick`, and no timer ticked in the last 3 minutes "
-            "(pisub schedule install sets one up; pisub schedule timer says what is installed)"
+            "due: fired by the next `pisub schedule tick`; no timer ticked in the last 3 minutes "
+            "(pisub schedule install)"
         )
 
 
