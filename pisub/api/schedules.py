@@ -641,6 +641,16 @@ def _fire_due(
     if schedule.paused:
         return
     every_s = schedule.trigger.every_s
+    if every_s is not None and not schedule.done and schedule.next_run_at is None:
+        # An interval never runs out of slots: a record without its next one (edited by hand)
+        # goes on with the grid's next slot after now, and says so — it is never left silent.
+        anchor = schedule.trigger.anchor_at or schedule.created_at
+        schedule.next_run_at = iso(next_after(epoch(anchor), every_s, now))
+        store.save(schedule)
+        note = f"nextRunAt was missing; the next slot is {schedule.next_run_at}"
+        store.event(schedule.id, "schedule.repaired", None, note)
+        report.errors.append(f"{schedule.id}: {note}")
+        return
     slot = due(_next(schedule), every_s, now)
     if slot is None:
         return

@@ -473,3 +473,20 @@ def test_every_is_shown_without_leading_zeros(home: Path, tmp_path: Path) -> Non
         pisub_cli("schedule", "create", "--workflow", str(wf), "--every", "01m", "--json", check=True).stdout
     )
     assert made["trigger"]["every"] == "1m" and made["trigger"]["everyS"] == 60
+
+
+def test_an_interval_without_its_next_slot_goes_on_and_says_so(home: Path, tmp_path: Path) -> None:
+    wf = tmp_path / "w.js"
+    wf.write_text(QUICK_JS)
+    made = schedule_create(workflow=wf, every="1h", schedule_id="grid")
+    path = home / "schedules" / "grid" / "schedule.json"
+    record = json.loads(path.read_text())
+    record["nextRunAt"] = None  # edited by hand
+    path.write_text(json.dumps(record))
+    report = json.loads(pisub_cli("schedule", "tick", "--json", check=True).stdout)
+    assert report["errors"] and report["errors"][0].startswith("grid: nextRunAt was missing")
+    shown = schedule_show("grid").schedule
+    assert shown.next_run_at is not None
+    assert epoch(shown.next_run_at) == pytest.approx(epoch(made.created_at) + 3600, abs=1)
+    events = (home / "schedules" / "grid" / "events.jsonl").read_text()
+    assert "schedule.repaired" in events
