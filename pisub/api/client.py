@@ -433,6 +433,7 @@ def launch_workflow(
     session_key: str | None = None,
     home: Path | None = None,
     run_id: str | None = None,
+    top_level: bool = False,
 ) -> Run:
     """Start a detached workflow run of the script file ``script`` — Python (``.py``: ``async
     def main(runs, state, args)``) or JavaScript (``.js``: the seed's statement body with
@@ -462,6 +463,8 @@ def launch_workflow(
 
     ``run_id`` (internal): the new run's id, chosen beforehand — a schedule's fire writes it in
     its claim before the launch (``spec/schedules.md``); a run with that id must not exist.
+    ``top_level`` (internal): a top-level run even when the caller runs inside a run (its
+    lineage markers are ignored) — a schedule's fire belongs to no run that happened to tick.
 
     Raises:
         InvalidInput: the script does not validate (the message lists the problems), or a bad
@@ -503,6 +506,7 @@ def launch_workflow(
         session_key=session_key,
         home=home,
         run_id=run_id,
+        top_level=top_level,
     )
 
 
@@ -630,6 +634,7 @@ def _launch_workflow(
     session_key: str | None = None,
     home: Path | None = None,
     run_id: str | None = None,
+    top_level: bool = False,
 ) -> Run:
     import uuid
 
@@ -651,7 +656,7 @@ def _launch_workflow(
     from pisub.store.lineage import caller_lineage
     from pisub.store.shared_state import check_json, check_namespace
 
-    lineage = caller_lineage(os.environ)
+    lineage = caller_lineage(_top_level_environ() if top_level else os.environ)
     workdir = working_dir(cwd)
     h = open_home(home)
     if cwd is not None:  # a directory given (a script in a run's directory launching: its own)
@@ -741,6 +746,17 @@ def _launch_workflow(
     spec.mission_id, spec.mission_project = linked.mission_id, linked.project
     spec.mission_warning = linked.warning
     return Run(start_run(h, manifest, seeds=seeds).run_id, home=h.root)
+
+
+def _top_level_environ() -> dict[str, str]:
+    """This process's environment without a run's lineage markers (and its depth limit): what
+    a launch that must be top-level sees."""
+    from pisub.protocol.env import ENV_MAX_DEPTH
+    from pisub.store.paths import without_markers
+
+    env = without_markers(os.environ)
+    env.pop(ENV_MAX_DEPTH, None)
+    return env
 
 
 WORKFLOW_BACKEND = (

@@ -58,7 +58,13 @@ from pisub.protocol.schedule import (
 )
 from pisub.protocol.status import RepairCause
 from pisub.store.paths import open_home
-from pisub.store.schedules import ScheduleStore, record_notice, session_present
+from pisub.store.schedules import (
+    LOCK_TIMEOUT_S,
+    RESERVED,
+    ScheduleStore,
+    record_notice,
+    session_present,
+)
 
 TICK_SOURCES = ("cron", "systemd", "manual")
 PEEK_LOCK_S = 2.0
@@ -153,7 +159,7 @@ def schedule_create(
     else:
         seconds = parse_every(every)
         trigger = Trigger(
-            kind=TriggerKind.EVERY, every=str(every).strip(), every_s=seconds, anchor_at=iso(moment)
+            kind=TriggerKind.EVERY, every=_every_text(str(every)), every_s=seconds, anchor_at=iso(moment)
         )
     if quiet and trigger.kind is TriggerKind.AT:
         raise InvalidInput(
@@ -164,10 +170,14 @@ def schedule_create(
     except ValueError:
         raise InvalidInput(f"catch-up: {str(catch_up)[:20]!r} is not latest or none") from None
     if session_key is not None and not (isinstance(session_key, str) and SESSION_KEY.fullmatch(session_key)):
-        raise InvalidInput("session-key: give the pi session's key (32 hex digits)")
+        raise InvalidInput("session-key must be the pi session's key of 32 hex digits")
     if session_only and session_key is None:
         raise InvalidInput("session-only needs the creating pi session (--session-key)")
     chosen_id = check_id(schedule_id) if schedule_id is not None else uuid.uuid4().hex[:8]
+    if chosen_id in RESERVED:
+        raise InvalidInput(
+            f"id: {chosen_id!r} is the name of a file of pisub's in schedules/; give another --id"
+        )
     workdir = working_dir(cwd)
     outside_home(workdir, h)
     if workflow is not None and not Path(workflow).is_absolute():
@@ -253,6 +263,13 @@ def schedule_create_from(data: object, *, home: Path | None = None) -> Schedule:
     )
 
 
+def _every_text(given: str) -> str:
+    """``every`` as it is shown: ``01m`` is ``1m`` (the number without leading zeros)."""
+    value = given.strip()
+    digits = value.rstrip("mhdwMHDW")
+    return f"{int(digits)}{value[len(digits) :]}" if digits.isascii() and digits.isdigit() else value
+
+
 def _name(name: str | None, path: Path | None, schedule_id: str) -> str:
     if name is None:
         return path.stem if path is not None else f"schedule {schedule_id}"
@@ -266,6 +283,66 @@ def _project_of(cwd: Path) -> str:
     from pisub.store.missions import project_key
 
     return project_key(cwd)
+
+
+# ---- which schedule ---------------------------------------------------------------------------
+
+MIN_PREFIX = 4
+"""The shortest id prefix that names a schedule."""
+
+
+def resolve_schedule(ref: str, *, home: Path | None = None) -> str:
+    """The id of the schedule ``ref`` names: an id, else a unique name (as given at create),
+    else a unique id prefix of at least :data:`MIN_PREFIX` characters.
+
+    Raises:
+        ScheduleNotFound: nothing matches (or an entry named like it is not a schedule).
+        InvalidInput: ``ref`` is not text, or names several schedules (listing them).
+    """
+    return _resolve(ScheduleStore(open_home(home)), ref)
+
+
+def _resolve(store: ScheduleStore, ref: object) -> str:
+    from pisub.protocol.schedule import SCHEDULE_ID
+
+    if not isinstance(ref, str) or not ref.strip():
+        raise InvalidInput("give a schedule's id or name (pisub schedule list)")
+    if SCHEDULE_ID.fullmatch(ref) and store.exists(ref):
+        return ref
+    ids = store.ids()
+    named: list[tuple[str, str]] = []
+    for schedule_id in ids:
+        try:
+            name = store.load(schedule_id).name
+        except PisubError:
+            continue
+        named.append((schedule_id, name))
+    for matches, how in (
+        ([(i, n) for i, n in named if n == ref], "are named"),
+        ([(i, n) for i, n in named if n == ref.strip()], "are named"),
+        (
+            [(i, n) for i, n in named if len(ref) >= MIN_PREFIX and i.startswith(ref)]
+            if SCHEDULE_ID.fullmatch(ref)
+            else [],
+            "have ids starting with",
+        ),
+    ):
+        if len(matches) == 1:
+            return matches[0][0]
+        if len(matches) > 1:
+            shown = ", ".join(f"{i} ({n})" for i, n in matches[:10])
+            more = f" and {len(matches) - 10} more" if len(matches) > 10 else ""
+            raise InvalidInput(f"{len(matches)} schedules {how} {ref[:80]!r}: {shown}{more}; give its id")
+    if SCHEDULE_ID.fullmatch(ref) and fsio.lexists(store.dir(ref)):
+        raise store._not_found(ref)  # says what stands there
+    if len(ref) < MIN_PREFIX and SCHEDULE_ID.fullmatch(ref) and any(i.startswith(ref) for i in ids):
+        raise ScheduleNotFound(
+            f"no schedule named {ref[:80]!r}; an id prefix needs at least {MIN_PREFIX} characters"
+        )
+    shown = ref[:80].encode("unicode_escape").decode("ascii")
+    raise ScheduleNotFound(
+        f"no schedule with the id or name {shown!r} (pisub schedule list --all shows them)"
+    )
 
 
 # ---- read -----------------------------------------------------------------------------------
@@ -297,8 +374,8 @@ def schedule_show(schedule_id: str, *, recent: int = 10, home: Path | None = Non
     Raises:
         ScheduleNotFound; ProtocolError: its record cannot be read.
     """
-    check_id(schedule_id)
     store = ScheduleStore(open_home(home))
+    schedule_id = _resolve(store, schedule_id)
     schedule = _refreshed(store, schedule_id)
     return ScheduleDetail(schedule, store.history(schedule_id)[: max(0, recent)])
 
@@ -309,10 +386,10 @@ def schedule_history(schedule_id: str, *, limit: int = MAX_HISTORY, home: Path |
     Raises:
         ScheduleNotFound.
     """
-    check_id(schedule_id)
     if not isinstance(limit, int) or limit < 1:
         raise InvalidInput("limit: give a whole number of at least 1")
     store = ScheduleStore(open_home(home))
+    schedule_id = _resolve(store, schedule_id)
     _refreshed(store, schedule_id)
     return store.history(schedule_id)[:limit]
 
@@ -337,8 +414,8 @@ def _refreshed(store: ScheduleStore, schedule_id: str) -> Schedule:
 
 def schedule_pause(schedule_id: str, *, home: Path | None = None) -> Schedule:
     """Fire no slot of the schedule until :func:`schedule_resume` (a fire going on goes on)."""
-    check_id(schedule_id)
     store = ScheduleStore(open_home(home))
+    schedule_id = _resolve(store, schedule_id)
     with store.locked(schedule_id):
         schedule = store.load(schedule_id)
         _reconcile(store, schedule, TickReport(), launch_claims=True)
@@ -354,10 +431,10 @@ def schedule_resume(schedule_id: str, *, home: Path | None = None, now: float | 
     """Fire the schedule's slots again. An interval goes on with its next slot after now: the
     slots that fell while it was paused are recorded ``missed`` (one row). A one-shot whose time
     passed while paused follows its ``catchUp`` at the next tick (``latest`` fires it)."""
-    check_id(schedule_id)
     store = ScheduleStore(open_home(home))
-    moment = time.time() if now is None else now
+    schedule_id = _resolve(store, schedule_id)
     with store.locked(schedule_id):
+        moment = time.time() if now is None else now  # read holding the lock
         schedule = store.load(schedule_id)
         _reconcile(store, schedule, TickReport(), launch_claims=True)
         if not schedule.paused:
@@ -383,14 +460,17 @@ def schedule_resume(schedule_id: str, *, home: Path | None = None, now: float | 
         return schedule
 
 
-def schedule_delete(schedule_id: str, *, home: Path | None = None) -> None:
-    """Delete the schedule (its history too). Refused while one of its fires runs.
+def schedule_delete(schedule_id: str, *, force: bool = False, home: Path | None = None) -> str:
+    """Delete the schedule (its history too); its id. Refused while one of its fires runs,
+    unless ``force``: the run then goes on as an ordinary run (``pisub list`` shows it, labelled
+    ``schedule:<name>``), no longer the schedule's — the way out when its runner is stuck and
+    answers no stop.
 
     Raises:
         ScheduleNotFound; InvalidInput: a fire runs (the message says how to stop it).
     """
-    check_id(schedule_id)
     store = ScheduleStore(open_home(home))
+    schedule_id = _resolve(store, schedule_id)
     with store.locked(schedule_id):
         try:
             schedule: Schedule | None = store.load(schedule_id)
@@ -399,14 +479,16 @@ def schedule_delete(schedule_id: str, *, home: Path | None = None) -> None:
         if schedule is not None:
             _reconcile(store, schedule, TickReport(), launch_claims=False)
             fire = schedule.active
-            if fire is not None:
+            if fire is not None and not force:
                 run = fire.run_id or "?"
                 raise InvalidInput(
                     f"schedule {schedule_id} has a fire running (run {run}); stop it (pisub stop {run}) "
-                    "or wait for its end, then delete the schedule (pisub schedule pause stops later fires)"
+                    f"or wait for its end, then delete the schedule (pisub schedule pause {schedule_id} "
+                    f"stops later fires now); --force deletes it now and leaves run {run} going on its own"
                 )
         store.event(schedule_id, "schedule.deleted")
         store.delete(schedule_id)
+    return schedule_id
 
 
 # ---- fire -----------------------------------------------------------------------------------
@@ -422,11 +504,11 @@ def schedule_run(
     Raises:
         ScheduleNotFound; InvalidInput: a fire of it runs (``overlap: skip``).
     """
-    check_id(schedule_id)
     store = ScheduleStore(open_home(home))
-    moment = time.time() if now is None else now
+    schedule_id = _resolve(store, schedule_id)
     report = TickReport()
     with store.locked(schedule_id):
+        moment = time.time() if now is None else now  # read holding the lock, never before the wait
         schedule = store.load(schedule_id)
         _reconcile(store, schedule, report, launch_claims=True)
         if schedule.active is not None:
@@ -441,7 +523,7 @@ def schedule_run(
         else:
             schedule.next_run_at = None
             schedule.done = True
-        return _claim_and_launch(store, schedule, iso(moment), DueReason.MANUAL, quiet, moment)
+        return _claim_and_launch(store, schedule, iso(moment), DueReason.MANUAL, quiet, moment, None, report)
 
 
 def schedule_run_due(*, home: Path | None = None, now: float | None = None) -> TickReport:
@@ -476,27 +558,65 @@ def schedule_tick(
     return report
 
 
+def schedule_last_tick(*, home: Path | None = None) -> LastTick | None:
+    """The last tick's mark (``schedules/last-tick.json``), None when none is readable."""
+    return ScheduleStore(open_home(home)).last_tick()
+
+
 def _fire_all(store: ScheduleStore, reason: DueReason, now: float | None) -> TickReport:
+    from pisub.store.schedules import check_root
+
     report = TickReport()
+    check_root(store.home)  # another user's schedules/ is refused whole; ours open to others tightened
+    # Every lock is tried at once first; those held by another process are waited for after,
+    # all against one deadline: a few stuck holders cost one wait, not one each, and never
+    # delay the schedules that are free.
+    deadline = time.monotonic() + LOCK_TIMEOUT_S
+    later: list[str] = []
     for schedule_id in store.ids():
-        try:
-            with store.locked(schedule_id):
-                try:
-                    schedule = store.load(schedule_id)
-                except ProtocolError as exc:
-                    where = store.quarantine(schedule_id, store.dir(schedule_id), str(exc))
-                    moved = f" (moved to {where})" if where is not None else ""
-                    report.errors.append(f"{schedule_id}: unreadable, quarantined{moved}: {exc.message}")
-                    continue
-                _reconcile(store, schedule, report, launch_claims=True)
-                _fire_due(store, schedule, reason, time.time() if now is None else now, report)
-        except ScheduleNotFound:
-            continue  # deleted meanwhile
-        except LockBusy:
+        hostile = store.hostile(schedule_id)
+        if hostile is not None:  # planted: never locked, read or fired — moved aside
+            where = store.quarantine(schedule_id, store.dir(schedule_id), f"{hostile}: never fired")
+            moved = f" (moved to {where})" if where is not None else " (could not be moved aside)"
+            report.errors.append(f"{schedule_id}: not fired, quarantined{moved}: {hostile}")
+            continue
+        if not _fire_one(store, schedule_id, 0.0, reason, now, report):
+            later.append(schedule_id)
+    for schedule_id in later:
+        if not _fire_one(store, schedule_id, max(0.0, deadline - time.monotonic()), reason, now, report):
             report.busy.append(schedule_id)
-        except PisubError as exc:
-            report.errors.append(f"{schedule_id}: {exc.message} [{exc.code}]")
     return report
+
+
+def _fire_one(
+    store: ScheduleStore,
+    schedule_id: str,
+    wait: float,
+    reason: DueReason,
+    now: float | None,
+    report: TickReport,
+) -> bool:
+    """Handle one schedule under its lock (waiting ``wait`` seconds for it); False when another
+    process held the lock all that time."""
+    try:
+        with store.locked(schedule_id, wait):
+            store.sweep_temps(schedule_id)  # left by a process killed mid-write (we hold the lock)
+            try:
+                schedule = store.load(schedule_id)
+            except ProtocolError as exc:
+                where = store.quarantine(schedule_id, store.dir(schedule_id), str(exc))
+                moved = f" (moved to {where})" if where is not None else ""
+                report.errors.append(f"{schedule_id}: unreadable, quarantined{moved}: {exc.message}")
+                return True
+            _reconcile(store, schedule, report, launch_claims=True)
+            _fire_due(store, schedule, reason, time.time() if now is None else now, report)
+    except ScheduleNotFound:
+        return True  # deleted meanwhile
+    except LockBusy:
+        return False
+    except PisubError as exc:
+        report.errors.append(f"{schedule_id}: {exc.message} [{exc.code}]")
+    return True
 
 
 def _next(schedule: Schedule) -> float | None:
@@ -521,6 +641,16 @@ def _fire_due(
     if schedule.paused:
         return
     every_s = schedule.trigger.every_s
+    if every_s is not None and not schedule.done and schedule.next_run_at is None:
+        # An interval never runs out of slots: a record without its next one (edited by hand)
+        # goes on with the grid's next slot after now, and says so — it is never left silent.
+        anchor = schedule.trigger.anchor_at or schedule.created_at
+        schedule.next_run_at = iso(next_after(epoch(anchor), every_s, now))
+        store.save(schedule)
+        note = f"nextRunAt was missing; the next slot is {schedule.next_run_at}"
+        store.event(schedule.id, "schedule.repaired", None, note)
+        report.errors.append(f"{schedule.id}: {note}")
+        return
     slot = due(_next(schedule), every_s, now)
     if slot is None:
         return
@@ -556,7 +686,7 @@ def _fire_due(
             (report.skipped if row.state is FireState.SKIPPED else report.missed).append(row)
         return
     quiet = schedule.quiet and every_s is not None
-    fire = _claim_and_launch(store, schedule, iso(slot.planned), reason, quiet, now, rows)
+    fire = _claim_and_launch(store, schedule, iso(slot.planned), reason, quiet, now, rows, report)
     report.fired.append(fire)
     report.missed.extend(row for row, _kind in rows)
 
@@ -569,6 +699,7 @@ def _claim_and_launch(
     quiet: bool,
     now: float,
     rows: list[tuple[Fire, str]] | None = None,
+    report: TickReport | None = None,
 ) -> Fire:
     """Claim the slot (one durable write of ``schedule.json`` naming the run id), then launch."""
     run_id = str(uuid.uuid4())
@@ -590,13 +721,30 @@ def _claim_and_launch(
         store.event(schedule.id, kind, row, row.error)
     store.record(schedule.id, fire)
     store.event(schedule.id, "fire.claimed", fire)
-    _launch(store, schedule, fire)
+    _launch(store, schedule, fire, report)
     return fire
 
 
-def _launch(store: ScheduleStore, schedule: Schedule, fire: Fire) -> None:
+def fire_label(schedule: Schedule) -> str:
+    """The label of a fire's run: the schedule's ``label``, else ``schedule:<name>`` (cut to a
+    label's length), else ``schedule:<id>`` — so ``pisub list`` tells a fire apart."""
+    from pisub.store.paths import MAX_LABEL, check_label
+
+    if schedule.target.label:
+        return schedule.target.label
+    for candidate in (f"schedule:{schedule.name}", f"schedule:{schedule.id}"):
+        candidate = candidate[:MAX_LABEL].rstrip()
+        try:
+            return check_label(candidate)
+        except InvalidInput:
+            continue
+    return f"schedule:{schedule.id}"
+
+
+def _launch(store: ScheduleStore, schedule: Schedule, fire: Fire, report: TickReport | None = None) -> None:
     """Start the claimed fire's run with its run id (none with that id exists), then record
-    what became of it."""
+    what became of it. The run is top-level whoever ticks (a tick started inside a run does
+    not make the fire that run's child)."""
     from pisub.api.client import launch_workflow
     from pisub.errors import LaunchFailed
 
@@ -604,18 +752,19 @@ def _launch(store: ScheduleStore, schedule: Schedule, fire: Fire) -> None:
     target = schedule.target
     error: str | None = None
     try:
-        text = store.script(schedule)
+        store.script(schedule)  # refused when it is not this user's own file
         launch_workflow(
-            text=text,
+            store.dir(schedule.id) / target.copy_name,  # the copy: the run's task names it
             language=target.language,
             args=dict(target.args),
             cwd=schedule.cwd,
             timeout=target.timeout_s,
             base_ref=target.base_ref,
-            label=target.label,
+            label=fire_label(schedule),
             home=store.home.root,
             run_id=fire.run_id,
             mission=False,  # the seed's: a fire has no mission
+            top_level=True,
         )
     except LaunchFailed as exc:  # the run exists, marked failed
         error = exc.message
@@ -623,7 +772,7 @@ def _launch(store: ScheduleStore, schedule: Schedule, fire: Fire) -> None:
         error = exc.message if isinstance(exc, PisubError) else f"{exc.strerror or exc}"
     exists = fsio.lexists(store.home.run(fire.run_id).root)
     if exists:
-        _notice(store, schedule, fire)
+        _notice(store, schedule, fire, report)
     if error is not None:
         fire.state = FireState.FAILED_LAUNCH
         fire.error = error
@@ -638,9 +787,17 @@ def _launch(store: ScheduleStore, schedule: Schedule, fire: Fire) -> None:
     store.event(schedule.id, "fire.started", fire)
 
 
-def _notice(store: ScheduleStore, schedule: Schedule, fire: Fire) -> None:
-    if schedule.owner_session is not None and fire.run_id is not None:
-        record_notice(store.home, schedule.owner_session, fire.run_id, schedule.id, schedule.name, fire.quiet)
+def _notice(store: ScheduleStore, schedule: Schedule, fire: Fire, report: TickReport | None) -> None:
+    """Record the fire's run in its session's notices ledger; why not (or what was repaired on
+    the way) is an event ``fire.notice`` and an ``errors`` line of the tick — never silent."""
+    if schedule.owner_session is None or fire.run_id is None:
+        return
+    key, name = schedule.owner_session, schedule.name
+    why = record_notice(store.home, key, fire.run_id, schedule.id, name, fire.quiet)
+    if why is not None:
+        store.event(schedule.id, "fire.notice", fire, why)
+        if report is not None:
+            report.errors.append(f"{schedule.id}: run {fire.run_id}: {why}")
 
 
 def _end(store: ScheduleStore, schedule: Schedule, fire: Fire, kind: str) -> None:
@@ -669,7 +826,7 @@ def _reconcile(store: ScheduleStore, schedule: Schedule, report: TickReport, *, 
     exists = fsio.lexists(store.home.run(fire.run_id).root)
     if fire.state is FireState.CLAIMED and not exists:
         if launch_claims:
-            _launch(store, schedule, fire)
+            _launch(store, schedule, fire, report)
             report.fired.append(fire)
         return
     try:
@@ -693,11 +850,11 @@ def _reconcile(store: ScheduleStore, schedule: Schedule, report: TickReport, *, 
             fire.run_id = str(uuid.uuid4())
             store.save(schedule)  # the new claim
             store.record(schedule.id, fire)
-            _launch(store, schedule, fire)
+            _launch(store, schedule, fire, report)
             report.fired.append(fire)
         return
     if fire.state is FireState.CLAIMED:  # launched by a tick that died before recording it
-        _notice(store, schedule, fire)
+        _notice(store, schedule, fire, report)
         fire.state = FireState.RUNNING
         fire.started_at = status.started_at
         schedule.fires += 1

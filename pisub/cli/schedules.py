@@ -10,13 +10,18 @@ import typer
 
 from pisub.cli.render import json_line, out, out_block
 from pisub.cli.schedule_timer import register as register_timer
+from pisub.termsafe import printable
 
 app = typer.Typer(
     help="Schedules: workflows fired later or every interval by `pisub schedule tick`.", no_args_is_help=True
 )
 
 JSON = typer.Option(False, "--json", help="Machine-readable output (documented in spec/cli.md).")
-ID = typer.Argument(..., metavar="ID", help="The schedule's id (pisub schedule list).")
+ID = typer.Argument(
+    ...,
+    metavar="ID|NAME",
+    help="The schedule: its id, its name, or a unique id prefix of 4+ characters (pisub schedule list).",
+)
 
 
 # ---- human output -------------------------------------------------------------------------
@@ -61,16 +66,68 @@ def _trigger(schedule: Any) -> str:
     return "once"
 
 
-def _state(schedule: Any) -> str:
+def _state(schedule: Any, *, short: bool = False) -> str:
     if schedule.active is not None:
-        return f"firing (run {schedule.active.run_id})"
+        run = schedule.active.run_id or "?"
+        return f"firing {run[:8]}" if short else f"firing (run {run})"
     if schedule.paused:
         return "paused"
     if schedule.done:
         return "done"
     if schedule.next_run_at is not None and _overdue(schedule.next_run_at):
+        if short:
+            return "due"
         return "due (fired by the next pisub schedule tick: pisub schedule timer says whether one runs)"
     return "waiting"
+
+
+TIMER_STALE_S = 180.0
+"""A timer that has not ticked for this long is not ticking (three ticks of a one-minute timer)."""
+
+
+def _timer_ticking() -> bool:
+    """Whether a timer (cron, systemd) ticked this home in the last :data:`TIMER_STALE_S`."""
+    from pisub.api.schedules import schedule_last_tick
+    from pisub.protocol.schedule import epoch
+
+    tick = schedule_last_tick()
+    if tick is None or tick.source not in ("cron", "systemd"):
+        return False
+    try:
+        return time.time() - epoch(tick.at) <= TIMER_STALE_S
+    except ValueError:
+        return False
+
+
+def _near(value: str | None) -> str:
+    """How far an ISO time is from now: ``in 5m``, ``3m ago``, ``now``; ``-`` for none."""
+    from pisub.protocol.schedule import epoch
+
+    if value is None:
+        return "-"
+    try:
+        delta = epoch(value) - time.time()
+    except ValueError:
+        return value
+    return "now" if abs(delta) < 1 else (f"in {_span(delta)}" if delta > 0 else f"{_span(delta)} ago")
+
+
+def list_table(schedules: list[Any], width: int | None) -> str:
+    """``schedule list``: one header row and aligned columns (ID NAME TRIGGER NEXT STATE LAST),
+    fitted to ``width`` (None: nothing is cut)."""
+    from pisub.cli.render import _table
+
+    rows: list[tuple[str, ...]] = [("ID", "NAME", "TRIGGER", "NEXT", "STATE", "LAST")]
+    for s in schedules:
+        nxt = "-" if s.done or s.next_run_at is None else _near(s.next_run_at)
+        if s.paused and not s.done:
+            nxt = "paused"
+        last = "never"
+        if s.last is not None:
+            fire = s.last
+            last = f"{fire.state.value} {_near(fire.ended_at or fire.claimed_at or fire.planned_at)}"
+        rows.append((s.id, s.name, _trigger(s), nxt, _state(s, short=True), last))
+    return _table(rows, width=width, shrink=[(1, 10), (5, 12), (0, 8), (1, 6)])
 
 
 def _overdue(value: str) -> bool:
@@ -98,14 +155,6 @@ def _last(schedule: Any) -> str:
     return f"{fire.state.value} ({_when(fire.ended_at or fire.claimed_at or fire.planned_at)})"
 
 
-def _list_line(schedule: Any) -> str:
-    nxt = "-" if schedule.done or schedule.next_run_at is None else _when(schedule.next_run_at)
-    if schedule.paused and not schedule.done:
-        nxt = "paused"
-    what = f"{schedule.id}  {schedule.name}  {_trigger(schedule)}"
-    return f"{what}  next {nxt}  {_state(schedule)}  last {_last(schedule)}"
-
-
 def _show_text(detail: Any) -> str:
     from pisub.cli.render import one_line
 
@@ -117,7 +166,8 @@ def _show_text(detail: Any) -> str:
         "next      " + ("-" if s.done or s.next_run_at is None else _when(s.next_run_at)),
         f"catch-up  {s.catch_up.value}  overlap skip" + ("  quiet" if s.quiet else ""),
         f"cwd       {one_line(s.cwd)}",
-        f"script    {one_line(s.target.source or 'inline')} ({s.target.language})",
+        f"script    {one_line(s.target.source or 'inline')} ({s.target.language}; its copy taken at "
+        f"create runs: {s.target.copy_name})",
     ]
     if s.owner_session:
         lines.append(
@@ -232,8 +282,14 @@ def list_(
     if not schedules:
         out("no schedules" + ("" if all_projects else " in this project (--all shows every project's)"))
         return
-    for schedule in schedules:
-        out(_list_line(schedule))
+    from pisub.cli.render import out_block, terminal_width
+
+    out_block(list_table(schedules, terminal_width()))
+    if any(_state(s, short=True) == "due" for s in schedules) and not _timer_ticking():
+        out(
+            "due: fired by the next `pisub schedule tick`; no timer ticked in the last 3 minutes "
+            "(pisub schedule install)"
+        )
 
 
 @app.command("show")
@@ -265,7 +321,7 @@ def history(
     if as_json:
         json_line(fires)
     elif not fires:
-        out(f"schedule {schedule_id} has not fired yet")
+        out(f"schedule {printable(schedule_id, one_line=True)} has not fired yet")
     else:
         for fire in fires:
             out(_fire_line(fire))
@@ -294,12 +350,18 @@ def resume(schedule_id: str = ID, as_json: bool = JSON) -> None:
 
 
 @app.command("delete")
-def delete(schedule_id: str = ID, as_json: bool = JSON) -> None:
-    """Delete a schedule and its history (refused while one of its fires runs)."""
+def delete(
+    schedule_id: str = ID,
+    force: bool = typer.Option(
+        False, "--force", help="Delete even while a fire runs (the run goes on as an ordinary run)."
+    ),
+    as_json: bool = JSON,
+) -> None:
+    """Delete a schedule and its history (refused while one of its fires runs, unless --force)."""
     from pisub.api.schedules import schedule_delete
 
-    schedule_delete(schedule_id)
-    json_line({"id": schedule_id, "deleted": True}) if as_json else out(f"deleted schedule {schedule_id}")
+    deleted = schedule_delete(schedule_id, force=force)
+    json_line({"id": deleted, "deleted": True}) if as_json else out(f"deleted schedule {deleted}")
 
 
 @app.command("run")
@@ -315,9 +377,9 @@ def run(
     if as_json:
         json_line(fire)
     elif fire.state.value == "failed_launch":
-        out(f"schedule {schedule_id}: the launch failed: {fire.error}")
+        out(f"schedule {fire.schedule_id}: the launch failed: {fire.error}")
     else:
-        out(f"schedule {schedule_id} fired: run {fire.run_id}")
+        out(f"schedule {fire.schedule_id} fired: run {fire.run_id}")
 
 
 def _report(report: Any, as_json: bool) -> None:
@@ -341,10 +403,11 @@ def _report(report: Any, as_json: bool) -> None:
     for schedule_id in report.waiting:
         out(f"waiting {schedule_id}: due, but its pi session is not open")
     for schedule_id in report.busy:
-        out(f"busy {schedule_id}: another tick holds it")
+        out(f"busy {schedule_id}: another pisub process held its lock for the whole wait (60 s)")
     for line in report.errors:
         out(f"error {line}")
-    if not (report.fired or report.ended or report.skipped or report.missed or report.errors):
+    done = report.fired or report.ended or report.skipped or report.missed or report.errors
+    if not (done or report.waiting or report.busy):
         out("nothing due")
 
 

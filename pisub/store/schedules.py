@@ -52,6 +52,8 @@ LAST_TICK = "last-tick.json"
 TIMER = "timer.json"
 """What `pisub schedule install` installed (pisub.api.schedule_timer)."""
 QUARANTINE = ".quarantine"
+RESERVED = frozenset({LAST_TICK, TIMER})
+"""Names of pisub's own files in ``schedules/`` that the id pattern allows: never a schedule's id."""
 MAX_RECORD_BYTES = 1024 * 1024
 """A schedule.json larger than this is not read (quarantined)."""
 MAX_HISTORY_BYTES = 4 * 1024 * 1024
@@ -79,6 +81,55 @@ def ensure_root(home: Home) -> Path:
     except OSError as exc:
         raise storage_error(exc, "create the schedules folder", home.schedules) from exc
     return home.schedules
+
+
+def check_root(home: Home) -> list[str]:
+    """Make sure ``schedules/`` is this user's own private folder before anything in it is
+    fired: one of ours open to others (0777 by a careless hand) is tightened to 0700 (said on
+    stderr and returned, as pisub does for its own folders); a missing one is fine.
+
+    Raises:
+        StorageError: it is not a real directory, or it belongs to another user (nothing in it
+            is trusted: move it aside).
+    """
+    path = home.schedules
+    try:
+        st = fsio.lstat(path)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise storage_error(exc, "inspect", path) from exc
+    if not stat.S_ISDIR(st.st_mode):
+        raise StorageError(
+            f"{printable(str(path))} is a {fsio.file_kind(st.st_mode)}, not pisub's schedules folder; "
+            "move it aside"
+        )
+    if st.st_uid != os.getuid():
+        raise StorageError(
+            f"{printable(str(path))} belongs to uid {st.st_uid}, not to you (uid {os.getuid()}): nothing in "
+            "it is fired; move it aside (pisub makes a new one)"
+        )
+    if st.st_mode & 0o077:
+        try:
+            os.chmod(path, 0o700, follow_symlinks=False)
+        except OSError as exc:
+            raise storage_error(exc, "tighten the permissions of", path) from exc
+        note = f"tightened permissions of {path} to 0700"
+        import sys
+
+        print(f"pisub: {note}", file=sys.stderr)
+        return [note]
+    return []
+
+
+def foreign(path: Path, st: os.stat_result) -> str | None:
+    """Why the entry ``path`` (its ``lstat``) is not to be trusted: another user owns it, or
+    others may write it (group or world writable); None when it is this user's own."""
+    if st.st_uid != os.getuid():
+        return f"{printable(str(path))} belongs to uid {st.st_uid}, not to you (uid {os.getuid()})"
+    if st.st_mode & 0o022 and not stat.S_ISLNK(st.st_mode):
+        return f"{printable(str(path))} is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
 
 
 def is_real_dir(path: Path) -> bool:
@@ -112,7 +163,12 @@ class ScheduleStore:
             raise storage_error(exc, "list", self.root) from exc
         found = []
         for name in names:
-            if SCHEDULE_ID.fullmatch(name) and name.isascii() and is_real_dir(self.root / name):
+            if (
+                SCHEDULE_ID.fullmatch(name)
+                and name.isascii()
+                and name not in RESERVED
+                and is_real_dir(self.root / name)
+            ):
                 found.append(name)
         return sorted(found)
 
@@ -135,6 +191,46 @@ class ScheduleStore:
 
     def exists(self, schedule_id: str) -> bool:
         return is_real_dir(self.dir(schedule_id))
+
+    def sweep_temps(self, schedule_id: str) -> None:
+        """Remove the temp files (``.<name>.<pid>.<hex>.tmp``) a process killed mid-write left in
+        the schedule's folder. Only holding its lock: every write there is made holding it, so
+        none of them is being written now."""
+        directory = self.dir(schedule_id)
+        try:
+            names = fsio.listdir(directory)
+        except OSError:
+            return
+        for name in names:
+            if name.startswith(".") and name.endswith(".tmp"):
+                with contextlib.suppress(OSError):
+                    if stat.S_ISREG(fsio.lstat(directory / name).st_mode):
+                        os.unlink(directory / name)
+
+    def hostile(self, schedule_id: str) -> str | None:
+        """Why schedule ``schedule_id``'s folder must not be used (None: it is this user's
+        own): the folder, or an entry in it (``schedule.json``, the script's copy, ...), is
+        another user's or writable by others — planted, so never fired."""
+        directory = self.dir(schedule_id)
+        try:
+            st = fsio.lstat(directory)
+        except OSError:
+            return None  # gone: the caller finds that out
+        reason = foreign(directory, st)
+        if reason is not None:
+            return reason
+        try:
+            names = fsio.listdir(directory)
+        except OSError:
+            return None
+        for name in names:
+            try:
+                reason = foreign(directory / name, fsio.lstat(directory / name))
+            except OSError:
+                continue
+            if reason is not None:
+                return reason
+        return None
 
     @contextlib.contextmanager
     def locked(self, schedule_id: str, timeout: float = LOCK_TIMEOUT_S) -> Iterator[Path]:
@@ -179,6 +275,9 @@ class ScheduleStore:
         directory = self.dir(schedule_id)
         if not is_real_dir(directory):
             raise self._not_found(schedule_id)
+        reason = self.hostile(schedule_id)
+        if reason is not None:
+            raise ProtocolError(f"{reason}: not a schedule of yours")
         try:
             record = load_json(directory / RECORD, Schedule, limit=MAX_RECORD_BYTES)
         except FileNotFoundError:
@@ -209,9 +308,18 @@ class ScheduleStore:
         """
         path = self.dir(schedule.id) / schedule.target.copy_name
         try:
-            data = fsio.read_bytes(path, limit=MAX_RECORD_BYTES)
+            fd = fsio.open_regular(path)
         except OSError as exc:
             raise ProtocolError(f"{path}: cannot read the script's copy: {exc.strerror or exc}") from exc
+        try:
+            reason = foreign(path, os.fstat(fd))
+            if reason is not None:
+                raise ProtocolError(f"{reason}: a script copy that is not yours is never run")
+            data = os.read(fd, MAX_RECORD_BYTES + 1)
+        except OSError as exc:
+            raise ProtocolError(f"{path}: cannot read the script's copy: {exc.strerror or exc}") from exc
+        finally:
+            os.close(fd)
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError:
@@ -428,11 +536,14 @@ def notices_dir(home: Home, session_key: str) -> Path:
 
 def record_notice(
     home: Home, session_key: str, run_id: str, schedule_id: str, name: str, quiet: bool
-) -> bool:
+) -> str | None:
     """Record run ``run_id`` (a fire of schedule ``schedule_id``) in the session's notices
-    ledger, once: the extension tells the session when it ends. Whether it was written now (an
-    existing entry, or one already sent, is left alone). Best effort: a ledger that cannot be
-    written never stops a fire."""
+    ledger, once: the extension tells the session when it ends. Best effort — a ledger that
+    cannot be written never stops a fire — but never silent: returns why the entry was not
+    written (None: written, or already there or sent). A session folder that is not this
+    user's own real directory (a symlink, a FIFO, a file, another user's folder, one open to
+    others) is moved aside to ``notices/.<KEY>.bad-<hex>`` and made again, as a bad ``lock``
+    is."""
     directory = notices_dir(home, session_key)
     entry = {
         "v": 1,
@@ -441,15 +552,36 @@ def record_notice(
         "schedule": {"id": schedule_id, "name": name},
         "quiet": quiet,
     }
+    moved = ""
     try:
         private_mkdir(directory.parent)
+        st = fsio.lstat(directory.parent)
+        reason = foreign(directory.parent, st)
+        if reason is not None:
+            return f"the notices ledger was not written: {reason}"
+        try:
+            here: os.stat_result | None = fsio.lstat(directory)
+        except FileNotFoundError:
+            here = None
+        if here is not None:
+            bad = (
+                f"a {fsio.file_kind(here.st_mode)}"
+                if not stat.S_ISDIR(here.st_mode)
+                else foreign(directory, here)
+            )
+            if bad is not None:
+                aside = directory.with_name(f".{session_key}.bad-{os.urandom(3).hex()}")
+                fsio.rename(directory, aside)
+                moved = f"notices/{session_key} was {bad}: moved aside to {aside.name} and made again; "
         private_mkdir(directory)
         if fsio.lexists(directory / f"{run_id}.sent"):
-            return False
+            return moved[:-2] if moved else None
         fsio.create_exclusive(directory / f"{run_id}.json", encode(entry) + b"\n")
-    except OSError:
-        return False
-    return True
+    except FileExistsError:
+        return moved[:-2] if moved else None  # recorded already (a later tick, the same fire)
+    except OSError as exc:
+        return f"{moved}the notices ledger entry was not written: {printable(str(exc))}"
+    return moved[:-2] if moved else None
 
 
 def session_present(home: Home, session_key: str) -> bool:
