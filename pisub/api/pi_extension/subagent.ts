@@ -1652,7 +1652,7 @@ function runDueText(report: any): string {
   fires("skipped", "skipped");
   fires("missed", "missed");
   for (const id of Array.isArray(report.waiting) ? report.waiting.slice(0, 50) : []) out.push(`waiting ${one(id, 64)}: due, but its pi session is not open`);
-  for (const id of Array.isArray(report.busy) ? report.busy.slice(0, 50) : []) out.push(`busy ${one(id, 64)}: another tick holds it`);
+  for (const id of Array.isArray(report.busy) ? report.busy.slice(0, 50) : []) out.push(`busy ${one(id, 64)}: another pisub process held its lock for the whole wait (60 s)`);
   for (const e of Array.isArray(report.errors) ? report.errors.slice(0, 50) : []) out.push(`error ${one(e, 400)}`);
   return out.join("\n") || "nothing was due";
 }
