@@ -578,3 +578,20 @@ def write_all(fd: int, data: bytes) -> None:
         if written <= 0:
             raise OSError(errno.EIO, "write made no progress")
         view = view[written:]
+
+
+def quarantine(path: Path, directory: Path, tag: str, reason: str) -> Path | None:
+    """Move the bad file or folder ``path`` into ``directory`` as ``<6 hex>-<tag>`` with
+    ``<that>.reason`` beside it (one printable line), so that no later reader trips over it;
+    where it went (None when it could not be moved: it stays, and the caller says so)."""
+    dest = directory / f"{os.urandom(3).hex()}-{tag}"
+    try:
+        private_mkdir(directory)
+        rename(path, dest)
+    except OSError:
+        return None
+    with contextlib.suppress(OSError):
+        atomic_write(
+            dest.with_name(dest.name + ".reason"), (printable(reason) + "\n").encode(), durable=False
+        )
+    return dest

@@ -450,17 +450,7 @@ def _list_json(directory: Path) -> list[str]:
 def quarantine(paths: RunPaths, path: Path, reason: str) -> Path | None:
     """Move a bad file out of the way into ``<run>/quarantine/`` with ``<name>.reason`` beside
     it, so that no later reader trips over it; where it went (None if it could not be moved)."""
-    directory = paths.quarantine
-    dest = directory / f"{os.urandom(3).hex()}-{path.parent.name}-{printable(path.name)[:80]}"
-    try:
-        private_mkdir(directory)
-        fsio.rename(path, dest)
-    except OSError:
-        return None
-    with contextlib.suppress(OSError):
-        reason_file = dest.with_name(dest.name + ".reason")
-        atomic_write(reason_file, (printable(reason) + "\n").encode(), durable=False)
-    return dest
+    return fsio.quarantine(path, paths.quarantine, f"{path.parent.name}-{printable(path.name)[:80]}", reason)
 
 
 def replace_symlinked_dirs(paths: RunPaths) -> list[str]:

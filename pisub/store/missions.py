@@ -397,16 +397,7 @@ class MissionStore:
         beside it; where it went (None: it could not be moved)."""
         from pisub.termsafe import printable
 
-        directory = self.dir / QUARANTINE
-        dest = directory / f"{secrets.token_hex(3)}-{path.name}"
-        try:
-            private_mkdir(directory)
-            fsio.rename(path, dest)
-        except OSError:
-            return None
-        with contextlib.suppress(OSError):
-            atomic_write(dest.with_name(dest.name + ".reason"), (printable(reason) + "\n").encode())
-        return dest
+        return fsio.quarantine(path, self.dir / QUARANTINE, printable(path.name)[:80], reason)
 
     def _write(self, mission: Mission) -> None:
         path = self.record(mission.id)

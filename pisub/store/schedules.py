@@ -414,20 +414,9 @@ class ScheduleStore:
     def quarantine(self, schedule_id: str, path: Path, reason: str) -> Path | None:
         """Move a bad file (or folder) out of the way into ``schedules/.quarantine/`` with
         ``<name>.reason`` beside it; where it went (None: it could not be moved)."""
-        directory = self.root / QUARANTINE
-        dest = directory / f"{os.urandom(3).hex()}-{schedule_id}-{printable(path.name)[:80]}"
-        try:
-            private_mkdir(directory)
-            fsio.rename(path, dest)
-        except OSError:
-            return None
-        with contextlib.suppress(OSError):
-            atomic_write(
-                dest.with_name(dest.name + ".reason"), (printable(reason) + "\n").encode(), durable=False
-            )
-        return dest
-
-    # ---- create and delete --------------------------------------------------------------
+        return fsio.quarantine(
+            path, self.root / QUARANTINE, f"{schedule_id}-{printable(path.name)[:80]}", reason
+        )
 
     def pending_count(self) -> int:
         """How many schedules may still fire (unreadable ones count: they may be repaired)."""
