@@ -38,7 +38,7 @@ from pisub.cli import schedules as _schedules
 from pisub.cli import version as _version
 from pisub.cli import workflows as _workflows
 from pisub.cli import worktrees as _worktrees
-from pisub.errors import InternalError, PisubError, storage_error
+from pisub.errors import InternalError, PisubError, StorageError, storage_error
 from pisub.termsafe import printable
 
 
@@ -97,8 +97,13 @@ def _every_group_lists_whole_sentences(typer_app: typer.Typer) -> None:
 _every_group_lists_whole_sentences(app)
 
 
+CLOSED_STDOUT = "stdout is closed: nothing was done; run it with an open stdout (e.g. >/dev/null)"
+
+
 def main() -> None:
     """Console-script entry point."""
+    if sys.stdout is None:  # fd 1 closed (`>&-`): no command could say what it did
+        _fail(StorageError(CLOSED_STDOUT))
     try:
         code = app_for(sys.argv[1:])(prog_name="pisub", standalone_mode=False)
     except click.UsageError as exc:

@@ -33,18 +33,6 @@ app = typer.Typer(
 )
 
 
-@app.callback()
-def _stdout_open() -> None:
-    """Every mission command prints its answer: with stdout closed (``>&-``) it changes nothing
-    and says so, rather than failing after the change is made (a retry would make it twice)."""
-    import sys
-
-    from pisub.errors import StorageError
-
-    if sys.stdout is None:
-        raise StorageError("stdout is closed: nothing was done; run it with an open stdout (e.g. >/dev/null)")
-
-
 JSON = typer.Option(False, "--json", help="Machine-readable output (documented in spec/cli.md).")
 MISSION = typer.Argument(..., metavar="ID", help="A mission id (12 hex digits: pisub mission list).")
 CWD = typer.Option(None, "--cwd", help="The project's directory (default: here).")
