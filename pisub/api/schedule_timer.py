@@ -494,7 +494,9 @@ def user_lock() -> Iterator[None]:
 
 
 def _record_path(home: Home) -> Path:
-    return home.schedules / "timer.json"
+    from pisub.store.schedules import TIMER
+
+    return home.schedules / TIMER
 
 
 def _read_record(home: Home) -> TimerRecord | None:
@@ -593,34 +595,22 @@ def _install_cron(home: Home, pisub: list[str], dry_run: bool) -> Plan:
         except TimerError as exc:
             changed = True
             notes.append(f"the crontab cannot be read here: {exc.message}")
-        return Plan(
-            kind=TimerKind.CRON,
-            home=root,
-            pisub=pisub,
-            command=command,
-            entry=line,
-            files=[],
-            changed=changed,
-            dry_run=True,
-            owner=_user_name(),
-            removed=[],
-            notes=notes,
-        )
-    with user_lock():
-        current = read_crontab()
-        new = with_cron_line(current, line.encode(), digest)
-        changed = new != current
-        if changed:
-            write_crontab(new)
-            kept = read_crontab()
-            if sum(1 for x in kept.split(b"\n") if x == line.encode()) != 1:
-                raise TimerError(
-                    "the crontab did not keep the new entry (another program rewrote it?): try again"
-                )
-        removed = _remove_units(home)
-        _keep_record(home, TimerKind.CRON, line, pisub)
-    if cron_daemon() is None:
-        notes.append(NO_CRON_DAEMON)
+    else:
+        with user_lock():
+            current = read_crontab()
+            new = with_cron_line(current, line.encode(), digest)
+            changed = new != current
+            if changed:
+                write_crontab(new)
+                kept = read_crontab()
+                if sum(1 for x in kept.split(b"\n") if x == line.encode()) != 1:
+                    raise TimerError(
+                        "the crontab did not keep the new entry (another program rewrote it?): try again"
+                    )
+            removed = _remove_units(home)
+            _keep_record(home, TimerKind.CRON, line, pisub)
+        if cron_daemon() is None:
+            notes.append(NO_CRON_DAEMON)
     return Plan(
         kind=TimerKind.CRON,
         home=root,
@@ -629,7 +619,7 @@ def _install_cron(home: Home, pisub: list[str], dry_run: bool) -> Plan:
         entry=line,
         files=[],
         changed=changed,
-        dry_run=False,
+        dry_run=dry_run,
         owner=_user_name(),
         removed=removed,
         notes=notes,
@@ -671,37 +661,25 @@ def _install_systemd(home: Home, pisub: list[str], dry_run: bool) -> Plan:
     if dry_run:
         if not user_manager():
             notes.append("no systemd user manager answers `systemctl --user` here: the install would fail")
-        return Plan(
-            kind=TimerKind.SYSTEMD,
-            home=root,
-            pisub=pisub,
-            command=command,
-            entry=files[1].path,
-            files=files,
-            changed=changed,
-            dry_run=True,
-            owner=_user_name(),
-            removed=[],
-            notes=notes,
-        )
-    if not user_manager():
-        raise TimerError(
-            "no systemd user manager answers `systemctl --user` (no user session bus): use --cron instead"
-        )
-    with user_lock():
-        try:
-            where.mkdir(mode=0o700, parents=True, exist_ok=True)
-            for unit in files:
-                atomic_write(Path(unit.path), unit.text.encode())
-        except OSError as exc:
-            raise storage_error(exc, "write the unit files in", where) from exc
-        _systemctl("daemon-reload")
-        _systemctl("enable", "--now", timer_name)
-        try:
-            removed = _remove_cron_line(digest)
-        except TimerError as exc:  # the timer is installed; an old line may stay
-            notes.append(f"a crontab line of this home could not be removed: {exc.message}")
-        _keep_record(home, TimerKind.SYSTEMD, files[1].path, pisub)
+    else:
+        if not user_manager():
+            raise TimerError(
+                "no systemd user manager answers `systemctl --user` (no user session bus): use --cron instead"
+            )
+        with user_lock():
+            try:
+                where.mkdir(mode=0o700, parents=True, exist_ok=True)
+                for unit in files:
+                    atomic_write(Path(unit.path), unit.text.encode())
+            except OSError as exc:
+                raise storage_error(exc, "write the unit files in", where) from exc
+            _systemctl("daemon-reload")
+            _systemctl("enable", "--now", timer_name)
+            try:
+                removed = _remove_cron_line(digest)
+            except TimerError as exc:  # the timer is installed; an old line may stay
+                notes.append(f"a crontab line of this home could not be removed: {exc.message}")
+            _keep_record(home, TimerKind.SYSTEMD, files[1].path, pisub)
     return Plan(
         kind=TimerKind.SYSTEMD,
         home=root,
@@ -710,7 +688,7 @@ def _install_systemd(home: Home, pisub: list[str], dry_run: bool) -> Plan:
         entry=files[1].path,
         files=files,
         changed=changed,
-        dry_run=False,
+        dry_run=dry_run,
         owner=_user_name(),
         removed=removed,
         notes=notes,
