@@ -595,3 +595,40 @@ def quarantine(path: Path, directory: Path, tag: str, reason: str) -> Path | Non
             dest.with_name(dest.name + ".reason"), (printable(reason) + "\n").encode(), durable=False
         )
     return dest
+
+
+def own_private_dir(path: Path, what: str, fix: str, foreign_fix: str | None = None) -> bool:
+    """Whether the folder ``path`` exists. It must be a real directory (never followed through a
+    symlink) of this user's; one of ours open to others is tightened to 0700, said on stderr (as
+    pisub does for the home).
+
+    Raises:
+        StorageError: something else stands there, or the folder is another user's — the line
+            names ``what`` it is and ``fix`` (``foreign_fix``, when given, for another user's).
+    """
+    from pisub.errors import StorageError, storage_error
+
+    try:
+        st = lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise storage_error(exc, "inspect", path) from exc
+    where = printable(str(path))
+    if not stat.S_ISDIR(st.st_mode):
+        raise StorageError(
+            f"{what} {where} is a {file_kind(st.st_mode)}, not a directory (never followed); {fix}"
+        )
+    if st.st_uid != os.getuid():
+        raise StorageError(
+            f"{what} {where} belongs to uid {st.st_uid}, not to you (uid {os.getuid()}); {foreign_fix or fix}"
+        )
+    if st.st_mode & 0o077:
+        try:
+            os.chmod(path, 0o700, follow_symlinks=False)
+        except OSError as exc:
+            raise storage_error(exc, "tighten the permissions of", path) from exc
+        import sys
+
+        print(f"pisub: tightened permissions of {path} to 0700", file=sys.stderr)
+    return True

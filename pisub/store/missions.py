@@ -19,7 +19,6 @@ import os
 import secrets
 import stat
 import subprocess
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +33,6 @@ from pisub.errors import (
     MissionNotFound,
     PisubError,
     ProtocolError,
-    StorageError,
     storage_error,
 )
 from pisub.protocol.codec import encode_pretty, now_iso
@@ -308,28 +306,11 @@ class MissionStore:
             StorageError: a symlink or a non-directory in the store's place, or a folder of
                 another user's (``IO_ERROR``, naming the fix)."""
         for folder in (self.home.missions, self.dir):
-            try:
-                st = os.lstat(folder)
-            except FileNotFoundError:
+            fix, foreign = (
+                f"move it aside (mv {folder} {folder}.{end}) and retry" for end in ("bad", "foreign")
+            )
+            if not fsio.own_private_dir(folder, "mission store", fix, foreign):
                 return False
-            except OSError as exc:
-                raise storage_error(exc, "read", folder) from exc
-            if not stat.S_ISDIR(st.st_mode):
-                raise StorageError(
-                    f"mission store {folder} is a {file_kind(st.st_mode)}, not a directory "
-                    f"(never followed); move it aside (mv {folder} {folder}.bad) and retry"
-                )
-            if st.st_uid != os.getuid():
-                raise StorageError(
-                    f"mission store {folder} belongs to uid {st.st_uid}, not to you (uid {os.getuid()}); "
-                    f"move it aside (mv {folder} {folder}.foreign) and retry"
-                )
-            if st.st_mode & 0o077:
-                try:
-                    os.chmod(folder, 0o700, follow_symlinks=False)
-                except OSError as exc:
-                    raise storage_error(exc, "tighten", folder) from exc
-                print(f"pisub: tightened permissions of {folder} to 0700", file=sys.stderr)
         return True
 
     def ensure_project(self, root: str) -> None:

@@ -83,43 +83,20 @@ def ensure_root(home: Home) -> Path:
     return home.schedules
 
 
-def check_root(home: Home) -> list[str]:
+def check_root(home: Home) -> None:
     """Make sure ``schedules/`` is this user's own private folder before anything in it is
     fired: one of ours open to others (0777 by a careless hand) is tightened to 0700 (said on
-    stderr and returned, as pisub does for its own folders); a missing one is fine.
+    stderr, as pisub does for its own folders); a missing one is fine.
 
     Raises:
         StorageError: it is not a real directory, or it belongs to another user (nothing in it
             is trusted: move it aside).
     """
-    path = home.schedules
-    try:
-        st = fsio.lstat(path)
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise storage_error(exc, "inspect", path) from exc
-    if not stat.S_ISDIR(st.st_mode):
-        raise StorageError(
-            f"{printable(str(path))} is a {fsio.file_kind(st.st_mode)}, not pisub's schedules folder; "
-            "move it aside"
-        )
-    if st.st_uid != os.getuid():
-        raise StorageError(
-            f"{printable(str(path))} belongs to uid {st.st_uid}, not to you (uid {os.getuid()}): nothing in "
-            "it is fired; move it aside (pisub makes a new one)"
-        )
-    if st.st_mode & 0o077:
-        try:
-            os.chmod(path, 0o700, follow_symlinks=False)
-        except OSError as exc:
-            raise storage_error(exc, "tighten the permissions of", path) from exc
-        note = f"tightened permissions of {path} to 0700"
-        import sys
-
-        print(f"pisub: {note}", file=sys.stderr)
-        return [note]
-    return []
+    fsio.own_private_dir(
+        home.schedules,
+        "the schedules folder",
+        "nothing in it is fired; move it aside (pisub makes a new one)",
+    )
 
 
 def foreign(path: Path, st: os.stat_result) -> str | None:
