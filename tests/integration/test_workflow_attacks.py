@@ -15,6 +15,7 @@ import pytest
 
 import pisub
 from pisub.api.client import launch_parallel, launch_workflow, resume_workflow
+from pisub.core.locks import is_held
 from pisub.errors import InvalidInput, UnknownAgent
 from pisub.workflow.forwarding import forwarded_id
 from tests.conftest import AgentMaker, pisub_cli, wait_for
@@ -237,6 +238,13 @@ def _gc() -> dict[str, list[str]]:
     return report
 
 
+def _runners_exited(run_ids: list[str]) -> None:
+    """Wait until these ended runs' runners have exited (one may still be exiting just after its
+    run ended, and gc keeps a run whose runner lives)."""
+    locks = [pisub.Run(r).dir / "runner.lock" for r in run_ids]
+    wait_for(lambda: not any(is_held(lock) for lock in locks), 30, what="the runners to exit")
+
+
 def _gone(run_id: str) -> bool:
     return not os.path.lexists(Path(os.environ["PISUB_HOME"]) / "runs" / run_id)
 
@@ -271,6 +279,7 @@ def test_gc_keeps_a_killed_workflow_whose_children_still_run(
     assert result.state == "complete", result.content[0].text
     assert json.loads(result.content[0].text) == ["slept\n", "slept\n"]
     assert [r.run_id for r in result.details.results] == children  # re-attached, not started again
+    _runners_exited([resumed, *children])
     report = _gc()
     assert sorted(report["removed"]) == sorted([run.id, resumed, *children]), report
     assert all(_gone(r) for r in [run.id, resumed, *children])
@@ -334,6 +343,7 @@ def test_gc_keeps_a_resume_chain_together(home: Path, worker: None, tmp_path: Pa
     assert result.state == "complete", result.content[0].text
     assert [r.run_id for r in result.details.results] == children
     everything = {run.id, again.id, last, *children}
+    _runners_exited([last, *children])
     assert set(_gc()["removed"]) == everything
     assert all(_gone(r) for r in everything)
 
