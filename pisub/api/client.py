@@ -648,6 +648,7 @@ def _launch_workflow(
     from pisub.protocol.workflow import (
         DEFAULT_CONCURRENCY,
         DEFAULT_MAX_SPAWNS,
+        MAX_CONCURRENCY,
         Isolation,
         ScriptLanguage,
         WorkflowSpec,
@@ -670,7 +671,9 @@ def _launch_workflow(
     from pisub.runs.launch import review_runs_of, workflow_plan
 
     review = review_runs_of(review, config)
-    concurrency = _count(concurrency, configured.concurrency or DEFAULT_CONCURRENCY, 1, 20, "concurrency")
+    concurrency = _count(
+        concurrency, configured.concurrency or DEFAULT_CONCURRENCY, 1, MAX_CONCURRENCY, "concurrency"
+    )
     max_spawns = _count(max_spawns, configured.max_spawns or DEFAULT_MAX_SPAWNS, 1, 10_000, "max-spawns")
     if state_ns is not None:
         check_namespace(state_ns)

@@ -65,7 +65,7 @@ def run(
         None, "--resource", help="A named workflow resource: review, run-ci, or one of config.toml's."
     ),
     concurrency: int | None = typer.Option(
-        None, "--concurrency", help="Children at once (default 4, max 20)."
+        None, "--concurrency", help="Children at once (default 4, max 64)."
     ),
     max_spawns: int | None = typer.Option(
         None, "--max-spawns", help="Run starts per tree of runs, whoever starts them (default 64)."

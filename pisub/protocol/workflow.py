@@ -22,7 +22,7 @@ from pisub.protocol.lanes import Lane
 from pisub.protocol.placement import BackendName
 from pisub.protocol.result import ErrorInfo, Usage
 
-MAX_CONCURRENCY = 20
+MAX_CONCURRENCY = 64
 DEFAULT_CONCURRENCY = 4
 DEFAULT_MAX_SPAWNS = 64
 MAX_SPAWNS_LIMIT = 10_000
