@@ -286,6 +286,7 @@ def test_gc_keeps_a_killed_workflow_whose_children_still_run(
 
 
 def test_gc_keeps_a_nested_workflow_whose_grandchildren_run(home: Path, worker: None, tmp_path: Path) -> None:
+    latch = tmp_path / "latch"
     outer = launch_workflow(
         write_script(
             tmp_path,
@@ -294,11 +295,13 @@ def test_gc_keeps_a_nested_workflow_whose_grandchildren_run(home: Path, worker: 
             from pisub.api.client import launch_parallel
 
             async def main(runs, state, args):
-                calls = [{"key": f"g{i}", "agent": "worker", "task": f"g{i} sleep 6"} for i in range(2)]
+                latch = args["latch"]
+                calls = [{"key": f"g{i}", "agent": "worker", "task": f"g{i} latch {latch}"} for i in range(2)]
                 launch_parallel(calls)
                 await asyncio.sleep(60)
             """,
-        )
+        ),
+        args={"latch": str(latch)},
     )
     inner = wait_for(
         lambda: [s for s in pisub.list_runs(children=True) if s.parent_run_id == outer.id and s.steps], 30
@@ -314,9 +317,11 @@ def test_gc_keeps_a_nested_workflow_whose_grandchildren_run(home: Path, worker: 
     assert sorted(report["keptLive"]) == sorted(grandchildren), report
     assert sorted(report["keptWithTree"]) == sorted([outer.id, inner_run.id]), report
     resumed = json.loads(pisub_cli("resume", inner_run.id, "--json", check=True).stdout)["runId"]
+    latch.touch()  # the grandchildren end only now: gc saw them running
     result = pisub.Run(resumed).wait(timeout=60)
     assert result.state == "complete", result.content[0].text
     assert [r.run_id for r in result.details.results] == grandchildren
+    _runners_exited([resumed, *grandchildren])
     everything = {outer.id, inner_run.id, resumed, *grandchildren}
     assert set(_gc()["removed"]) == everything
     assert all(_gone(r) for r in everything)

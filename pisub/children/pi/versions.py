@@ -69,7 +69,9 @@ def install_hint() -> str:
     return f"scripts/install_pi.sh installed one: export PISUB_PI_BIN={shown} (or: . {env_sh})"
 
 
-VERSION_TIMEOUT_S = 10.0
+VERSION_TIMEOUT_S = 30.0
+"""How long ``pi --version`` may take: a Node start-up, which on a loaded 2-core machine took
+more than 10 s (asked once per binary per home, then cached); as long as ``--list-models``."""
 _VERSION_RE = re.compile(r"([0-9]+)\.([0-9]+)\.([0-9]+)")
 _EXACT_RE = re.compile(r"[0-9]{1,9}\.[0-9]{1,9}\.[0-9]{1,9}", re.ASCII)
 """What ``pi --version`` must print: one line, ASCII digits, nothing else."""
