@@ -6,6 +6,9 @@
 
     PISUB_DURATIONS=tests/durations.txt bash scripts/test.sh
 
+``tests/conftest.py`` reads that record to order the xdist passes slowest first (a test not in it
+counts as its module's mean).
+
 Usage: ``python scripts/durations.py junit-PASS.xml ...`` (PASS is taken from the file name).
 """
 

@@ -20,7 +20,9 @@
 # The first three run at the same time, with ruff and mypy --strict; their output is printed
 # as each ends. Every pass prints its 15 slowest tests; the end prints the slowest overall, and
 # PISUB_DURATIONS=FILE writes every test's duration to FILE (tests/durations.txt is one such
-# record). The exit code is non-zero when any step fails.
+# record: tests/conftest.py reads it to start the slowest tests first on every xdist worker, so a
+# long one never starts late and sets the main pass's tail; regenerate it when tests are added
+# or sped up). The exit code is non-zero when any step fails.
 #
 # pi: every pinned version (scripts/pi-pins.sh) is installed; the suite runs against the default
 # pin. PISUB_PI_VERSIONS=default (the fast path) runs the default only; PISUB_PI_VERSIONS="1.6.0

@@ -78,6 +78,89 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_nfs)
 
 
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")  # after -m and -k deselect
+def pytest_collection_modifyitems_slowest_first(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist (scripts/test.sh's main pass), the slowest tests start first on every worker:
+    :func:`slowest_first`. PISUB_TEST_ORDER=collected keeps the collection order."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if workers > 0 and os.environ.get("PISUB_TEST_ORDER", "slowest-first") != "collected":
+        items[:] = slowest_first(items, workers, _xdist_mode(config) == "worksteal")
+
+
+def _xdist_mode(config: pytest.Config) -> str:
+    """The controller's ``--dist`` (a worker's own option says "no"): from its command line."""
+    argv = list(getattr(config, "workerinput", {}).get("mainargv", []))
+    argv += os.environ.get("PYTEST_ADDOPTS", "").split()
+    mode = "load"  # xdist's default with -n
+    for arg, following in zip(argv, [*argv[1:], ""], strict=True):
+        if arg == "--dist":
+            mode = following
+        elif arg.startswith("--dist="):
+            mode = arg.removeprefix("--dist=")
+    return mode
+
+
+DURATIONS = ROOT / "tests" / "durations.txt"
+"""The last recorded duration of every test (scripts/test.sh with PISUB_DURATIONS)."""
+
+
+def recorded_durations(path: Path = DURATIONS) -> dict[str, float]:
+    """Seconds by node id (the longest of a test's passes); empty when there is no record."""
+    found: dict[str, float] = {}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        fields = line.split()
+        if len(fields) != 4 or line.startswith("#"):
+            continue
+        try:
+            seconds = float(fields[0])
+        except ValueError:
+            continue
+        found[fields[3]] = max(seconds, found.get(fields[3], 0.0))
+    return found
+
+
+def slowest_first(items: list[pytest.Item], workers: int, worksteal: bool) -> list[pytest.Item]:
+    """The order under xdist that starts the slowest tests first on every worker, so that a long
+    test (cron's minute, a 64-child fan-out) never starts late and sets the pass's tail.
+
+    Each test's time is its recorded one (``tests/durations.txt``); a test not yet recorded
+    counts as the mean of its module's recorded tests (else 1 s). Every worker collects the same
+    items and computes the same order. ``--dist worksteal`` hands worker ``i`` the ``i``-th
+    contiguous chunk of the collection (sized as xdist sizes it) and an idle worker steals the
+    tail of another's queue: each chunk gets, slowest first, its share of the tests (each test
+    to the chunk with the least time so far that has room), so every worker starts with a slow
+    one and steals only short ones. ``--dist load`` hands tests out in turn: slowest first."""
+    known = recorded_durations()
+    by_module: dict[str, list[float]] = {}
+    for nodeid, seconds in known.items():
+        by_module.setdefault(nodeid.split("::", 1)[0], []).append(seconds)
+
+    def estimate(item: pytest.Item) -> float:
+        if item.nodeid in known:
+            return known[item.nodeid]
+        module = by_module.get(item.nodeid.split("::", 1)[0])
+        return sum(module) / len(module) if module else 1.0
+
+    ranked = sorted(items, key=lambda item: -estimate(item))  # stable: ties keep collection order
+    if not worksteal or workers < 2:
+        return ranked
+    sizes, left = [], len(items)
+    for i in range(workers):  # xdist's WorkStealingScheduling.check_schedule
+        sizes.append(left // (workers - i))
+        left -= sizes[-1]
+    chunks: list[list[pytest.Item]] = [[] for _ in sizes]
+    loads = [0.0] * workers
+    for item in ranked:
+        i = min((i for i in range(workers) if len(chunks[i]) < sizes[i]), key=lambda i: loads[i])
+        chunks[i].append(item)
+        loads[i] += estimate(item)
+    return [item for chunk in chunks for item in chunk]
+
+
 def wait_for(
     predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02, what: str = ""
 ) -> Any:
