@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -319,11 +320,38 @@ def model_server() -> Iterator[FakeModelServer]:
         yield server
 
 
+@functools.cache
+def pi_version(pi_bin: str) -> str:
+    """The version of the pi at ``pi_bin``, asked once per test process (a parent pi's argv
+    depends on it): ``pi --version`` is a Node start-up, ~0.3 CPU-seconds each time."""
+    from pisub.children.pi.versions import detect_version
+
+    return detect_version(pi_bin)
+
+
+@pytest.fixture(scope="session")
+def pi_versions_cache(pi_bin: str, tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """pisub's own ``cache/pi-versions.json`` for ``pi_bin``, written by pisub's detection once
+    per test process; :func:`pi_home` starts every home with it, so a test's first pi launch
+    does not ask ``pi --version`` again (tests/integration/test_pi_versions.py tests asking)."""
+    from pisub.children.pi.versions import detect_version
+
+    cache = tmp_path_factory.mktemp("pi-versions")
+    detect_version(pi_bin, cache)
+    return (cache / "pi-versions.json").read_bytes()
+
+
 @pytest.fixture
 def pi_home(
-    home: Path, pi_bin: str, model_server: FakeModelServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    home: Path,
+    pi_bin: str,
+    model_server: FakeModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    pi_versions_cache: bytes,
 ) -> Path:
-    """A home with a ``pi`` agent whose pi talks to the fake model server."""
+    """A home with a ``pi`` agent whose pi talks to the fake model server (and whose cache
+    already knows that pi's version)."""
     agent_dir = tmp_path / "pi-agent"
     write_pi_agent_dir(agent_dir, model_server.base_url)
     for key, value in pi_env(agent_dir).items():
@@ -332,6 +360,10 @@ def pi_home(
     agents = home / "agents"
     agents.mkdir(parents=True, mode=0o700, exist_ok=True)
     os.chmod(home, 0o700)
+    (home / "cache").mkdir(mode=0o700, exist_ok=True)
+    fd = os.open(home / "cache" / "pi-versions.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(pi_versions_cache)
     # The scripted model echoes the task: this agent asks for no acceptance report, so that the
     # transport's tests see the task as sent (inference is tested with agents of its own).
     no_report = 'acceptance: {level: none, reason: "the scripted model echoes the task"}\n'

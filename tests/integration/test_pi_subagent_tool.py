@@ -20,10 +20,10 @@ import pytest
 
 import pisub
 from pisub.api.pi_integration import extension_path, install_extension
-from pisub.children.pi.versions import caps_of, detect_version
+from pisub.children.pi.versions import caps_of
 from pisub.errors import InvalidInput, PisubError
 from pisub.testing.fake_model import PI_HERMETIC_ARGS, FakeModelServer
-from tests.conftest import pisub_cli, wait_for
+from tests.conftest import pi_version, pisub_cli, wait_for
 
 pytestmark = pytest.mark.pi
 
@@ -33,7 +33,7 @@ class ParentPi:
 
     def __init__(self, pi_bin: str, session: Path, cwd: Path) -> None:
         argv = [pi_bin, "--mode", "rpc", "--session", str(session), *PI_HERMETIC_ARGS]
-        if caps_of(detect_version(pi_bin)).approve_flag:
+        if caps_of(pi_version(pi_bin)).approve_flag:
             argv.append("--no-approve")
         argv += ["--extension", str(extension_path())]
         env = {**os.environ, "PISUB_ARGV": json.dumps([sys.executable, "-m", "pisub"])}

@@ -17,7 +17,7 @@ import pytest
 import pisub
 from pisub.api.pi_integration import TOPICS, extension_path, guide
 from pisub.testing.fake_model import FakeModelServer
-from tests.conftest import pisub_cli, wait_for
+from tests.conftest import pi_version, pisub_cli, wait_for
 from tests.integration.test_pi_subagent_tool import ParentPi
 
 pytestmark = pytest.mark.pi
@@ -370,7 +370,7 @@ def test_stop_without_a_ui_prints_the_exact_commands(
     import subprocess
     import sys
 
-    from pisub.children.pi.versions import caps_of, detect_version
+    from pisub.children.pi.versions import caps_of
     from pisub.testing.fake_model import PI_HERMETIC_ARGS
 
     session = tmp_path / "s.jsonl"
@@ -380,7 +380,7 @@ def test_stop_without_a_ui_prints_the_exact_commands(
     finally:
         first.close()
     argv = [pi_bin, "--mode", "json", "--session", str(session), *PI_HERMETIC_ARGS]
-    if caps_of(detect_version(pi_bin)).approve_flag:
+    if caps_of(pi_version(pi_bin)).approve_flag:
         argv.append("--no-approve")
     argv += ["--extension", str(extension_path()), "/subagents-stop"]
     env = {**os.environ, "PISUB_ARGV": json.dumps([sys.executable, "-m", "pisub"])}
