@@ -93,9 +93,9 @@ def _xdist_mode(config: pytest.Config) -> str:
     argv = list(getattr(config, "workerinput", {}).get("mainargv", []))
     argv += os.environ.get("PYTEST_ADDOPTS", "").split()
     mode = "load"  # xdist's default with -n
-    for arg, following in zip(argv, [*argv[1:], ""], strict=True):
-        if arg == "--dist":
-            mode = following
+    for i, arg in enumerate(argv):
+        if arg == "--dist" and i + 1 < len(argv):
+            mode = argv[i + 1]
         elif arg.startswith("--dist="):
             mode = arg.removeprefix("--dist=")
     return mode
