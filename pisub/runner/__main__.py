@@ -91,10 +91,12 @@ def main(argv: list[str] | None = None) -> int:
         paths = RunPaths(args.run_dir.resolve())
         manifest = load_manifest(paths)
         from pisub.runner.modes import mode_for
-        from pisub.runner.queue_wait import wait_turn
 
-        if not wait_turn(paths, manifest, report):
-            return 0  # it ended while queued (its files are written), or its directory vanished
+        if manifest.queue is not None:
+            from pisub.runner.queue_wait import wait_turn
+
+            if not wait_turn(paths, manifest, report):
+                return 0  # it ended while queued (its files are written), or its directory vanished
         try:
             return mode_for(paths, manifest, report).run()
         finally:
