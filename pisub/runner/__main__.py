@@ -117,7 +117,7 @@ def _take_handoff(args: argparse.Namespace) -> bool:
     stdout/stderr, the working directory and the environment) as a cold start would have."""
     from pisub.backends import warm
 
-    warm.preload()
+    warm.preload(args.warm_fd)
     handoff = warm.await_handoff(args.warm_fd)
     if handoff is None:
         return False
