@@ -65,3 +65,28 @@ def _group(pgid: int) -> list[int]:
         except (psutil.NoSuchProcess, ProcessLookupError):
             pass
     return found
+
+
+PRELOAD = """
+import socket, sys
+from pisub.backends import warm
+ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+if sys.argv[1] == "arrived":
+    ours.send(b"x")  # the handoff (or the launcher's close) is there before the first import
+warm.preload(theirs.fileno())
+print(sum(name in sys.modules for name in warm.PRELOAD))
+"""
+
+
+def test_a_warm_runner_stops_preloading_when_its_run_arrives() -> None:
+    def loaded(mode: str) -> int:
+        done = subprocess.run(
+            [sys.executable, "-c", PRELOAD, mode], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        return int(done.stdout)
+
+    from pisub.backends import warm
+
+    assert loaded("waiting") == len(warm.PRELOAD)
+    assert loaded("arrived") == 0
