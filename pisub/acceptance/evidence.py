@@ -103,17 +103,18 @@ class Judge:
     def judge(self, outcome: Output) -> Judgement:
         """Run the checks; ``outcome.output`` loses its report block."""
         from pisub.acceptance.infer import runs_review
-        from pisub.acceptance.verify import place, run_checks
         from pisub.protocol.acceptance import AcceptanceRecord, Outcome
-        from pisub.store.config import load_config
 
         wanted, where_ = self.wanted, self.place
         checks = _guarded("report", lambda: _report_checks(wanted.spec, outcome, where_.cwd))
-        try:
-            allowed = load_config(where_.home).acceptance.verify_env or []
-        except PisubError:
-            allowed = []
-        if wanted.spec.verify:
+        if wanted.spec.verify:  # (the config, and the checks' module, only for checks to run)
+            from pisub.acceptance.verify import place, run_checks
+            from pisub.store.config import load_config
+
+            try:
+                allowed = load_config(where_.home).acceptance.verify_env or []
+            except PisubError:
+                allowed = []
             where = place(where_.cwd, allowed, where_.env)
             self.accepting = True
             try:

@@ -75,16 +75,38 @@ class Warm:
         self.reap()
 
     def dismiss(self) -> None:
-        """End it now (it was never handed a run) rather than when it sees the socket close."""
+        """End it now (it was never handed a run) rather than when it sees the socket close,
+        and wait (briefly) until it is gone: a command that did not launch leaves no process."""
         if self.alive():  # its process group still exists, so the id is still its own
             with contextlib.suppress(OSError):
                 os.killpg(self.pid, signal.SIGKILL)
+                _wait_closed(self.sock, DISMISS_WAIT_S)
         self.discard()
 
     def reap(self) -> None:
         """Collect the session leader (it exits as soon as it has forked the runner)."""
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(self.pid, 0)
+
+
+DISMISS_WAIT_S = 2.0
+"""How long :meth:`Warm.dismiss` waits for a killed warm runner to be gone."""
+
+
+def _wait_closed(sock: socket.socket, timeout: float) -> None:
+    """Wait until the other end of ``sock`` is closed (a killed process's descriptors close
+    after its memory is released: it no longer shows a command line or environment), at most
+    ``timeout`` seconds. Nothing else comes from a warm runner that was never handed a run."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            readable, _, _ = select.select([sock], [], [], left)
+            if not readable or not sock.recv(64):
+                return
+        except OSError:
+            return
 
 
 def enabled() -> bool:
@@ -253,23 +275,35 @@ PRELOAD = (
     "pisub.core.procs",
     "pisub.runner.modes",
     "pisub.runner.supervise",
-    "pisub.runner.dispatch",
-    "pisub.runner.inbox",
     "pisub.children.external_cli",
+    "pisub.runner.inbox",
+    "pisub.runner.dispatch",
+    "pisub.store.mailbox",
     "pisub.children.pi.rpc",
     "pisub.store.leases",
     "pisub.store.briefs",
-    "pisub.store.mailbox",
 )
-"""What a supervising runner imports on its way to its startup commit (a workflow's coordinator
-imports the rest after the handoff)."""
+"""What a supervising runner imports on its way to its startup commit, what every run needs
+first (a workflow's coordinator imports the rest after the handoff)."""
 
 
-def preload() -> None:
+def preload(fd: int | None = None) -> None:
+    """Import :data:`PRELOAD`; with ``fd`` (the handoff socket), stop as soon as something
+    arrives on it: a run handed over waits for no import it may not need (it imports what it
+    uses itself, as a cold runner does), and a launcher that went away is noticed at once."""
     import importlib
 
     for name in PRELOAD:
+        if fd is not None and _readable(fd):
+            return
         importlib.import_module(name)
+
+
+def _readable(fd: int) -> bool:
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
 
 
 @dataclass

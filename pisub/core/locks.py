@@ -8,7 +8,8 @@ its whole life, and a reader on the same host that can take the lock knows the r
 file: on NFS, ``flock`` is emulated by such byte-range locks anyway (and needs a writable
 descriptor), while classic POSIX locks are dropped when *any* descriptor of the file closes.
 :func:`is_held` only asks (``F_OFD_GETLK``), it never takes the lock. Read-modify-write
-sections (crash repair, leases) use portalocker (:func:`exclusive`, ``flock``), held briefly by
+sections (crash repair, leases) use ``flock`` (:func:`exclusive`: what portalocker calls on
+POSIX, called directly; importing portalocker cost tens of milliseconds), held briefly by
 readers on one host.
 """
 
@@ -106,24 +107,22 @@ def _open_dir(path: Path) -> int:
 
 @contextmanager
 def exclusive(path: Path, timeout: float = 10.0, *, directory: bool = False) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` for the ``with`` block (portalocker). With
+    """Hold an exclusive lock on ``path`` for the ``with`` block (``flock``). With
     ``directory`` the lock is taken on the directory ``path`` itself.
 
     Raises:
         LockBusy: the lock was not free within ``timeout`` seconds.
         StorageError: the lock file (or directory) cannot be opened.
     """
-    import portalocker
-
     opener = _open_dir if directory else _open_lockfile
     deadline = time.monotonic() + timeout
     delay = 0.002
     while True:
         fd = opener(path)
         try:
-            portalocker.lock(fd, portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             break
-        except portalocker.exceptions.LockException:
+        except OSError:  # held (EWOULDBLOCK), or refused (as portalocker's LockException): retried
             os.close(fd)
         except BaseException:
             os.close(fd)

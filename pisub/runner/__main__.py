@@ -10,11 +10,13 @@ the manifest and hand over to its run mode (:mod:`pisub.runner.modes`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -91,10 +93,12 @@ def main(argv: list[str] | None = None) -> int:
         paths = RunPaths(args.run_dir.resolve())
         manifest = load_manifest(paths)
         from pisub.runner.modes import mode_for
-        from pisub.runner.queue_wait import wait_turn
 
-        if not wait_turn(paths, manifest, report):
-            return 0  # it ended while queued (its files are written), or its directory vanished
+        if manifest.queue is not None:
+            from pisub.runner.queue_wait import wait_turn
+
+            if not wait_turn(paths, manifest, report):
+                return 0  # it ended while queued (its files are written), or its directory vanished
         try:
             return mode_for(paths, manifest, report).run()
         finally:
@@ -115,7 +119,7 @@ def _take_handoff(args: argparse.Namespace) -> bool:
     stdout/stderr, the working directory and the environment) as a cold start would have."""
     from pisub.backends import warm
 
-    warm.preload()
+    warm.preload(args.warm_fd)
     handoff = warm.await_handoff(args.warm_fd)
     if handoff is None:
         return False
@@ -130,5 +134,26 @@ def _take_handoff(args: argparse.Namespace) -> bool:
     return True
 
 
+def exit_now(code: int) -> NoReturn:
+    """Exit without the interpreter's teardown: the run's files are written and its processes
+    ended by now, and tearing down some 200 modules cost the runner 20-25 ms of CPU and kept it
+    alive 40-100 ms longer (a stop waits for the runner to be gone). The exit handlers run, the
+    standard streams are flushed (every other write of the runner is a system call on a
+    descriptor); a thread that is not a daemon still running (none should be) gets the ordinary
+    exit, which waits for it."""
+    threading = sys.modules.get("threading")
+    if threading is not None and any(
+        t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()
+    ):
+        sys.exit(code)
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -34,7 +34,6 @@ from pisub.protocol.status import RunState, Status
 from pisub.runner.lifecycle import (
     FINAL_WRITE_S,
     RETRY_S,
-    drain,
     mark_running,
     persist,
     placed_by_engine,
@@ -98,7 +97,7 @@ class RunShell(Generic[D]):
                 from pisub.runs.queue import leave_run
 
                 leave_run(self.paths)
-            if finished and self.recorder is not None:
+            if finished and self.recorder is not None and self.manifest.on_done:
                 from pisub.store.on_done import after_end  # after the terminal status: it never delays it
 
                 after_end(self.paths, self.manifest, self.recorder.status.state.value)
@@ -173,10 +172,11 @@ class RunShell(Generic[D]):
         from pisub.runner.inbox import InboxWatcher
 
         assert self.recorder is not None
-        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self.sel.register(wake_r, selectors.EVENT_READ, lambda _mask: self._inbox_woke(wake_r))
-        self.watcher = InboxWatcher(self.paths.inbox / "new", wake_w, shared=placed_by_engine(self.manifest))
-        self.recorder.status.inbox = self.watcher.start()
+        watcher = InboxWatcher(self.paths.inbox / "new", shared=placed_by_engine(self.manifest))
+        self.watcher = watcher
+        self.recorder.status.inbox = watcher.start()
+        if watcher.fd is not None:  # the loop's selector wakes on an arrival: no thread
+            self.sel.register(watcher.fd, selectors.EVENT_READ, lambda _mask: self._inbox_woke(watcher))
         rec = self.recorder
         # the mode is its dispatcher's controller (a Controller, or a WorkflowController)
         controller = cast("Controller", self)
@@ -191,8 +191,8 @@ class RunShell(Generic[D]):
         )
         self.recorder.commit()
 
-    def _inbox_woke(self, fd: int) -> None:
-        drain(fd)
+    def _inbox_woke(self, watcher: InboxWatcher) -> None:
+        watcher.drain()
         self.scan_due = True
 
     # == the loop =======================================================================
@@ -244,6 +244,8 @@ class RunShell(Generic[D]):
                 self._unwritten("answer the inbox", self.paths.outbox)
                 return False
         if self.watcher is not None:
+            if self.watcher.fd is not None:
+                self.sel.unregister(self.watcher.fd)
             self.watcher.stop()
         return self._write_end(deadline)
 

@@ -122,11 +122,13 @@ class Supervisor(RunShell["Dispatcher"]):
         """A pi run that can be resumed keeps every steer pi did not take (an interrupt cleared
         it, or the run ended first) as a brief for its next resume; otherwise each fails with
         why it was not taken."""
+        dispatcher = self.dispatcher
+        assert dispatcher is not None
+        if not dispatcher.messages:  # nothing to carry (and nothing imported: most runs end here)
+            return
         from pisub.store.briefs import CARRIED_REASON
         from pisub.store.mailbox import recovery_claim
 
-        dispatcher = self.dispatcher
-        assert dispatcher is not None
         reviving = recovery_claim(self.paths)  # a pause-and-revive delivers that one itself
         for rid, message in list(dispatcher.messages.items()):
             if rid == reviving:
@@ -380,9 +382,11 @@ class Supervisor(RunShell["Dispatcher"]):
         ``refs/pisub/`` commit; in place, nothing. A capture that fails leaves the worktree as it
         is: cleanup keeps it (``uncaptured``) and the failure is an event and a line in
         ``runner.log``."""
+        link = self.manifest.worktree
+        if link is None:  # in place (InPlace.capture): the work is where the child left it
+            return
         from pisub.worktrees.workspace import workspace_of
 
-        link = self.manifest.worktree
         try:
             record = workspace_of(self.manifest).capture(self.manifest, self.paths.worktree_patch)
         except Exception as exc:  # any failure: the work stays in the worktree, never lost
@@ -478,14 +482,15 @@ class Supervisor(RunShell["Dispatcher"]):
 def make_child(manifest: Manifest, paths: RunPaths, hooks: ChildHooks) -> Child:
     """The child adapter for the manifest's runner kind."""
     env = child_env(os.environ, manifest, paths.root)
-    from pisub.children.external_cli import ExternalCliChild
-    from pisub.children.pi.rpc import PiChild
+    if manifest.agent.runner == "pi":  # (imported for a pi child only: an external CLI never needs it)
+        from pisub.children.pi.rpc import PiChild
 
-    kinds: dict[str, type[ExternalCliChild] | type[PiChild]] = {
-        "external-cli": ExternalCliChild,
-        "pi": PiChild,
-    }
-    return kinds[manifest.agent.runner](0, hooks, manifest, paths, env)
+        return PiChild(0, hooks, manifest, paths, env)
+    if manifest.agent.runner != "external-cli":
+        raise KeyError(manifest.agent.runner)
+    from pisub.children.external_cli import ExternalCliChild
+
+    return ExternalCliChild(0, hooks, manifest, paths, env)
 
 
 def _untaken_reasons() -> tuple[str, ...]:

@@ -2,7 +2,7 @@
 
 A lease is the file ``<home>/leases/<key>.json`` (key: SHA-256 of the session file's
 canonical path) holding a :class:`~pisub.protocol.lease.LeaseOwner`. Every operation on a
-lease runs under ``<key>.lock`` (portalocker); the owner record itself is placed by
+lease runs under ``<key>.lock`` (``flock``); the owner record itself is placed by
 hard-linking a fully written, fsynced candidate into place, so a crash never leaves an empty
 or half-written owner. ``<key>.gen`` keeps the generation counter across releases; each
 acquire takes the next number, which fences writes tied to the session.
