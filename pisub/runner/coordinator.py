@@ -3,11 +3,12 @@
 One thread runs the control loop (like a single run's supervisor: one selector over the signal
 pipe, the inbox watch, the children's inotify descriptor and a wake-up pipe); the workflow's
 ``main`` runs in a thread of its own (:mod:`pisub.workflow.script`), child runners are started
-by a few launch threads. Every child is a real run (:mod:`pisub.runs.launch`) with its own
-runner; the coordinator journals each start before it creates the run and each end once it has
-the result (:mod:`pisub.store.journal`), mirrors the children's progress into its ``steps[]``,
-forwards control requests to them, and writes the workflow's result when ``main`` has returned
-and every child has ended.
+by launch threads (one per start under way, up to the workflow's concurrency). Every child is a
+real run (:mod:`pisub.runs.launch`) with its own runner; the coordinator journals each start
+before it creates the run and each end once it has the result (:mod:`pisub.store.journal`; the
+starts, ends and creations found in one turn of the loop share one fsync), mirrors the
+children's progress into its ``steps[]``, forwards control requests to them, and writes the
+workflow's result when ``main`` has returned and every child has ended.
 
 If the coordinator dies, its children go on under their own runners; ``pisub resume`` replays
 the script against the journal and re-attaches them.
@@ -294,9 +295,12 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
             os.write(self.wake_w, b"w")
 
     def _tend(self, now: float) -> bool:
-        self._run_posted()
-        self._check_limits(now)
-        self._tend_children(now)
+        # What the children's threads posted and what the checks found are recorded as one
+        # batch: the journal's fsync once for every end and creation among them (not per child).
+        with self.children.batch() if self.children is not None else contextlib.nullcontext():
+            self._run_posted()
+            self._check_limits(now)
+            self._tend_children(now)
         self._scan_inbox(now)
         return self._done(now)
 
@@ -407,12 +411,25 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
         self._end(Ending.RETURNED)
 
     def _conclude(self) -> RunState:
+        self._dismiss_spares()
+        # Child runners that exited since the last SIGCHLD are reaped first: an unreaped one
+        # cannot be told from a stray (its files are gone from /proc) and would be "ended" too.
+        self.tree.reap(None)
         with contextlib.suppress(Exception):
             self.tree.end_leftovers(None, self.limits.grace)  # anything the script itself started
         state = self._final_state()
         note(f"the workflow ends {state.value}" + (f": {self.end_error.message}" if self.end_error else ""))
         self._report_script_output()
         return state
+
+    @staticmethod
+    def _dismiss_spares() -> None:
+        """The warm runner kept for a next child start goes now (no child starts any more),
+        rather than as a leftover ended with the rest."""
+        from pisub.backends import warm
+
+        with contextlib.suppress(Exception):
+            warm.dismiss_all()
 
     def _final_state(self) -> RunState:
         return {

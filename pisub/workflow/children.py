@@ -10,6 +10,8 @@ once its result is in (:mod:`pisub.store.journal`).
 
 from __future__ import annotations
 
+import contextlib
+
 from pisub.protocol.control import Interrupt, ReceiptState, Request, Stop
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import SingleResult
@@ -73,6 +75,11 @@ class ChildRuns:
     def never_ran(self) -> list[str]:
         """The keys whose child ended without ever starting (the workflow cannot be complete)."""
         return self.table.never_ran()
+
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        """On the control loop: the ends settled (and the runs created) in the body are made
+        durable in the journal with one fsync at its end (see :meth:`Settling.batch`)."""
+        return self.settling.batch()
 
     def launch_waiting(self) -> None:
         """Start queued children while the workflow's concurrency allows."""
