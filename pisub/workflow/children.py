@@ -19,7 +19,7 @@ from pisub.protocol.status import StepStatus
 from pisub.store.journal import Journal, Replay
 from pisub.store.paths import Home
 from pisub.workflow.admission import Admission
-from pisub.workflow.entries import ChildEntry, ChildTable, Host
+from pisub.workflow.entries import ChildEntry, ChildTable, Host, Phase
 from pisub.workflow.forwarding import Forwarded, Forwarding
 from pisub.workflow.host_steps import HostSteps
 from pisub.workflow.launching import Launching
@@ -67,6 +67,14 @@ class ChildRuns:
     def results(self) -> list[SingleResult]:
         """One entry of the workflow's ``details.results`` per child that has an outcome."""
         return self.table.results()
+
+    def ended_runners(self) -> set[int]:
+        """The pids of the runners of the children that ended (each wrote its terminal status;
+        it may still be exiting)."""
+        with self.table.lock:
+            return {
+                e.step.pid for e in self.table.entries if e.phase is Phase.ENDED and e.step.pid is not None
+            }
 
     def leftovers(self) -> list[str]:
         """The calls ``main`` returned without waiting for: never awaited, or still running."""

@@ -37,11 +37,12 @@ class Stopping:
             entries = list(self.table.entries)
             self.table.waiting.clear()
         running = []
-        for entry in entries:
-            if entry.phase is Phase.QUEUED:
-                self.settling.never_started(entry, "the workflow ended before this child started")
-            elif entry.phase is Phase.RUNNING:
-                running.append(entry)
+        with self.settling.batch():  # the queued ones end together: one status write
+            for entry in entries:
+                if entry.phase is Phase.QUEUED:
+                    self.settling.never_started(entry, "the workflow ended before this child started")
+                elif entry.phase is Phase.RUNNING:
+                    running.append(entry)
         self.stop_children(running)
 
     def stop_children(self, entries: list[ChildEntry]) -> None:
@@ -101,11 +102,12 @@ class Stopping:
         return True
 
     def give_up(self, why: str) -> None:
-        """Stop waiting for the children still going (they are recorded as failed)."""
-        for entry in self.table.active():
-            self.settling.settle(
-                entry, outcomes.failure(entry.key, entry.call, why, run_id=entry.run_id), settled=False
-            )
+        """Stop waiting for the children still going (they are recorded as failed, together)."""
+        with self.settling.batch():
+            for entry in self.table.active():
+                self.settling.settle(
+                    entry, outcomes.failure(entry.key, entry.call, why, run_id=entry.run_id), settled=False
+                )
 
     def stop_child(self, entry: ChildEntry) -> None:
         """Ask a child to end as part of the workflow's own ending (stop, or interrupt: pause)."""
