@@ -3,11 +3,12 @@
 One thread runs the control loop (like a single run's supervisor: one selector over the signal
 pipe, the inbox watch, the children's inotify descriptor and a wake-up pipe); the workflow's
 ``main`` runs in a thread of its own (:mod:`pisub.workflow.script`), child runners are started
-by a few launch threads. Every child is a real run (:mod:`pisub.runs.launch`) with its own
-runner; the coordinator journals each start before it creates the run and each end once it has
-the result (:mod:`pisub.store.journal`), mirrors the children's progress into its ``steps[]``,
-forwards control requests to them, and writes the workflow's result when ``main`` has returned
-and every child has ended.
+by launch threads (one per start under way, up to the workflow's concurrency). Every child is a
+real run (:mod:`pisub.runs.launch`) with its own runner; the coordinator journals each start
+before it creates the run and each end once it has the result (:mod:`pisub.store.journal`; the
+starts, ends and creations found in one turn of the loop share one fsync), mirrors the
+children's progress into its ``steps[]``, forwards control requests to them, and writes the
+workflow's result when ``main`` has returned and every child has ended.
 
 If the coordinator dies, its children go on under their own runners; ``pisub resume`` replays
 the script against the journal and re-attaches them.
@@ -294,9 +295,12 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
             os.write(self.wake_w, b"w")
 
     def _tend(self, now: float) -> bool:
-        self._run_posted()
-        self._check_limits(now)
-        self._tend_children(now)
+        # What the children's threads posted and what the checks found are recorded as one
+        # batch: the journal's fsync once for every end and creation among them (not per child).
+        with self.children.batch() if self.children is not None else contextlib.nullcontext():
+            self._run_posted()
+            self._check_limits(now)
+            self._tend_children(now)
         self._scan_inbox(now)
         return self._done(now)
 
@@ -407,12 +411,52 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
         self._end(Ending.RETURNED)
 
     def _conclude(self) -> RunState:
+        self._dismiss_spares()
         with contextlib.suppress(Exception):
-            self.tree.end_leftovers(None, self.limits.grace)  # anything the script itself started
+            self._end_leftovers()  # anything the script itself started
         state = self._final_state()
         note(f"the workflow ends {state.value}" + (f": {self.end_error.message}" if self.end_error else ""))
         self._report_script_output()
         return state
+
+    def _end_leftovers(self) -> None:
+        """End what is left below the coordinator (TERM, grace, KILL), but not its children's
+        runners: they were re-parented to it (its subreaper) and, once their child has ended,
+        are only exiting. One that is exiting no longer shows what run it is (its environment
+        and working directory are gone from /proc), so it is recognised by the pid its run's
+        terminal status names, and not waited for: the workflow's end goes on beside it (it ended
+        its own child's tree before that status). The tree below is read in one pass over /proc
+        (not one per process found)."""
+        from pisub.core.procs import kill_all
+        from pisub.runner.tree import Subreaper
+
+        tree = self.tree
+        if not isinstance(tree, Subreaper) or self.children is None:
+            tree.end_leftovers(None, self.limits.grace)
+            return
+        tree.reap(None)  # the runners that have exited already
+        runners = self.children.ended_runners()
+        below = _children_map()
+        strays: list[int] = []
+        todo = list(below.get(os.getpid(), ()))
+        while todo:
+            pid = todo.pop()
+            if pid in runners or tree._is_child_runner(pid):
+                continue  # a child's runner, spared with its tree (it ends its own child)
+            strays.append(pid)
+            todo += below.get(pid, ())
+        if strays:
+            kill_all(strays, grace=self.limits.grace)
+        tree.reap(None)
+
+    @staticmethod
+    def _dismiss_spares() -> None:
+        """The warm runner kept for a next child start goes now (no child starts any more),
+        rather than as a leftover ended with the rest."""
+        from pisub.backends import warm
+
+        with contextlib.suppress(Exception):
+            warm.dismiss_all()
 
     def _final_state(self) -> RunState:
         return {
@@ -494,6 +538,26 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
         ):
             if getattr(totals, flag) and not (before is not None and getattr(before, flag)):
                 self.event(event, tokens=totals.tokens, costUsd=totals.cost_usd)
+
+
+def _children_map() -> dict[int, list[int]]:
+    """Every live process's children by parent pid, from one pass over /proc."""
+    found: dict[int, list[int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 1 and fields[0] not in (b"Z", b"X"):
+            found.setdefault(int(fields[1]), []).append(int(name))
+    return found
 
 
 def _returned_text(value: Any) -> str:

@@ -7,12 +7,18 @@ started without an end is re-attached to its run (created, if the crash came bet
 entry and the run), and only keys the journal does not know start children. The journal is
 shared by a workflow and every run that resumes it, one at a time (the journal's lease).
 
+An entry is durable when its method returns, unless it was written with ``sync=False``: then
+it is durable once :meth:`Journal.sync` returns (or any later durable entry is written) — a
+batch of starts or ends shares one fsync, made before any of them is acted on.
+
 A torn last line (a crash mid-append) is skipped and cut off by the next writer; a line that
 does not decode is skipped and counted in :attr:`Replay.skipped`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,37 +152,69 @@ class Journal:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._out = JsonlAppender(path)
+        self._lock = threading.Lock()
+        self._unsynced = 0
+        """Entries appended with ``sync=False`` since the last fsync."""
+
+    def _write(self, line: bytes, sync: bool) -> None:
+        with self._lock:
+            self._out.append(line)
+            self._unsynced += 1
+            if sync:
+                self._sync_locked()
+
+    def _sync_locked(self) -> None:
+        if self._unsynced:
+            self._out.sync()
+            self._unsynced = 0
+
+    def sync(self) -> None:
+        """Make every entry appended so far durable (one fsync; none when nothing is pending).
+
+        Raises:
+            OSError: the fsync failed (the entries stay pending).
+        """
+        with self._lock:
+            self._sync_locked()
+
+    @property
+    def pending(self) -> int:
+        """Entries appended with ``sync=False`` not yet made durable."""
+        return self._unsynced
 
     def owned_by(self, run_id: str) -> None:
         """Record (durably) that coordinator ``run_id`` took the journal over."""
-        self._out.append(encode(JournalOwner(run_id=run_id, at=now_iso())))
-        self._out.sync()
+        self._write(encode(JournalOwner(run_id=run_id, at=now_iso())), True)
 
-    def started(self, key: str, fingerprint: str, run_id: str) -> None:
-        """Record (durably) that ``key``'s child is about to be created as ``run_id``."""
+    def started(self, key: str, fingerprint: str, run_id: str, *, sync: bool = True) -> None:
+        """Record (durably; with ``sync=False`` at the next :meth:`sync`) that ``key``'s child
+        is about to be created as ``run_id``."""
         entry = JournalStarted(key=key, fingerprint=fingerprint, run_id=run_id, at=now_iso())
-        self._out.append(encode(entry))
-        self._out.sync()
+        self._write(encode(entry), sync)
 
-    def created(self, key: str, run_id: str) -> None:
-        """Record (durably) that ``key``'s run exists."""
-        self._out.append(encode(JournalCreated(key=key, run_id=run_id, at=now_iso())))
-        self._out.sync()
+    def created(self, key: str, run_id: str, *, sync: bool = True) -> None:
+        """Record (durably; with ``sync=False`` at the next :meth:`sync`) that ``key``'s run exists."""
+        self._write(encode(JournalCreated(key=key, run_id=run_id, at=now_iso())), sync)
 
     def ended(
-        self, key: str, fingerprint: str, run_id: str | None, result: ChildResult, *, settled: bool
+        self,
+        key: str,
+        fingerprint: str,
+        run_id: str | None,
+        result: ChildResult,
+        *,
+        settled: bool,
+        sync: bool = True,
     ) -> None:
-        """Record (durably) ``key``'s outcome."""
+        """Record (durably; with ``sync=False`` at the next :meth:`sync`) ``key``'s outcome."""
         entry = JournalEnded(
             key=key, fingerprint=fingerprint, run_id=run_id, result=result, settled=settled, at=now_iso()
         )
-        self._out.append(encode(entry))
-        self._out.sync()
+        self._write(encode(entry), sync)
 
     def host_started(self, key: str, fingerprint: str) -> None:
         """Record (durably) that host command ``key`` is about to run."""
-        self._out.append(encode(JournalHostStarted(key=key, fingerprint=fingerprint, at=now_iso())))
-        self._out.sync()
+        self._write(encode(JournalHostStarted(key=key, fingerprint=fingerprint, at=now_iso())), True)
 
     def host_ended(
         self,
@@ -200,8 +238,11 @@ class Journal:
             settled=settled,
             at=now_iso(),
         )
-        self._out.append(encode(entry))
-        self._out.sync()
+        self._write(encode(entry), True)
 
     def close(self) -> None:
-        self._out.close()
+        """Close the journal (what is still pending is synced first, best effort)."""
+        with self._lock:
+            with contextlib.suppress(OSError):
+                self._sync_locked()
+            self._out.close()

@@ -10,6 +10,8 @@ once its result is in (:mod:`pisub.store.journal`).
 
 from __future__ import annotations
 
+import contextlib
+
 from pisub.protocol.control import Interrupt, ReceiptState, Request, Stop
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import SingleResult
@@ -17,7 +19,7 @@ from pisub.protocol.status import StepStatus
 from pisub.store.journal import Journal, Replay
 from pisub.store.paths import Home
 from pisub.workflow.admission import Admission
-from pisub.workflow.entries import ChildEntry, ChildTable, Host
+from pisub.workflow.entries import ChildEntry, ChildTable, Host, Phase
 from pisub.workflow.forwarding import Forwarded, Forwarding
 from pisub.workflow.host_steps import HostSteps
 from pisub.workflow.launching import Launching
@@ -66,6 +68,14 @@ class ChildRuns:
         """One entry of the workflow's ``details.results`` per child that has an outcome."""
         return self.table.results()
 
+    def ended_runners(self) -> set[int]:
+        """The pids of the runners of the children that ended (each wrote its terminal status;
+        it may still be exiting)."""
+        with self.table.lock:
+            return {
+                e.step.pid for e in self.table.entries if e.phase is Phase.ENDED and e.step.pid is not None
+            }
+
     def leftovers(self) -> list[str]:
         """The calls ``main`` returned without waiting for: never awaited, or still running."""
         return self.table.leftovers()
@@ -73,6 +83,11 @@ class ChildRuns:
     def never_ran(self) -> list[str]:
         """The keys whose child ended without ever starting (the workflow cannot be complete)."""
         return self.table.never_ran()
+
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        """On the control loop: the ends settled (and the runs created) in the body are made
+        durable in the journal with one fsync at its end (see :meth:`Settling.batch`)."""
+        return self.settling.batch()
 
     def launch_waiting(self) -> None:
         """Start queued children while the workflow's concurrency allows."""

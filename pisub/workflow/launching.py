@@ -2,10 +2,16 @@
 (durably) before the child's run is created, in a launch thread that places the child
 (:meth:`~pisub.workflow.placement.Placement.place`) and waits for its runner's commit; a child
 re-attached to a run that exists is watched again.
+
+The starts of one look at the queue are journaled together (one fsync for all, before any of
+their runs is created), then each is started in a thread of its own: as many starts are under
+way at once as the workflow's concurrency allows (up to :func:`launch_threads`, what the machine
+takes), none waiting for another child's commit.
 """
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,12 +26,19 @@ from pisub.workflow.placement import Placement
 from pisub.workflow.settling import Settling
 from pisub.workflow.stopping import Stopping
 
-LAUNCH_THREADS = 4
-"""Child runners started at once (each start waits for the runner's commit)."""
+STARTS_PER_CPU = 32
+"""Child starts under way at once per CPU, at most (each start's thread mostly waits: for the
+run's fsyncs and its runner's commit)."""
 
 
-def _launch_threads() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=LAUNCH_THREADS, thread_name_prefix="launch")
+def launch_threads(concurrency: int) -> int:
+    """How many children of a workflow of ``concurrency`` start at once: as many as may run,
+    bounded by the machine (:data:`STARTS_PER_CPU` per CPU this process may use)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(concurrency, STARTS_PER_CPU * max(cpus, 1)))
 
 
 @dataclass(eq=False)
@@ -36,33 +49,60 @@ class Launching:
     placement: Placement
     settling: Settling
     stopping: Stopping
-    launcher: ThreadPoolExecutor = field(default_factory=_launch_threads, init=False)
+    launcher: ThreadPoolExecutor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.launcher = ThreadPoolExecutor(
+            max_workers=launch_threads(self.table.spec.concurrency), thread_name_prefix="launch"
+        )
 
     def launch_waiting(self) -> None:
         """Start queued children, first in line first, while the workflow's concurrency allows
-        and it is not ending."""
+        and it is not ending: their starts journaled with one fsync, then each started in a
+        thread of its own."""
         with self.table.lock:
             active = sum(1 for e in self.table.entries if e.phase in (Phase.STARTING, Phase.RUNNING))
+            journaled: list[ChildEntry] = []
             while self.table.waiting and active < self.table.spec.concurrency and self.table.ending is None:
                 entry = self.table.waiting.popleft()
-                if entry.phase is Phase.QUEUED:
-                    self._launch(entry)
+                if entry.phase is Phase.QUEUED and self._journal_start(entry):
+                    journaled.append(entry)
                     active += 1
+            if not journaled:
+                return
+            try:
+                self.table.journal.sync()  # durable before any of their runs is created
+            except OSError as exc:
+                for entry in journaled:
+                    self._unjournaled(entry, exc)
+                return
+            for entry in journaled:
+                self._launch(entry)
+
+    def _journal_start(self, entry: ChildEntry) -> bool:
+        """Append ``entry``'s start to the journal (made durable by the caller); False when it
+        cannot be (the child then fails)."""
+        assert entry.manifest is not None
+        try:
+            self.table.journal.started(entry.key, entry.fingerprint, entry.manifest.run_id, sync=False)
+        except OSError as exc:
+            self._unjournaled(entry, exc)
+            return False
+        return True
+
+    def _unjournaled(self, entry: ChildEntry, exc: OSError) -> None:
+        self.table.host.trouble("append to the journal", exc)
+        self.settling.settle(
+            entry,
+            outcomes.failure(entry.key, entry.call, f"cannot journal the start: {exc.strerror or exc}"),
+            settled=True,
+            journal=False,
+        )
 
     def _launch(self, entry: ChildEntry) -> None:
+        """Start ``entry``, its start journaled durably: in a launch thread of its own."""
         assert entry.manifest is not None
         run_id = entry.manifest.run_id
-        try:
-            self.table.journal.started(entry.key, entry.fingerprint, run_id)
-        except OSError as exc:
-            self.table.host.trouble("append to the journal", exc)
-            self.settling.settle(
-                entry,
-                outcomes.failure(entry.key, entry.call, f"cannot journal the start: {exc.strerror or exc}"),
-                settled=True,
-                journal=False,
-            )
-            return
         entry.phase = Phase.STARTING
         entry.run_id = run_id
         entry.step.run_id = run_id
@@ -90,8 +130,8 @@ class Launching:
         assert entry.run_id is not None
         exists = self.table.home.run(entry.run_id).root.is_dir()
         if exists:
-            try:
-                self.table.journal.created(entry.key, entry.run_id)
+            try:  # in the loop's batch: durable with the batch's one fsync
+                self.table.journal.created(entry.key, entry.run_id, sync=not self.settling.batching)
             except OSError as exc:  # a resume then re-attaches it while its run is there
                 self.table.host.trouble("append to the journal", exc)
         if error is not None and not exists:

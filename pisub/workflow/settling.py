@@ -7,6 +7,9 @@ started its child is started again as a new run (up to :data:`MAX_RELAUNCHES` ti
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +33,16 @@ MAX_RELAUNCHES = 3
 """How many times one coordinator starts a key again whose run never started its child."""
 
 
+@dataclass
+class _Batch:
+    """Ends settled together on the control loop: journaled with one fsync, then handed to the
+    script, and the workflow's status written once."""
+
+    thread: int
+    """The loop's thread (a settle from another thread, the script's, is not batched)."""
+    ends: list[tuple[ChildEntry, ChildResult]] = field(default_factory=list)
+
+
 @dataclass(eq=False)
 class Settling:
     """Watches a workflow's children and settles their ends."""
@@ -39,21 +52,56 @@ class Settling:
     forwarding: Forwarding
     next_poll: float = field(default=0.0, init=False)
     """When every running child is looked at again (its inotify watch may miss a change)."""
+    _batch: _Batch | None = field(default=None, init=False)
+
+    @property
+    def batching(self) -> bool:
+        """Whether this thread is inside :meth:`batch` (journal entries wait for its fsync)."""
+        return self._batch is not None and self._batch.thread == threading.get_ident()
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Settle the ends found in the body together (on the control loop): each is journaled
+        at once but made durable by one fsync when the body is done, and only then handed to
+        the script (its future resolved); the workflow's status is written once. A fan-out
+        whose children end together (a stop) is recorded without an fsync per child."""
+        if self._batch is not None:
+            yield  # nested: the outer batch settles
+            return
+        self._batch = _Batch(threading.get_ident())
+        try:
+            yield
+        finally:
+            batch, self._batch = self._batch, None
+            self._flush(batch)
+
+    def _flush(self, batch: _Batch) -> None:
+        try:
+            self.table.journal.sync()
+        except OSError as exc:  # a resume then takes the results from the children's runs
+            self.table.host.trouble("append to the journal", exc)
+        for entry, outcome in batch.ends:
+            for future, loop in entry.futures:
+                _resolve(future, loop, outcome)
+        if batch.ends:
+            self.table.host.commit()
 
     def check(self, now: float) -> None:
         """Look at the children whose runs changed, or at every running one when a poll is due
-        (only their new receipts for those whose outboxes alone changed)."""
+        (only their new receipts for those whose outboxes alone changed); the ends found are
+        settled as one :meth:`batch`."""
         changed, receipts = self.table.watch.changed()
         due = now >= self.next_poll
         if due:
             self.next_poll = now + self.table.watch.poll_interval
         with self.table.lock:
             running = [e for e in self.table.entries if e.phase is Phase.RUNNING]
-        for entry in running:
-            if due or entry.run_id in changed:
-                self.check_one(entry)
-            elif entry.run_id in receipts and entry.run_id is not None:
-                self.forwarding.pass_receipts(entry, self.table.home.run(entry.run_id))  # only new receipts
+        with self.batch():
+            for entry in running:
+                if due or entry.run_id in changed:
+                    self.check_one(entry)
+                elif entry.run_id in receipts and entry.run_id is not None:
+                    self.forwarding.pass_receipts(entry, self.table.home.run(entry.run_id))  # only new ones
 
     def check_one(self, entry: ChildEntry) -> None:
         """Look at a running child: mirror its progress, pass on its receipts, settle its end."""
@@ -156,7 +204,9 @@ class Settling:
         self.table.host.touch()
 
     def settle(self, entry: ChildEntry, outcome: ChildResult, *, settled: bool, journal: bool = True) -> None:
-        """A child's end: journaled, shown, handed to the script, its slot freed."""
+        """A child's end: journaled, shown, handed to the script, its slot freed (in a
+        :meth:`batch`, the journal's fsync and the hand-over wait for the batch's end)."""
+        batched = self.batching
         with self.table.lock:
             if entry.phase is Phase.ENDED:
                 return
@@ -164,7 +214,9 @@ class Settling:
             entry.result = outcome
         if journal:
             try:
-                self.table.journal.ended(entry.key, entry.fingerprint, entry.run_id, outcome, settled=settled)
+                self.table.journal.ended(
+                    entry.key, entry.fingerprint, entry.run_id, outcome, settled=settled, sync=not batched
+                )
             except OSError as exc:  # a resume then takes the result from the child's run
                 self.table.host.trouble("append to the journal", exc)
         step = entry.step
@@ -184,6 +236,10 @@ class Settling:
             settled=settled,
         )
         self.forwarding.fail_forwards(entry, outcome)
+        if batched:
+            assert self._batch is not None
+            self._batch.ends.append((entry, outcome))
+            return
         for future, loop in entry.futures:
             _resolve(future, loop, outcome)
         self.table.host.commit()

@@ -1,10 +1,15 @@
 """Ending a workflow's children with the workflow: queued ones never start, running ones are
 asked to stop (or, for an interrupt, to pause), and those that do not end in time are given up;
 and a queued child stopped on its own by request (:meth:`Stopping.stop_queued`).
+
+A workflow's end reaches its running children at once: their requests are written in parallel
+threads (each durably, as :func:`pisub.store.mailbox.write_request` writes any request: the
+fsyncs of many children's inboxes are made together), not one child after another.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pisub.errors import PisubError
@@ -12,6 +17,10 @@ from pisub.protocol.control import Interrupt, Request, Stop
 from pisub.workflow import outcomes
 from pisub.workflow.entries import ChildEntry, ChildTable, Phase
 from pisub.workflow.settling import Settling
+
+STOP_THREADS = 16
+"""Children's inboxes written at once when the workflow ends (64 requests take about as long
+with 8, 16 or 64 threads: their fsyncs are made together by the filesystem either way)."""
 
 
 @dataclass(eq=False)
@@ -27,11 +36,30 @@ class Stopping:
         with self.table.lock:
             entries = list(self.table.entries)
             self.table.waiting.clear()
-        for entry in entries:
-            if entry.phase is Phase.QUEUED:
-                self.settling.never_started(entry, "the workflow ended before this child started")
-            elif entry.phase is Phase.RUNNING:
+        running = []
+        with self.settling.batch():  # the queued ones end together: one status write
+            for entry in entries:
+                if entry.phase is Phase.QUEUED:
+                    self.settling.never_started(entry, "the workflow ended before this child started")
+                elif entry.phase is Phase.RUNNING:
+                    running.append(entry)
+        self.stop_children(running)
+
+    def stop_children(self, entries: list[ChildEntry]) -> None:
+        """Ask ``entries`` to end with the workflow, all at once (see :meth:`stop_child`)."""
+        if len(entries) <= 1:
+            for entry in entries:
                 self.stop_child(entry)
+            return
+        request = self._request()
+        for entry in entries:
+            entry.ended_by_workflow = True
+        workers = min(len(entries), STOP_THREADS)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="stop") as pool:
+            errors = list(pool.map(lambda e: self._deliver(e, request), entries))
+        for error in errors:
+            if error is not None:
+                self.table.host.trouble("ask a child to stop", OSError(0, error))
 
     def stop_orphans(self) -> None:
         """Stop the children an earlier run of this workflow started that this run's script
@@ -74,29 +102,40 @@ class Stopping:
         return True
 
     def give_up(self, why: str) -> None:
-        """Stop waiting for the children still going (they are recorded as failed)."""
-        for entry in self.table.active():
-            self.settling.settle(
-                entry, outcomes.failure(entry.key, entry.call, why, run_id=entry.run_id), settled=False
-            )
+        """Stop waiting for the children still going (they are recorded as failed, together)."""
+        with self.settling.batch():
+            for entry in self.table.active():
+                self.settling.settle(
+                    entry, outcomes.failure(entry.key, entry.call, why, run_id=entry.run_id), settled=False
+                )
 
     def stop_child(self, entry: ChildEntry) -> None:
         """Ask a child to end as part of the workflow's own ending (stop, or interrupt: pause)."""
+        entry.ended_by_workflow = True
+        error = self._deliver(entry, self._request())
+        if error is not None:
+            self.table.host.trouble("ask a child to stop", OSError(0, error))
+
+    def _request(self) -> type[Stop] | type[Interrupt]:
+        """What a child is sent when the workflow ends (a stop, or for an interrupt a pause)."""
+        return Interrupt if self.table.ending is Interrupt else Stop
+
+    def _deliver(self, entry: ChildEntry, kind: type[Stop] | type[Interrupt]) -> str | None:
+        """Write ``kind`` into ``entry``'s inbox (from any thread: it touches nothing but that
+        inbox); why it could not be, or None."""
         from pisub.errors import InboxClosed
         from pisub.store.mailbox import write_request
 
         assert entry.run_id is not None
-        entry.ended_by_workflow = True
-        request: Request
-        reason = f"workflow {self.table.manifest.run_id} is ending"
-        source = self.table.source
-        if self.table.ending is Interrupt:
-            request = Interrupt(v=1, reason=reason, source=source)
-        else:
-            request = Stop(v=1, reason=reason, source=source)
+        request: Request = kind(
+            v=1, reason=f"workflow {self.table.manifest.run_id} is ending", source=self.table.source
+        )
         try:
             write_request(self.table.home.run(entry.run_id), request)
         except InboxClosed:
             pass  # it has ended: the next check settles it
         except PisubError as exc:
-            self.table.host.trouble("ask a child to stop", OSError(0, exc.message))
+            return exc.message
+        except Exception as exc:  # never lost in a thread
+            return f"{type(exc).__name__}: {exc}"
+        return None
