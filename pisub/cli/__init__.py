@@ -16,8 +16,6 @@ import importlib
 import os
 import re
 import sys
-import traceback
-from difflib import get_close_matches
 from typing import Any, NoReturn
 
 import click
@@ -70,6 +68,8 @@ class LazyGroup(Group):
         try:
             return click.Group.resolve_command(self, ctx, args)
         except click.UsageError as exc:  # typer's hint, from the table (no command is built)
+            from difflib import get_close_matches
+
             matches = get_close_matches(args[0], list(BY_NAME)) if args else []
             if matches:
                 suggestions = ", ".join(f"{m!r}" for m in matches)
@@ -175,6 +175,8 @@ def _fail(error: PisubError, cause: BaseException | None = None) -> NoReturn:
     from pisub.api.text import redact
 
     if cause is not None and os.environ.get("PISUB_DEBUG"):
+        import traceback
+
         traceback.print_exception(cause)
     # one line: every run of whitespace that breaks a line becomes one space; a value's own
     # spaces stay as given ('npm  test' is not 'npm test')

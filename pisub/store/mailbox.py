@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import itertools
 import os
 import re
@@ -87,6 +86,8 @@ def new_key(name: str) -> str:
     stem = name[: -len(".json")] if name.endswith(".json") else name
     if REQUEST_ID_RE.fullmatch(stem) and not _INVALID_KEY_RE.fullmatch(stem):
         return stem
+    import hashlib
+
     return "invalid-" + hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
@@ -97,6 +98,8 @@ def claimed_key(name: str) -> str:
     key = stem.split("~", 1)[0]
     if REQUEST_ID_RE.fullmatch(key):
         return key
+    import hashlib
+
     return "invalid-" + hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
