@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pisub.api.views import FleetRow, Home, fleet_of, last_line, transcript
+from pisub.api.views import FleetRow, Home, Statuses, fleet_of, last_line, transcript
 from pisub.cli.render import STATE_HUES as STATE_STYLES
 from pisub.errors import PisubError
 from pisub.protocol.status import Status
@@ -89,14 +89,13 @@ class TopState:
         return self.rows[self.selected] if 0 <= self.selected < len(self.rows) else None
 
 
-def collect(home: Home) -> tuple[list[Row], list[str]]:
+def collect(home: Home, statuses_of: Statuses | None = None) -> tuple[list[Row], list[str]]:
     """Every run as a row — the newest top-level run first, by start time (never by state, so
     that a run's place does not change when it ends) — with a workflow's children right under
-    it in their place in the workflow (:func:`_in_plan_order`); the runs that could not be read."""
-    from pisub.api.client import list_runs
-
+    it in their place in the workflow (:func:`_in_plan_order`); the runs that could not be read.
+    ``statuses_of``: the reader kept between refreshes (an ended run is not read again)."""
     problems: list[str] = []
-    statuses = list(list_runs(home=home.root, children=True, problems=problems))
+    statuses = (statuses_of or Statuses(home.root))(problems)
     known = {st.run_id for st in statuses}
     by_parent: dict[str | None, list[Status]] = {}
     for st in statuses:  # a child whose parent is gone (gc) is shown at the top level
@@ -424,6 +423,7 @@ class Top:
         self.home = home
         self.state = TopState()
         self.watch = Watch(home)
+        self.statuses = Statuses(home.root)
         self.done = False
         self.started = False
         self.last_key = float("-inf")
@@ -431,7 +431,7 @@ class Top:
     def refresh(self) -> None:
         st = self.state
         chosen = st.current.ident if st.current is not None else None
-        rows, st.problems = collect(self.home)
+        rows, st.problems = collect(self.home, self.statuses)
         st.held = 0
         if self.holding() and st.rows:  # the person is navigating: no new row moves the others
             shown = {row.ident for row in st.rows}
