@@ -37,7 +37,6 @@ from pisub.core.fsio import (
     publish_new,
     read_bytes,
 )
-from pisub.core.redact import scrub
 from pisub.errors import InboxClosed, InvalidInput, PisubError, ProtocolError, storage_error
 from pisub.protocol.codec import encode, encode_pretty, now_iso
 from pisub.protocol.control import (
@@ -183,6 +182,8 @@ def read_receipt_safe(paths: RunPaths, request_id: str) -> Receipt | None:
 
 def encode_receipt(receipt: Receipt) -> bytes:
     """A receipt as written for readers (its reasons redacted)."""
+    from pisub.core.redact import scrub
+
     return encode_pretty(scrub(receipt))
 
 
