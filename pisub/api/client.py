@@ -18,7 +18,6 @@ from pisub.core.polling import Every, poll
 from pisub.errors import InvalidInput, PisubError, RunNotFound, WaitTimeout
 from pisub.protocol.codec import now_iso
 from pisub.protocol.control import FollowUp, Interrupt, Receipt, ReceiptState, Request, Steer, Stop
-from pisub.protocol.manifest import AgentSpec, Limits, LimitValues, Manifest
 from pisub.protocol.result import Result
 from pisub.protocol.status import RunState, Status
 from pisub.store.paths import Home, RunPaths, is_run_id, open_home, validate_run_ref
@@ -31,6 +30,7 @@ if TYPE_CHECKING:
     from pisub.api.options import LaneInput, TaskInput, WorkflowOptions
     from pisub.children.pi.models import Model
     from pisub.protocol.events import Event
+    from pisub.protocol.manifest import Manifest
     from pisub.protocol.placement import Placement
     from pisub.protocol.workflow import Isolation
     from pisub.store.retained import Retained
@@ -138,6 +138,7 @@ def launch(
         HomeUnusable: the pisub home is not usable.
     """
     _warm_up()  # first: it starts while the launch is checked
+    from pisub.protocol.manifest import LimitValues
     from pisub.runs.launch import check_task, outside_home, plan_run, start_run, working_dir
     from pisub.store.lineage import caller_lineage
 
@@ -689,6 +690,8 @@ def _launch_workflow(
     elif default_isolation is not None:
         _check_worktree_source(workdir, "the workflow", base_ref, home=h)
     budget = _usage_budget(usage_budget, lineage.root_run_id)
+    from pisub.protocol.manifest import AgentSpec, Limits, LimitValues
+
     caller = LimitValues(timeout=timeout).check("the call")
     if run_id is not None and not is_run_id(run_id):
         raise InvalidInput(f"run_id: {run_id[:40]!r} is not a run id (a lower-case UUID)")

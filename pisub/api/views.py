@@ -205,3 +205,23 @@ def mission_of(run: Run, status: Status | None = None) -> tuple[str, str] | None
     except (PisubError, OSError):
         return st.mission_id, "unreadable"
     return st.mission_id, str(shown.mission.status)
+
+
+class Statuses:
+    """Every run's status (child runs too, oldest first, after crash repair), listed again and
+    again by one reader (``pisub top``): an ended run whose ``status.json`` has not changed
+    since this reader read it is not read again (its inbox is still checked each time)."""
+
+    def __init__(self, home: Path | None = None) -> None:
+        from pisub.runs.listing import Seen
+
+        self.home = open_home(home)
+        self.seen: Seen = {}
+
+    def __call__(self, problems: list[str] | None = None) -> list[Status]:
+        from pisub.runs.listing import list_statuses
+
+        listing = list_statuses(self.home, seen=self.seen)
+        if problems is not None:
+            problems += listing.problems
+        return sorted(listing.statuses, key=lambda s: s.started_at)

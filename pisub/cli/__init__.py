@@ -12,32 +12,18 @@ An ``OSError`` that escaped its seam becomes ``IO_ERROR``, anything else ``INTER
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import re
 import sys
-import traceback
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 import typer
 import typer.core
 
-from pisub.cli import agents as _agents
-from pisub.cli import cluster as _cluster
-from pisub.cli import config as _config
-from pisub.cli import control as _control
-from pisub.cli import groups as _groups
-from pisub.cli import lanes as _lanes
-from pisub.cli import leases as _leases
-from pisub.cli import missions as _missions
-from pisub.cli import ops as _ops
-from pisub.cli import pi_ext as _pi_ext
-from pisub.cli import resources as _resources
-from pisub.cli import runs as _runs
-from pisub.cli import schedules as _schedules
-from pisub.cli import version as _version
-from pisub.cli import workflows as _workflows
-from pisub.cli import worktrees as _worktrees
+from pisub.cli.commands import BY_NAME, COMMANDS, Command
+from pisub.cli.version import root as _root_options
 from pisub.errors import InternalError, PisubError, StorageError, storage_error
 from pisub.termsafe import printable
 
@@ -57,6 +43,40 @@ class Group(typer.core.TyperGroup):
                 formatter.write_dl(rows)
 
 
+class LazyGroup(Group):
+    """The root ``pisub``: its commands come from the table :data:`~pisub.cli.commands.COMMANDS`
+    and a command's module is imported (and its parser built) only when that command is used
+    — its help, its usage errors and its completion are the same as if every command were
+    built (``pisub --help`` lists the table's short helps)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(BY_NAME)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = self.commands.get(cmd_name)
+        if command is None and cmd_name in BY_NAME:
+            command = self.commands[cmd_name] = _load(BY_NAME[cmd_name])
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(c.name, c.help) for c in COMMANDS])
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return click.Group.resolve_command(self, ctx, args)
+        except click.UsageError as exc:  # typer's hint, from the table (no command is built)
+            from difflib import get_close_matches
+
+            matches = get_close_matches(args[0], list(BY_NAME)) if args else []
+            if matches:
+                suggestions = ", ".join(f"{m!r}" for m in matches)
+                exc.message = f"{exc.message.rstrip('.')}. Did you mean {suggestions}?"  # type: ignore[misc]
+            raise
+
+
 SETTINGS: dict[str, object] = {
     "cls": Group,
     "name": "pisub",
@@ -65,25 +85,52 @@ SETTINGS: dict[str, object] = {
     "pretty_exceptions_enable": False,
     "rich_markup_mode": None,
 }
-app = typer.Typer(add_completion=True, **SETTINGS)  # type: ignore[arg-type]
-_runs.register(app)
-_version.register(app)
-app.callback()(_version.root)
-_control.register(app)
-_ops.register(app)
-app.add_typer(_agents.app, name="agents")
-app.add_typer(_leases.app, name="lease")
-app.add_typer(_workflows.app, name="workflow")
-app.add_typer(_workflows.children_app, name="children")
-app.add_typer(_worktrees.app, name="worktree")
-app.add_typer(_lanes.app, name="lane")
-app.add_typer(_config.app, name="config")
-app.add_typer(_cluster.app, name="cluster")
-app.add_typer(_groups.app, name="group")
-app.add_typer(_schedules.app, name="schedule")
-app.add_typer(_missions.app, name="mission")
-_pi_ext.register(app)
-_resources.register(app)
+
+
+def _typer(*, add_completion: bool = False, cls: type[click.Group] = Group) -> typer.Typer:
+    one = typer.Typer(add_completion=add_completion, **{**SETTINGS, "cls": cls})  # type: ignore[arg-type]
+    one.callback()(_root_options)
+    return one
+
+
+def _attach(app: typer.Typer, entry: Command) -> None:
+    """Add the command ``entry`` (only it) to ``app``, importing its module."""
+    module: Any = importlib.import_module(f"pisub.cli.{entry.module}")
+    if entry.app is not None:
+        app.add_typer(getattr(module, entry.app), name=entry.name)
+    else:
+        one = typer.Typer()
+        module.register(one)
+        app.registered_commands += [c for c in one.registered_commands if c.name == entry.name]
+        app.registered_groups += [g for g in one.registered_groups if g.name == entry.name]
+    _every_group_lists_whole_sentences(app)
+
+
+def _load(entry: Command) -> click.Command:
+    """The click command of ``entry``, built from its module alone."""
+    one = _typer()
+    _attach(one, entry)
+    return typer.main.get_group(one).commands[entry.name]
+
+
+def root_app() -> typer.Typer:
+    """The command line run by :func:`main`: the root, whose commands load when used."""
+    return _typer(add_completion=True, cls=LazyGroup)
+
+
+def full_app() -> typer.Typer:
+    """The whole command line with every command built (every command module imported): for
+    tests and tools that walk all the commands."""
+    app = _typer(add_completion=True)
+    for entry in COMMANDS:
+        _attach(app, entry)
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":  # ``from pisub.cli import app``: every command, built
+        return full_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _every_group_lists_whole_sentences(typer_app: typer.Typer) -> None:
@@ -94,9 +141,6 @@ def _every_group_lists_whole_sentences(typer_app: typer.Typer) -> None:
             _every_group_lists_whole_sentences(group.typer_instance)
 
 
-_every_group_lists_whole_sentences(app)
-
-
 CLOSED_STDOUT = "stdout is closed: nothing was done; run it with an open stdout (e.g. >/dev/null)"
 
 
@@ -105,7 +149,7 @@ def main() -> None:
     if sys.stdout is None:  # fd 1 closed (`>&-`): no command could say what it did
         _fail(StorageError(CLOSED_STDOUT))
     try:
-        code = app_for(sys.argv[1:])(prog_name="pisub", standalone_mode=False)
+        code = root_app()(prog_name="pisub", standalone_mode=False)
     except click.UsageError as exc:
         _usage(exc)
     except click.ClickException as exc:  # e.g. a file argument that cannot be opened
@@ -126,27 +170,13 @@ def main() -> None:
     sys.exit(code if isinstance(code, int) and not isinstance(code, bool) else 0)
 
 
-def app_for(argv: list[str]) -> typer.Typer:
-    """The whole command line, or — when the first argument names a command or a group — one
-    holding only that: typer builds every command's parser before it parses (about 40 ms for
-    all of them), and a command's own parsing, help and errors are the same in both."""
-    if not argv or argv[0].startswith("-") or any(k.endswith("_COMPLETE") for k in os.environ):
-        return app
-    name = argv[0]
-    one = typer.Typer(add_completion=False, **SETTINGS)  # type: ignore[arg-type]
-    one.registered_commands = [c for c in app.registered_commands if c.name == name]
-    one.registered_groups = [g for g in app.registered_groups if g.name == name]
-    if not one.registered_commands and not one.registered_groups:
-        return app  # click names the unknown command, with the whole list
-    one.callback()(_version.root)
-    return one
-
-
 def _fail(error: PisubError, cause: BaseException | None = None) -> NoReturn:
     """Print one line for ``error`` (redacted) and exit 1."""
     from pisub.api.text import redact
 
     if cause is not None and os.environ.get("PISUB_DEBUG"):
+        import traceback
+
         traceback.print_exception(cause)
     # one line: every run of whitespace that breaks a line becomes one space; a value's own
     # spaces stay as given ('npm  test' is not 'npm test')

@@ -307,9 +307,11 @@ def _queue_options(group: str | None, priority: int | None, after: list[str] | N
 
 def _queue_line(handle: Any, st: Any, as_json: bool) -> None:
     """A queued run's place in its group's queue (``spec/queue.md``)."""
+    if st.state != "queued" or as_json:
+        return
     from pisub.api.groups import queue_place
 
-    place = queue_place(handle) if st.state == "queued" and not as_json else None
+    place = queue_place(handle)
     if place is not None:
         out(f"queue    position {place[0]} of {place[1]} waiting in group {st.group}")
 

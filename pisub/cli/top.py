@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pisub.api.views import FleetRow, Home, fleet_of, last_line, transcript
+from pisub.api.views import FleetRow, Home, Statuses, fleet_of, last_line, transcript
 from pisub.cli.render import STATE_HUES as STATE_STYLES
 from pisub.errors import PisubError
 from pisub.protocol.status import Status
@@ -89,14 +89,13 @@ class TopState:
         return self.rows[self.selected] if 0 <= self.selected < len(self.rows) else None
 
 
-def collect(home: Home) -> tuple[list[Row], list[str]]:
+def collect(home: Home, statuses_of: Statuses | None = None) -> tuple[list[Row], list[str]]:
     """Every run as a row — the newest top-level run first, by start time (never by state, so
     that a run's place does not change when it ends) — with a workflow's children right under
-    it in their place in the workflow (:func:`_in_plan_order`); the runs that could not be read."""
-    from pisub.api.client import list_runs
-
+    it in their place in the workflow (:func:`_in_plan_order`); the runs that could not be read.
+    ``statuses_of``: the reader kept between refreshes (an ended run is not read again)."""
     problems: list[str] = []
-    statuses = list(list_runs(home=home.root, children=True, problems=problems))
+    statuses = (statuses_of or Statuses(home.root))(problems)
     known = {st.run_id for st in statuses}
     by_parent: dict[str | None, list[Status]] = {}
     for st in statuses:  # a child whose parent is gone (gc) is shown at the top level
@@ -243,9 +242,7 @@ def render(state: TopState, height: int, width: int = 80) -> Any:
         footer = _line(f"steer {_short(state.target)}> {state.typed}", "bold yellow")
     elif state.mode == "confirm":
         footer = _line(f"stop {_short(state.target)}? y/n", "bold red")
-    fixed = 3 + (1 if state.held else 0)  # the header, the detail line, the footer (the held rows)
-    room = max(1, height - fixed - min(len(state.problems), 3))  # rows; at least 3 lines of problems
-    first = max(0, state.selected - (room - 1))
+    fixed, first, room = _window(state, height)
     parts: list[Any] = [_table(state, first, room, wide=width >= WIDE)]
     if not state.rows:
         parts.append(_text("no runs yet (pisub run ...)"))
@@ -260,6 +257,29 @@ def render(state: TopState, height: int, width: int = 80) -> Any:
     if state.held:
         parts.append(_line(f"{state.held} new row(s): shown when no key was pressed for {HOLD_S:g} s", "dim"))
     return Group(*parts, footer)
+
+
+def _window(state: TopState, height: int) -> tuple[int, int, int]:
+    """The table's lines besides its rows, its first row shown and how many rows it shows."""
+    fixed = 3 + (1 if state.held else 0)  # the header, the detail line, the footer (the held rows)
+    room = max(1, height - fixed - min(len(state.problems), 3))  # rows; at least 3 lines of problems
+    return fixed, max(0, state.selected - (room - 1)), room
+
+
+def clock_words(state: TopState, height: int, width: int) -> tuple[str, ...] | None:
+    """What the clock changes on the screen — the ages of the rows shown — and the screen's
+    size: a tick redraws only when one changed (None: the view is not the table; every tick
+    redraws it)."""
+    if state.mode != "table":
+        return None
+    _, first, room = _window(state, height)
+    wide = width >= WIDE
+    words = [str(height), str(width)]
+    for row in state.rows[first : first + room]:
+        words.append(_age(row.fleet.started_at))
+        if wide:
+            words.append(_age(row.fleet.last_activity_at))
+    return tuple(words)
 
 
 def _fitted(text: str, width: int) -> str:
@@ -424,6 +444,7 @@ class Top:
         self.home = home
         self.state = TopState()
         self.watch = Watch(home)
+        self.statuses = Statuses(home.root)
         self.done = False
         self.started = False
         self.last_key = float("-inf")
@@ -431,7 +452,7 @@ class Top:
     def refresh(self) -> None:
         st = self.state
         chosen = st.current.ident if st.current is not None else None
-        rows, st.problems = collect(self.home)
+        rows, st.problems = collect(self.home, self.statuses)
         st.held = 0
         if self.holding() and st.rows:  # the person is navigating: no new row moves the others
             shown = {row.ident for row in st.rows}
@@ -558,6 +579,7 @@ class Top:
         self.refresh()
         last_draw = last_collect = 0.0
         dirty, stale = True, False
+        clock: tuple[str, ...] | None = None
         with raw_terminal(stdin), Live(console=console, screen=True, auto_refresh=False) as live:
             while not self.done:
                 now = time.monotonic()
@@ -568,8 +590,10 @@ class Top:
                     self.refresh()
                     last_collect, stale, dirty = now, False, True
                 if dirty and now - last_draw >= REDRAW_MIN_S:
-                    live.update(render(self.state, console.size.height, console.size.width), refresh=True)
+                    height, width = console.size.height, console.size.width
+                    live.update(render(self.state, height, width), refresh=True)
                     last_draw, dirty = now, False
+                    clock = clock_words(self.state, height, width)
                 wait = REDRAW_MIN_S if (dirty or stale or self.state.held) else TICK_S
                 ready, _, _ = select.select([stdin, self.watch.fd], [], [], wait)
                 if stdin in ready:
@@ -581,8 +605,9 @@ class Top:
                     dirty = True
                 if self.watch.fd in ready and self.watch.drain():
                     stale = True
-                if not ready:
-                    dirty = True  # the clock tick: ages move
+                if not ready:  # the clock tick: a redraw when an age shown moved (or the size)
+                    shown = clock_words(self.state, console.size.height, console.size.width)
+                    dirty = dirty or shown is None or shown != clock
         self.watch.close()
 
 

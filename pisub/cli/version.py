@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import typer
 
-from pisub.cli.render import json_line, out
-
 
 def register(app: typer.Typer) -> None:
     app.command("version")(version)
@@ -14,6 +12,7 @@ def register(app: typer.Typer) -> None:
 def _print_version(given: bool) -> None:
     if given:
         from pisub import __version__
+        from pisub.cli.render import out
 
         out(f"pisub {__version__}")
         raise typer.Exit(0)
@@ -41,6 +40,7 @@ def version(
     import platform
 
     from pisub import __version__
+    from pisub.cli.render import json_line, out
 
     if as_json:
         json_line({"version": __version__, "python": platform.python_version()})

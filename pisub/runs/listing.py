@@ -6,6 +6,10 @@ directory's descriptor from one listing of it. A live run, or a finished one who
 holds something new, is observed in full (:func:`pisub.runs.reconcile.observe`: repaired when its
 runner died, late requests answered). Live runs only come from the index of live runs
 (:mod:`pisub.store.live_index`) when it is complete; else every run is read and the index rebuilt.
+
+A reader that lists again and again (``pisub top``) keeps a :data:`Seen` between listings: an
+ended run whose ``status.json`` is the same file as when it was read (its inode, size and
+mtime by one ``stat``) is not read and decoded again — its inbox is still checked each time.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from pisub.store.paths import STATUS_FILE, Home, RunPaths
 
 T = TypeVar("T")
 
+Seen = dict[str, tuple[tuple[int, int, int], Status]]
+"""Ended runs as last read: run id → (``status.json``'s inode, size and mtime, its status)."""
+
 
 @dataclass
 class Listing:
@@ -33,16 +40,20 @@ class Listing:
     """One line per run that could not be read, and per stray entry of ``runs/``."""
 
 
-def list_statuses(home: Home, *, live_only: bool = False) -> Listing:
+def list_statuses(home: Home, *, live_only: bool = False, seen: Seen | None = None) -> Listing:
     """Every run's status (``live_only``: at least every run not ended, from the index when it
-    is complete — the caller filters by state)."""
+    is complete — the caller filters by state; ``seen``: ended runs as read by the caller's
+    last listings, updated)."""
     if live_only:
         ids = live_index.live_ids(home)
         if ids is not None:
             return _read_index(home, ids)
     listing = Listing()
     names = _runs_entries(home, listing)
-    unread = _read(home, names, listing, quiet_missing=False)
+    if seen is not None:
+        for gone in seen.keys() - set(names):
+            del seen[gone]
+    unread = _read(home, names, listing, quiet_missing=False, known=seen)
     if not live_index.is_complete(home):
         live = [st.run_id for st in listing.statuses if not st.state.is_terminal]
         live_index.rebuild(home, live + unread)  # unreadable ones too: only too many, never too few
@@ -67,12 +78,13 @@ def _read_index(home: Home, ids: list[str]) -> Listing:
     return listing
 
 
-def _read(home: Home, names: list[str], listing: Listing, *, quiet_missing: bool) -> list[str]:
+def _read(
+    home: Home, names: list[str], listing: Listing, *, quiet_missing: bool, known: Seen | None = None
+) -> list[str]:
     """Append the statuses of runs ``names``; the names that could not be read."""
     from pisub.backends import prime
     from pisub.errors import storage_error
     from pisub.runs.reconcile import observe
-    from pisub.store.runs import MAX_FILE
 
     unread: list[str] = []
     if not names:
@@ -87,7 +99,7 @@ def _read(home: Home, names: list[str], listing: Listing, *, quiet_missing: bool
         for name in names:
 
             def first_read(name: str = name) -> tuple[Status, bool]:
-                st = load_json(f"{name}/{STATUS_FILE}", Status, limit=MAX_FILE, dir_fd=runs_fd)
+                st = _status(name, runs_fd, known)
                 return st, not st.state.is_terminal or not quiet_since_answered(f"{name}/inbox", runs_fd)
 
             read = _guarded(home, name, listing, unread, quiet_missing, first_read)
@@ -108,6 +120,25 @@ def _read(home: Home, names: list[str], listing: Listing, *, quiet_missing: bool
             seen = observed
         listing.statuses.append(seen)
     return unread
+
+
+def _status(name: str, runs_fd: int, seen: Seen | None) -> Status:
+    """Run ``name``'s ``status.json``; from ``seen`` when it is the same file as when an ended
+    status was read from it (a file replaced meanwhile has another inode or mtime)."""
+    from pisub.store.runs import MAX_FILE
+
+    path = f"{name}/{STATUS_FILE}"
+    if seen is None:
+        return load_json(path, Status, limit=MAX_FILE, dir_fd=runs_fd)
+    info = os.stat(path, dir_fd=runs_fd, follow_symlinks=False)  # before the read: never too new
+    key = (info.st_ino, info.st_size, info.st_mtime_ns)
+    known = seen.get(name)
+    if known is not None and known[0] == key:
+        return known[1]
+    st = load_json(path, Status, limit=MAX_FILE, dir_fd=runs_fd)
+    if st.state.is_terminal:
+        seen[name] = (key, st)
+    return st
 
 
 def _guarded(

@@ -23,8 +23,6 @@ from typing import ParamSpec, TypeVar
 
 from pisub.core.fsio import read_tail
 from pisub.core.locks import exclusive
-from pisub.core.procs import is_alive, kill_all, marked_processes
-from pisub.core.redact import redact
 from pisub.errors import PisubError, ProtocolError, RunNotFound, StorageError, storage_error
 from pisub.protocol.codec import now_iso
 from pisub.protocol.host import HostReason, HostState
@@ -38,7 +36,6 @@ from pisub.protocol.result import (
     UnwrittenEnd,
 )
 from pisub.protocol.status import RepairCause, RunState, Status, StepState
-from pisub.store.leases import reclaim_if_dead
 from pisub.store.mailbox import (
     FINISHED_REASON,
     close_inbox,
@@ -48,7 +45,6 @@ from pisub.store.mailbox import (
     settle_closed_inbox,
 )
 from pisub.store.paths import RunPaths
-from pisub.store.results import make_result
 from pisub.store.runs import append_event, load_manifest, load_result, load_status, write_result, write_status
 
 P = ParamSpec("P")
@@ -132,6 +128,8 @@ def repair(paths: RunPaths) -> Status:
             return status
         placed_elsewhere = _fence(paths)
         ended = end_strays(paths, status)
+        from pisub.store.leases import reclaim_if_dead
+
         if status.session_file:
             reclaim_if_dead(paths.home.leases, status.session_file, status.run_id)
         journal = _journal_of(paths)
@@ -227,6 +225,8 @@ def _answer_closed_inbox(paths: RunPaths, status: Status) -> None:
 
 def end_strays(paths: RunPaths, status: Status) -> list[int]:
     """End every process left of the run's children; the pids that were found."""
+    from pisub.core.procs import is_alive, kill_all, marked_processes
+
     pids: set[int] = set()
     pgids: set[int] = set()
     # A workflow's steps name its children's runners: they outlive it (resume re-attaches them).
@@ -300,6 +300,8 @@ def _unwritten_end(tail: str) -> UnwrittenEnd | None:
 def _unwritten_result(paths: RunPaths, status: Status, end: UnwrittenEnd) -> Result:
     """A run whose child ended but whose runner could not write its final files: ``failed``
     with ``IO_ERROR`` naming the file, keeping the child's exit code and its logged output."""
+    from pisub.store.results import make_result
+
     log = paths.output_log(0)
     try:
         output = read_tail(log, OUTPUT_KEPT).decode("utf-8", "replace")
@@ -329,6 +331,8 @@ def _unwritten_result(paths: RunPaths, status: Status, end: UnwrittenEnd) -> Res
 
 
 def _crash_result(paths: RunPaths, status: Status, *, stopped: bool = False) -> Result:
+    from pisub.store.results import make_result
+
     tail = read_tail(paths.runner_log, 64 * 1024).decode("utf-8", "replace")
     end = _unwritten_end(tail) if status.runner != "workflow" else None
     if end is not None and not stopped:
@@ -369,6 +373,8 @@ def _crash_result(paths: RunPaths, status: Status, *, stopped: bool = False) -> 
 
 def _workflow_crash_result(status: Status, mode: str, message: str) -> Result:
     """A dead coordinator's result: its children run on under their own runners."""
+    from pisub.core.redact import redact
+
     live = [s for s in status.steps if s.status in (StepState.RUNNING, StepState.PENDING)]
     if live:
         keys = ", ".join(s.key or str(s.index) for s in live)

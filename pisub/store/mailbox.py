@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import itertools
 import os
 import re
@@ -38,7 +37,6 @@ from pisub.core.fsio import (
     publish_new,
     read_bytes,
 )
-from pisub.core.redact import scrub
 from pisub.errors import InboxClosed, InvalidInput, PisubError, ProtocolError, storage_error
 from pisub.protocol.codec import encode, encode_pretty, now_iso
 from pisub.protocol.control import (
@@ -87,6 +85,8 @@ def new_key(name: str) -> str:
     stem = name[: -len(".json")] if name.endswith(".json") else name
     if REQUEST_ID_RE.fullmatch(stem) and not _INVALID_KEY_RE.fullmatch(stem):
         return stem
+    import hashlib
+
     return "invalid-" + hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
@@ -97,6 +97,8 @@ def claimed_key(name: str) -> str:
     key = stem.split("~", 1)[0]
     if REQUEST_ID_RE.fullmatch(key):
         return key
+    import hashlib
+
     return "invalid-" + hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
@@ -180,6 +182,8 @@ def read_receipt_safe(paths: RunPaths, request_id: str) -> Receipt | None:
 
 def encode_receipt(receipt: Receipt) -> bytes:
     """A receipt as written for readers (its reasons redacted)."""
+    from pisub.core.redact import scrub
+
     return encode_pretty(scrub(receipt))
 
 

@@ -12,7 +12,7 @@ import shutil
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from pisub.core.fsio import (
     JsonlAppender,
@@ -24,9 +24,6 @@ from pisub.core.fsio import (
     read_bytes,
     write_all,
 )
-from pisub.core.locks import try_lock
-from pisub.core.procs import boot_id, host_name
-from pisub.core.redact import redact, scrub
 from pisub.errors import (
     AmbiguousRun,
     HomeUnusable,
@@ -38,13 +35,14 @@ from pisub.errors import (
 )
 from pisub.protocol.codec import encode, encode_pretty, now_iso
 from pisub.protocol.events import Event
-from pisub.protocol.manifest import Manifest
 from pisub.protocol.placement import BackendName, Heartbeat, Placement
 from pisub.protocol.result import Result
 from pisub.protocol.status import RunState, Status
 from pisub.store import fencing, live_index
 from pisub.store.paths import LABEL_REF, Home, RunPaths, is_run_id, validate_run_ref
-from pisub.store.session_fork import copy_session
+
+if TYPE_CHECKING:
+    from pisub.protocol.manifest import Manifest
 
 T = TypeVar("T")
 
@@ -93,6 +91,10 @@ class RunStore:
     def _create(
         self, manifest: Manifest, staging: RunPaths, final: RunPaths, seeds: dict[str, Path | bytes]
     ) -> tuple[RunPaths, int]:
+        from pisub.core.locks import try_lock
+        from pisub.core.procs import host_name
+        from pisub.store.session_fork import copy_session
+
         private_mkdir(staging.root)
         for directory in staging.control_dirs():
             private_mkdir(directory)
@@ -235,6 +237,8 @@ CANDIDATES = 10
 
 
 def load_manifest(paths: RunPaths) -> Manifest:
+    from pisub.protocol.manifest import Manifest
+
     return _load(paths.manifest, Manifest)
 
 
@@ -253,6 +257,8 @@ def load_result(paths: RunPaths) -> Result | None:
 def first_placement(manifest: Manifest) -> Placement:
     """The placement a run is created with: its backend and the launcher's identity (the
     engine's job id comes once the engine accepted the job)."""
+    from pisub.core.procs import boot_id, host_name
+
     backend = manifest.placement.backend if manifest.placement is not None else BackendName.LOCAL
     return Placement(
         v=1,
@@ -273,6 +279,8 @@ def load_placement(paths: RunPaths) -> Placement:
     try:
         return load_json(paths.placement, Placement, limit=MAX_FILE)
     except FileNotFoundError:
+        from pisub.core.procs import host_name
+
         return Placement(v=1, backend=BackendName.LOCAL, launcher_host=host_name())
 
 
@@ -313,6 +321,8 @@ def _load(path: Path, type_: type[T]) -> T:
 
 def write_status(paths: RunPaths, status: Status, *, durable: bool = True) -> None:
     """Replace ``status.json`` (its free texts redacted: it is read outside the run)."""
+    from pisub.core.redact import scrub
+
     fencing.check()
     atomic_write(paths.status, encode_pretty(scrub(status)), durable=durable, fence=fencing.check)
     if status.state.is_terminal:
@@ -400,6 +410,8 @@ TASK_HEAD = 120
 
 def task_head(task: str) -> str:
     """The first non-blank line of ``task``, redacted, cut to :data:`TASK_HEAD` characters."""
+    from pisub.core.redact import redact
+
     line = next((ln.strip() for ln in task.splitlines() if ln.strip()), "")
     line = redact(line)
     return line if len(line) <= TASK_HEAD else line[: TASK_HEAD - 1] + "…"
