@@ -746,14 +746,14 @@ class Tree:
     ended. ``exclude``: pids not to count (the ``pisub run``/``stop`` commands, counted exactly
     by the caller)."""
 
-    def __init__(self, tag: str, interval: float = 0.05) -> None:
+    def __init__(self, tag: str, interval: float = 0.05, exclude: set[int] | None = None) -> None:
         import threading
 
         self.needle = f"{TREE_ENV}={tag}".encode()
         self.interval = interval
         self.procs: dict[int, _Proc] = {}
         self.others: set[int] = set()
-        self.exclude: set[int] = set()
+        self.exclude: set[int] = set(exclude or ())
         self.peak_rss_pages = 0
         self.scans = 0
         self.lock = threading.Lock()
@@ -841,8 +841,21 @@ class Tree:
                         return max((p.gone or 0.0 for p in self.procs.values()), default=time.perf_counter())
                 continue
             if time.monotonic() >= deadline:
-                raise BenchFailure(f"{live} processes of a stopped run still there after {timeout:g} s")
+                raise BenchFailure(
+                    f"{live} processes of a stopped run still there after {timeout:g} s: {self.left()}"
+                )
             time.sleep(0.01)
+
+    def left(self) -> str:
+        """The processes not ended yet: pid and command line (for an error message)."""
+        out = []
+        with self.lock:
+            for pid, proc in self.procs.items():
+                if proc.gone is None:
+                    with suppress(OSError):
+                        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+                        out.append(f"{pid} {cmd}")
+        return ", ".join(out)
 
     def _scanned_since(self, scans: int) -> bool:
         return self.scans >= scans + 2
@@ -873,18 +886,25 @@ def _children_cpu() -> float:
 
 
 def fanout_once(
-    pisub_cmd: list[str], n: int, task: str, server: Any = None, cwd: Path | None = None
+    pisub_cmd: list[str],
+    n: int,
+    task: str,
+    server: Any = None,
+    cwd: Path | None = None,
+    finish: bool = False,
+    extra_env: dict[str, str] | None = None,
 ) -> dict[str, float]:
     """One fan-out of ``n`` children running ``task`` (``AGENT=TEXT``) with ``pisub_cmd``: launch
     → all ``running`` (→ all first model requests with a ``server``), then ``pisub stop`` → no
-    process of the run's tree left; CPU seconds of pisub (the two commands, counted exactly, and
-    the tree's Python processes) and of the children; the tree's peak RSS."""
+    process of the run's tree left (``finish``: → the run ended by itself → no process left);
+    CPU seconds of pisub (the two commands, counted exactly, and the tree's Python processes)
+    and of the children; the tree's peak RSS."""
     import pisub
 
     tag = uuid.uuid4().hex
-    env = {**os.environ, TREE_ENV: tag}
+    env = {**os.environ, **(extra_env or {}), TREE_ENV: tag}
     tree = Tree(tag)
-    seen = len(server.requests) if server is not None else 0
+    seen = _child_requests(server) if server is not None else 0
     figures: dict[str, float] = {}
     try:
         cli_cpu = _children_cpu()
@@ -908,22 +928,14 @@ def fanout_once(
         )
         figures["to_running_s"] = time.perf_counter() - start
         if server is not None:
-            until(lambda: len(server.requests) >= seen + n, 300, f"{n} first model requests", 0.005)
+            until(lambda: _child_requests(server) >= seen + n, 300, f"{n} first model requests", 0.005)
             figures["to_first_request_s"] = time.perf_counter() - start
-        stop_at = time.perf_counter()
-        proc = subprocess.Popen(
-            [*pisub_cmd, "stop", the_run.id, "--wait", "0"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        tree.exclude.add(proc.pid)
-        _, err = proc.communicate()
-        figures["stop_command_s"] = time.perf_counter() - stop_at
-        if proc.returncode != 0:
-            raise BenchFailure(f"pisub stop {the_run.id} failed: {err.strip()[-300:]}")
-        figures["stop_s"] = tree.wait_gone(120) - stop_at
+        if finish:
+            until(functools.partial(_ended_any, the_run), 300, f"{the_run.id} to end", 0.01)
+            figures["to_finished_s"] = time.perf_counter() - start
+            figures["to_gone_s"] = tree.wait_gone(120) - start
+        else:
+            figures.update(_stop(pisub_cmd, the_run.id, env, tree))
         cli_cpu = _children_cpu() - cli_cpu
     finally:
         tree.close()
@@ -931,6 +943,7 @@ def fanout_once(
     figures.update(
         {
             "pisub_cpu_s": pisub_cpu + cli_cpu,
+            "cpu_s": pisub_cpu + cli_cpu + child_cpu,
             "cli_cpu_s": cli_cpu,
             "child_cpu_s": child_cpu,
             "peak_rss": float(tree.peak_rss_pages * tree.page),
@@ -938,6 +951,37 @@ def fanout_once(
         }
     )
     return figures
+
+
+def _stop(pisub_cmd: list[str], run_id: str, env: dict[str, str], tree: Tree) -> dict[str, float]:
+    """``pisub stop RUN --wait 0`` → the command returned, → no process of the tree left."""
+    stop_at = time.perf_counter()
+    proc = subprocess.Popen(
+        [*pisub_cmd, "stop", run_id, "--wait", "0"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    tree.exclude.add(proc.pid)
+    _, err = proc.communicate()
+    command = time.perf_counter() - stop_at
+    if proc.returncode != 0:
+        raise BenchFailure(f"pisub stop {run_id} failed: {err.strip()[-300:]}")
+    return {"stop_command_s": command, "stop_s": tree.wait_gone(120) - stop_at}
+
+
+def _child_requests(server: Any) -> int:
+    """The model requests of children so far: those whose conversation holds the children's
+    :data:`anchor.CHILD_MARK` but not the original's parent's ``CALLS:`` prompt (which names the
+    children's task too)."""
+    from anchor import CHILD_MARK
+
+    count = 0
+    for body in list(server.requests):
+        text = json.dumps(body.get("messages", []))
+        count += CHILD_MARK in text and "CALLS:" not in text
+    return count
 
 
 def bench_fanout(b: Bench) -> None:
@@ -1669,8 +1713,207 @@ def bench_top(b: Bench) -> None:
 # -- anchor (opt-in: --only anchor) ---------------------------------------------------------------
 
 
+def _tagged(tag: str) -> set[int]:
+    needle = f"{TREE_ENV}={tag}".encode()
+    found = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with suppress(OSError):
+                if needle in Path(f"/proc/{name}/environ").read_bytes().split(b"\0"):
+                    found.add(int(name))
+    return found
+
+
+def _cpu_of(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def original_once(
+    parent: Any, tag: str, server: Any, temp_root: Path, n: int, task: str, finish: bool
+) -> dict[str, float]:
+    """One fan-out by the original: the parent pi is prompted, its scripted model calls the
+    ``subagent`` tool (an async ``runs.all`` of ``n`` children) → all first model requests of
+    the children → the workflow's ``complete`` → no process of it left (``finish``), or the
+    parent prompted again, its model calling ``subagent`` with ``action: "stop"`` → no process
+    left. CPU: every process the fan-out started (the children's runners, each hosting its pi
+    session) plus what the parent spent meanwhile (it runs the workflow script)."""
+    import anchor
+
+    tree = Tree(tag, exclude=_tagged(tag))  # not the parent, nor what it keeps between fan-outs
+    seen = _child_requests(server)
+    before = set(anchor.run_dirs(temp_root))
+    figures: dict[str, float] = {}
+    try:
+        parent_cpu = _cpu_of(parent.proc.pid)
+        start = time.perf_counter()
+        since = len(parent.events)
+        parent.call({"type": "prompt", "message": anchor.prompt(n, task)})
+        _, event = parent.wait_event(
+            lambda e: e.get("type") == "tool_execution_end" and e.get("toolName") == "subagent", 300, since
+        )
+        details = (event.get("result") or {}).get("details") or {}
+        run_id = details.get("runId")
+        if not run_id:
+            text = json.dumps(event.get("result"))[:300]
+            raise anchor.Unavailable(f"the original's subagent tool started no run: {text}")
+        figures["tool_returned_s"] = time.perf_counter() - start
+        until(
+            lambda: _child_requests(server) >= seen + n,
+            300,
+            f"the original's {n} first model requests",
+            0.005,
+        )
+        figures["to_first_request_s"] = time.perf_counter() - start
+        if finish:
+
+            def complete() -> bool:
+                status = anchor.status_of(temp_root, run_id)
+                return status is not None and status.get("state") in ("complete", "failed", "stopped")
+
+            until(complete, 300, f"the original's workflow {run_id} to end", 0.01)
+            figures["to_finished_s"] = time.perf_counter() - start
+            state = (anchor.status_of(temp_root, run_id) or {}).get("state")
+            if state != "complete":
+                raise BenchFailure(f"the original's workflow {run_id} ended {state}")
+            figures["to_gone_s"] = tree.wait_gone(120) - start
+        else:
+            parent.wait_event(lambda e: e.get("type") == "agent_end", 60, since)
+            since = len(parent.events)
+            stop_at = time.perf_counter()
+            parent.call({"type": "prompt", "message": anchor.stop_prompt(run_id)})
+            figures["stop_s"] = tree.wait_gone(120) - stop_at
+            _, event = parent.wait_event(
+                lambda e: e.get("type") == "tool_execution_end" and e.get("toolName") == "subagent", 60, since
+            )
+            if event.get("isError"):
+                raise anchor.Unavailable(
+                    f"the original's stop failed: {json.dumps(event.get('result'))[:300]}"
+                )
+        parent.wait_idle(120)
+        parent_cpu = _cpu_of(parent.proc.pid) - parent_cpu
+    finally:
+        tree.close()
+    runner_cpu, child_cpu = tree.cpu()
+    figures.update(
+        {
+            "cpu_s": runner_cpu + child_cpu + parent_cpu,
+            "parent_cpu_s": parent_cpu,
+            "peak_rss": float(tree.peak_rss_pages * tree.page),
+            "parent_rss": float(
+                int(Path(f"/proc/{parent.proc.pid}/statm").read_text().split()[1]) * tree.page
+            ),
+            "processes": float(len(tree.procs)),
+            "runs": float(len(set(anchor.run_dirs(temp_root)) - before)),
+        }
+    )
+    return figures
+
+
 def bench_anchor(b: Bench) -> None:
-    raise BenchFailure("anchor: not yet")
+    """The original pi-subagents 0.67.0 (npm, installed once into a cache folder) beside pisub,
+    the same pi 0.85.1 and the same scripted model, alternating round by round: a 16-child pi
+    fan-out (4 with --quick) → all first model requests, → finished (each child streams 2 s), →
+    no process left, its CPU and peak RSS; and the same fan-out streaming without end, stopped
+    → no process left. The original is driven as a user drives it: one parent ``pi --mode rpc
+    -e pi-subagents/index.ts`` for the whole section, whose model calls its ``subagent`` tool."""
+    import anchor
+
+    from pisub.testing.fake_model import FakeModelServer, pi_env, write_pi_agent_dir
+    from pisub.testing.pi_pins import pinned_pi_bins
+
+    pi_bin = pinned_pi_bins(ROOT).get(anchor.PI_VERSION)
+    if pi_bin is None:
+        b.notes.append(
+            f"anchor: pi {anchor.PI_VERSION} is not installed (scripts/install_pi.sh all): skipped"
+        )
+        return
+    try:
+        package = anchor.install()
+    except anchor.Unavailable as exc:
+        b.notes.append(f"anchor: skipped: {exc}")
+        return
+    n = 4 if b.quick else 16
+    rounds = 1 if b.quick else 3
+    finite, endless = f"{anchor.CHILD_MARK} SLOW:40 a story", f"{anchor.CHILD_MARK} SLOW:1000000 a story"
+    scratch = b.home.parent / "anchor"
+    agent_dir, temp_root, workdir = scratch / "agent", scratch / "root", scratch / "work"
+    workdir.mkdir(parents=True)
+    tag = uuid.uuid4().hex
+    with FakeModelServer(slow_delay=0.05) as server:
+        write_pi_agent_dir(agent_dir, server.base_url)
+        env = {**os.environ, **pi_env(agent_dir), "PI_SUBAGENTS_TEMP_ROOT": str(temp_root), TREE_ENV: tag}
+        parent = anchor.Parent(str(pi_bin), package, agent_dir, workdir, env)
+        try:
+            start = time.perf_counter()
+            parent.call({"type": "get_state"}, timeout=600)
+            b.data["anchor"] = {"parent_start_s": time.perf_counter() - start}
+            original_once(parent, tag, server, temp_root, n, finite, True)  # warm-up: jiti's cache
+            b.agent("bench", "", [], runner="pi")
+            pisub_env = {"PISUB_PI_BIN": str(pi_bin)}
+            figures: dict[str, list[dict[str, float]]] = {
+                "original": [],
+                "pisub": [],
+                "original stop": [],
+                "pisub stop": [],
+            }
+            pisub_env = {**pi_env(agent_dir), **pisub_env}
+
+            def original(fin: bool) -> dict[str, float]:
+                return original_once(parent, tag, server, temp_root, n, finite if fin else endless, fin)
+
+            def ours_(fin: bool) -> dict[str, float]:
+                task = f"bench={finite if fin else endless}"
+                return fanout_once(b.pisub, n, task, server, workdir, fin, pisub_env)
+
+            sides: list[tuple[str, Callable[[bool], dict[str, float]]]] = [
+                ("original", original),
+                ("pisub", ours_),
+            ]
+            for i in range(rounds):
+                for name, once in sides if i % 2 == 0 else sides[::-1]:
+                    figures[name].append(once(True))
+                    figures[f"{name} stop"].append(once(False))
+        except anchor.Unavailable as exc:
+            b.notes.append(f"anchor: the original could not be run: {exc}")
+            return
+        finally:
+            parent.close()
+    b.data["anchor"].update(figures)
+    _anchor_rows(b, n, figures)
+
+
+def _anchor_rows(b: Bench, n: int, figures: dict[str, list[dict[str, float]]]) -> None:
+    def med(name: str, key: str) -> float:
+        return statistics.median(f[key] for f in figures[name])
+
+    def versus(key: str, show: Callable[[float], str], side: str = "") -> tuple[str, str]:
+        pisub_, original = med(f"pisub{side}", key), med(f"original{side}", key)
+        return f"{show(pisub_)}", f"original {show(original)}; x{pisub_ / original:.2f}"
+
+    secs = "{:.2f} s".format
+    for key, label, side in (
+        ("to_first_request_s", "launch → all first model requests", ""),
+        ("to_finished_s", "launch → finished (2 s streams)", ""),
+        ("to_gone_s", "launch → no process left", ""),
+        ("stop_s", "stop (streaming) → no process left", " stop"),
+    ):
+        value, base = versus(key, secs, side)
+        b.row("anchor", f"{n} pi children: {label}, p50", value, base)
+    value, base = versus("cpu_s", "{:.2f} s".format)
+    b.row(
+        "anchor",
+        f"{n} pi children: CPU s, the whole fan-out",
+        value,
+        base + " (original: with its parent's share)",
+    )
+    value, base = versus("peak_rss", lambda v: f"{v / 2**20:.0f} MiB")
+    b.row(
+        "anchor",
+        f"{n} pi children: peak RSS of the fan-out's processes",
+        value,
+        base + f" (+ its parent pi {med('original', 'parent_rss') / 2**20:.0f} MiB)",
+    )
 
 
 # -- Slurm (opt-in: --only slurm, needs scripts/slurm-up.sh) ---------------------------------------
