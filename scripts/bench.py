@@ -1000,6 +1000,8 @@ def bench_fanout(b: Bench) -> None:
     if b.quick:
         b.notes.append("fanout: the 16 pi children are skipped with --quick")
         return
+    from anchor import CHILD_MARK
+
     from pisub.testing.fake_model import FakeModelServer, pi_env, write_pi_agent_dir
 
     pi_bin = _pi_bin()
@@ -1013,7 +1015,10 @@ def bench_fanout(b: Bench) -> None:
         os.environ.update({**pi_env(agent_dir), "PISUB_PI_BIN": pi_bin})
         b.agent("pi", "", [], runner="pi")
         figures = b.alternate(
-            rounds, lambda cmd: fanout_once(cmd, n, "pi=SLOW:1000000 a story", server=server, cwd=workdir)
+            rounds,
+            lambda cmd: fanout_once(
+                cmd, n, f"pi={CHILD_MARK} SLOW:1000000 a story", server=server, cwd=workdir
+            ),
         )
         shutil.rmtree(agent_dir, ignore_errors=True)
         shutil.rmtree(workdir, ignore_errors=True)
