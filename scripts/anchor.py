@@ -31,6 +31,10 @@ class Unavailable(Exception):
     """The original cannot be run here (the reason is the message, one line)."""
 
 
+class Busy(Unavailable):
+    """The parent pi refused a prompt: it is in a turn (a completion notice woke it)."""
+
+
 def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "pisub-bench" / f"pi-subagents-{VERSION}"
@@ -173,8 +177,23 @@ class Parent:
             lambda e: e.get("type") == "response" and e.get("id") == ident, timeout, since
         )
         if not event.get("success", False):
+            if "already processing" in str(event.get("error")):
+                raise Busy(str(event.get("error")))
             raise Unavailable(f"the original's parent pi refused {command.get('type')}: {event.get('error')}")
         return event
+
+    def prompt(self, message: str) -> tuple[float, int]:
+        """Prompt the parent once it is idle (a completion notice of an earlier fan-out may
+        have started a turn): the ``perf_counter`` time it was sent, and the event index."""
+        for _ in range(20):
+            self.wait_idle(120)
+            since, start = len(self.events), time.perf_counter()
+            try:
+                self.call({"type": "prompt", "message": message})
+            except Busy:
+                continue
+            return start, since
+        raise Unavailable("the original's parent pi stayed busy")
 
     def wait_idle(self, timeout: float) -> None:
         """Until the parent is not streaming (a completion notice may have started a turn)."""

@@ -1758,9 +1758,7 @@ def original_once(
     figures: dict[str, float] = {}
     try:
         parent_cpu = _cpu_of(parent.proc.pid)
-        start = time.perf_counter()
-        since = len(parent.events)
-        parent.call({"type": "prompt", "message": anchor.prompt(n, task)})
+        start, since = parent.prompt(anchor.prompt(n, task))
         _, event = parent.wait_event(
             lambda e: e.get("type") == "tool_execution_end" and e.get("toolName") == "subagent", 300, since
         )
@@ -1791,9 +1789,7 @@ def original_once(
             figures["to_gone_s"] = tree.wait_gone(120) - start
         else:
             parent.wait_event(lambda e: e.get("type") == "agent_end", 60, since)
-            since = len(parent.events)
-            stop_at = time.perf_counter()
-            parent.call({"type": "prompt", "message": anchor.stop_prompt(run_id)})
+            stop_at, since = parent.prompt(anchor.stop_prompt(run_id))
             figures["stop_s"] = tree.wait_gone(120) - stop_at
             _, event = parent.wait_event(
                 lambda e: e.get("type") == "tool_execution_end" and e.get("toolName") == "subagent", 60, since
