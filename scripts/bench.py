@@ -699,6 +699,12 @@ def _all_running(run: Any, count: int) -> bool:
     return [str(s.status) for s in run.status().steps].count("running") >= count
 
 
+def _all_started(run: Any, count: int) -> bool:
+    """Every child has been ``running`` (short children may have ended already)."""
+    states = [str(s.status) for s in run.status().steps]
+    return sum(state in ("running", "complete", "failed", "stopped") for state in states) >= count
+
+
 def _running(run: Any) -> bool:
     from pisub.protocol.status import RunState
 
@@ -923,9 +929,8 @@ def fanout_once(
         if proc.returncode != 0:
             raise BenchFailure(f"pisub run of {n} children failed: {err.strip()[-300:]}")
         the_run = pisub.Run(json.loads(out)["runId"])
-        until(
-            functools.partial(_all_running, the_run, n), 300, f"the {n} children of {the_run.id} to run", 0.01
-        )
+        started = functools.partial(_all_started if finish else _all_running, the_run, n)
+        until(started, 300, f"the {n} children of {the_run.id} to run", 0.01)
         figures["to_running_s"] = time.perf_counter() - start
         if server is not None:
             until(lambda: _child_requests(server) >= seen + n, 300, f"{n} first model requests", 0.005)
