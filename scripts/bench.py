@@ -27,6 +27,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -87,12 +88,38 @@ def ms(seconds: float) -> str:
 
 
 class Bench:
-    def __init__(self, quick: bool, home: Path) -> None:
+    def __init__(self, quick: bool, home: Path, baseline: Path | None = None) -> None:
         self.quick = quick
         self.home = home
         self.rows: list[Row] = []
         self.data: dict[str, Any] = {}
         self.notes: list[str] = []
+        self.checkouts: list[tuple[str, list[str]]] = [("this", this_pisub())]
+        """The ``pisub`` commands that every CLI-driven figure is measured with, alternating round
+        by round: this checkout's, then (``--baseline-checkout DIR``) ``DIR/.venv/bin/pisub``."""
+        if baseline is not None:
+            self.checkouts.append(("before", [str(baseline / ".venv" / "bin" / "pisub")]))
+
+    @property
+    def pisub(self) -> list[str]:
+        """This checkout's ``pisub`` command."""
+        return self.checkouts[0][1]
+
+    def alternate(self, rounds: int, measure: Callable[[list[str]], Any]) -> dict[str, list[Any]]:
+        """``measure(pisub command)`` ``rounds`` times per checkout, alternating (this one first in
+        even rounds, the baseline first in odd ones): figures by checkout label."""
+        figures: dict[str, list[Any]] = {label: [] for label, _ in self.checkouts}
+        for i in range(rounds):
+            for label, argv in self.checkouts if i % 2 == 0 else self.checkouts[::-1]:
+                figures[label].append(measure(argv))
+        return figures
+
+    def versus(self, figures: dict[str, list[float]], show: Callable[[float], str]) -> str:
+        """``before X (xratio)`` when a baseline checkout was measured beside this one, else ``""``."""
+        if "before" not in figures or not figures["before"]:
+            return ""
+        now, before = statistics.median(figures["this"]), statistics.median(figures["before"])
+        return f"before {show(before)} (x{now / before:.2f})" if before else f"before {show(before)}"
 
     def row(self, section: str, what: str, value: str, baseline: str = "") -> None:
         self.rows.append((section, what, value, baseline))
@@ -116,6 +143,27 @@ def cli(
     return proc
 
 
+def this_pisub() -> list[str]:
+    """This checkout's ``pisub`` command: the entry script beside the interpreter running the
+    benchmark (as ``DIR/.venv/bin/pisub`` is the baseline's), else ``python -m pisub``."""
+    script = Path(sys.executable).with_name("pisub")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "pisub"]
+
+
+def joined(*parts: str) -> str:
+    return "; ".join(part for part in parts if part)
+
+
+def run(
+    argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a command to its end, its output captured; :class:`BenchFailure` when it fails."""
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd)
+    if proc.returncode != 0:
+        raise BenchFailure(f"{' '.join(argv[-6:])} failed ({proc.returncode}): {proc.stderr.strip()[-300:]}")
+    return proc
+
+
 def timed(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
@@ -134,8 +182,11 @@ def bench_launch(b: Bench) -> None:
     n = 3 if b.quick else 20
     b.agent("sleeper", "sleep", ["3600"])
     cold_env = {**os.environ, "PISUB_WARM": "0"}
-    cli_warm = [timed(lambda: cli("run", "--agent", "sleeper", "x")) for _ in range(n)]
-    cli_cold = [timed(lambda: cli("run", "--agent", "sleeper", "x", env=cold_env)) for _ in range(n)]
+    cli_warm_by = b.alternate(n, lambda pisub: timed(lambda: run([*pisub, "run", "--agent", "sleeper", "x"])))
+    cli_cold_by = b.alternate(
+        n, lambda pisub: timed(lambda: run([*pisub, "run", "--agent", "sleeper", "x"], env=cold_env))
+    )
+    cli_warm, cli_cold = cli_warm_by["this"], cli_cold_by["this"]
     back_to_back = [timed(lambda: pisub.launch("sleeper", "x")) for _ in range(n)]
     spare_ready = []
     for _ in range(n):
@@ -155,6 +206,8 @@ def bench_launch(b: Bench) -> None:
     b.data["launch"] = {
         "cli_s": cli_warm,
         "cli_cold_s": cli_cold,
+        "cli_before_s": cli_warm_by.get("before", []),
+        "cli_cold_before_s": cli_cold_by.get("before", []),
         "api_s": back_to_back,
         "api_spare_ready_s": spare_ready,
         "api_cold_s": api_cold,
@@ -164,19 +217,19 @@ def bench_launch(b: Bench) -> None:
         "import_cli_s": cli_imports,
     }
     base = statistics.median(bare)
-    for label, times in (
-        ("pisub run (CLI), warm runner, p50 / p95", cli_warm),
-        ("pisub run (CLI), cold (PISUB_WARM=0)", cli_cold),
-        ("pisub.launch(), a spare ready", spare_ready),
-        ("pisub.launch(), back to back", back_to_back),
-        ("pisub.launch(), first in a process", first),
-        ("pisub.launch(), cold (PISUB_WARM=0)", api_cold),
+    for label, times, before in (
+        ("pisub run (CLI), warm runner, p50 / p95 (aim +120 ms)", cli_warm, b.versus(cli_warm_by, ms)),
+        ("pisub run (CLI), cold (PISUB_WARM=0)", cli_cold, b.versus(cli_cold_by, ms)),
+        ("pisub.launch(), a spare ready", spare_ready, ""),
+        ("pisub.launch(), back to back", back_to_back, ""),
+        ("pisub.launch(), first in a process", first, ""),
+        ("pisub.launch(), cold (PISUB_WARM=0)", api_cold, ""),
     ):
         b.row(
             "launch",
             label,
             f"{ms(statistics.median(times))} / {ms(pct(times, 95))}",
-            f"bare setsid {ms(base)}; +{ms(statistics.median(times) - base)}",
+            joined(f"bare setsid {ms(base)}; +{ms(statistics.median(times) - base)}", before),
         )
     start, imports = statistics.median(python_pass), statistics.median(cli_imports)
     b.row(
@@ -492,7 +545,7 @@ def bench_workflow(b: Bench) -> None:
     import pisub
 
     n_children = 16
-    rounds = 2 if b.quick else 5
+    rounds = 1 if b.quick else 5
     b.agent("sleeper", "sleep", ["3600"])
     to_running, rss = [], []
     for _ in range(rounds):
@@ -646,6 +699,12 @@ def _all_running(run: Any, count: int) -> bool:
     return [str(s.status) for s in run.status().steps].count("running") >= count
 
 
+def _all_started(run: Any, count: int) -> bool:
+    """Every child has been ``running`` (short children may have ended already)."""
+    states = [str(s.status) for s in run.status().steps]
+    return sum(state in ("running", "complete", "failed", "stopped") for state in states) >= count
+
+
 def _running(run: Any) -> bool:
     from pisub.protocol.status import RunState
 
@@ -669,6 +728,359 @@ def stop_all_but(b: Bench, keep: str) -> None:
             pisub.Run(st.run_id).send_stop()
 
 
+# -- fan-outs -----------------------------------------------------------------------------------
+
+TREE_ENV = "PISUB_BENCH_TREE"
+"""Set to a fresh value in the environment of one fan-out's ``pisub run``: every process of that
+run's tree (the coordinator, the children's runners, their children and warm spares) inherits it."""
+
+
+@dataclass
+class _Proc:
+    pidfd: int
+    comm: str = ""
+    cpu_ticks: int = 0
+    rss_pages: int = 0
+    gone: float | None = None
+
+
+class Tree:
+    """The processes of one run tree, found by :data:`TREE_ENV` in their environment: a thread
+    scans ``/proc`` every ``interval`` s for new ones and samples each one's CPU time and RSS
+    (the last value seen per process is its CPU: what a process spends after its last sample,
+    at most ``interval`` s before it ends, is missed); a pidfd per process tells exactly when it
+    ended. ``exclude``: pids not to count (the ``pisub run``/``stop`` commands, counted exactly
+    by the caller)."""
+
+    def __init__(self, tag: str, interval: float = 0.05, exclude: set[int] | None = None) -> None:
+        import threading
+
+        self.needle = f"{TREE_ENV}={tag}".encode()
+        self.interval = interval
+        self.procs: dict[int, _Proc] = {}
+        self.others: set[int] = set()
+        self.exclude: set[int] = set(exclude or ())
+        self.peak_rss_pages = 0
+        self.scans = 0
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self.page = os.sysconf("SC_PAGE_SIZE")
+        self.thread.start()
+
+    def _loop(self) -> None:
+        import select
+
+        next_scan = 0.0
+        while not self.done.is_set():
+            now = time.monotonic()
+            if now >= next_scan:
+                self.scan()
+                next_scan = now + self.interval
+            with self.lock:
+                live = {p.pidfd: p for p in self.procs.values() if p.gone is None}
+            ready, _, _ = select.select(list(live), [], [], max(0.0, next_scan - time.monotonic()))
+            ended = time.perf_counter()
+            with self.lock:
+                for fd in ready:
+                    live[fd].gone = ended
+
+    def scan(self) -> None:
+        with self.lock:
+            for name in os.listdir("/proc"):
+                if not name.isdigit():
+                    continue
+                pid = int(name)
+                if pid in self.others:
+                    continue
+                proc = self.procs.get(pid)
+                if proc is None:
+                    proc = self._discover(pid)
+                    if proc is None:
+                        continue
+                if proc.gone is None:
+                    self._sample(pid, proc)
+            self.peak_rss_pages = max(
+                self.peak_rss_pages, sum(p.rss_pages for p in self.procs.values() if p.gone is None)
+            )
+            self.scans += 1
+
+    def _discover(self, pid: int) -> _Proc | None:
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            self.others.add(pid)
+            return None
+        if self.needle not in env.split(b"\0") or pid in self.exclude:
+            self.others.add(pid)
+            return None
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            return None
+        self.procs[pid] = proc = _Proc(fd)
+        return proc
+
+    def _sample(self, pid: int, proc: _Proc) -> None:
+        try:
+            text = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return
+        comm, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
+        proc.comm = comm
+        proc.cpu_ticks = max(proc.cpu_ticks, int(rest[11]) + int(rest[12]))
+        proc.rss_pages = 0 if rest[0] == "Z" else int(rest[21])
+
+    def wait_gone(self, timeout: float) -> float:
+        """Block until every process of the tree has ended (and two scans after that found no
+        new one); the ``perf_counter`` time the last one ended (to a pidfd's wake-up)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.lock:
+                live = sum(1 for p in self.procs.values() if p.gone is None)
+                scans = self.scans
+            if not live:
+                until(functools.partial(self._scanned_since, scans), 10, "a scan of /proc")
+                with self.lock:
+                    if all(p.gone is not None for p in self.procs.values()):
+                        return max((p.gone or 0.0 for p in self.procs.values()), default=time.perf_counter())
+                continue
+            if time.monotonic() >= deadline:
+                raise BenchFailure(
+                    f"{live} processes of a stopped run still there after {timeout:g} s: {self.left()}"
+                )
+            time.sleep(0.01)
+
+    def left(self) -> str:
+        """The processes not ended yet: pid and command line (for an error message)."""
+        out = []
+        with self.lock:
+            for pid, proc in self.procs.items():
+                if proc.gone is None:
+                    with suppress(OSError):
+                        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+                        out.append(f"{pid} {cmd}")
+        return ", ".join(out)
+
+    def _scanned_since(self, scans: int) -> bool:
+        return self.scans >= scans + 2
+
+    def close(self) -> None:
+        self.done.set()
+        self.thread.join()
+        for proc in self.procs.values():
+            os.close(proc.pidfd)
+
+    def cpu(self) -> tuple[float, float]:
+        """CPU seconds of pisub's own processes (Python: runners, the coordinator, spares) and of
+        the children (anything else: ``sleep``, pi's node)."""
+        ours_, child = 0, 0
+        for proc in self.procs.values():
+            if proc.comm.startswith("python") or proc.comm == "pisub":
+                ours_ += proc.cpu_ticks
+            else:
+                child += proc.cpu_ticks
+        return ours_ / self.tick, child / self.tick
+
+
+def _children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def fanout_once(
+    pisub_cmd: list[str],
+    n: int,
+    task: str,
+    server: Any = None,
+    cwd: Path | None = None,
+    finish: bool = False,
+    extra_env: dict[str, str] | None = None,
+) -> dict[str, float]:
+    """One fan-out of ``n`` children running ``task`` (``AGENT=TEXT``) with ``pisub_cmd``: launch
+    → all ``running`` (→ all first model requests with a ``server``), then ``pisub stop`` → no
+    process of the run's tree left (``finish``: → the run ended by itself → no process left);
+    CPU seconds of pisub (the two commands, counted exactly, and the tree's Python processes)
+    and of the children; the tree's peak RSS."""
+    import pisub
+
+    tag = uuid.uuid4().hex
+    env = {**os.environ, **(extra_env or {}), TREE_ENV: tag}
+    tree = Tree(tag)
+    seen = _child_requests(server) if server is not None else 0
+    figures: dict[str, float] = {}
+    try:
+        cli_cpu = _children_cpu()
+        start = time.perf_counter()
+        argv = [*pisub_cmd, "run", "--concurrency", str(n), "--max-spawns", str(n + 8), "--json"]
+        proc = subprocess.Popen(
+            [*argv, *[a for _ in range(n) for a in ("--task", task)]],
+            env=env,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        tree.exclude.add(proc.pid)
+        out, err = proc.communicate()
+        if proc.returncode != 0:
+            raise BenchFailure(f"pisub run of {n} children failed: {err.strip()[-300:]}")
+        the_run = pisub.Run(json.loads(out)["runId"])
+        started = functools.partial(_all_started if finish else _all_running, the_run, n)
+        until(started, 300, f"the {n} children of {the_run.id} to run", 0.01)
+        figures["to_running_s"] = time.perf_counter() - start
+        if server is not None:
+            until(lambda: _child_requests(server) >= seen + n, 300, f"{n} first model requests", 0.005)
+            figures["to_first_request_s"] = time.perf_counter() - start
+        if finish:
+            until(functools.partial(_ended_any, the_run), 300, f"{the_run.id} to end", 0.01)
+            figures["to_finished_s"] = time.perf_counter() - start
+            figures["to_gone_s"] = tree.wait_gone(120) - start
+        else:
+            figures.update(_stop(pisub_cmd, the_run.id, env, tree))
+        cli_cpu = _children_cpu() - cli_cpu
+    finally:
+        tree.close()
+    pisub_cpu, child_cpu = tree.cpu()
+    figures.update(
+        {
+            "pisub_cpu_s": pisub_cpu + cli_cpu,
+            "cpu_s": pisub_cpu + cli_cpu + child_cpu,
+            "cli_cpu_s": cli_cpu,
+            "child_cpu_s": child_cpu,
+            "peak_rss": float(tree.peak_rss_pages * tree.page),
+            "processes": float(len(tree.procs)),
+        }
+    )
+    return figures
+
+
+def _stop(pisub_cmd: list[str], run_id: str, env: dict[str, str], tree: Tree) -> dict[str, float]:
+    """``pisub stop RUN --wait 0`` → the command returned, → no process of the tree left."""
+    stop_at = time.perf_counter()
+    proc = subprocess.Popen(
+        [*pisub_cmd, "stop", run_id, "--wait", "0"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    tree.exclude.add(proc.pid)
+    _, err = proc.communicate()
+    command = time.perf_counter() - stop_at
+    if proc.returncode != 0:
+        raise BenchFailure(f"pisub stop {run_id} failed: {err.strip()[-300:]}")
+    return {"stop_command_s": command, "stop_s": tree.wait_gone(120) - stop_at}
+
+
+def _child_requests(server: Any) -> int:
+    """The model requests of children so far: those whose conversation holds the children's
+    :data:`anchor.CHILD_MARK` but not the original's parent's ``CALLS:`` prompt (which names the
+    children's task too)."""
+    from anchor import CHILD_MARK
+
+    count = 0
+    for body in list(server.requests):
+        text = json.dumps(body.get("messages", []))
+        count += CHILD_MARK in text and "CALLS:" not in text
+    return count
+
+
+def bench_fanout(b: Bench) -> None:
+    """Fan-outs of 16 and 64 external-CLI children (``sleep 3600``) and of 16 pi children (the
+    scripted model streaming without end), launched with ``pisub run --task …``: launch → all
+    ``running`` (→ all first model requests), ``pisub stop`` → no process of the tree left, CPU
+    seconds per child (pisub's Python / the child), peak RSS. With --quick: 8 external-CLI
+    children once, no pi."""
+    b.agent("sleeper", "sleep", ["3600"])
+    rounds = 1 if b.quick else 3
+    b.data["fanout"] = {}
+    for n in [8] if b.quick else [16, 64]:
+        figures = b.alternate(rounds, lambda cmd: fanout_once(cmd, n, "sleeper=x"))  # noqa: B023
+        _fanout_rows(b, f"{n} external-CLI", n, figures)
+        b.data["fanout"][f"external_{n}"] = figures
+    if b.quick:
+        b.notes.append("fanout: the 16 pi children are skipped with --quick")
+        return
+    from anchor import CHILD_MARK
+
+    from pisub.testing.fake_model import FakeModelServer, pi_env, write_pi_agent_dir
+
+    pi_bin = _pi_bin()
+    if pi_bin is None:
+        b.notes.append("fanout: pi is not installed (scripts/install_pi.sh): the pi fan-out was skipped")
+        return
+    n = 16
+    with FakeModelServer(slow_delay=0.05) as server:
+        agent_dir, workdir = Path(tempfile.mkdtemp()), Path(tempfile.mkdtemp())
+        write_pi_agent_dir(agent_dir, server.base_url)
+        os.environ.update({**pi_env(agent_dir), "PISUB_PI_BIN": pi_bin})
+        b.agent("pi", "", [], runner="pi")
+        figures = b.alternate(
+            rounds,
+            lambda cmd: fanout_once(
+                cmd, n, f"pi={CHILD_MARK} SLOW:1000000 a story", server=server, cwd=workdir
+            ),
+        )
+        shutil.rmtree(agent_dir, ignore_errors=True)
+        shutil.rmtree(workdir, ignore_errors=True)
+    _fanout_rows(b, f"{n} pi", n, figures)
+    b.data["fanout"][f"pi_{n}"] = figures
+
+
+def _pi_bin() -> str | None:
+    from pisub.testing.pi_pins import pinned_pi_bins
+
+    default = next(iter(pinned_pi_bins(ROOT).values()), ROOT / ".pi-cli" / "bin" / "pi")
+    pi_bin = os.environ.get("PISUB_PI_BIN") or str(default)
+    return pi_bin if os.access(pi_bin, os.X_OK) else None
+
+
+def _fanout_rows(b: Bench, what: str, n: int, figures: dict[str, list[dict[str, float]]]) -> None:
+    def of(key: str) -> dict[str, list[float]]:
+        return {label: [f[key] for f in runs] for label, runs in figures.items()}
+
+    def med(key: str, label: str = "this") -> float:
+        return statistics.median(of(key)[label])
+
+    secs = "{:.2f} s".format
+    aim = " (aim ≤ 4 s)" if n == 64 and "external" in what else ""
+    b.row(
+        "fanout",
+        f"{what}: launch → all running, p50{aim}",
+        secs(med("to_running_s")),
+        b.versus(of("to_running_s"), secs),
+    )
+    if "to_first_request_s" in figures["this"][0]:
+        b.row(
+            "fanout",
+            f"{what}: launch → all first model requests, p50",
+            secs(med("to_first_request_s")),
+            b.versus(of("to_first_request_s"), secs),
+        )
+    aim = " (aim ≤ 1 s)" if n == 64 and "external" in what else ""
+    b.row(
+        "fanout",
+        f"{what}: pisub stop → no process left, p50{aim}",
+        secs(med("stop_s")),
+        b.versus(of("stop_s"), secs),
+    )
+    per = {label: [f["pisub_cpu_s"] / n for f in runs] for label, runs in figures.items()}
+    b.row(
+        "fanout",
+        f"{what}: CPU s per child, pisub / child (aim pisub ≤ 0.15)",
+        f"{statistics.median(per['this']):.3f} / {med('child_cpu_s') / n:.3f}",
+        joined(
+            f"of which the run/stop commands {med('cli_cpu_s') / n:.3f}",
+            f"peak RSS {med('peak_rss') / 2**20:.0f} MiB",
+            b.versus(per, "{:.3f}".format),
+        ),
+    )
+
+
 # -- 4. footprint ---------------------------------------------------------------------------------
 
 
@@ -686,7 +1098,7 @@ def bench_footprint(b: Bench) -> None:
 
     import pisub
 
-    seconds = 5 if b.quick else 60
+    seconds = 2 if b.quick else 60
     b.agent("sleeper", "sleep", ["3600"])
     run = pisub.launch("sleeper", "x")
     time.sleep(1.0)  # let start-up settle (watchdog import, first scan)
@@ -766,7 +1178,6 @@ def bench_scale(b: Bench) -> None:
             f"{polling} runs polling (no inotify left)",
         )
         stop_all(b)
-    bench_list(b, 1000 if b.quick else 10_000)
 
 
 def _watch(run: Any) -> str | None:
@@ -780,19 +1191,22 @@ def _watch(run: Any) -> str | None:
     return None
 
 
-def bench_list(b: Bench, count: int) -> None:
+def make_finished_runs(count: int, full: int | None = None) -> Path:
+    """A fresh PISUB_HOME holding ``count`` finished runs: the first ``full`` (all by default)
+    as a runner leaves them, the others with just what a reader of many runs reads (their
+    status and a quiet inbox: :func:`_light_finished_run`; made without fsyncs, far faster)."""
     from pisub.protocol import AgentSpec, Limits, Manifest, RunState, now_iso
     from pisub.store.mailbox import mark_answered, new_mtime
     from pisub.store.paths import open_home
     from pisub.store.results import make_result
-    from pisub.store.runs import RunStore, write_result, write_status
+    from pisub.store.runs import RunStore, load_status, write_result, write_status
 
     other = Path(tempfile.mkdtemp()) / "home"
     home = open_home(other)
     store = RunStore(home)
     spec = AgentSpec(name="fake", runner="external-cli", command="true")
     limits = Limits(timeout=1, idle_timeout=None, grace=1, output_cap=1, output_hard_cap=1)
-    for _ in range(count):
+    for _ in range(count if full is None else min(full, count)):
         manifest = Manifest(
             v=1,
             run_id=str(uuid.uuid4()),
@@ -805,8 +1219,6 @@ def bench_list(b: Bench, count: int) -> None:
         )
         paths, fd = store.create(manifest)
         os.close(fd)
-        from pisub.store.runs import load_status
-
         status = load_status(paths)
         status.state = RunState.COMPLETE
         status.ended_at = now_iso()
@@ -818,42 +1230,118 @@ def bench_list(b: Bench, count: int) -> None:
         )
         write_status(paths, status, durable=False)
         mark_answered(paths, new_mtime(paths))  # as a runner leaves a finished run
+    runs = other / "runs"
+    template = next(iter(runs.iterdir()))
+    body, old_id = (template / "status.json").read_bytes(), template.name.encode()
+    for _ in range(count - len(os.listdir(runs))):
+        _light_finished_run(runs, body, old_id)
+    return other
+
+
+READ_AND_DECODE = """
+import os, sys, msgspec
+decode = msgspec.json.Decoder().decode
+runs = sys.argv[1]
+names = sys.argv[2:] or os.listdir(runs)
+for name in names:
+    try:
+        with open(os.path.join(runs, name, "status.json"), "rb") as fh:
+            decode(fh.read())
+    except OSError:
+        pass
+"""
+"""The floor of ``list`` / ``status``: an interpreter that lists the runs (or takes the names
+given), reads every ``status.json`` and decodes it with msgspec (untyped), nothing more."""
+
+
+def interleaved(rounds: int, measures: dict[str, Callable[[], float]]) -> dict[str, list[float]]:
+    """Each measurement ``rounds`` times, round by round, the order rotated every round."""
+    names = list(measures)
+    figures: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(rounds):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            figures[name].append(measures[name]())
+    return figures
+
+
+def each_checkout(b: Bench, *args: str, env: dict[str, str] | None = None) -> dict[str, Callable[[], float]]:
+    """For :func:`interleaved`: ``pisub ARGS`` timed, once per checkout (``this``/``before``)."""
+    return {
+        label: functools.partial(lambda argv: timed(lambda: run([*argv, *args], env=env)), argv)
+        for label, argv in b.checkouts
+    }
+
+
+def bench_commands(b: Bench) -> None:
+    """``pisub --help``, ``status --json``, ``list --json`` over 10,000 runs (1,000 with --quick)
+    and ``list --state running`` over 100,000 (2,000), each beside its floor measured in the same
+    rounds: the interpreter's start (``python -c pass``, ``python -S -c pass``, the same
+    interpreter), an interpreter that reads and decodes the same status files, ``cat`` of them."""
+    count = 1000 if b.quick else 10_000
+    rounds = 2 if b.quick else 10
+    other = make_finished_runs(count)
+    runs = other / "runs"
     env = {**os.environ, "PISUB_HOME": str(other)}
-    times = [
-        timed(
-            lambda: subprocess.run(
-                [sys.executable, "-m", "pisub", "list", "--json"], env=env, capture_output=True, check=True
-            )
-        )
-        for _ in range(3)
-    ]
+    one = next(iter(os.listdir(runs)))
+    py = sys.executable
+    floors = {
+        "python -c pass": lambda: timed(lambda: run([py, "-c", "pass"])),
+        "python -S -c pass": lambda: timed(lambda: run([py, "-S", "-c", "pass"])),
+    }
+    help_ = interleaved(rounds, {**each_checkout(b, "--help", env=env), **floors})
+    status = interleaved(
+        rounds,
+        {
+            **each_checkout(b, "status", one, "--json", env=env),
+            **floors,
+            "read and decode": lambda: timed(lambda: run([py, "-c", READ_AND_DECODE, str(runs), one])),
+            "cat": lambda: timed(lambda: run(["cat", str(runs / one / "status.json")])),
+        },
+    )
+    listed = interleaved(
+        rounds // 2,
+        {
+            **each_checkout(b, "list", "--json", env=env),
+            "read and decode": lambda: timed(lambda: run([py, "-c", READ_AND_DECODE, str(runs)])),
+            "cat": lambda: timed(
+                lambda: run(["sh", "-c", 'cat "$1"/*/status.json >/dev/null', "sh", str(runs)])
+            ),
+        },
+    )
+    b.data["commands"] = {"runs": count, "help_s": help_, "status_s": status, "list_s": listed}
+    med = statistics.median
+    b.row(
+        "commands",
+        "pisub --help",
+        ms(med(help_["this"])),
+        joined(
+            f"python -c pass {ms(med(help_['python -c pass']))}, -S {ms(med(help_['python -S -c pass']))}",
+            b.versus(help_, ms),
+        ),
+    )
+    b.row(
+        "commands",
+        "pisub status ID --json (aim ≤ 100 ms)",
+        ms(med(status["this"])),
+        joined(
+            f"python -c pass {ms(med(status['python -c pass']))}",
+            f"read + decode it {ms(med(status['read and decode']))}, cat {ms(med(status['cat']))}",
+            b.versus(status, ms),
+        ),
+    )
+    floor = med(listed["read and decode"])
+    b.row(
+        "commands",
+        f"pisub list --json over {count:,} runs (aim ≤ x1.3 the floor)",
+        ms(med(listed["this"])),
+        joined(
+            f"python floor (list, read, decode) {ms(floor)}: x{med(listed['this']) / floor:.2f}",
+            f"cat {ms(med(listed['cat']))}",
+            b.versus(listed, ms),
+        ),
+    )
     bench_list_running(b, other, env, 2_000 if b.quick else 100_000)
-    status_times = [
-        timed(
-            lambda: subprocess.run(
-                [sys.executable, "-m", "pisub", "status", next(iter(os.listdir(other / "runs"))), "--json"],
-                env=env,
-                capture_output=True,
-                check=True,
-            )
-        )
-        for _ in range(5)
-    ]
-    bare = [timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True)) for _ in range(5)]
     shutil.rmtree(other.parent, ignore_errors=True)
-    b.data["list"] = {"runs": count, "list_s": times, "status_s": status_times, "python_pass_s": bare}
-    b.row(
-        "scale",
-        f"pisub list --json over {count:,} runs",
-        ms(statistics.median(times)),
-        f"python -c pass {ms(statistics.median(bare))}",
-    )
-    b.row(
-        "cli",
-        "pisub status --json (wall)",
-        ms(statistics.median(status_times)),
-        f"python -c pass {ms(statistics.median(bare))}",
-    )
 
 
 def bench_list_running(b: Bench, other: Path, env: dict[str, str], total: int) -> None:
@@ -870,24 +1358,41 @@ def bench_list_running(b: Bench, other: Path, env: dict[str, str], total: int) -
     b.agent("sleeper", "sleep", ["3600"])
     shutil.copy(b.home / "agents" / "sleeper.md", _agents(other))
     live = [pisub.launch("sleeper", "x", home=other) for _ in range(3)]
-    argv = [sys.executable, "-m", "pisub", "list", "--state", "running", "--json"]
+    args = ["list", "--state", "running", "--json"]
 
-    def listed(scan: bool) -> float:
-        if scan:
-            (other / "index" / "live.ok").unlink(missing_ok=True)
-        return timed(lambda: subprocess.run(argv, env=env, capture_output=True, check=True))
+    def scanned_once() -> float:
+        (other / "index" / "live.ok").unlink(missing_ok=True)
+        return timed(lambda: run([*b.pisub, *args], env=env))
 
-    indexed = [listed(False) for _ in range(5)]
-    scanned = [listed(True) for _ in range(3)]
-    found = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout.splitlines()
-    for run in live:
-        run.send_stop()
-    b.data["list_running"] = {"runs": total, "indexed_s": indexed, "scanned_s": scanned, "found": len(found)}
+    rounds = 2 if b.quick else 10
+    indexed = interleaved(
+        rounds,
+        {
+            **each_checkout(b, *args, env=env),
+            "python -c pass": lambda: timed(lambda: run([sys.executable, "-c", "pass"])),
+        },
+    )
+    scanned = [scanned_once() for _ in range(3)]
+    found = run([*b.pisub, *args], env=env).stdout.splitlines()
+    for live_run in live:
+        live_run.send_stop()
+    b.data["list_running"] = {
+        "runs": total,
+        "indexed_s": indexed["this"],
+        "indexed_before_s": indexed.get("before", []),
+        "python_pass_s": indexed["python -c pass"],
+        "scanned_s": scanned,
+        "found": len(found),
+    }
     b.row(
-        "scale",
-        f"pisub list --state running over {total:,} runs (3 live)",
-        ms(statistics.median(indexed)),
-        f"reading every run {ms(statistics.median(scanned))}",
+        "commands",
+        f"pisub list --state running over {total:,} runs, 3 live (aim ≤ 100 ms)",
+        ms(statistics.median(indexed["this"])),
+        joined(
+            f"python -c pass {ms(statistics.median(indexed['python -c pass']))}",
+            f"reading every run {ms(statistics.median(scanned))}",
+            b.versus(indexed, ms),
+        ),
     )
 
 
@@ -923,7 +1428,7 @@ def bench_pi(b: Bench) -> None:
     if not os.access(pi_bin, os.X_OK):
         b.notes.append(f"pi: not installed at {pi_bin} (scripts/install_pi.sh): section skipped")
         return
-    n = 2 if b.quick else 5
+    n = 1 if b.quick else 5
     tasks = [("tool call + answer", "please run TOOL: echo hi"), ("3 s streamed reply", "SLOW:60 a story")]
     with FakeModelServer(slow_delay=0.05) as server:
         agent_dir = Path(tempfile.mkdtemp())
@@ -1066,6 +1571,362 @@ def machine() -> str:
         )
     system = f"{platform.system()} {platform.release()}"
     return f"{system}, {os.cpu_count()} cores ({cpu}), Python {platform.python_version()}"
+
+
+# -- top ------------------------------------------------------------------------------------------
+
+
+class Pty:
+    """A command in a pseudo-terminal of ``rows`` x ``cols``, its output read by a thread."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], rows: int = 40, cols: int = 160) -> None:
+        import fcntl
+        import struct
+        import termios
+        import threading
+
+        self.master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env={**env, "TERM": "xterm-256color"},
+            start_new_session=True,
+        )
+        os.close(slave)
+        self.output = bytearray()
+        self.last_output = self.started
+        self.lock = threading.Lock()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            with self.lock:
+                self.output += data
+                self.last_output = time.perf_counter()
+
+    def shows(self, text: str, since: int = 0) -> bool:
+        with self.lock:
+            return text.encode() in self.output[since:]
+
+    def size(self) -> int:
+        with self.lock:
+            return len(self.output)
+
+    def close(self) -> None:
+        with suppress(OSError):
+            os.write(self.master, b"q")
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self.master)
+        self.reader.join(timeout=5)
+
+
+def _new_finished_run(runs: Path, template: Path) -> str:
+    """A finished run newer than every other (the top row of ``pisub top``), made aside and
+    renamed into ``runs/`` in one step; its id."""
+    from pisub.protocol import now_iso
+
+    status = json.loads((template / "status.json").read_bytes())
+    run_id = str(uuid.uuid4())
+    stamp = now_iso()
+    status.update({"runId": run_id, "startedAt": stamp, "updatedAt": stamp, "endedAt": stamp})
+    staging = runs.parent / f"staging-{run_id}"
+    os.makedirs(staging / "inbox" / "new", mode=0o700)
+    (staging / "status.json").write_text(json.dumps(status))
+    (staging / "inbox" / "answered").write_bytes(b"")
+    mtime = os.stat(staging / "inbox" / "new").st_mtime_ns
+    os.utime(staging / "inbox" / "answered", ns=(mtime, mtime))
+    os.rename(staging, runs / run_id)
+    return run_id
+
+
+def top_once(
+    b: Bench, pisub_cmd: list[str], env: dict[str, str], newest: str, runs: Path
+) -> dict[str, float]:
+    """``pisub top`` in a pty: start → the first screen (the newest run's id shown); a finished
+    run added (renamed into ``runs/``) → shown (each 0.3 s after the screen's last output, past
+    the redraw's minimum interval), three times; its CPU over an idle stretch."""
+    import psutil
+
+    idle = 2.0 if b.quick else 10.0
+    template = runs / newest
+    top = Pty([*pisub_cmd, "top"], env)
+    try:
+        until(functools.partial(top.shows, newest[:8]), 60, "pisub top's first screen", 0.002)
+        figures: dict[str, Any] = {"first_screen_s": time.perf_counter() - top.started, "refresh_s": []}
+        for _ in range(3):
+            until(lambda: time.perf_counter() - top.last_output > 0.3, 10, "pisub top to be quiet", 0.01)
+            mark = top.size()
+            start = time.perf_counter()
+            run_id = _new_finished_run(runs, template)
+            until(functools.partial(top.shows, run_id[:8], mark), 30, "pisub top to show a new run", 0.002)
+            figures["refresh_s"].append(time.perf_counter() - start)
+        time.sleep(1.0)  # (not timed) the last redraw done
+        proc = psutil.Process(top.proc.pid)
+        cpu0, t0 = sum(proc.cpu_times()[:2]), time.perf_counter()
+        time.sleep(idle)
+        cpu1, t1 = sum(proc.cpu_times()[:2]), time.perf_counter()
+        figures["idle_cpu_pct"] = 100 * (cpu1 - cpu0) / (t1 - t0)
+    finally:
+        top.close()
+    return figures
+
+
+def bench_top(b: Bench) -> None:
+    """``pisub top`` over 10,000 runs (300 with --quick), 20 of them live: start → the first
+    screen, a new run → shown (the refresh: re-reading the runs, redrawing), and its CPU while
+    nothing happens (the clock ticks once a second), in a pseudo-terminal of 160 x 40."""
+    import pisub
+
+    count, live_n = (300, 4) if b.quick else (10_000, 20)
+    rounds = 1 if b.quick else 3
+    other = make_finished_runs(count - live_n, full=100)
+    env = {**os.environ, "PISUB_HOME": str(other)}
+    b.agent("sleeper", "sleep", ["3600"])
+    shutil.copy(b.home / "agents" / "sleeper.md", _agents(other))
+    live = [pisub.launch("sleeper", "x", home=other) for _ in range(live_n)]
+    runs = other / "runs"
+    try:
+        figures = b.alternate(rounds, lambda cmd: top_once(b, cmd, env, live[-1].id, runs))
+    finally:
+        for live_run in live:
+            live_run.send_stop()
+        for live_run in live:
+            with suppress(Exception):
+                live_run.wait_until_terminal(30)
+        shutil.rmtree(other.parent, ignore_errors=True)
+    b.data["top"] = {"runs": count, "live": live_n, "by_checkout": figures}
+
+    def of(key: str) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for label, rounds_ in figures.items():
+            out[label] = [v for f in rounds_ for v in (f[key] if isinstance(f[key], list) else [f[key]])]
+        return out
+
+    what = f"pisub top over {count:,} runs, {live_n} live"
+    for key, label, show in (
+        ("first_screen_s", "start → first screen, p50", ms),
+        ("refresh_s", "a new run → shown (refresh), p50", ms),
+        ("idle_cpu_pct", "idle CPU, % of a core (aim ≤ 1 %)", "{:.2f} %".format),
+    ):
+        values = of(key)
+        b.row("top", f"{what}: {label}", show(statistics.median(values["this"])), b.versus(values, show))
+
+
+# -- anchor (opt-in: --only anchor) ---------------------------------------------------------------
+
+
+def _tagged(tag: str) -> set[int]:
+    needle = f"{TREE_ENV}={tag}".encode()
+    found = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with suppress(OSError):
+                if needle in Path(f"/proc/{name}/environ").read_bytes().split(b"\0"):
+                    found.add(int(name))
+    return found
+
+
+def _cpu_of(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def original_once(
+    parent: Any, tag: str, server: Any, temp_root: Path, n: int, task: str, finish: bool
+) -> dict[str, float]:
+    """One fan-out by the original: the parent pi is prompted, its scripted model calls the
+    ``subagent`` tool (an async ``runs.all`` of ``n`` children) → all first model requests of
+    the children → the workflow's ``complete`` → no process of it left (``finish``), or the
+    parent prompted again, its model calling ``subagent`` with ``action: "stop"`` → no process
+    left. CPU: every process the fan-out started (the children's runners, each hosting its pi
+    session) plus what the parent spent meanwhile (it runs the workflow script)."""
+    import anchor
+
+    tree = Tree(tag, exclude=_tagged(tag))  # not the parent, nor what it keeps between fan-outs
+    seen = _child_requests(server)
+    before = set(anchor.run_dirs(temp_root))
+    figures: dict[str, float] = {}
+    try:
+        parent_cpu = _cpu_of(parent.proc.pid)
+        start, since = parent.prompt(anchor.prompt(n, task))
+        _, event = parent.wait_event(
+            lambda e: e.get("type") == "tool_execution_end" and e.get("toolName") == "subagent", 300, since
+        )
+        details = (event.get("result") or {}).get("details") or {}
+        run_id = details.get("runId")
+        if not run_id:
+            text = json.dumps(event.get("result"))[:300]
+            raise anchor.Unavailable(f"the original's subagent tool started no run: {text}")
+        figures["tool_returned_s"] = time.perf_counter() - start
+        until(
+            lambda: _child_requests(server) >= seen + n,
+            300,
+            f"the original's {n} first model requests",
+            0.005,
+        )
+        figures["to_first_request_s"] = time.perf_counter() - start
+        if finish:
+
+            def complete() -> bool:
+                status = anchor.status_of(temp_root, run_id)
+                return status is not None and status.get("state") in ("complete", "failed", "stopped")
+
+            until(complete, 300, f"the original's workflow {run_id} to end", 0.01)
+            figures["to_finished_s"] = time.perf_counter() - start
+            state = (anchor.status_of(temp_root, run_id) or {}).get("state")
+            if state != "complete":
+                raise BenchFailure(f"the original's workflow {run_id} ended {state}")
+            figures["to_gone_s"] = tree.wait_gone(120) - start
+        else:
+            parent.wait_event(lambda e: e.get("type") == "agent_end", 60, since)
+            stop_at, since = parent.prompt(anchor.stop_prompt(run_id))
+            figures["stop_s"] = tree.wait_gone(120) - stop_at
+            _, event = parent.wait_event(
+                lambda e: e.get("type") == "tool_execution_end" and e.get("toolName") == "subagent", 60, since
+            )
+            if event.get("isError"):
+                raise anchor.Unavailable(
+                    f"the original's stop failed: {json.dumps(event.get('result'))[:300]}"
+                )
+        parent.wait_idle(120)
+        parent_cpu = _cpu_of(parent.proc.pid) - parent_cpu
+    finally:
+        tree.close()
+    runner_cpu, child_cpu = tree.cpu()
+    figures.update(
+        {
+            "cpu_s": runner_cpu + child_cpu + parent_cpu,
+            "parent_cpu_s": parent_cpu,
+            "peak_rss": float(tree.peak_rss_pages * tree.page),
+            "parent_rss": float(
+                int(Path(f"/proc/{parent.proc.pid}/statm").read_text().split()[1]) * tree.page
+            ),
+            "processes": float(len(tree.procs)),
+            "runs": float(len(set(anchor.run_dirs(temp_root)) - before)),
+        }
+    )
+    return figures
+
+
+def bench_anchor(b: Bench) -> None:
+    """The original pi-subagents 0.67.0 (npm, installed once into a cache folder) beside pisub,
+    the same pi 0.85.1 and the same scripted model, alternating round by round: a 16-child pi
+    fan-out (4 with --quick) → all first model requests, → finished (each child streams 2 s), →
+    no process left, its CPU and peak RSS; and the same fan-out streaming without end, stopped
+    → no process left. The original is driven as a user drives it: one parent ``pi --mode rpc
+    -e pi-subagents/index.ts`` for the whole section, whose model calls its ``subagent`` tool."""
+    import anchor
+
+    from pisub.testing.fake_model import FakeModelServer, pi_env, write_pi_agent_dir
+    from pisub.testing.pi_pins import pinned_pi_bins
+
+    pi_bin = pinned_pi_bins(ROOT).get(anchor.PI_VERSION)
+    if pi_bin is None:
+        b.notes.append(
+            f"anchor: pi {anchor.PI_VERSION} is not installed (scripts/install_pi.sh all): skipped"
+        )
+        return
+    try:
+        package = anchor.install()
+    except anchor.Unavailable as exc:
+        b.notes.append(f"anchor: skipped: {exc}")
+        return
+    n = 4 if b.quick else 16
+    rounds = 1 if b.quick else 3
+    finite, endless = f"{anchor.CHILD_MARK} SLOW:40 a story", f"{anchor.CHILD_MARK} SLOW:1000000 a story"
+    scratch = b.home.parent / "anchor"
+    agent_dir, temp_root, workdir = scratch / "agent", scratch / "root", scratch / "work"
+    workdir.mkdir(parents=True)
+    tag = uuid.uuid4().hex
+    with FakeModelServer(slow_delay=0.05) as server:
+        write_pi_agent_dir(agent_dir, server.base_url)
+        env = {**os.environ, **pi_env(agent_dir), "PI_SUBAGENTS_TEMP_ROOT": str(temp_root), TREE_ENV: tag}
+        parent = anchor.Parent(str(pi_bin), package, agent_dir, workdir, env)
+        try:
+            start = time.perf_counter()
+            parent.call({"type": "get_state"}, timeout=600)
+            b.data["anchor"] = {"parent_start_s": time.perf_counter() - start}
+            original_once(parent, tag, server, temp_root, n, finite, True)  # warm-up: jiti's cache
+            b.agent("bench", "", [], runner="pi")
+            pisub_env = {"PISUB_PI_BIN": str(pi_bin)}
+            figures: dict[str, list[dict[str, float]]] = {
+                "original": [],
+                "pisub": [],
+                "original stop": [],
+                "pisub stop": [],
+            }
+            pisub_env = {**pi_env(agent_dir), **pisub_env}
+
+            def original(fin: bool) -> dict[str, float]:
+                return original_once(parent, tag, server, temp_root, n, finite if fin else endless, fin)
+
+            def ours_(fin: bool) -> dict[str, float]:
+                task = f"bench={finite if fin else endless}"
+                return fanout_once(b.pisub, n, task, server, workdir, fin, pisub_env)
+
+            sides: list[tuple[str, Callable[[bool], dict[str, float]]]] = [
+                ("original", original),
+                ("pisub", ours_),
+            ]
+            for i in range(rounds):
+                for name, once in sides if i % 2 == 0 else sides[::-1]:
+                    figures[name].append(once(True))
+                    figures[f"{name} stop"].append(once(False))
+        except anchor.Unavailable as exc:
+            b.notes.append(f"anchor: the original could not be run: {exc}")
+            return
+        finally:
+            parent.close()
+    b.data["anchor"].update(figures)
+    _anchor_rows(b, n, figures)
+
+
+def _anchor_rows(b: Bench, n: int, figures: dict[str, list[dict[str, float]]]) -> None:
+    def med(name: str, key: str) -> float:
+        return statistics.median(f[key] for f in figures[name])
+
+    def versus(key: str, show: Callable[[float], str], side: str = "") -> tuple[str, str]:
+        pisub_, original = med(f"pisub{side}", key), med(f"original{side}", key)
+        return f"{show(pisub_)}", f"original {show(original)}; x{pisub_ / original:.2f}"
+
+    secs = "{:.2f} s".format
+    for key, label, side in (
+        ("to_first_request_s", "launch → all first model requests", ""),
+        ("to_finished_s", "launch → finished (2 s streams)", ""),
+        ("to_gone_s", "launch → no process left", ""),
+        ("stop_s", "stop (streaming) → no process left", " stop"),
+    ):
+        value, base = versus(key, secs, side)
+        b.row("anchor", f"{n} pi children: {label}, p50", value, base)
+    value, base = versus("cpu_s", "{:.2f} s".format)
+    b.row(
+        "anchor",
+        f"{n} pi children: CPU s, the whole fan-out",
+        value,
+        base + " (original: with its parent's share)",
+    )
+    value, base = versus("peak_rss", lambda v: f"{v / 2**20:.0f} MiB")
+    b.row(
+        "anchor",
+        f"{n} pi children: peak RSS of the fan-out's processes",
+        value,
+        base + f" (+ its parent pi {med('original', 'parent_rss') / 2**20:.0f} MiB)",
+    )
 
 
 # -- Slurm (opt-in: --only slurm, needs scripts/slurm-up.sh) ---------------------------------------
@@ -1269,8 +2130,15 @@ def main() -> int:
     parser.add_argument(
         "--only",
         nargs="*",
-        help="sections: launch control workflow languages footprint scale pi pi-versions queue, "
-        "and slurm (only when named)",
+        help="sections: launch control workflow languages footprint scale commands top fanout pi "
+        "pi-versions queue, and slurm and anchor (only when named)",
+    )
+    parser.add_argument(
+        "--baseline-checkout",
+        type=Path,
+        metavar="DIR",
+        help="another checkout of pisub with its own DIR/.venv: every CLI-driven figure is also "
+        "measured with DIR/.venv/bin/pisub, alternating round by round (before / after)",
     )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pisub-bench-"))
@@ -1278,8 +2146,14 @@ def main() -> int:
     home = tmp / "home"
     home.mkdir(mode=0o700)
     os.environ["PISUB_HOME"] = str(home)
-    b = Bench(args.quick, home)
+    baseline = args.baseline_checkout.resolve() if args.baseline_checkout else None
+    if baseline is not None and not os.access(baseline / ".venv" / "bin" / "pisub", os.X_OK):
+        print(f"bench: no {baseline}/.venv/bin/pisub (make the checkout's venv first)", file=sys.stderr)
+        return 2
+    b = Bench(args.quick, home, baseline)
     print(f"pisub benchmark ({'quick' if args.quick else 'full'}) on {machine()}")
+    if baseline is not None:
+        print(f"before: {baseline} ({_describe(baseline)}); this: {ROOT} ({_describe(ROOT)})")
     sections = {
         "launch": bench_launch,
         "control": bench_control,
@@ -1287,17 +2161,24 @@ def main() -> int:
         "languages": bench_script_languages,
         "footprint": bench_footprint,
         "scale": bench_scale,
+        "commands": bench_commands,
+        "top": bench_top,
+        "fanout": bench_fanout,
         "pi": bench_pi,
         "pi-versions": bench_pi_versions,
         "queue": bench_queue,
         "slurm": bench_slurm,
+        "anchor": bench_anchor,
     }
+    only_when_named = ("slurm", "anchor")
     started = time.monotonic()
     try:
         for name, fn in sections.items():
-            if (args.only and name not in args.only) or (name == "slurm" and not args.only):
+            if (args.only and name not in args.only) or (name in only_when_named and not args.only):
                 continue
+            began = time.monotonic()
             fn(b)
+            b.data.setdefault("section_s", {})[name] = time.monotonic() - began
     except BenchFailure as exc:
         print(f"bench: FAILED: {exc}", file=sys.stderr)
         return 1
@@ -1316,6 +2197,13 @@ def main() -> int:
         print("| " + " | ".join(row) + " |")
     print(f"\n{len(b.rows)} figures in {b.data['seconds']:.0f} s; written to {args.out}")
     return 0
+
+
+def _describe(checkout: Path) -> str:
+    proc = subprocess.run(
+        ["git", "-C", str(checkout), "describe", "--always", "--dirty"], capture_output=True, text=True
+    )
+    return proc.stdout.strip() or "?"
 
 
 def cleanup() -> None:

@@ -30,7 +30,9 @@ def test_bench_quick_runs(tmp_path: Path, pi_bin: str) -> None:
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     data = json.loads(out.read_text())
-    assert {"launch", "control", "throughput", "footprint", "scale_20", "list", "pi"} <= set(data)
+    expected = {"launch", "control", "throughput", "footprint", "scale_20", "commands", "list_running"}
+    assert expected | {"top", "fanout", "pi"} <= set(data)
+    assert {"external_8"} <= set(data["fanout"])
     assert "| section | measurement | pisub | baseline / ratio |" in proc.stdout
 
 
