@@ -7,7 +7,9 @@ lazy-import rule: README, "Development").
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pisub.protocol.lazy import lazy_names
 
 __version__ = "0.2.0"
 
@@ -129,11 +131,4 @@ if TYPE_CHECKING:
     from pisub.protocol.status import RunState, Status
 
 
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        import importlib
-
-        value = getattr(importlib.import_module(_HOMES[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'pisub' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _HOMES, globals())

@@ -33,7 +33,7 @@ Every error pisub raises on purpose is a :class:`PisubError` with a stable ``cod
     ├── StorageError                 IO_ERROR            a file cannot be read or written (with the fix)
     └── InternalError                INTERNAL_ERROR      a bug: anything else reaching a command's top
 
-Foreign exceptions (``OSError``, ``msgspec.ValidationError``, ``RecursionError``, portalocker's)
+Foreign exceptions (``OSError``, ``msgspec.ValidationError``, ``RecursionError``, ``yaml.YAMLError``)
 are translated into these at the seam where they enter (:func:`storage_error` for ``OSError``);
 the CLI's top level turns anything that still escapes into one ``INTERNAL_ERROR`` line.
 """

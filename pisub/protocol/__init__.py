@@ -11,7 +11,9 @@ pays for the codec alone, not for every Struct of the protocol.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pisub.protocol.lazy import lazy_names
 
 _HOMES = {
     "AgentFrontmatter": "pisub.protocol.agent",
@@ -90,11 +92,4 @@ if TYPE_CHECKING:
     from pisub.protocol.status import RunState, Status, StepState, StepStatus
 
 
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        import importlib
-
-        value = getattr(importlib.import_module(_HOMES[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'pisub.protocol' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _HOMES, globals())
