@@ -48,6 +48,7 @@ from pisub.store.results import truncate_output
 from pisub.store.spawn_budget import SpawnBudget
 from pisub.workflow.children import ChildRuns
 from pisub.workflow.forwarding import Forwarded
+from pisub.workflow.lost_keys import recover_lost_keys
 
 if TYPE_CHECKING:
     from pisub.protocol.status import Status
@@ -136,6 +137,7 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
         try:
             self._take_lease(self.spec.journal)
             replayed = replay(Path(self.spec.journal))
+            recover_lost_keys(self.home, self.spec.journal, replayed)
             journal = Journal(Path(self.spec.journal))
             journal.owned_by(self.manifest.run_id)
         except (LeaseHeld, PisubError, OSError) as exc:

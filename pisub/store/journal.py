@@ -52,6 +52,9 @@ class KeyRecord:
     created: bool = False
     """Its run was created (a run that is gone now was removed, not never made)."""
     ended: JournalEnded | None = None
+    recovered: bool = False
+    """Found from its run's manifest, the journal's line being unreadable: its parameters are
+    unknown (``pisub.workflow.lost_keys``)."""
 
     @property
     def settled(self) -> ChildResult | None:

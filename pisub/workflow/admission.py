@@ -97,7 +97,7 @@ class Admission:
         """How a new key is to be answered: from the journal, by re-attaching, or by a start."""
         assert call.key is not None
         record = self.table.replayed.keys.get(call.key)
-        if record is not None and record.fingerprint != fp:
+        if record is not None and not record.recovered and record.fingerprint != fp:
             raise InvalidInput(
                 f"{where}: key {call.key!r} was started by this workflow's earlier run with other "
                 "parameters; a resumed workflow must call each key the same way"
@@ -132,7 +132,7 @@ class Admission:
             record = self.table.replayed.keys.get(call.key)
             if entry is not None:
                 known_fp, known_resume = entry.fingerprint, entry.call.resume
-            elif record is not None and call.key not in resumed:
+            elif record is not None and not record.recovered and call.key not in resumed:
                 known_fp, known_resume = record.fingerprint, None
             else:
                 continue

@@ -207,6 +207,33 @@ def test_a_child_run_removed_before_its_end_was_journaled_is_not_started_again(
     assert not [s for s in pisub.list_runs(children=True) if s.parent_run_id in (run.id, again.id)]
 
 
+def test_a_child_whose_journal_line_is_damaged_is_reattached_not_started_twice(
+    home: Path, worker: None, tmp_path: Path
+) -> None:
+    """A journal line that does not decode may be a running child's start: on resume the child
+    is found from its manifest (its key, its parent a run of this workflow) and re-attached."""
+    latch = tmp_path / "latch"
+    calls = [{"key": f"k{i}", "agent": "worker", "task": f"k{i} latch {latch}"} for i in range(2)]
+    run = launch_parallel(calls, concurrency=2)
+    steps = wait_for(lambda: (s := run.status().steps) and all(x.pid for x in s) and s, 30)
+    children = {step.key: step.run_id for step in steps}
+    _kill_coordinator(run)
+    journal = run.dir / "journal.jsonl"
+    lines = journal.read_bytes().split(b"\n")
+    started = [i for i, line in enumerate(lines) if b'"started"' in line and b'"k0"' in line]
+    assert started, lines
+    lines[started[0]] = b"\xff\xfegarbage{"  # the start of k0: unreadable
+    journal.write_bytes(b"\n".join(lines))
+    again = resume_workflow(run.id)
+    attached = lambda: {s.key: s.run_id for s in again.status().steps} == children  # noqa: E731
+    wait_for(attached, 30, what="both children re-attached")
+    latch.touch()
+    result = again.wait(timeout=60)
+    assert result.state == "complete", result
+    ran = [s for s in pisub.list_runs(children=True) if s.parent_run_id in (run.id, again.id)]
+    assert sorted(s.run_id for s in ran) == sorted(children.values()), ran  # no key started twice
+
+
 def test_gc_keeps_a_going_workflows_tree(home: Path, worker: None) -> None:
     calls = [
         {"key": "quick", "agent": "worker", "task": "x"},
