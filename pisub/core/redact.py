@@ -39,6 +39,10 @@ _CAMEL_NAME = (
 )
 """A camelCase or PascalCase name ending or containing a secret word: ``apiKey``, ``SessionToken``."""
 
+_NOT_A_PATH = r"(?<![\w/\\])"
+"""Where a secret's name may start: not inside a word, and not a file name at the end of a path
+(``/etc/passwd: not a workflow script`` is an error naming a file, not a password)."""
+
 _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"(?i)(authorization\s*:\s*)(?:(?:bearer|basic|token)\s+)?[^\s\"',;]+"), r"\1" + MASK),
     (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1" + MASK),
@@ -52,10 +56,13 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
         r"\1" + MASK,
     ),
     (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), MASK),
-    (re.compile(rf"\b({_NAMED})(\s*[=:]\s*)(?:\"[^\"]*\"|'[^']*'|[^\s\"',;]+)"), r"\1\2" + MASK),
+    (re.compile(rf"{_NOT_A_PATH}({_NAMED})(\s*[=:]\s*)(?:\"[^\"]*\"|'[^']*'|[^\s\"',;]+)"), r"\1\2" + MASK),
     # JSON, YAML and camelCase spellings: "SecretAccessKey": "…", 'api_key': '…', apiToken=…
     (re.compile(rf"([\"']{_QUOTED_NAME}[\"']\s*:\s*)(?:\"(?:[^\"\\]|\\.)*\"|'[^']*')"), r"\1" + f'"{MASK}"'),
-    (re.compile(rf"\b({_CAMEL_NAME})(\s*[=:]\s*)(?:\"[^\"]*\"|'[^']*'|[^\s\"',;]+)"), r"\1\2" + MASK),
+    (
+        re.compile(rf"{_NOT_A_PATH}({_CAMEL_NAME})(\s*[=:]\s*)(?:\"[^\"]*\"|'[^']*'|[^\s\"',;]+)"),
+        r"\1\2" + MASK,
+    ),
 ]
 
 _STACK_LINE = re.compile(r"^\s+at\s+\S|^\s+File \"[^\"]+\", line \d+")

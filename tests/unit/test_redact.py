@@ -68,3 +68,12 @@ def test_plain_text_untouched() -> None:
 def test_preview_is_redacted_and_bounded() -> None:
     p = preview("use sk-abcdefghijklmnopqrstuvwxyz123456 " + "word " * 100)
     assert "sk-abc" not in p and len(p) == 160
+
+
+def test_a_file_named_like_a_secret_at_the_end_of_a_path_is_not_a_secret() -> None:
+    """An error naming ``/etc/passwd`` or ``…/token`` keeps its words (an outside attack found
+    the message after such a path masked); a secret's name after a space or ``--`` is still one."""
+    for text in ("/etc/passwd: not a workflow script", "/tmp/x/token: not a tasks file", "C:\\x\\token: y"):
+        assert redact(text) == text
+    assert redact("--token=abcdef") == f"--token={MASK}"
+    assert redact("see token: abc123") == f"see token: {MASK}"
