@@ -375,11 +375,14 @@ def _workflow_crash_result(status: Status, mode: str, message: str) -> Result:
     """A dead coordinator's result: its children run on under their own runners."""
     from pisub.core.redact import redact
 
-    live = [s for s in status.steps if s.status in (StepState.RUNNING, StepState.PENDING)]
+    # Only children that have a run may go on (a pending key without one never started).
+    live = [
+        s for s in status.steps if s.status in (StepState.RUNNING, StepState.PENDING) and s.run_id is not None
+    ]
     if live:
         keys = ", ".join(s.key or str(s.index) for s in live)
         message += (
-            f"\nIts children go on under their own runners ({keys}): `pisub resume {status.run_id}` "
+            f" Its children go on under their own runners ({keys}): `pisub resume {status.run_id}` "
             "re-attaches them and starts only what is unfinished."
         )
     error = ErrorInfo(code=ErrorCode.SUBAGENT_FAILED, message=redact(message))
