@@ -395,10 +395,14 @@ def _briefs_only(source: Run) -> str:
     """The next turn of a resume given no message: its stored briefs alone.
 
     Raises:
+        NotResumable: the run cannot be resumed at all (checked first: the advice below would
+            not help).
         InvalidInput: no brief is stored (saying both ways to give the next turn).
     """
+    from pisub.runs.launch import resumable_session
     from pisub.store.briefs import BRIEFS_ONLY_TASK, pending_briefs
 
+    resumable_session(source.id, source.status(), source.manifest().agent.runner)
     if not pending_briefs(source.paths):
         raise InvalidInput(
             f"run {source.id} holds no follow-up: give the next user turn (pisub resume "

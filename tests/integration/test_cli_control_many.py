@@ -225,6 +225,8 @@ def test_an_external_cli_run_is_refused_steer_and_interrupt_up_front(
         assert proc.returncode == 1, proc.stderr
         code = "[RUN_CLOSED]" if verb == "interrupt" else "[NOT_RESUMABLE]"
         assert code in proc.stderr, proc.stderr
+    bare = pisub_cli("resume", run.id)  # no message: refused for what it is, not for no follow-up
+    assert bare.returncode == 1 and "[NOT_RESUMABLE]" in bare.stderr and "follow-up" not in bare.stderr
 
 
 @pytest.mark.pi
