@@ -563,6 +563,7 @@ def launch_parallel(tasks: Sequence[TaskInput], **options: Unpack[WorkflowOption
     from pisub.workflow.calls import tasks_from
 
     calls = tasks_from(_entries(tasks), "tasks")
+    _within_spawns(len(calls), "tasks", "tasks", options)
     return _launch_workflow(Shape.PARALLEL, name="parallel", tasks=calls, **options)
 
 
@@ -573,6 +574,7 @@ def launch_chain(tasks: Sequence[TaskInput], **options: Unpack[WorkflowOptions])
     from pisub.workflow.calls import tasks_from
 
     calls = tasks_from(_entries(tasks), "tasks")
+    _within_spawns(len(calls), "tasks", "tasks", options)
     return _launch_workflow(Shape.CHAIN, name="chain", tasks=calls, **options)
 
 
@@ -585,8 +587,7 @@ def launch_lanes(lanes: Sequence[LaneInput], **options: Unpack[WorkflowOptions])
     Raises:
         InvalidInput: every problem, naming the lane, stage and field.
     """
-    from pisub.errors import FanoutLimit
-    from pisub.protocol.workflow import DEFAULT_MAX_SPAWNS, Shape
+    from pisub.protocol.workflow import Shape
     from pisub.workflow.lanes import check_lanes, stage_call
 
     checked = check_lanes(_entries(lanes), "lanes")
@@ -596,13 +597,25 @@ def launch_lanes(lanes: Sequence[LaneInput], **options: Unpack[WorkflowOptions])
         for i, lane in enumerate(checked)
         for n, stage in enumerate(lane.stages)
     ]
+    _within_spawns(len(every), "lanes", "stages", options)
+    return _launch_workflow(Shape.LANES, name="lanes", tasks=every, lanes=checked, labels=labels, **options)
+
+
+def _within_spawns(count: int, where: str, what: str, options: WorkflowOptions) -> None:
+    """Refuse, before anything is created, a fan-out whose ``count`` children are known to
+    exceed its spawn budget (``max_spawns``, else the config's).
+
+    Raises:
+        FanoutLimit: naming ``where``.
+    """
+    from pisub.errors import FanoutLimit
+    from pisub.protocol.workflow import DEFAULT_MAX_SPAWNS
     from pisub.store.config import load_config
 
     limit = options.get("max_spawns") or load_config(open_home(options.get("home")).root).workflow.max_spawns
     limit = limit or DEFAULT_MAX_SPAWNS
-    if len(every) > limit:
-        raise FanoutLimit(f"lanes: {len(every)} stages would start more than {limit} children (--max-spawns)")
-    return _launch_workflow(Shape.LANES, name="lanes", tasks=every, lanes=checked, labels=labels, **options)
+    if count > limit:
+        raise FanoutLimit(f"{where}: {count} {what} would start more than {limit} children (--max-spawns)")
 
 
 def _launch_workflow(

@@ -227,6 +227,19 @@ def test_bad_calls_raise_in_the_script_and_start_nothing(home: Path, counted: Pa
     assert _starts(counted) == ["x"]  # only "same"
 
 
+def test_a_fan_out_known_to_exceed_its_spawn_budget_is_refused_before_any_run(home: Path) -> None:
+    """N ``--task``s or a tasks file larger than ``--max-spawns``: refused up front (it printed a
+    run id, exit 0, and the run then failed ``RUN_FANOUT_LIMIT``)."""
+    tasks = [{"agent": "worker", "task": f"t{i}"} for i in range(3)]
+    for launch in (launch_parallel, launch_chain):
+        with pytest.raises(pisub.PisubError) as refused:
+            launch(tasks, max_spawns=2)
+        assert refused.value.code == "RUN_FANOUT_LIMIT" and "3 tasks" in refused.value.message
+    cli = pisub_cli("run", "--max-spawns", "2", *[a for i in range(3) for a in ("--task", f"worker=t{i}")])
+    assert cli.returncode == 1 and cli.stderr.endswith("[RUN_FANOUT_LIMIT]\n") and not cli.stdout
+    assert not list(pisub.list_runs(children=True))
+
+
 def test_the_spawn_budget_refuses_a_batch_that_does_not_fit(
     home: Path, counted: Path, tmp_path: Path
 ) -> None:
