@@ -126,8 +126,16 @@ def json_line(obj: object) -> None:
 
 def json_lines(objs: Iterable[object]) -> None:
     """One JSON object per line, written at once (``list`` over many runs)."""
-    sys.stdout.buffer.write(b"".join(_json(obj) + b"\n" for obj in objs))
+    items = list(objs)
+    try:
+        data = _encode_lines(items)
+    except UnicodeEncodeError:  # one of them needs escaping (see _json)
+        data = b"".join(_json(obj) + b"\n" for obj in items)
+    sys.stdout.buffer.write(data)
     sys.stdout.flush()
+
+
+_encode_lines = msgspec.json.Encoder().encode_lines
 
 
 def _json(obj: object) -> bytes:

@@ -532,9 +532,19 @@ def status(
         raise InvalidInput(f"unknown view {view!r}; one of summary, fleet, transcript")
 
 
+def _no_cycle_collection() -> None:
+    """A command that reads many statuses and then ends: no cyclic garbage collection (its
+    passes walk every status read, again and again; nothing it makes is a cycle that matters
+    before the process ends)."""
+    import gc
+
+    gc.disable()
+
+
 def _recent(as_json: bool) -> None:
     """``pisub status`` without RUN: the :data:`RECENT` newest top-level runs, newest first,
     and how to see more."""
+    _no_cycle_collection()
     from pisub.api.client import list_runs
 
     problems: list[str] = []
@@ -584,6 +594,7 @@ def list_(
     as_json: bool = JSON,
 ) -> None:
     """List the top-level runs (with --all, every run), oldest first."""
+    _no_cycle_collection()
     from pisub.api.client import list_runs
     from pisub.errors import InvalidInput
     from pisub.protocol.status import RunState
