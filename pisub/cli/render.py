@@ -15,14 +15,16 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from pisub.protocol.codec import encode, parse_iso
-from pisub.protocol.placement import Placement
-from pisub.protocol.result import Result
-from pisub.protocol.status import Status
+
+if TYPE_CHECKING:  # (annotations only: a command loads the records it reads)
+    from pisub.protocol.placement import Placement
+    from pisub.protocol.result import Result
+    from pisub.protocol.status import Status
 from pisub.termsafe import printable
 
 
