@@ -24,12 +24,13 @@ def guarded(command: Callable[[], object]) -> NoReturn:
         _fail(StorageError(CLOSED_STDOUT))
     try:
         code = command()
+        sys.stdout.flush()  # (here: a reader gone away is told apart from other failures)
     except PisubError as exc:
         _fail(exc)
     except KeyboardInterrupt:
         sys.exit(130)
     except BrokenPipeError:
-        _quiet_broken_pipe()
+        quiet_broken_pipe()
     except OSError as exc:
         _fail(storage_error(exc, "use"), exc)
     except Exception as exc:
@@ -53,7 +54,7 @@ def _fail(error: PisubError, cause: BaseException | None = None) -> NoReturn:
     sys.exit(1)
 
 
-def _quiet_broken_pipe() -> NoReturn:
+def quiet_broken_pipe() -> NoReturn:
     """The reader of our output went away (``pisub list | head``): exit without a word."""
     with contextlib.suppress(OSError):
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -22,7 +22,7 @@ import typer
 import typer.core
 
 from pisub.cli.commands import BY_NAME, COMMANDS, Command
-from pisub.cli.failing import _fail, guarded
+from pisub.cli.failing import _fail, guarded, quiet_broken_pipe
 from pisub.cli.version import root as _root_options
 from pisub.errors import PisubError
 from pisub.termsafe import printable
@@ -61,6 +61,12 @@ class LazyGroup(Group):
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):
             formatter.write_dl([(c.name, c.help) for c in COMMANDS])
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # (typer would exit 1) the reader went away: 141, silently
+            quiet_broken_pipe()
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]

@@ -97,3 +97,34 @@ def test_the_same_output_and_exit_with_or_without_the_parser(
     code, out, err, typer_loaded = _cli("entry", *args)
     assert typer_loaded == (argv not in PLAIN)
     assert (code, out, err) == _cli("parser", *args)[:3]
+
+
+@pytest.mark.parametrize(
+    "argv", [("list", "--json"), ("list",), ("list", "--limit", "+5"), ("status", "{0}")]
+)
+@pytest.mark.parametrize("module", ["entry", "parser"])
+def test_a_reader_gone_away_ends_the_command_silently_with_141(
+    two_runs: list[str], module: str, argv: tuple[str, ...]
+) -> None:
+    """spec/cli.md: ``pisub list | head`` exits 141 silently — with or without the parser
+    (typer alone would exit 1)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                _THROUGH.format(module=module),
+                json.dumps([a.format(*two_runs) for a in argv]),
+            ],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert proc.returncode == 141
+    assert proc.stderr.strip().startswith("TYPER ")  # nothing else said
