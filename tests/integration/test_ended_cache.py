@@ -299,3 +299,25 @@ def test_a_live_run_is_never_cached(home: Path, make_agent: AgentMaker) -> None:
         run.send_stop()
         run.wait(timeout=30)
     assert _listed()[run.id].state == RunState.STOPPED
+
+
+@pytest.mark.parametrize("kind", ["file", "symlink"])
+def test_a_cache_folder_that_is_not_a_folder_is_left_alone(home: Path, tmp_path: Path, kind: str) -> None:
+    ids = _ended(home, 2, label="real")
+    _listed()
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(home / "cache", elsewhere)
+    _lie(elsewhere / "ended-runs")
+    shutil.rmtree(home / "cache")
+    if kind == "file":
+        (home / "cache").write_bytes(b"not a folder")
+    else:
+        os.symlink(elsewhere, home / "cache")
+    for _ in range(2):
+        assert {st.run_id: st.label for st in _listed().values()} == dict.fromkeys(ids, "real")
+    assert (
+        os.path.islink(home / "cache")
+        if kind == "symlink"
+        else (home / "cache").read_bytes() == b"not a folder"
+    )
+    assert sorted(os.listdir(elsewhere)) == ["ended-runs"]  # nothing written through the symlink
