@@ -7,13 +7,11 @@ holds something new, is observed in full (:func:`pisub.runs.reconcile.observe`: 
 runner died, late requests answered). Live runs only come from the index of live runs
 (:mod:`pisub.store.live_index`) when it is complete; else every run is read and the index rebuilt.
 
-A listing of every run (``pisub list``) keeps the ended runs it read in the home's cache
+A listing of every run keeps the ended runs it read in the home's cache
 (:mod:`pisub.runs.ended_cache`): an ended run whose ``status.json`` and ``inbox/new`` are as
-they were then costs two ``stat`` calls, its status taken from the cache.
-
-A reader that lists again and again (``pisub top``) keeps a :data:`Seen` between listings: an
-ended run whose ``status.json`` is the same file as when it was read (its inode, size and
-mtime by one ``stat``) is not read and decoded again — its inbox is still checked each time.
+they were then costs two ``stat`` calls, its status taken from the cache. A reader that lists
+again and again (``pisub top``) keeps those entries in memory between listings (a
+:data:`Seen`): the same two ``stat`` calls, no read of the cache file.
 """
 
 from __future__ import annotations
@@ -29,14 +27,16 @@ from typing import TypeVar
 from pisub.core.fsio import load_json
 from pisub.errors import PisubError, RunNotFound
 from pisub.protocol.status import Status
+from pisub.runs.ended_cache import Entry
 from pisub.store import live_index
 from pisub.store.mailbox import quiet_since_answered
 from pisub.store.paths import ANSWERED_MARKER, STATUS_FILE, Home, RunPaths
+from pisub.store.runs import MAX_FILE
 
 T = TypeVar("T")
 
-Seen = dict[str, tuple[tuple[int, int, int], Status]]
-"""Ended runs as last read: run id → (``status.json``'s inode, size and mtime, its status)."""
+Seen = dict[str, Entry]
+"""Ended runs as last read, by run directory name (kept by a caller that lists again and again)."""
 
 
 @dataclass
@@ -78,7 +78,7 @@ def _read_all(home: Home, seen: Seen | None) -> Listing:
     if seen is not None:
         for gone in seen.keys() - set(names):
             del seen[gone]
-    unread = _read(home, names, listing, quiet_missing=False, known=seen, cache=seen is None)
+    unread = _read(home, names, listing, quiet_missing=False, cache=True, seen=seen)
     if not live_index.is_complete(home):
         live = [st.run_id for st in listing.statuses if not st.state.is_terminal]
         live_index.rebuild(home, live + unread)  # unreadable ones too: only too many, never too few
@@ -109,11 +109,12 @@ def _read(
     listing: Listing,
     *,
     quiet_missing: bool,
-    known: Seen | None = None,
     cache: bool = False,
+    seen: Seen | None = None,
 ) -> list[str]:
     """Append the statuses of runs ``names``; the names that could not be read. ``cache``:
-    through the home's cache of ended runs, brought up to date."""
+    through the home's cache of ended runs (or ``seen``, when it holds entries), both brought
+    up to date."""
     from pisub.backends import prime
     from pisub.errors import storage_error
     from pisub.runs.reconcile import observe
@@ -128,7 +129,7 @@ def _read(
         raise storage_error(exc, "read the runs in", home.runs) from exc
     loaded: list[tuple[str, Status, bool]] = []
     try:
-        cached = _Cached(home, runs_fd) if cache else None
+        cached = _Cached(home, runs_fd, seen) if cache else None
         for name in names:
             if cached is not None:
                 hit = cached.hit(name)
@@ -139,7 +140,7 @@ def _read(
             def first_read(name: str = name) -> tuple[Status, bool]:
                 if cached is not None:
                     return cached.read(name)
-                st = _status(name, runs_fd, known)
+                st = load_json(f"{name}/{STATUS_FILE}", Status, limit=MAX_FILE, dir_fd=runs_fd)
                 return st, not st.state.is_terminal or not quiet_since_answered(f"{name}/inbox", runs_fd)
 
             read = _guarded(home, name, listing, unread, quiet_missing, first_read)
@@ -153,29 +154,28 @@ def _read(
     # (a run not to be observed has ended).
     prime([RunPaths(home.runs / n) for n, st, observing in loaded if observing and not st.state.is_terminal])
     for name, st, observing in loaded:
-        seen = st
+        shown: Status | None = st
         if observing:
-            observed = _guarded(
+            shown = _guarded(
                 home, name, listing, unread, quiet_missing, partial(observe, RunPaths(home.runs / name))
             )
-            if observed is None:
-                continue
-            seen = observed
-        listing.statuses.append(seen)
+        if shown is not None:
+            listing.statuses.append(shown)
     return unread
 
 
 class _Cached:
     """Reading runs through the home's cache of ended runs (:mod:`pisub.runs.ended_cache`)."""
 
-    def __init__(self, home: Home, runs_fd: int) -> None:
+    def __init__(self, home: Home, runs_fd: int, seen: Seen | None) -> None:
         from pisub.runs import ended_cache
 
         self.home = home
         self.runs_fd = runs_fd
         self.runs = os.fstat(runs_fd)
-        self.old = ended_cache.load(home, self.runs)
-        self.new: list[ended_cache.Entry] = []
+        self.seen = seen
+        self.old = seen if seen else ended_cache.load(home, self.runs)
+        self.new: list[Entry] = []
         self.added = 0
 
     def hit(self, name: str) -> Status | None:
@@ -200,8 +200,7 @@ class _Cached:
         """Run ``name``'s status, and whether it must be observed (it has not ended, or its
         inbox is not quiet), as :func:`_read` reads it without a cache; an ended run with a
         quiet inbox is cached."""
-        from pisub.runs.ended_cache import Entry, inbox_key, status_key
-        from pisub.store.runs import MAX_FILE
+        from pisub.runs.ended_cache import inbox_key, status_key
 
         path = f"{name}/{STATUS_FILE}"
         try:
@@ -222,11 +221,14 @@ class _Cached:
         return st, False
 
     def save(self) -> None:
-        """Write the cache when an entry was added or dropped."""
+        """Write the cache when an entry was added or dropped; ``seen`` holds the entries."""
         from pisub.runs import ended_cache
 
         if self.added or len(self.new) != len(self.old):
             ended_cache.store(self.home, self.runs, self.new)
+        if self.seen is not None:
+            self.seen.clear()
+            self.seen.update((entry.name, entry) for entry in self.new)
 
 
 def _lstat(path: str, dir_fd: int) -> os.stat_result | None:
@@ -244,25 +246,6 @@ def _quiet_inbox(name: str, runs_fd: int) -> os.stat_result | None:
     if marker is None or new is None or new.st_mtime_ns != marker.st_mtime_ns:
         return None
     return new
-
-
-def _status(name: str, runs_fd: int, seen: Seen | None) -> Status:
-    """Run ``name``'s ``status.json``; from ``seen`` when it is the same file as when an ended
-    status was read from it (a file replaced meanwhile has another inode or mtime)."""
-    from pisub.store.runs import MAX_FILE
-
-    path = f"{name}/{STATUS_FILE}"
-    if seen is None:
-        return load_json(path, Status, limit=MAX_FILE, dir_fd=runs_fd)
-    info = os.stat(path, dir_fd=runs_fd, follow_symlinks=False)  # before the read: never too new
-    key = (info.st_ino, info.st_size, info.st_mtime_ns)
-    known = seen.get(name)
-    if known is not None and known[0] == key:
-        return known[1]
-    st = load_json(path, Status, limit=MAX_FILE, dir_fd=runs_fd)
-    if st.state.is_terminal:
-        seen[name] = (key, st)
-    return st
 
 
 def _guarded(
