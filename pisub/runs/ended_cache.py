@@ -129,7 +129,7 @@ def store(home: Home, runs: os.stat_result, entries: list[Entry]) -> None:
     from pisub.core.fsio import atomic_write, private_mkdir
 
     folder = home.ended_cache.parent
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, ValueError, msgspec.EncodeError):
         try:
             owner = os.stat(folder, follow_symlinks=False)
         except FileNotFoundError:
