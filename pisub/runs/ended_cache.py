@@ -16,8 +16,9 @@ It is only ever a cache: the run directories stay the source of truth.
   that have not ended).
 - The file is ignored, never trusted, when it is not a regular file owned by this user with
   no group or other permission bits, is larger than :data:`MAX_BYTES`, does not decode, is of
-  another version, or was made for another ``runs`` folder (its device and inode): the reader
-  then reads every run and writes the cache anew.
+  another version or was written by a pisub whose status records differ (:func:`_records`),
+  or was made for another ``runs`` folder (its device and inode): the reader then reads every
+  run and writes the cache anew.
 - It is written to a temp name beside it (mode 0600) and renamed into place, without fsync
   (a cache lost to a crash is rebuilt), only by the owner of the home's ``cache`` folder
   (``root`` listing a user's home leaves no file of its own), and only when an entry changed.
@@ -27,6 +28,7 @@ It is only ever a cache: the run directories stay the source of truth.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import stat
 
@@ -56,6 +58,8 @@ class Entry(msgspec.Struct, array_like=True):
 class _File(msgspec.Struct, array_like=True):
     magic: str
     v: int
+    records: int
+    """:func:`_records`: the status records as this pisub knows them."""
     runs_dev: int
     runs_ino: int
     entries: list[Entry]
@@ -101,12 +105,34 @@ def load(home: Home, runs: os.stat_result) -> dict[str, Entry]:
         found = msgspec.msgpack.decode(data, type=_File)
     except (msgspec.DecodeError, RecursionError, ValueError):
         return {}
-    if (found.magic, found.v, found.runs_dev, found.runs_ino) != (MAGIC, VERSION, runs.st_dev, runs.st_ino):
+    header = (found.magic, found.v, found.records, found.runs_dev, found.runs_ino)
+    if header != (MAGIC, VERSION, _records(), runs.st_dev, runs.st_ino):
         return {}
     return {e.name: e for e in found.entries if e.status.state not in _NOT_ENDED}
 
 
 _NOT_ENDED = frozenset(state for state in RunState if not state.is_terminal)
+
+_RECORD_MODULES = ("status", "budget", "control", "result", "acceptance", "codec")
+"""The modules of :class:`~pisub.protocol.status.Status` and of the records inside it."""
+
+
+@functools.cache
+def _records() -> int | None:
+    """A checksum of the source of the status records: a cache written by a pisub whose
+    records differ (a field it did not know is missing from its entries) is not believed.
+    None when a source cannot be read: no cache is then read or written."""
+    import importlib
+    import zlib
+
+    crc = zlib.crc32(str(VERSION).encode())
+    for name in _RECORD_MODULES:
+        try:
+            with open(importlib.import_module(f"pisub.protocol.{name}").__file__ or "", "rb") as fh:
+                crc = zlib.crc32(fh.read(), crc)
+        except (OSError, TypeError, ValueError):
+            return None
+    return crc
 
 
 def _read_all(fd: int, size: int) -> bytes:
@@ -139,5 +165,8 @@ def store(home: Home, runs: os.stat_result, entries: list[Entry]) -> None:
             owner = os.stat(folder, follow_symlinks=False)
         if not stat.S_ISDIR(owner.st_mode) or owner.st_uid != os.geteuid():
             return
-        data = msgspec.msgpack.encode(_File(MAGIC, VERSION, runs.st_dev, runs.st_ino, entries))
+        records = _records()
+        if records is None:
+            return
+        data = msgspec.msgpack.encode(_File(MAGIC, VERSION, records, runs.st_dev, runs.st_ino, entries))
         atomic_write(home.ended_cache, data, mode=0o600, durable=False)

@@ -177,9 +177,16 @@ def _other_version(path: Path) -> None:
     path.write_bytes(msgspec.msgpack.encode(found))
 
 
+def _other_records(path: Path) -> None:
+    """Written by a pisub whose status records differ (a field this one knows is missing)."""
+    found = msgspec.msgpack.decode(path.read_bytes())
+    found[2] += 1
+    path.write_bytes(msgspec.msgpack.encode(found))
+
+
 def _another_runs_folder(path: Path) -> None:
     found = msgspec.msgpack.decode(path.read_bytes())
-    found[3] += 1
+    found[4] += 1
     path.write_bytes(msgspec.msgpack.encode(found))
 
 
@@ -192,7 +199,7 @@ def _foreign_owner(path: Path) -> None:
 def _lie(path: Path) -> None:
     """Every entry, its keys kept, now says its run's label is ``lie``."""
     found = msgspec.msgpack.decode(path.read_bytes())
-    for entry in found[4]:
+    for entry in found[5]:
         entry[3]["label"] = "lie"
     path.write_bytes(msgspec.msgpack.encode(found))
 
@@ -218,6 +225,7 @@ def test_the_cache_is_believed_only_while_the_run_is_the_same(home: Path) -> Non
         _deep,
         _group_readable,
         _other_version,
+        _other_records,
         _another_runs_folder,
         _foreign_owner,
     ],
