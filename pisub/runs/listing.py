@@ -130,12 +130,9 @@ def _read(
     loaded: list[tuple[str, Status, bool]] = []
     try:
         cached = _Cached(home, runs_fd, seen) if cache else None
+        if cached is not None:  # the cached ended runs first (statuses kept in their order)
+            names = cached.hits(names, listing.statuses)
         for name in names:
-            if cached is not None:
-                hit = cached.hit(name)
-                if hit is not None:
-                    loaded.append((name, hit, False))
-                    continue
 
             def first_read(name: str = name) -> tuple[Status, bool]:
                 if cached is not None:
@@ -164,6 +161,10 @@ def _read(
     return unread
 
 
+_STATUS = f"/{STATUS_FILE}"
+_INBOX_NEW = "/inbox/new"
+
+
 class _Cached:
     """Reading runs through the home's cache of ended runs (:mod:`pisub.runs.ended_cache`)."""
 
@@ -178,23 +179,26 @@ class _Cached:
         self.new: list[Entry] = []
         self.added = 0
 
-    def hit(self, name: str) -> Status | None:
-        """Run ``name``'s ended status from the cache, when its ``status.json`` and its
-        ``inbox/new`` are as they were when it was cached; else None."""
-        entry = self.old.get(name)
-        if entry is None:
-            return None
-        try:
-            info = os.stat(f"{name}/{STATUS_FILE}", dir_fd=self.runs_fd, follow_symlinks=False)
-            if (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns) != entry.status_key:
-                return None
-            new = os.stat(f"{name}/inbox/new", dir_fd=self.runs_fd, follow_symlinks=False)
-        except OSError:
-            return None
-        if (new.st_ino, new.st_mtime_ns) != entry.inbox_key:
-            return None
-        self.new.append(entry)
-        return entry.status
+    def hits(self, names: list[str], found: list[Status]) -> list[str]:
+        """Append to ``found`` the status of each run of ``names`` whose ``status.json`` and
+        ``inbox/new`` are as they were when it was cached; the other names. (One loop with
+        its names bound locally: it runs once per run, 10,000 times for 10,000 runs.)"""
+        get, stat, fd, kept, misses = self.old.get, os.stat, self.runs_fd, self.new, []
+        for name in names:
+            entry = get(name)
+            if entry is not None:
+                try:
+                    info = stat(name + _STATUS, dir_fd=fd, follow_symlinks=False)
+                    if (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns) == entry.status_key:
+                        new = stat(name + _INBOX_NEW, dir_fd=fd, follow_symlinks=False)
+                        if (new.st_ino, new.st_mtime_ns) == entry.inbox_key:
+                            kept.append(entry)
+                            found.append(entry.status)
+                            continue
+                except OSError:
+                    pass
+            misses.append(name)
+        return misses
 
     def read(self, name: str) -> tuple[Status, bool]:
         """Run ``name``'s status, and whether it must be observed (it has not ended, or its
