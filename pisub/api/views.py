@@ -210,7 +210,9 @@ def mission_of(run: Run, status: Status | None = None) -> tuple[str, str] | None
 class Statuses:
     """Every run's status (child runs too, oldest first, after crash repair), listed again and
     again by one reader (``pisub top``): an ended run whose ``status.json`` has not changed
-    since this reader read it is not read again (its inbox is still checked each time)."""
+    since this reader read it is not read again (its inbox is still checked each time, by one
+    ``stat``); the first listing starts from the home's cache of ended runs
+    (``spec/protocol.md``, The cache of ended runs)."""
 
     def __init__(self, home: Path | None = None) -> None:
         from pisub.runs.listing import Seen

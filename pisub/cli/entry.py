@@ -3,6 +3,8 @@
 A command that starts a run (``run``, ``resume``) starts a warm runner first
 (:mod:`pisub.api.warm`), so that the runner's interpreter starts and imports on the other
 core while the command line imports its parser, checks the agent and writes the manifest.
+
+The plain forms of ``status`` and ``list`` run without the parser (:mod:`pisub.cli.fast`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ def _launching(argv: list[str]) -> bool:
 
 
 def main() -> None:
+    if sys.argv[1:2] in (["status"], ["list"]):
+        from pisub.cli.fast import run_if_plain
+
+        run_if_plain(sys.argv[1:])  # exits when it ran the command
     if _launching(sys.argv[1:]):
         from pisub.api.warm import prestart_for_one_launch
 

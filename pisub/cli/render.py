@@ -15,14 +15,16 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from pisub.protocol.codec import encode, parse_iso
-from pisub.protocol.placement import Placement
-from pisub.protocol.result import Result
-from pisub.protocol.status import Status
+
+if TYPE_CHECKING:  # (annotations only: a command loads the records it reads)
+    from pisub.protocol.placement import Placement
+    from pisub.protocol.result import Result
+    from pisub.protocol.status import Status
 from pisub.termsafe import printable
 
 
@@ -126,8 +128,16 @@ def json_line(obj: object) -> None:
 
 def json_lines(objs: Iterable[object]) -> None:
     """One JSON object per line, written at once (``list`` over many runs)."""
-    sys.stdout.buffer.write(b"".join(_json(obj) + b"\n" for obj in objs))
+    items = list(objs)
+    try:
+        data = _encode_lines(items)
+    except UnicodeEncodeError:  # one of them needs escaping (see _json)
+        data = b"".join(_json(obj) + b"\n" for obj in items)
+    sys.stdout.buffer.write(data)
     sys.stdout.flush()
+
+
+_encode_lines = msgspec.json.Encoder().encode_lines
 
 
 def _json(obj: object) -> bytes:

@@ -9,19 +9,14 @@ from typing import Any, NoReturn
 import typer
 
 from pisub.cli.complete import RUN, agent_names, run_ids
+from pisub.cli.reading import print_fleet as _print_fleet
+from pisub.cli.reading import run_named as _run
 from pisub.cli.render import (
-    colour_wanted,
     err,
-    fleet_text,
     json_line,
-    json_lines,
-    list_text,
     out,
     out_block,
-    out_painted,
     result_text,
-    status_text,
-    terminal_width,
 )
 
 JSON = typer.Option(False, "--json", help="Machine-readable output (documented in spec/cli.md).")
@@ -305,17 +300,6 @@ def _queue_options(group: str | None, priority: int | None, after: list[str] | N
     return {name: value for name, value in given.items() if value is not None}
 
 
-def _queue_line(handle: Any, st: Any, as_json: bool) -> None:
-    """A queued run's place in its group's queue (``spec/queue.md``)."""
-    if st.state != "queued" or as_json:
-        return
-    from pisub.api.groups import queue_place
-
-    place = queue_place(handle)
-    if place is not None:
-        out(f"queue    position {place[0]} of {place[1]} waiting in group {st.group}")
-
-
 def _single_options(
     context: str | None,
     parent_session: str | None,
@@ -392,34 +376,6 @@ def _json_option(text: str | None, flag: str) -> Any:
     return value
 
 
-def _mission_line(handle: Any, st: Any) -> None:
-    """A workflow's mission, ``mission  <id> (<status>)``, and its launch's warning about it
-    (``spec/protocol.md``, Workflow runs, Missions)."""
-    from pisub.api.views import mission_of
-    from pisub.cli.render import cell
-
-    found = mission_of(handle, st)
-    if found is not None:
-        out(f"mission  {cell(found[0])} ({cell(found[1])})")
-    spec = handle.manifest().workflow if st.runner == "workflow" else None
-    if spec is not None and spec.mission_warning:
-        out(f"note     {cell(spec.mission_warning)}")
-
-
-def _resource_lines(handle: Any, st: Any) -> None:
-    """A named workflow resource's provenance and its host steps (``spec/resources.md``)."""
-    from pisub.cli.render import host_steps_text
-
-    spec = handle.manifest().workflow
-    if spec is not None and spec.resource is not None:
-        origin = spec.resource
-        where = f" {origin.path}" if origin.path else ""
-        digest = f" sha256 {origin.sha256[:16]}" if origin.sha256 else ""
-        out(f"resource {origin.name} ({origin.source}{where}{digest})")
-    if st.host_steps:
-        out_block(host_steps_text(st))
-
-
 def _merged_args(text: str | None, pairs: list[str] | None) -> dict[str, Any] | None:
     """``--args JSON`` (an object) with ``--arg KEY=VALUE`` over it (None: neither given)."""
     if text is None and not pairs:
@@ -448,23 +404,6 @@ def _args(pairs: list[str]) -> dict[str, Any]:
 CHILD = typer.Option(None, "--child", metavar="KEY|INDEX", help="A workflow's child (key or index).")
 
 
-def _run(ref: str, child: str | None) -> Any:
-    """The run ``ref`` names, or its workflow child ``child``."""
-    from pisub.api.client import Run
-
-    handle = Run(ref)
-    if child is None:
-        return handle
-    if handle.manifest().workflow is None:
-        handle.child_index(child)  # a single run's only child is 0
-        return handle
-    return handle.child(child)
-
-
-RECENT = 20
-"""How many runs ``pisub status`` without RUN shows."""
-
-
 def status(
     ref: str | None = typer.Argument(
         None, metavar="[RUN]", autocompletion=run_ids, help="A run id, a unique prefix (4+) or @LABEL."
@@ -477,79 +416,9 @@ def status(
     """Show where a run is now (after crash detection); a workflow lists its children.
     --view fleet: one line per live child; --view transcript: the tail of the output.
     Without RUN: the most recent runs, newest first."""
-    from pisub.errors import InvalidInput, ProtocolError
-    from pisub.protocol.placement import BackendName, Placement
+    from pisub.cli.reading import status as shown
 
-    if ref is None:
-        if child is not None or view != "summary":
-            raise InvalidInput("--child and --view name one run's: give RUN")
-        _recent(as_json)
-        return
-    handle = _run(ref, child)
-    if view == "summary":
-        st = handle.status()
-        try:
-            placement = handle.placement()
-        except ProtocolError as exc:  # shown as it is: the status is still worth reading
-            err(f"pisub: {exc.message} [{exc.code}]")
-            placement = Placement(v=1, backend=BackendName.LOCAL, launcher_host="?")
-        colour = not as_json and colour_wanted()
-        if not as_json and not st.state.is_terminal and handle.liveness(st) == "unknown":
-            out_painted(status_text(st, placement, colour=colour))
-            out(
-                f"note     this host cannot prove whether the runner (on {st.host}) lives — another "
-                "host, the engine unreachable, or a lease not yet expired: nothing is repaired yet"
-            )
-        elif placement.backend == "local":
-            json_line(st) if as_json else out_painted(status_text(st, colour=colour))
-            _queue_line(handle, st, as_json)
-        elif as_json:
-            import msgspec
-
-            json_line({**msgspec.to_builtins(st), "placement": msgspec.to_builtins(placement)})
-        else:
-            out_painted(status_text(st, placement, colour=colour))
-        if not as_json:
-            _mission_line(handle, st)
-            _resource_lines(handle, st)
-            from pisub.cli.reviews import print_review_runs
-
-            print_review_runs(handle)
-    elif view == "fleet":
-        from pisub.api.views import fleet as fleet_rows
-
-        _print_fleet(fleet_rows(handle), as_json)
-    elif view == "transcript":
-        from pisub.api.views import json_lines_of, transcript
-
-        text = transcript(handle, lines)
-        if as_json:
-            shown, replaced = json_lines_of(text)
-            json_line({"runId": handle.id, "lines": shown, "undecodable": replaced})
-        else:
-            out_block("\n".join(text))
-    else:
-        raise InvalidInput(f"unknown view {view!r}; one of summary, fleet, transcript")
-
-
-def _recent(as_json: bool) -> None:
-    """``pisub status`` without RUN: the :data:`RECENT` newest top-level runs, newest first,
-    and how to see more."""
-    from pisub.api.client import list_runs
-
-    problems: list[str] = []
-    every = list(list_runs(problems=problems))
-    shown = every[-RECENT:][::-1]
-    if as_json:
-        json_lines(shown)
-    else:
-        out_painted(list_text(shown, width=terminal_width(), colour=colour_wanted()))
-        if len(every) > RECENT:
-            out(f"the {RECENT} newest of {len(every)} runs; every one: pisub list (--all: child runs too)")
-        elif not every:
-            out("start one: pisub run --agent NAME TASK")
-    for problem in problems:
-        err(f"pisub: unreadable run {problem}")
+    shown(ref, child, view, lines, as_json)
 
 
 def fleet(as_json: bool = JSON) -> None:
@@ -567,14 +436,6 @@ def top() -> None:
     run_top()
 
 
-def _print_fleet(rows: list[Any], as_json: bool) -> None:
-    if as_json:
-        for row in rows:
-            json_line(row)
-    else:
-        out_painted(fleet_text(rows, width=terminal_width(), colour=colour_wanted()))
-
-
 def list_(
     state: str | None = typer.Option(None, "--state", help="Only runs in this state."),
     all_: bool = typer.Option(False, "--all", help="Include child runs (a workflow's, a run's)."),
@@ -584,31 +445,9 @@ def list_(
     as_json: bool = JSON,
 ) -> None:
     """List the top-level runs (with --all, every run), oldest first."""
-    from pisub.api.client import list_runs
-    from pisub.errors import InvalidInput
-    from pisub.protocol.status import RunState
+    from pisub.cli.reading import listed
 
-    try:
-        wanted = RunState(state) if state else None
-    except ValueError:
-        raise InvalidInput(
-            f"unknown state {state!r}; one of {', '.join(s.value for s in RunState)}"
-        ) from None
-    problems: list[str] = []
-    window = None
-    if since is not None:
-        from pisub.api.admin import parse_age
-
-        window = parse_age(since)
-    statuses = list(
-        list_runs(state=wanted, problems=problems, children=all_, agent=agent, since=window, limit=limit)
-    )
-    if as_json:
-        json_lines(statuses)
-    else:
-        out_painted(list_text(statuses, width=terminal_width(), colour=colour_wanted()))
-    for problem in problems:
-        err(f"pisub: unreadable run {problem}")
+    listed(state, all_, agent, since, limit, as_json)
 
 
 def logs(

@@ -9,19 +9,21 @@ processes need it).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import os
 import signal
 import stat
-import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pisub.protocol.env import ENV_RUN_ID
+
+if TYPE_CHECKING:  # (subprocess and ctypes load where used: a reader of runs needs neither)
+    import subprocess
 
 START_TIME_TOLERANCE = 0.015
 """Start times are known to 1/100 s; two values closer than this are the same process."""
@@ -150,6 +152,8 @@ def host_name() -> str:
 def set_child_subreaper() -> bool:
     """Make orphaned descendants re-parent to this process (Linux); whether it worked."""
     try:
+        import ctypes
+
         libc = ctypes.CDLL(None, use_errno=True)
         return int(libc.prctl(36, 1, 0, 0, 0)) == 0  # PR_SET_CHILD_SUBREAPER
     except (OSError, AttributeError):
@@ -346,6 +350,8 @@ def run_bounded(
         OutputUnwritable: ``output`` cannot be opened. OSError, ValueError: ``argv`` cannot be
             started, or talking to it failed (its group is ended first).
     """
+    import subprocess
+
     fd = _open_output(output) if output is not None else None
     try:
         proc = subprocess.Popen(
@@ -384,6 +390,8 @@ the group (``setsid``) may hold them open for ever."""
 
 def _drain(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
     """What is left in the pipes of an ended group, read for at most :data:`DRAIN_S`."""
+    import subprocess
+
     try:
         out, err = proc.communicate(timeout=DRAIN_S)
     except subprocess.TimeoutExpired:
@@ -419,6 +427,8 @@ def _await(
 ) -> Finished:
     """Feed ``stdin``, collect the output and wait for the exit; the returned record is marked
     ``timed_out`` or ``stopped`` (with no exit code yet) when the command was still running."""
+    import subprocess
+
     feed = stdin
     while True:
         left = deadline - time.monotonic()
@@ -437,6 +447,8 @@ def end_group(proc: subprocess.Popen[bytes], grace: float = 0.0) -> None:
     """End ``proc``'s whole process group (it was started in a session of its own) and reap it:
     with ``grace``, ``SIGTERM`` first and up to ``grace`` seconds for ``proc`` to exit; then
     ``SIGKILL`` to whatever is left of the group."""
+    import subprocess
+
     if grace > 0 and proc.returncode is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGTERM)

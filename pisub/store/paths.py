@@ -210,6 +210,12 @@ class Home:
         return self.root / "index" / "live.ok"
 
     @property
+    def ended_cache(self) -> Path:
+        """A cache of ended runs' statuses for ``pisub list`` (:mod:`pisub.runs.ended_cache`):
+        ignored when it cannot be trusted, rebuilt by the next reader; removing it is harmless."""
+        return self.cache / "ended-runs"
+
+    @property
     def gc_lock(self) -> Path:
         """What ``pisub gc`` locks (one at a time): the ``runs`` directory itself."""
         return self.runs

@@ -65,8 +65,8 @@ def _loaded(home: Path, *argv: str) -> set[str]:
     return set(json.loads(line[-1][len("LOADED ") :]))
 
 
-# what every command loads: the table and the root's --version option
-BASE = {"pisub.cli.commands", "pisub.cli.version"}
+# what every command loads: the parser, the table and the root's --version option
+BASE = {"pisub.cli.parser", "pisub.cli.failing", "pisub.cli.commands", "pisub.cli.version"}
 
 
 def test_help_imports_no_command_module(tmp_path: Path) -> None:
@@ -77,11 +77,10 @@ def test_help_imports_no_command_module(tmp_path: Path) -> None:
 
 def test_a_command_imports_only_its_own_module(tmp_path: Path) -> None:
     shared = BASE | {"pisub.cli.render", "pisub.cli.complete"}
-    assert _loaded(tmp_path, "status") <= shared | {"pisub.cli.runs"}
-    assert _loaded(tmp_path, "list", "--json") <= shared | {"pisub.cli.runs"}
-    assert _loaded(tmp_path, "status", "00000000-0000-4000-8000-000000000000", "--json") <= shared | {
-        "pisub.cli.runs"
-    }
+    reading = shared | {"pisub.cli.runs", "pisub.cli.reading"}
+    assert _loaded(tmp_path, "status") <= reading
+    assert _loaded(tmp_path, "list", "--json") <= reading
+    assert _loaded(tmp_path, "status", "00000000-0000-4000-8000-000000000000", "--json") <= reading
     assert _loaded(tmp_path, "lease", "--help") <= shared | {"pisub.cli.leases"}
     assert _loaded(tmp_path, "stop", "--help") <= shared | {"pisub.cli.control"}
 
