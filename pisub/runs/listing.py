@@ -137,7 +137,7 @@ def _read(
             def first_read(name: str = name) -> tuple[Status, bool]:
                 if cached is not None:
                     return cached.read(name)
-                st = load_json(f"{name}/{STATUS_FILE}", Status, limit=MAX_FILE, dir_fd=runs_fd)
+                st = _named(load_json(f"{name}/{STATUS_FILE}", Status, limit=MAX_FILE, dir_fd=runs_fd), name)
                 return st, not st.state.is_terminal or not quiet_since_answered(f"{name}/inbox", runs_fd)
 
             read = _guarded(home, name, listing, unread, quiet_missing, first_read)
@@ -213,7 +213,7 @@ class _Cached:
             raise
         except OSError:
             info = None  # read as without a cache: the read names the problem
-        st = load_json(path, Status, limit=MAX_FILE, dir_fd=self.runs_fd)
+        st = _named(load_json(path, Status, limit=MAX_FILE, dir_fd=self.runs_fd), name)
         if not st.state.is_terminal:
             return st, True
         new = _quiet_inbox(name, self.runs_fd)
@@ -233,6 +233,20 @@ class _Cached:
         if self.seen is not None:
             self.seen.clear()
             self.seen.update((entry.name, entry) for entry in self.new)
+
+
+def _named(status: Status, name: str) -> Status:
+    """``status`` when it is the status of run ``name`` (its folder).
+
+    Raises:
+        ProtocolError: it names another run (a copied folder): listed as a problem, never as
+            a second copy of that run.
+    """
+    if status.run_id != name:
+        from pisub.errors import ProtocolError
+
+        raise ProtocolError(f"its status.json names another run, {status.run_id[:40]!r} (a copied folder?)")
+    return status
 
 
 def _lstat(path: str, dir_fd: int) -> os.stat_result | None:

@@ -220,3 +220,24 @@ def test_live_and_crashed_runs_cope_with_every_kind_of_entry(
         assert not entry.name.endswith(".json") or new_key(entry.name) in _receipts(crashed)
 
     _every_reader_copes(home, [live, crashed, other])
+
+
+def test_a_copied_run_folder_is_a_problem_not_a_second_copy_of_the_run(
+    home: Path, make_agent: AgentMaker
+) -> None:
+    """A run folder whose status names another run (``cp -a`` of a run) is listed as unreadable,
+    never as that run twice (an outside attack saw it listed, and steered, as the original)."""
+    import shutil
+
+    make_agent("sleeper", command="sleep", args=["300"])
+    run = pisub.launch("sleeper", "x")
+    copy = home / "runs" / str(uuid.uuid4())
+    shutil.copytree(run.dir, copy, symlinks=True)
+    for args in (("list", "--json"), ("list", "--all", "--json")):
+        code, out, err = _cli(*args)
+        assert code == 0, err
+        ids = [json.loads(line)["runId"] for line in out.splitlines()]
+        assert ids.count(run.id) == 1 and copy.name not in ids, ids
+        assert "names another run" in err
+    run.send_stop()
+    run.wait(timeout=30)
