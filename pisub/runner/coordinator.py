@@ -411,6 +411,8 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
         self._end(Ending.RETURNED)
 
     def _conclude(self) -> RunState:
+        if self.children is not None:
+            self.children.dismiss_zygote()
         self._dismiss_spares()
         with contextlib.suppress(Exception):
             self._end_leftovers()  # anything the script itself started
