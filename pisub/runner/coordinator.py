@@ -158,6 +158,7 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
             return False
         self.children = ChildRuns(self, self.home, self.manifest, status.steps, journal, replayed)
         status.host_steps = self.children.hosts.rows  # runs.host's rows (spec/resources.md)
+        self.children.prestart_zygote()  # its imports overlap the rest of this start
         if self.children.watch.fd is not None:
             self.sel.register(self.children.watch.fd, selectors.EVENT_READ, lambda _mask: None)
         self.replay_skipped = replayed.skipped

@@ -30,6 +30,11 @@ EXTRA_PRELOAD = (
     "pisub.protocol.manifest",
     "pisub.protocol.result",
     "pisub.protocol.control",
+    "pisub.store.results",
+    "pisub.core.inotify",
+    "pisub.acceptance.report",
+    "pisub.acceptance.evidence",
+    "atexit",
 )
 """Imported beside :data:`pisub.backends.warm.PRELOAD` (a missing one is skipped): the zygote
 imports once what each fork would otherwise import after its hand-off."""
@@ -49,8 +54,23 @@ def preload() -> None:
     for name in (*warm.PRELOAD, *EXTRA_PRELOAD):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
+    _type_info()
     gc.collect()
     gc.freeze()
+
+
+def _type_info() -> None:
+    """Build msgspec's type information of every protocol struct imported (msgspec builds it
+    on a struct's first decode, in every process again: some 10-40 ms of a runner's start)."""
+    import msgspec
+
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("pisub.") or module is None:
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, type) and issubclass(value, msgspec.Struct) and value.__module__ == name:
+                with contextlib.suppress(Exception):  # a generic or odd struct: built when used
+                    msgspec.json.Decoder(value)
 
 
 def serve(fd: int) -> int:
@@ -81,11 +101,19 @@ def serve(fd: int) -> int:
         if pid == 0:
             _become_warm(sock, warm_fd)
         os.close(warm_fd)
+        sock.sendall(b"pid %d" % pid)
+        _reap()  # the forks before it (each forks its runner and exits at once)
+
+
+def _reap() -> None:
+    """Collect the forks that have exited, without waiting for any."""
+    while True:
         try:
-            sock.sendall(b"pid %d" % pid)
-        finally:
-            with contextlib.suppress(ChildProcessError, OSError):
-                os.waitpid(pid, 0)  # it forks the runner and exits at once
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def _become_warm(sock: socket.socket, warm_fd: int) -> None:

@@ -21,6 +21,7 @@ from pisub.errors import PisubError
 from pisub.protocol.codec import now_iso
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.status import StepState
+from pisub.protocol.workflow import Shape
 from pisub.workflow import outcomes
 from pisub.workflow.entries import ChildEntry, ChildTable, Phase
 from pisub.workflow.placement import Placement
@@ -69,6 +70,16 @@ class Launching:
         self.launcher = ThreadPoolExecutor(
             max_workers=launch_threads(self.table.spec.concurrency), thread_name_prefix="launch"
         )
+
+    def prestart_zygote(self) -> None:
+        """Before the workflow's startup commit: start the zygote now (its imports overlap the
+        coordinator's own start) when the workflow will start more than one child — a script,
+        lanes, or two tasks or more."""
+        spec = self.table.spec
+        if spec.concurrency >= ZYGOTE_FROM and (
+            spec.shape in (Shape.WORKFLOW, Shape.LANES) or len(spec.tasks) >= ZYGOTE_FROM
+        ):
+            self._start_zygote(ZYGOTE_FROM)
 
     def _start_zygote(self, starting: int) -> None:
         """On the control loop (one thread, before the starts are handed to launch threads):
