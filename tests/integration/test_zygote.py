@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,7 @@ def _gone(pid: int) -> bool:
 
 
 @pytest.fixture
-def zygote(home: Path) -> Zygote:
+def zygote(home: Path) -> Iterator[Zygote]:
     made = Zygote.start()
     assert made is not None
     yield made
