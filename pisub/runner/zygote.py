@@ -40,6 +40,10 @@ EXTRA_PRELOAD = (
 imports once what each fork would otherwise import after its hand-off."""
 
 
+MAX_FD = 1 << 20
+"""Above any descriptor the zygote may have inherited (``close_range`` makes it one call)."""
+
+
 # -- the zygote's side ---------------------------------------------------------------------------
 
 
@@ -75,6 +79,10 @@ def _type_info() -> None:
 
 def serve(fd: int) -> int:
     """Fork a warm runner per request on ``fd`` until its other end closes."""
+    # Nothing its launcher left inheritable goes on to the runners (promise 3: a runner
+    # inherits no descriptor but its lock and its answer's).
+    os.closerange(3, fd)
+    os.closerange(fd + 1, MAX_FD)
     preload()
     sock = socket.socket(fileno=fd)
     sock.sendall(b"ready")

@@ -202,3 +202,23 @@ def _zygote_of(coordinator: int, run_dir: Path) -> int | None:
         if parent == coordinator and "pisub.runner.zygote" in _cmdline(pid) and cwd == run_dir.resolve():
             return pid
     return None
+
+
+def test_nothing_its_launcher_left_inheritable_reaches_the_zygote_or_its_runners(home: Path) -> None:
+    leaked_r, leaked_w = os.pipe()
+    os.set_inheritable(leaked_w, True)  # what a careless caller of pisub might leave
+    try:
+        zygote = Zygote.start()
+        assert zygote is not None
+        warm = zygote.make()  # (only once it is ready: its descriptors are closed by then)
+        assert isinstance(warm, Warm)
+        try:
+            for pid in (zygote.pid, *_members(warm.pid)):
+                targets = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+                assert os.readlink(f"/proc/self/fd/{leaked_w}") not in targets, (pid, targets)
+        finally:
+            warm.dismiss()
+            zygote.dismiss()
+    finally:
+        os.close(leaked_r)
+        os.close(leaked_w)
