@@ -56,6 +56,7 @@ class Zygote:
         self.lock = threading.Lock()
         self.ready = False
         self.broken = False
+        self.reaped = False
 
     @classmethod
     def start(cls) -> Zygote | None:
@@ -135,8 +136,8 @@ class Zygote:
     def dismiss(self) -> None:
         """End the zygote now and wait for it (the warm runners it forked are not its children:
         each goes on, or exits when its own socket closes)."""
-        if os.getpid() != self.owner:
-            return
+        if os.getpid() != self.owner or self.reaped:
+            return  # (once reaped, its pid may be another process's)
         self.broken = True
         with contextlib.suppress(OSError):
             self.sock.close()
@@ -144,6 +145,7 @@ class Zygote:
             os.kill(self.pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(self.pid, 0)
+        self.reaped = True
 
 
 def _receive(sock: socket.socket, timeout: float) -> bytes:

@@ -222,3 +222,10 @@ def test_nothing_its_launcher_left_inheritable_reaches_the_zygote_or_its_runners
     finally:
         os.close(leaked_r)
         os.close(leaked_w)
+
+
+def test_a_zygote_is_ended_once_whatever_asks_again(zygote: Zygote) -> None:
+    zygote.dismiss()
+    assert zygote.reaped and _gone(zygote.pid)
+    zygote.pid = os.getpid()  # were its pid reused, a second dismiss must not touch it
+    zygote.dismiss()  # (it would SIGKILL this test otherwise)
