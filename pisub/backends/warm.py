@@ -158,6 +158,14 @@ def dismiss_all() -> None:
             _pool.pop().dismiss()
 
 
+def offer(warm: Warm) -> None:
+    """Put a warm runner made elsewhere (a fork of a workflow's zygote,
+    :mod:`pisub.runner.zygote`) in this process's pool, for its next launch."""
+    with _lock:
+        _pool.append(warm)
+        _dismiss_at_exit()
+
+
 def take() -> Warm | None:
     """A live warm runner of this process, taken out of the pool."""
     with _lock:

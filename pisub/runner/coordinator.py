@@ -160,6 +160,7 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
             return False
         self.children = ChildRuns(self, self.home, self.manifest, status.steps, journal, replayed)
         status.host_steps = self.children.hosts.rows  # runs.host's rows (spec/resources.md)
+        self.children.prestart_zygote()  # its imports overlap the rest of this start
         if self.children.watch.fd is not None:
             self.sel.register(self.children.watch.fd, selectors.EVENT_READ, lambda _mask: None)
         self.replay_skipped = replayed.skipped
@@ -413,6 +414,8 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
         self._end(Ending.RETURNED)
 
     def _conclude(self) -> RunState:
+        if self.children is not None:
+            self.children.dismiss_zygote()
         self._dismiss_spares()
         with contextlib.suppress(Exception):
             self._end_leftovers()  # anything the script itself started
@@ -426,9 +429,8 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
         runners: they were re-parented to it (its subreaper) and, once their child has ended,
         are only exiting. One that is exiting no longer shows what run it is (its environment
         and working directory are gone from /proc), so it is recognised by the pid its run's
-        terminal status names, and not waited for: the workflow's end goes on beside it (it ended
-        its own child's tree before that status). The tree below is read in one pass over /proc
-        (not one per process found)."""
+        terminal status names (or by the kernel's exiting flag), and not waited for: the
+        workflow's end goes on beside it (it ended its own child's tree before that status)."""
         from pisub.core.procs import kill_all
         from pisub.runner.tree import Subreaper
 
@@ -437,16 +439,7 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
             tree.end_leftovers(None, self.limits.grace)
             return
         tree.reap(None)  # the runners that have exited already
-        runners = self.children.ended_runners()
-        below = _children_map()
-        strays: list[int] = []
-        todo = list(below.get(os.getpid(), ()))
-        while todo:
-            pid = todo.pop()
-            if pid in runners or tree._is_child_runner(pid):
-                continue  # a child's runner, spared with its tree (it ends its own child)
-            strays.append(pid)
-            todo += below.get(pid, ())
+        strays = tree.strays(spare=self.children.ended_runners())
         if strays:
             kill_all(strays, grace=self.limits.grace)
         tree.reap(None)
@@ -540,26 +533,6 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
         ):
             if getattr(totals, flag) and not (before is not None and getattr(before, flag)):
                 self.event(event, tokens=totals.tokens, costUsd=totals.cost_usd)
-
-
-def _children_map() -> dict[int, list[int]]:
-    """Every live process's children by parent pid, from one pass over /proc."""
-    found: dict[int, list[int]] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return found
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 1 and fields[0] not in (b"Z", b"X"):
-            found.setdefault(int(fields[1]), []).append(int(name))
-    return found
 
 
 def _returned_text(value: Any) -> str:

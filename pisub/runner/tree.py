@@ -9,10 +9,11 @@ that nothing touches the test process's own children.
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from pathlib import Path
 from typing import Protocol
 
-from pisub.core.procs import children_of, cwd_of, environ_value, kill_all, reap_adopted
+from pisub.core.procs import cwd_of, environ_value, kill_all, reap_adopted
 from pisub.protocol.env import ENV_RUNNER
 from pisub.store.paths import is_run_id
 
@@ -54,16 +55,24 @@ class Subreaper:
         reap_adopted(None)
         return found
 
-    def strays(self) -> list[int]:
-        """Every live descendant, except the runners of this run's child runs and their trees."""
+    def strays(self, spare: Collection[int] = ()) -> list[int]:
+        """Every live descendant, except the runners of this run's child runs and their trees
+        (and ``spare``, with theirs: runners known to have ended their runs). The tree is read in
+        one pass over ``/proc`` (not one per process found, which is what a kernel without
+        ``/proc/PID/task/TID/children`` costs psutil). A process already exiting is no stray:
+        it cannot be ended any more, and a runner that is exiting no longer shows what run it
+        is (its environment and working directory are gone from ``/proc``) — what it leaves
+        below it is still looked at."""
+        below, exiting = process_tree()
         found: list[int] = []
-        todo = children_of(os.getpid())
+        todo = list(below.get(os.getpid(), ()))
         while todo:
             pid = todo.pop()
-            if self._is_child_runner(pid):
+            if pid in spare or (pid not in exiting and self._is_child_runner(pid)):
                 continue
-            found.append(pid)
-            todo += children_of(pid)
+            if pid not in exiting:
+                found.append(pid)
+            todo += below.get(pid, ())
         return found
 
     def _is_child_runner(self, pid: int) -> bool:
@@ -91,6 +100,36 @@ class Subreaper:
         # runs this run (its marker or its working directory) is spared then too: ending it would
         # kill a launch that is about to commit (the launcher, if it is this run's, still ends).
         return status.pid == pid or status.state is RunState.STARTING
+
+
+PF_EXITING = 0x4
+"""The kernel's flag (in ``/proc/PID/stat``) of a process that is exiting."""
+
+
+def process_tree() -> tuple[dict[int, list[int]], set[int]]:
+    """Every live process's children by parent pid, and the pids of those already exiting,
+    from one pass over ``/proc`` (zombies are left out)."""
+    found: dict[int, list[int]] = {}
+    exiting: set[int] = set()
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found, exiting
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            state, parent, flags = fields[0], int(fields[1]), int(fields[6])
+        except (OSError, IndexError, ValueError):
+            continue
+        if state in (b"Z", b"X"):
+            continue
+        found.setdefault(parent, []).append(int(name))
+        if flags & PF_EXITING:
+            exiting.add(int(name))
+    return found, exiting
 
 
 def _claimed_runs(pid: int) -> set[str]:

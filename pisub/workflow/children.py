@@ -120,6 +120,14 @@ class ChildRuns:
             return ReceiptState.DELIVERED, None
         return self.forwarding.forward(index, request_id, request)
 
+    def prestart_zygote(self) -> None:
+        """Start the fork server of warm runners now, when the workflow will start several children."""
+        self.launching.prestart_zygote()
+
+    def dismiss_zygote(self) -> None:
+        """End the fork server of warm runners (no child starts any more)."""
+        self.launching.dismiss_zygote()
+
     def close(self) -> None:
         self.launching.close()
         self.table.watch.close()

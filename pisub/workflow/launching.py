@@ -15,16 +15,27 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pisub.errors import PisubError
 from pisub.protocol.codec import now_iso
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.status import StepState
+from pisub.protocol.workflow import Shape
 from pisub.workflow import outcomes
 from pisub.workflow.entries import ChildEntry, ChildTable, Phase
 from pisub.workflow.placement import Placement
 from pisub.workflow.settling import Settling
 from pisub.workflow.stopping import Stopping
+
+if TYPE_CHECKING:
+    from pisub.backends.zygote import Zygote
+
+ZYGOTE_FROM = 2
+"""Children started at once from which a workflow starts its zygote (:mod:`pisub.backends.zygote`)."""
+
+ENV_ZYGOTE = "PISUB_ZYGOTE"
+"""``0``: no zygote (each child's runner is started as any run's: for measuring it)."""
 
 STARTS_PER_CPU = 32
 """Child starts under way at once per CPU, at most (each start's thread mostly waits: for the
@@ -50,11 +61,54 @@ class Launching:
     settling: Settling
     stopping: Stopping
     launcher: ThreadPoolExecutor = field(init=False)
+    zygote: Zygote | None = field(init=False, default=None)
+    """The fork server of this workflow's warm runners (:mod:`pisub.backends.zygote`), started
+    with its first start of more than one child at once; None until then, or without one."""
+    zygote_tried: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         self.launcher = ThreadPoolExecutor(
             max_workers=launch_threads(self.table.spec.concurrency), thread_name_prefix="launch"
         )
+
+    def prestart_zygote(self) -> None:
+        """Before the workflow's startup commit: start the zygote now (its imports overlap the
+        coordinator's own start) when the workflow will start more than one child — a script,
+        lanes, or two tasks or more."""
+        spec = self.table.spec
+        if spec.concurrency >= ZYGOTE_FROM and (
+            spec.shape in (Shape.WORKFLOW, Shape.LANES) or len(spec.tasks) >= ZYGOTE_FROM
+        ):
+            self._start_zygote(ZYGOTE_FROM)
+
+    def _start_zygote(self, starting: int) -> None:
+        """On the control loop (one thread, before the starts are handed to launch threads):
+        start the zygote when ``starting`` children start at once (one child's start costs one
+        interpreter either way), unless warm runners are off (``PISUB_WARM=0``)."""
+        if self.zygote_tried or starting < ZYGOTE_FROM:
+            return
+        self.zygote_tried = True
+        from pisub.backends import warm
+
+        if warm.enabled() and os.environ.get(ENV_ZYGOTE, "") != "0":
+            from pisub.backends.zygote import Zygote
+
+            self.zygote = Zygote.start()
+
+    def _warm_from_zygote(self, manifest: Manifest) -> None:
+        """In a launch thread: a warm runner forked by the zygote for this start (a local run),
+        put in this process's pool where the start takes it (nothing when there is no zygote:
+        the start makes its runner as ever)."""
+        from pisub.protocol.placement import BackendName, PlacementRequest
+
+        zygote = self.zygote
+        if zygote is None or (manifest.placement or PlacementRequest()).backend != BackendName.LOCAL:
+            return
+        made = zygote.make()
+        if made is not None:
+            from pisub.backends import warm
+
+            warm.offer(made)  # type: ignore[arg-type]
 
     def launch_waiting(self) -> None:
         """Start queued children, first in line first, while the workflow's concurrency allows
@@ -70,6 +124,7 @@ class Launching:
                     active += 1
             if not journaled:
                 return
+            self._start_zygote(len(journaled))
             try:
                 self.table.journal.sync()  # durable before any of their runs is created
             except OSError as exc:
@@ -119,6 +174,7 @@ class Launching:
         error: str | None = None
         try:
             manifest = self.placement.place(entry, manifest)
+            self._warm_from_zygote(manifest)
             start_run(self.table.home, manifest, seeds=seeds, claimed=True)  # claimed at admission
         except PisubError as exc:
             error = exc.message
@@ -161,3 +217,10 @@ class Launching:
     def close(self) -> None:
         """Start no more children (a start under way goes on in its thread)."""
         self.launcher.shutdown(wait=False, cancel_futures=True)
+        self.dismiss_zygote()
+
+    def dismiss_zygote(self) -> None:
+        """End the zygote (no child starts any more; a start under way falls back to the
+        ordinary start)."""
+        if self.zygote is not None:
+            self.zygote.dismiss()

@@ -276,7 +276,12 @@ def test_stops_racing_the_starts_of_their_children_get_one_receipt_that_says_wha
     assert set(receipts) == {f"stop-{i}" for i in range(1, len(keys))}
     started = {line.split()[-1] for line in _starts(gates)}
     runs = {s.key for s in pisub.list_runs(children=True) if s.parent_run_id == run.id}
-    assert started == runs
+    # A run made is a child started; one whose stop came within milliseconds of its start may
+    # be ended before its agent wrote its line (its run then says stopped).
+    assert started <= runs
+    for single in result.details.results:
+        if single.key in runs - started:
+            assert single.state == "stopped", single
     for i, single in enumerate(result.details.results[1:], start=1):
         receipt = receipts[f"stop-{i}"]
         assert receipt["state"] in ("delivered", "failed"), receipt
