@@ -12,9 +12,10 @@ run (not its line); a run that appears while keys are pressed waits until none w
 ``HOLD_S``; new rows replace the old ones only right before a redraw, so a key acts on the run
 the screen shows highlighted, and a prompt (steer, stop) on the run it was opened on.
 
-Every string shown goes through :func:`_text` — the one terminal filter
-(:func:`pisub.termsafe.printable`), then a rich ``Text`` (never a str cell, which rich would
-read as markup: ``[link=...]`` in a tool name would become an OSC 8 hyperlink)."""
+Every string shown goes through :func:`_clean` — the one terminal filter
+(:func:`pisub.termsafe.printable`) — and reaches the terminal as text between this view's own
+SGR sequences (:mod:`pisub.cli.top_screen`: no markup language in between; ``[link=...]`` in a
+tool name is shown as it is). A redraw writes only the lines that changed."""
 
 from __future__ import annotations
 
@@ -28,12 +29,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pisub.api.views import FleetRow, Home, Statuses, fleet_of, last_line, transcript
 from pisub.cli.render import STATE_HUES as STATE_STYLES
 from pisub.errors import PisubError
 from pisub.protocol.status import Status
+
+if TYPE_CHECKING:
+    from pisub.cli.top_screen import Line
 
 MAX_ROWS = 300
 REDRAW_MIN_S = 0.2
@@ -170,22 +174,18 @@ def _age(stamp: str | None) -> str:
     return f"{seconds}s"
 
 
-def _text(text: str, style: str = "", *, lines: bool = False, limit: int | None = None) -> Any:
-    """``text`` as rich ``Text`` that reaches the terminal as shown: control characters, escape
-    sequences, bidi controls and undecodable bytes escaped, rich markup taken literally; at most
-    ``limit`` characters once escaped (a cell of escapes must not squeeze the others away)."""
-    from rich.text import Text
-
+def _clean(text: str, limit: int | None = None) -> str:
+    """``text`` as it may reach the terminal: control characters, escape sequences, bidi
+    controls and undecodable bytes escaped, on one line; at most ``limit`` characters once
+    escaped (a cell of escapes must not squeeze the others away)."""
     from pisub.termsafe import printable
 
-    return Text(printable(text, one_line=not lines)[:limit], style=style)
+    return printable(text, one_line=True)[:limit]
 
 
-def _line(text: str, style: str = "") -> Any:
-    """One screen line: escaped, cut at the screen's edge (never wrapped)."""
-    shown = _text(text, style)
-    shown.no_wrap, shown.overflow = True, "ellipsis"
-    return shown
+def _line(text: str, style: str = "") -> Line:
+    """One screen line: escaped (cut at the screen's edge by :func:`screen`, never wrapped)."""
+    return ((_clean(text), style),)
 
 
 def steering_words(status: Status | None) -> str:
@@ -232,20 +232,31 @@ def _detail(row: Row | None) -> str:
 
 
 def render(state: TopState, height: int, width: int = 80) -> Any:
-    """The screen: the table (or the selected run's log) and a status line."""
-    from rich.console import Group
+    """The screen as a rich renderable (what :func:`screen` lays out)."""
+    from pisub.cli.top_screen import to_rich
 
-    if state.mode == "log":
-        return _render_log(state, height, width)
+    return to_rich(screen(state, height, width))
+
+
+def screen(state: TopState, height: int, width: int = 80) -> list[Line]:
+    """The screen's lines, each at most ``width`` cells: the table (or the selected run's log)
+    and a status line."""
+    from pisub.cli.top_screen import cut_line
+
+    lines = _log_lines(state, height, width) if state.mode == "log" else _table_screen(state, height, width)
+    return [cut_line(line, width) for line in lines]
+
+
+def _table_screen(state: TopState, height: int, width: int) -> list[Line]:
     footer = _line(_fitted(state.message, width), "bold")
     if state.mode == "steer":
         footer = _line(f"steer {_short(state.target)}> {state.typed}", "bold yellow")
     elif state.mode == "confirm":
         footer = _line(f"stop {_short(state.target)}? y/n", "bold red")
     fixed, first, room = _window(state, height)
-    parts: list[Any] = [_table(state, first, room, wide=width >= WIDE)]
+    parts = _table(state, first, room, width)
     if not state.rows:
-        parts.append(_text("no runs yet (pisub run ...)"))
+        parts.append(_line("no runs yet (pisub run ...)"))
     else:
         parts.append(_line(_detail(state.current), "dim"))
     spare = max(1, height - fixed - min(len(state.rows), room))  # the problems take what is left
@@ -256,7 +267,7 @@ def render(state: TopState, height: int, width: int = 80) -> Any:
         parts.append(_line(f"... and {more} more unreadable runs (pisub list names them all)", "red"))
     if state.held:
         parts.append(_line(f"{state.held} new row(s): shown when no key was pressed for {HOLD_S:g} s", "dim"))
-    return Group(*parts, footer)
+    return [*parts, footer]
 
 
 def _window(state: TopState, height: int) -> tuple[int, int, int]:
@@ -294,18 +305,16 @@ def _fitted(text: str, width: int) -> str:
     return (cut[:space] if space > width // 2 else cut).rstrip(" ·—,;:") + "…"
 
 
-def _table(state: TopState, first: int, room: int, *, wide: bool) -> Any:
-    from rich.table import Table
+def _table(state: TopState, first: int, room: int, width: int) -> list[Line]:
+    """The table's header and its rows ``first`` to ``first + room``: the last columns (the
+    label or task, and from :data:`WIDE` columns the output) take the room the others leave —
+    a reply streaming into one long line must not squeeze the other columns away."""
+    from pisub.cli.top_screen import table
 
-    table = Table(expand=True, box=None, header_style="bold", pad_edge=False, padding=(0, 1))
+    wide = width >= WIDE
     names = ["run", "agent", "state", "age"] + (["active", "turns", "tools"] if wide else [])
-    for column in names:
-        table.add_column(column, no_wrap=True, overflow="ellipsis", min_width=len(column))
-    # the task and the output take the room the others leave: a reply streaming into one long
-    # line must not squeeze the other columns away
-    table.add_column("label/task", no_wrap=True, overflow="ellipsis", ratio=3)
-    if wide:
-        table.add_column("output", no_wrap=True, overflow="ellipsis", ratio=2)
+    names += ["label/task"] + (["output"] if wide else [])
+    rows = []
     for index, row in enumerate(state.rows[first : first + room], start=first):
         f = row.fleet
         key = f" {f.key[:KEY_CHARS]}" if f.key else ""
@@ -322,16 +331,14 @@ def _table(state: TopState, first: int, room: int, *, wide: bool) -> Any:
         if wide:
             cells.append((row.spark, "dim"))
         style = "reverse" if index == state.selected else ""
-        table.add_row(*(_text(cell, colour, limit=CELL_CHARS) for cell, colour in cells), style=style)
-    return table
+        rows.append(([(_clean(cell, CELL_CHARS), colour) for cell, colour in cells], style))
+    return table(names, rows, width, [3, 2] if wide else [3])
 
 
-def _render_log(state: TopState, height: int, width: int) -> Any:
+def _log_lines(state: TopState, height: int, width: int) -> list[Line]:
     """The log view: a header about the run (its id, agent, state and label or task; under it
     its steering and cwd, so that neither is cut away at 80 columns), its log's last lines
     (wrapped at the screen's width; the newest at the bottom) and its own footer."""
-    from rich.console import Group
-
     row = state.target
     head = [f"log of {_short(row)}"]
     if row is not None:
@@ -341,8 +348,8 @@ def _render_log(state: TopState, height: int, width: int) -> Any:
         head += [second] if second else []
     lines = _wrapped(state.log, max(10, width))[-max(1, height - 1 - len(head)) :]
     message = state.message if state.message != HELP else LOG_HELP
-    body = [_line(line) for line in lines] or [_text("(nothing written yet)", "dim")]
-    return Group(*(_line(line, "bold") for line in head), *body, _line(_fitted(message, width), "bold"))
+    body = [_line(line) for line in lines] or [_line("(nothing written yet)", "dim")]
+    return [*(_line(line, "bold") for line in head), *body, _line(_fitted(message, width), "bold")]
 
 
 def _wrapped(lines: list[str], width: int) -> list[str]:
@@ -571,16 +578,15 @@ class Top:
         self.state.message = f"{what} {run_id[:8]}: {state}{why}"
 
     def run(self) -> None:
-        from rich.console import Console
-        from rich.live import Live
+        from pisub.cli.render import colour_wanted
+        from pisub.cli.top_screen import Painter
 
-        console = Console()
         stdin = sys.stdin.fileno()
         self.refresh()
         last_draw = last_collect = 0.0
         dirty, stale = True, False
         clock: tuple[str, ...] | None = None
-        with raw_terminal(stdin), Live(console=console, screen=True, auto_refresh=False) as live:
+        with raw_terminal(stdin), Painter(sys.stdout.fileno(), colour_wanted()) as painter:
             while not self.done:
                 now = time.monotonic()
                 if self.state.held and not self.holding():
@@ -590,8 +596,8 @@ class Top:
                     self.refresh()
                     last_collect, stale, dirty = now, False, True
                 if dirty and now - last_draw >= REDRAW_MIN_S:
-                    height, width = console.size.height, console.size.width
-                    live.update(render(self.state, height, width), refresh=True)
+                    width, height = _size()
+                    painter.paint(screen(self.state, height, width), height, width)
                     last_draw, dirty = now, False
                     clock = clock_words(self.state, height, width)
                 wait = REDRAW_MIN_S if (dirty or stale or self.state.held) else TICK_S
@@ -606,9 +612,18 @@ class Top:
                 if self.watch.fd in ready and self.watch.drain():
                     stale = True
                 if not ready:  # the clock tick: a redraw when an age shown moved (or the size)
-                    shown = clock_words(self.state, console.size.height, console.size.width)
+                    width, height = _size()
+                    shown = clock_words(self.state, height, width)
                     dirty = dirty or shown is None or shown != clock
         self.watch.close()
+
+
+def _size() -> tuple[int, int]:
+    """The terminal's columns and lines (``COLUMNS``/``LINES`` when set)."""
+    import shutil
+
+    columns, lines = shutil.get_terminal_size()
+    return columns, lines
 
 
 def _not_started(call: FleetRow, key: str) -> str:
