@@ -22,17 +22,19 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import errno
+import heapq
 import os
 import select
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pisub.api.views import FleetRow, Home, Statuses, fleet_of, last_line, transcript
 from pisub.cli.render import STATE_HUES as STATE_STYLES
+from pisub.cli.top_reader import RUN_ID, Reader
 from pisub.errors import PisubError
 from pisub.protocol.status import Status
 
@@ -47,6 +49,8 @@ KEY_CHARS = 12
 """At most this much of a workflow child's key in the run column."""
 AGENT_CHARS = 16
 """At most this much of an agent's name in the agent column."""
+WATCH_MAX = 512
+"""At most this many run directories watched (inotify watches are a per-user resource)."""
 HOLD_S = 2.0
 """New rows wait until no key was pressed for this long: nothing moves while a person navigates."""
 WIDE = 120
@@ -94,18 +98,24 @@ class TopState:
 
 
 def collect(home: Home, statuses_of: Statuses | None = None) -> tuple[list[Row], list[str]]:
-    """Every run as a row — the newest top-level run first, by start time (never by state, so
-    that a run's place does not change when it ends) — with a workflow's children right under
-    it in their place in the workflow (:func:`_in_plan_order`); the runs that could not be read.
+    """Every run as a row (:func:`arrange`) and the runs that could not be read.
     ``statuses_of``: the reader kept between refreshes (an ended run is not read again)."""
     problems: list[str] = []
     statuses = (statuses_of or Statuses(home.root))(problems)
+    return arrange(home, statuses), problems
+
+
+def arrange(home: Home, statuses: Collection[Status]) -> list[Row]:
+    """Every run as a row — the newest top-level run first, by start time (never by state, so
+    that a run's place does not change when it ends) — with a workflow's children right under
+    it in their place in the workflow (:func:`_in_plan_order`); at most :data:`MAX_ROWS`."""
     known = {st.run_id for st in statuses}
     by_parent: dict[str | None, list[Status]] = {}
     for st in statuses:  # a child whose parent is gone (gc) is shown at the top level
         parent = st.parent_run_id if st.parent_run_id in known else None
         by_parent.setdefault(parent, []).append(st)
-    tops = sorted(by_parent.get(None, []), key=_started, reverse=True)
+    # (each top-level run takes a row at least: the newest MAX_ROWS of them are all that can show)
+    tops = heapq.nlargest(MAX_ROWS, by_parent.get(None, []), key=_started)
     rows: list[Row] = []
 
     def add(status: Status, depth: int) -> None:
@@ -120,8 +130,10 @@ def collect(home: Home, statuses_of: Statuses | None = None) -> tuple[list[Row],
                 add(child, depth + 1)
 
     for status in tops:
+        if len(rows) >= MAX_ROWS:
+            break
         add(status, 0)
-    return rows, problems
+    return rows
 
 
 def _started(status: Status) -> tuple[str, str]:
@@ -370,7 +382,8 @@ def _short(row: Row | None) -> str:
 
 
 class Watch:
-    """inotify on the runs directory and on each shown run's directory."""
+    """inotify on the runs directory and on the directories of the runs followed (those shown
+    first, the selected one, the live ones: at most :data:`WATCH_MAX`)."""
 
     def __init__(self, home: Home) -> None:
         from inotify_simple import INotify, flags
@@ -381,25 +394,56 @@ class Watch:
             flags.CREATE | flags.DELETE | flags.MOVED_TO | flags.MOVED_FROM | flags.MODIFY | flags.CLOSE_WRITE
         )
         self.watched: dict[str, int] = {}
+        self.by_wd: dict[int, str] = {}
+        self.runs_wd: int | None = None
         with contextlib.suppress(OSError):
-            self.inotify.add_watch(os.fspath(home.runs), self.mask)
+            self.runs_wd = self.inotify.add_watch(os.fspath(home.runs), self.mask)
 
     @property
     def fd(self) -> int:
         return int(self.inotify.fileno())
 
+    def add(self, home: Home, run_id: str) -> None:
+        """Follow run ``run_id``'s directory too (nothing when it is gone or too many are)."""
+        if run_id in self.watched or len(self.watched) >= WATCH_MAX:
+            return
+        with contextlib.suppress(OSError):
+            wd = self.inotify.add_watch(os.fspath(home.run(run_id).root), self.mask)
+            self.watched[run_id], self.by_wd[wd] = wd, run_id
+
     def follow(self, home: Home, run_ids: list[str]) -> None:
+        """Follow exactly ``run_ids`` (the first :data:`WATCH_MAX`)."""
         wanted = set(run_ids)
         for run_id in list(self.watched):
             if run_id not in wanted:
+                wd = self.watched.pop(run_id)
+                self.by_wd.pop(wd, None)
                 with contextlib.suppress(OSError):
-                    self.inotify.rm_watch(self.watched.pop(run_id))
-        for run_id in wanted - set(self.watched):
-            with contextlib.suppress(OSError):
-                self.watched[run_id] = self.inotify.add_watch(os.fspath(home.run(run_id).root), self.mask)
+                    self.inotify.rm_watch(wd)
+        for run_id in run_ids:
+            self.add(home, run_id)
 
-    def drain(self) -> bool:
-        return bool(self.inotify.read(timeout=0))
+    def drain(self) -> tuple[set[str], bool]:
+        """The entries of ``runs/`` that changed (runs that appeared or left, and followed runs
+        whose directory changed); True too when the events were more than the kernel kept, or
+        ``runs/`` itself changed: everything is to be read again."""
+        flags = self.flags
+        names: set[str] = set()
+        everything = False
+        for event in self.inotify.read(timeout=0):
+            if event.mask & flags.Q_OVERFLOW:
+                everything = True
+            elif event.wd == self.runs_wd:
+                if event.name:
+                    names.add(event.name)
+                else:  # runs/ itself was removed or moved
+                    everything = True
+            elif (run_id := self.by_wd.get(event.wd)) is not None:
+                names.add(run_id)
+                if event.mask & flags.IGNORED:  # its directory is gone
+                    self.watched.pop(run_id, None)
+                    self.by_wd.pop(event.wd, None)
+        return names, everything
 
     def close(self) -> None:
         self.inotify.close()
@@ -451,7 +495,9 @@ class Top:
         self.home = home
         self.state = TopState()
         self.watch = Watch(home)
-        self.statuses = Statuses(home.root)
+        self.reader = Reader(home)
+        self.changed: set[str] = set()
+        """Entries of ``runs/`` inotify named since the last refresh."""
         self.done = False
         self.started = False
         self.last_key = float("-inf")
@@ -459,7 +505,8 @@ class Top:
     def refresh(self) -> None:
         st = self.state
         chosen = st.current.ident if st.current is not None else None
-        rows, st.problems = collect(self.home, self.statuses)
+        self._read()
+        rows, st.problems = arrange(self.home, self.reader.known.values()), self.reader.problems
         st.held = 0
         if self.holding() and st.rows:  # the person is navigating: no new row moves the others
             shown = {row.ident for row in st.rows}
@@ -475,11 +522,30 @@ class Top:
         st.selected = min(st.selected, max(0, len(rows) - 1))
         if st.target is not None:
             st.target = next((row for row in rows if row.ident == st.target.ident), st.target)
-        ids = [row.fleet.run_id for row in rows[:64] if row.fleet.run_id]
-        target = st.target.fleet.run_id if st.target is not None else None
-        self.watch.follow(self.home, ids + ([target] if target and target not in ids else []))
+        self.watch.follow(self.home, self._followed())
         if st.mode == "log":
             self._load_log()
+
+    def _read(self) -> None:
+        """Every run again when a full listing is due, else the runs inotify named (followed
+        before they are read: a change right after the read is not missed)."""
+        changed, self.changed = self.changed, set()
+        if self.reader.full_due():
+            self.reader.read_all()
+            return
+        for name in changed:
+            if RUN_ID.fullmatch(name):
+                self.watch.add(self.home, name)
+        self.reader.read(changed)
+
+    def _followed(self) -> list[str]:
+        """The runs whose directories inotify watches: the selected one (and the one a prompt or
+        the log view is about), those on the screen and the first 64 rows, then the live ones."""
+        st = self.state
+        near = st.rows[max(0, st.selected - 64) : st.selected + 64]
+        ids = [row.fleet.run_id for row in (st.current, st.target, *st.rows[:64], *near) if row is not None]
+        ids += sorted(self.reader.live)
+        return list(dict.fromkeys(run_id for run_id in ids if run_id))
 
     def holding(self) -> bool:
         """Whether a key was pressed less than ``HOLD_S`` ago."""
@@ -600,7 +666,11 @@ class Top:
                     painter.paint(screen(self.state, height, width), height, width)
                     last_draw, dirty = now, False
                     clock = clock_words(self.state, height, width)
+                if self.reader.full_due(now):
+                    stale = True  # (every run listed again, now and then: what inotify cannot see)
                 wait = REDRAW_MIN_S if (dirty or stale or self.state.held) else TICK_S
+                if not stale:  # (woken for the next full listing too)
+                    wait = max(0.01, min(wait, self.reader.next_full - now))
                 ready, _, _ = select.select([stdin, self.watch.fd], [], [], wait)
                 if stdin in ready:
                     data = os.read(stdin, 1024)
@@ -609,8 +679,12 @@ class Top:
                     for key in keys_of(data):
                         self.key(key)
                     dirty = True
-                if self.watch.fd in ready and self.watch.drain():
-                    stale = True
+                if self.watch.fd in ready:
+                    names, everything = self.watch.drain()
+                    self.changed |= names
+                    if everything:
+                        self.reader.next_full = 0.0
+                    stale = stale or everything or bool(names)
                 if not ready:  # the clock tick: a redraw when an age shown moved (or the size)
                     width, height = _size()
                     shown = clock_words(self.state, height, width)

@@ -1,20 +1,27 @@
 """``pisub top``'s reader (``pisub.api.views.Statuses``): an ended run is not read again while
 its ``status.json`` stays the same file, yet every change is seen and every request written
-into a finished run's inbox is still answered."""
+into a finished run's inbox is still answered; between two listings of every run a refresh
+reads only the runs inotify named (``pisub.cli.top_reader``)."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
 
 import pisub
-from pisub.api.views import Statuses
+from pisub.api.views import Statuses, open_home
+from pisub.cli.top import Top
+from pisub.cli.top_reader import FULL_MIN_S
 from pisub.core.fsio import atomic_write
 from pisub.protocol.codec import encode_pretty
 from pisub.protocol.status import RunState, Status
-from tests.conftest import AgentMaker
+from tests.conftest import AgentMaker, wait_for
 from tests.helpers import drop_request
 
 
@@ -69,3 +76,78 @@ def test_a_request_into_a_finished_run_is_answered_by_a_reader_that_read_it_befo
     receipt = run.receipt("by-hand")
     assert receipt is not None and receipt.state == "failed"
     assert receipt.reason == "the run finished before the request was consumed"
+
+
+def _refreshed(top: Top, done: Callable[[], bool], what: str) -> None:
+    """Refresh ``top`` as its loop does (the runs inotify named) until ``done()``."""
+
+    def check() -> bool:
+        names, everything = top.watch.drain()
+        top.changed |= names
+        if everything:
+            top.reader.next_full = 0.0
+        top.refresh()
+        return done()
+
+    wait_for(check, timeout=30, what=what)
+
+
+def _ids(top: Top) -> dict[str, str]:
+    return {row.fleet.run_id: row.fleet.state for row in top.state.rows if row.fleet.run_id}
+
+
+def test_a_refresh_reads_only_the_runs_inotify_named(home: Path, make_agent: AgentMaker) -> None:
+    """After the first listing, a run that starts, one that ends and one removed are each read
+    (or forgotten) alone — no listing of every run — and an entry of ``runs/`` that is no run
+    brings the full listing back, which names it."""
+    make_agent("quick", python="print('done')")
+    make_agent("sleeper", python="import sys, time\nsys.stdin.read()\ntime.sleep(600)\n")
+    old = pisub.launch("quick", "x")
+    old.wait(timeout=30)
+    top = Top(open_home(home))
+    listings: list[int] = []
+    read_all = top.reader.read_all
+
+    def counted() -> None:
+        listings.append(1)
+        read_all()
+
+    top.reader.read_all = counted  # type: ignore[method-assign]
+    try:
+        top.refresh()
+        assert listings == [1] and _ids(top) == {old.id: "complete"}
+        live = pisub.launch("sleeper", "y")
+        _refreshed(top, lambda: _ids(top).get(live.id) == "running", "the new run, running")
+        live.stop()
+        _refreshed(top, lambda: _ids(top).get(live.id) == "stopped", "the run, stopped")
+        shutil.rmtree(old.dir)
+        _refreshed(top, lambda: old.id not in _ids(top), "the removed run, gone")
+        assert listings == [1], "a refresh listed every run"
+        stray = str(uuid.uuid4())
+        (home / "runs" / stray).write_bytes(b"")  # a file named as a run
+        _refreshed(top, lambda: any(stray in p for p in top.state.problems), "the stray named")
+        (home / "runs" / "not-a-run").write_bytes(b"")  # (ignored, as a listing ignores it)
+        (home / "runs" / stray).unlink()
+        _refreshed(top, lambda: not top.state.problems, "the stray gone")
+        assert listings == [1], "a refresh listed every run"
+        assert top.reader.next_full - time.monotonic() > FULL_MIN_S - 5  # the next one much later
+        top.reader.next_full = 0.0  # due: every run listed again
+        top.refresh()
+        assert len(listings) == 2 and set(_ids(top)) == {live.id}
+    finally:
+        top.watch.close()
+
+
+def test_a_live_run_beyond_the_screen_is_followed(home: Path, make_agent: AgentMaker) -> None:
+    """Every live run's directory is watched, not only the first rows'."""
+    make_agent("sleeper", python="import sys, time\nsys.stdin.read()\ntime.sleep(600)\n")
+    live = pisub.launch("sleeper", "y")
+    wait_for(lambda: live.status().state == "running", timeout=30)
+    top = Top(open_home(home))
+    try:
+        top.refresh()
+        top.state.rows = top.state.rows[:0]  # (as if far below the screen)
+        assert live.id in top._followed()
+    finally:
+        top.watch.close()
+        live.stop()
