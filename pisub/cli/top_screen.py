@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from rich.cells import cell_len, set_cell_size
+from rich.cells import cell_len as _cell_len
+from rich.cells import set_cell_size
 
 Piece = tuple[str, str]
 """Escaped text and its style (space-separated words of :data:`SGR`)."""
@@ -32,6 +33,11 @@ SGR = {
 COLOURS = {"red", "green", "yellow", "cyan"}
 GAP = 2
 """Cells between two columns."""
+
+
+def cell_len(text: str) -> int:
+    """The cells ``text`` takes (escaped text: ASCII is one cell a character)."""
+    return len(text) if text.isascii() else _cell_len(text)
 
 
 def fit(text: str, width: int) -> str:
@@ -71,7 +77,8 @@ def table(
     ratios: Sequence[int],
     header_style: str = "bold",
 ) -> list[Line]:
-    """A table ``width`` cells wide: the header, then each row (its cells, its row style). The
+    """A table ``width`` cells wide (wider only when even its narrowest columns are): the
+    header, then each row (its cells, its row style). The
     first columns (as many as ``header`` has beyond ``ratios``) are as wide as their widest
     cell; the last ``len(ratios)`` share what is left by those ratios. When the fixed columns
     do not fit, the widest of them give up cells first."""
@@ -100,7 +107,7 @@ def table(
         given += share
     lines = [_row([(name, header_style) for name in header], widths, "")]
     lines += [_row(cells, widths, style) for cells, style in rows]
-    return [cut_line(line, width) for line in lines]
+    return lines
 
 
 def _row(cells: Sequence[Piece], widths: list[int], row_style: str) -> Line:
