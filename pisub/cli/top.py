@@ -109,13 +109,34 @@ def arrange(home: Home, statuses: Collection[Status]) -> list[Row]:
     """Every run as a row — the newest top-level run first, by start time (never by state, so
     that a run's place does not change when it ends) — with a workflow's children right under
     it in their place in the workflow (:func:`_in_plan_order`); at most :data:`MAX_ROWS`."""
+    return rows_of(home, order_of(statuses), {st.run_id: st for st in statuses})
+
+
+@dataclass
+class Order:
+    """Where the runs go: the newest top-level runs (those that can be shown) and each run's
+    children (by id). It changes only when a run appears or leaves, or its parent, key or start
+    time changes (:attr:`pisub.cli.top_reader.Reader.shape`) — not when a state does."""
+
+    tops: list[str]
+    children: dict[str, list[str]]
+
+
+def order_of(statuses: Collection[Status]) -> Order:
     known = {st.run_id for st in statuses}
-    by_parent: dict[str | None, list[Status]] = {}
+    tops: list[Status] = []
+    children: dict[str, list[str]] = {}
     for st in statuses:  # a child whose parent is gone (gc) is shown at the top level
-        parent = st.parent_run_id if st.parent_run_id in known else None
-        by_parent.setdefault(parent, []).append(st)
+        if st.parent_run_id is not None and st.parent_run_id in known:
+            children.setdefault(st.parent_run_id, []).append(st.run_id)
+        else:
+            tops.append(st)
     # (each top-level run takes a row at least: the newest MAX_ROWS of them are all that can show)
-    tops = heapq.nlargest(MAX_ROWS, by_parent.get(None, []), key=_started)
+    return Order([st.run_id for st in heapq.nlargest(MAX_ROWS, tops, key=_started)], children)
+
+
+def rows_of(home: Home, order: Order, known: dict[str, Status]) -> list[Row]:
+    """The rows of the runs in ``order`` (their statuses as ``known`` has them now)."""
     rows: list[Row] = []
 
     def add(status: Status, depth: int) -> None:
@@ -123,16 +144,18 @@ def arrange(home: Home, statuses: Collection[Status]) -> list[Row]:
             return
         own = fleet_of([status], live_only=False)
         rows.append(Row(own[0], depth, last_line(home, status), status))
-        for child in _in_plan_order(status, own[1:], by_parent.get(status.run_id, [])):
+        kids = [known[run_id] for run_id in order.children.get(status.run_id, ()) if run_id in known]
+        for child in _in_plan_order(status, own[1:], kids):
             if isinstance(child, FleetRow):
                 rows.append(Row(child, depth + 1))
             else:
                 add(child, depth + 1)
 
-    for status in tops:
+    for run_id in order.tops:
         if len(rows) >= MAX_ROWS:
             break
-        add(status, 0)
+        if run_id in known:
+            add(known[run_id], 0)
     return rows
 
 
@@ -497,6 +520,8 @@ class Top:
         self.watch = Watch(home)
         self.reader = Reader(home)
         self.changed: set[str] = set()
+        self.order: tuple[int, Order] | None = None
+        """Where the runs go, and the reader's shape it was made for."""
         """Entries of ``runs/`` inotify named since the last refresh."""
         self.done = False
         self.started = False
@@ -506,7 +531,9 @@ class Top:
         st = self.state
         chosen = st.current.ident if st.current is not None else None
         self._read()
-        rows, st.problems = arrange(self.home, self.reader.known.values()), self.reader.problems
+        if self.order is None or self.order[0] != self.reader.shape:
+            self.order = (self.reader.shape, order_of(self.reader.known.values()))
+        rows, st.problems = rows_of(self.home, self.order[1], self.reader.known), self.reader.problems
         st.held = 0
         if self.holding() and st.rows:  # the person is navigating: no new row moves the others
             shown = {row.ident for row in st.rows}

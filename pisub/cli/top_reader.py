@@ -38,6 +38,9 @@ class Reader:
         self.unreadable: dict[str, str] = {}
         """Run (or stray entry of ``runs/``) → the line that says why it could not be read."""
         self.next_full = 0.0
+        self.shape = 0
+        """Changed whenever a run appeared or left, or a run's parent, key or start time changed
+        (what the order of the rows depends on)."""
 
     def full_due(self, now: float | None = None) -> bool:
         """Whether the whole of ``runs/`` is to be listed again."""
@@ -51,6 +54,7 @@ class Reader:
         statuses = self.statuses(problems)
         self.known = {st.run_id: st for st in statuses}
         self.live = {st.run_id for st in statuses if not st.state.is_terminal}
+        self.shape += 1
         self.unreadable = {line.split(":", 1)[0]: line for line in problems}
         took = time.monotonic() - start
         self.next_full = time.monotonic() + max(FULL_MIN_S, FULL_EVERY * took)
@@ -65,6 +69,7 @@ class Reader:
                 continue
             self.unreadable.pop(name, None)
             self.live.discard(name)
+            before = _shape(self.known.get(name))
             try:
                 status = self.known[name] = Run(name, home=self.home.root).status()
                 if not status.state.is_terminal:
@@ -79,7 +84,17 @@ class Reader:
             except (PisubError, OSError) as exc:
                 self.known.pop(name, None)
                 self.unreadable[name] = f"{name}: {exc}"
+            if _shape(self.known.get(name)) != before:
+                self.shape += 1
 
     @property
     def problems(self) -> list[str]:
+        """The lines about the runs that could not be read."""
         return list(self.unreadable.values())
+
+
+def _shape(status: Status | None) -> tuple[str | None, ...] | None:
+    """What of a run the order of the rows depends on (None: no such run)."""
+    if status is None:
+        return None
+    return (status.parent_run_id, status.key, status.started_at)

@@ -118,10 +118,13 @@ def test_a_refresh_reads_only_the_runs_inotify_named(home: Path, make_agent: Age
         assert listings == [1] and _ids(top) == {old.id: "complete"}
         live = pisub.launch("sleeper", "y")
         _refreshed(top, lambda: _ids(top).get(live.id) == "running", "the new run, running")
+        shape = top.reader.shape
         live.stop()
         _refreshed(top, lambda: _ids(top).get(live.id) == "stopped", "the run, stopped")
+        assert top.reader.shape == shape  # a state changed: the rows' order is kept, not rebuilt
         shutil.rmtree(old.dir)
         _refreshed(top, lambda: old.id not in _ids(top), "the removed run, gone")
+        assert top.reader.shape > shape
         assert listings == [1], "a refresh listed every run"
         stray = str(uuid.uuid4())
         (home / "runs" / stray).write_bytes(b"")  # a file named as a run
