@@ -27,7 +27,7 @@ import os
 import select
 import sys
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -135,15 +135,18 @@ def order_of(statuses: Collection[Status]) -> Order:
     return Order([st.run_id for st in heapq.nlargest(MAX_ROWS, tops, key=_started)], children)
 
 
-def rows_of(home: Home, order: Order, known: dict[str, Status]) -> list[Row]:
-    """The rows of the runs in ``order`` (their statuses as ``known`` has them now)."""
+def rows_of(home: Home, order: Order, known: dict[str, Status], made: Made | None = None) -> list[Row]:
+    """The rows of the runs in ``order`` (their statuses as ``known`` has them now); ``made``:
+    what the last refresh made of a run, kept for one whose status and directory did not
+    change."""
     rows: list[Row] = []
+    made = made if made is not None else Made()
 
     def add(status: Status, depth: int) -> None:
         if len(rows) >= MAX_ROWS:
             return
-        own = fleet_of([status], live_only=False)
-        rows.append(Row(own[0], depth, last_line(home, status), status))
+        own, spark = made.of(home, status)
+        rows.append(Row(own[0], depth, spark, status))
         kids = [known[run_id] for run_id in order.children.get(status.run_id, ()) if run_id in known]
         for child in _in_plan_order(status, own[1:], kids):
             if isinstance(child, FleetRow):
@@ -157,6 +160,30 @@ def rows_of(home: Home, order: Order, known: dict[str, Status]) -> list[Row]:
         if run_id in known:
             add(known[run_id], 0)
     return rows
+
+
+class Made:
+    """A run's fleet rows and the last line it wrote, as made from its status (the same
+    object: a status read again is another) and kept until :meth:`forget` (its directory
+    changed: the log may have grown)."""
+
+    def __init__(self) -> None:
+        self.made: dict[str, tuple[Status, list[FleetRow], str]] = {}
+
+    def of(self, home: Home, status: Status) -> tuple[list[FleetRow], str]:
+        kept = self.made.get(status.run_id)
+        if kept is not None and kept[0] is status:
+            return kept[1], kept[2]
+        own, spark = fleet_of([status], live_only=False), last_line(home, status)
+        self.made[status.run_id] = (status, own, spark)
+        return own, spark
+
+    def forget(self, run_ids: Iterable[str] | None = None) -> None:
+        """Make runs ``run_ids`` (None: every run) anew at the next refresh."""
+        if run_ids is None:
+            self.made.clear()
+        for run_id in run_ids or ():
+            self.made.pop(run_id, None)
 
 
 def _started(status: Status) -> tuple[str, str]:
@@ -520,6 +547,7 @@ class Top:
         self.watch = Watch(home)
         self.reader = Reader(home)
         self.changed: set[str] = set()
+        self.made = Made()
         self.order: tuple[int, Order] | None = None
         """Where the runs go, and the reader's shape it was made for."""
         """Entries of ``runs/`` inotify named since the last refresh."""
@@ -533,7 +561,8 @@ class Top:
         self._read()
         if self.order is None or self.order[0] != self.reader.shape:
             self.order = (self.reader.shape, order_of(self.reader.known.values()))
-        rows, st.problems = rows_of(self.home, self.order[1], self.reader.known), self.reader.problems
+        rows = rows_of(self.home, self.order[1], self.reader.known, self.made)
+        st.problems = self.reader.problems
         st.held = 0
         if self.holding() and st.rows:  # the person is navigating: no new row moves the others
             shown = {row.ident for row in st.rows}
@@ -559,7 +588,9 @@ class Top:
         changed, self.changed = self.changed, set()
         if self.reader.full_due():
             self.reader.read_all()
+            self.made.forget()
             return
+        self.made.forget(changed)
         for name in changed:
             if RUN_ID.fullmatch(name):
                 self.watch.add(self.home, name)

@@ -154,3 +154,23 @@ def test_a_live_run_beyond_the_screen_is_followed(home: Path, make_agent: AgentM
     finally:
         top.watch.close()
         live.stop()
+
+
+def test_the_last_output_line_follows_the_run(home: Path, make_agent: AgentMaker) -> None:
+    """A row's last output line is kept between refreshes only while the run's directory did
+    not change: a line the run writes later is shown."""
+    script = "import sys, time\nsys.stdin.read()\nprint('first', flush=True)\ntime.sleep(1)\n"
+    make_agent("talker", python=script + "print('second', flush=True)\ntime.sleep(600)\n")
+    live = pisub.launch("talker", "y")
+    top = Top(open_home(home))
+    try:
+        top.refresh()
+
+        def spark() -> str:
+            return next((row.spark for row in top.state.rows if row.fleet.run_id == live.id), "")
+
+        _refreshed(top, lambda: spark() == "first", "the first line")
+        _refreshed(top, lambda: spark() == "second", "the second line")
+    finally:
+        top.watch.close()
+        live.stop()
