@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pisub.api.views import FleetRow, Home, Statuses, fleet_of, last_line, transcript
+from pisub.api.views import FleetRow, Home, fleet_of, last_line, transcript
 from pisub.cli.render import STATE_HUES as STATE_STYLES
 from pisub.cli.top_reader import RUN_ID, Reader
 from pisub.errors import PisubError
@@ -97,26 +97,14 @@ class TopState:
         return self.rows[self.selected] if 0 <= self.selected < len(self.rows) else None
 
 
-def collect(home: Home, statuses_of: Statuses | None = None) -> tuple[list[Row], list[str]]:
-    """Every run as a row (:func:`arrange`) and the runs that could not be read.
-    ``statuses_of``: the reader kept between refreshes (an ended run is not read again)."""
-    problems: list[str] = []
-    statuses = (statuses_of or Statuses(home.root))(problems)
-    return arrange(home, statuses), problems
-
-
-def arrange(home: Home, statuses: Collection[Status]) -> list[Row]:
-    """Every run as a row — the newest top-level run first, by start time (never by state, so
-    that a run's place does not change when it ends) — with a workflow's children right under
-    it in their place in the workflow (:func:`_in_plan_order`); at most :data:`MAX_ROWS`."""
-    return rows_of(home, order_of(statuses), {st.run_id: st for st in statuses})
-
-
 @dataclass
 class Order:
-    """Where the runs go: the newest top-level runs (those that can be shown) and each run's
-    children (by id). It changes only when a run appears or leaves, or its parent, key or start
-    time changes (:attr:`pisub.cli.top_reader.Reader.shape`) — not when a state does."""
+    """Where the runs go — the newest top-level run first, by start time (never by state, so
+    that a run's place does not change when it ends), a workflow's children right under it in
+    their place in the workflow (:func:`_in_plan_order`): the newest top-level runs (those
+    that can be shown) and each run's children (by id). It changes only when a run appears or
+    leaves, or its parent, key or start time changes
+    (:attr:`pisub.cli.top_reader.Reader.shape`) — not when a state does."""
 
     tops: list[str]
     children: dict[str, list[str]]
