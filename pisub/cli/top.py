@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from pisub.api.views import FleetRow, Home, fleet_of, last_line, transcript
 from pisub.cli.render import STATE_HUES as STATE_STYLES
-from pisub.cli.top_reader import RUN_ID, Reader
+from pisub.cli.top_reader import POLL_MIN_S, RUN_ID, Reader
 from pisub.errors import PisubError
 from pisub.protocol.status import Status
 
@@ -426,7 +426,6 @@ class Watch:
     def __init__(self, home: Home) -> None:
         from inotify_simple import INotify, flags
 
-        self.inotify = INotify()
         self.flags = flags
         self.mask = (
             flags.CREATE | flags.DELETE | flags.MOVED_TO | flags.MOVED_FROM | flags.MODIFY | flags.CLOSE_WRITE
@@ -434,16 +433,26 @@ class Watch:
         self.watched: dict[str, int] = {}
         self.by_wd: dict[int, str] = {}
         self.runs_wd: int | None = None
+        self.inotify: INotify | None = None
+        self.missing = ""
+        """Why there is no inotify (the per-user limit of its instances reached): the reader
+        then lists every run every few seconds instead."""
+        try:
+            self.inotify = INotify()
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            self.missing = f"no inotify ({why}): every run read again every {POLL_MIN_S:g} s or more"
+            return
         with contextlib.suppress(OSError):
             self.runs_wd = self.inotify.add_watch(os.fspath(home.runs), self.mask)
 
     @property
-    def fd(self) -> int:
-        return int(self.inotify.fileno())
+    def fds(self) -> list[int]:
+        return [] if self.inotify is None else [int(self.inotify.fileno())]
 
     def add(self, home: Home, run_id: str) -> None:
         """Follow run ``run_id``'s directory too (nothing when it is gone or too many are)."""
-        if run_id in self.watched or len(self.watched) >= WATCH_MAX:
+        if self.inotify is None or run_id in self.watched or len(self.watched) >= WATCH_MAX:
             return
         with contextlib.suppress(OSError):
             wd = self.inotify.add_watch(os.fspath(home.run(run_id).root), self.mask)
@@ -456,8 +465,9 @@ class Watch:
             if run_id not in wanted:
                 wd = self.watched.pop(run_id)
                 self.by_wd.pop(wd, None)
-                with contextlib.suppress(OSError):
-                    self.inotify.rm_watch(wd)
+                if self.inotify is not None:
+                    with contextlib.suppress(OSError):
+                        self.inotify.rm_watch(wd)
         for run_id in run_ids:
             self.add(home, run_id)
 
@@ -468,7 +478,7 @@ class Watch:
         flags = self.flags
         names: set[str] = set()
         everything = False
-        for event in self.inotify.read(timeout=0):
+        for event in self.inotify.read(timeout=0) if self.inotify is not None else ():
             if event.mask & flags.Q_OVERFLOW:
                 everything = True
             elif event.wd == self.runs_wd:
@@ -484,7 +494,8 @@ class Watch:
         return names, everything
 
     def close(self) -> None:
-        self.inotify.close()
+        if self.inotify is not None:
+            self.inotify.close()
 
 
 @contextlib.contextmanager
@@ -531,9 +542,9 @@ class Top:
 
     def __init__(self, home: Home) -> None:
         self.home = home
-        self.state = TopState()
         self.watch = Watch(home)
-        self.reader = Reader(home)
+        self.state = TopState(message=self.watch.missing or HELP)
+        self.reader = Reader(home, polling=bool(self.watch.missing))
         self.changed: set[str] = set()
         self.made = Made()
         self.order: tuple[int, Order] | None = None
@@ -717,7 +728,7 @@ class Top:
                 wait = REDRAW_MIN_S if (dirty or stale or self.state.held) else TICK_S
                 if not stale:  # (woken for the next full listing too)
                     wait = max(0.01, min(wait, self.reader.next_full - now))
-                ready, _, _ = select.select([stdin, self.watch.fd], [], [], wait)
+                ready, _, _ = select.select([stdin, *self.watch.fds], [], [], wait)
                 if stdin in ready:
                     data = os.read(stdin, 1024)
                     if not data:
@@ -725,7 +736,7 @@ class Top:
                     for key in keys_of(data):
                         self.key(key)
                     dirty = True
-                if self.watch.fd in ready:
+                if ready and ready != [stdin]:
                     names, everything = self.watch.drain()
                     self.changed |= names
                     if everything:

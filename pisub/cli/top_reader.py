@@ -23,14 +23,21 @@ FULL_MIN_S = 15.0
 """The whole of ``runs/`` is listed again at least this long after the last listing..."""
 FULL_EVERY = 300
 """...and this many times what the last listing took (at most ~0.3 % of a core on listings)."""
+POLL_MIN_S = 2.0
+"""Without inotify (its per-user limit of instances reached), every run is listed again at
+least this long after the last listing..."""
+POLL_EVERY = 20
+"""...and this many times what the last one took (at most ~5 % of a core)."""
 RUN_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 class Reader:
     """Every run's status (after crash repair) and the runs that could not be read."""
 
-    def __init__(self, home: Home) -> None:
+    def __init__(self, home: Home, *, polling: bool = False) -> None:
         self.home = home
+        self.polling = polling
+        """No inotify: listing every run is the only way to see a change."""
         self.statuses = Statuses(home.root)
         self.known: dict[str, Status] = {}
         self.live: set[str] = set()
@@ -57,7 +64,8 @@ class Reader:
         self.shape += 1
         self.unreadable = {line.split(":", 1)[0]: line for line in problems}
         took = time.monotonic() - start
-        self.next_full = time.monotonic() + max(FULL_MIN_S, FULL_EVERY * took)
+        least, every = (POLL_MIN_S, POLL_EVERY) if self.polling else (FULL_MIN_S, FULL_EVERY)
+        self.next_full = time.monotonic() + max(least, every * took)
 
     def read(self, names: Iterable[str]) -> None:
         """Read runs ``names`` again (entries of ``runs/``, as a listing names them): a run gone

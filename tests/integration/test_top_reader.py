@@ -13,11 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
+import pytest
 
 import pisub
 from pisub.api.views import Statuses, open_home
 from pisub.cli.top import Top
-from pisub.cli.top_reader import FULL_MIN_S
+from pisub.cli.top_reader import FULL_MIN_S, POLL_MIN_S
 from pisub.core.fsio import atomic_write
 from pisub.protocol.codec import encode_pretty
 from pisub.protocol.status import RunState, Status
@@ -174,3 +175,30 @@ def test_the_last_output_line_follows_the_run(home: Path, make_agent: AgentMaker
     finally:
         top.watch.close()
         live.stop()
+
+
+def test_without_inotify_every_run_is_listed_every_few_seconds(
+    home: Path, make_agent: AgentMaker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The per-user limit of inotify instances reached (EMFILE): top still starts, says so,
+    and lists every run again every few seconds instead of waiting for events."""
+    import errno
+
+    import inotify_simple
+
+    def refused() -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(inotify_simple, "INotify", refused)
+    make_agent("quick", python="print('done')")
+    top = Top(open_home(home))
+    assert top.watch.fds == [] and top.state.message.startswith("no inotify (Too many open files)")
+    top.refresh()
+    assert top.reader.next_full - time.monotonic() <= POLL_MIN_S + 1
+    run = pisub.launch("quick", "x")
+    run.wait(timeout=30)
+    assert top.watch.drain() == (set(), False)
+    top.reader.next_full = 0.0  # (due: as the loop finds it every few seconds)
+    top.refresh()
+    assert _ids(top) == {run.id: "complete"}
+    top.watch.close()
