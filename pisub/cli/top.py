@@ -458,8 +458,8 @@ class Watch:
             wd = self.inotify.add_watch(os.fspath(home.run(run_id).root), self.mask)
             self.watched[run_id], self.by_wd[wd] = wd, run_id
 
-    def follow(self, home: Home, run_ids: list[str]) -> None:
-        """Follow exactly ``run_ids`` (the first :data:`WATCH_MAX`)."""
+    def follow(self, home: Home, run_ids: list[str]) -> set[str]:
+        """Follow exactly ``run_ids`` (the first :data:`WATCH_MAX`); those not followed before."""
         wanted = set(run_ids)
         for run_id in list(self.watched):
             if run_id not in wanted:
@@ -468,8 +468,10 @@ class Watch:
                 if self.inotify is not None:
                     with contextlib.suppress(OSError):
                         self.inotify.rm_watch(wd)
+        before = set(self.watched)
         for run_id in run_ids:
             self.add(home, run_id)
+        return self.watched.keys() - before
 
     def drain(self) -> tuple[set[str], bool]:
         """The entries of ``runs/`` that changed (runs that appeared or left, and followed runs
@@ -577,7 +579,8 @@ class Top:
         st.selected = min(st.selected, max(0, len(rows) - 1))
         if st.target is not None:
             st.target = next((row for row in rows if row.ident == st.target.ident), st.target)
-        self.watch.follow(self.home, self._followed())
+        # a live run read before its directory was watched may have changed since: read again
+        self.changed |= self.watch.follow(self.home, self._followed()) & self.reader.live
         if st.mode == "log":
             self._load_log()
 
@@ -723,6 +726,8 @@ class Top:
                     painter.paint(screen(self.state, height, width), height, width)
                     last_draw, dirty = now, False
                     clock = clock_words(self.state, height, width)
+                if self.changed:
+                    stale = True  # (runs to read again: see refresh)
                 if self.reader.full_due(now):
                     stale = True  # (every run listed again, now and then: what inotify cannot see)
                 wait = REDRAW_MIN_S if (dirty or stale or self.state.held) else TICK_S

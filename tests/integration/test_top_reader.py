@@ -143,13 +143,19 @@ def test_a_refresh_reads_only_the_runs_inotify_named(home: Path, make_agent: Age
 
 
 def test_a_live_run_beyond_the_screen_is_followed(home: Path, make_agent: AgentMaker) -> None:
-    """Every live run's directory is watched, not only the first rows'."""
+    """Every live run's directory is watched, not only the first rows', and read again once
+    watched."""
     make_agent("sleeper", python="import sys, time\nsys.stdin.read()\ntime.sleep(600)\n")
     live = pisub.launch("sleeper", "y")
     wait_for(lambda: live.status().state == "running", timeout=30)
     top = Top(open_home(home))
     try:
         top.refresh()
+        # read before its directory was watched: read again at the next refresh (a change in
+        # between would have been missed)
+        assert top.changed == {live.id}
+        top.refresh()
+        assert not top.changed
         top.state.rows = top.state.rows[:0]  # (as if far below the screen)
         assert live.id in top._followed()
     finally:
