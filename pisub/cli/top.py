@@ -12,28 +12,34 @@ run (not its line); a run that appears while keys are pressed waits until none w
 ``HOLD_S``; new rows replace the old ones only right before a redraw, so a key acts on the run
 the screen shows highlighted, and a prompt (steer, stop) on the run it was opened on.
 
-Every string shown goes through :func:`_text` — the one terminal filter
-(:func:`pisub.termsafe.printable`), then a rich ``Text`` (never a str cell, which rich would
-read as markup: ``[link=...]`` in a tool name would become an OSC 8 hyperlink)."""
+Every string shown goes through :func:`_clean` — the one terminal filter
+(:func:`pisub.termsafe.printable`) — and reaches the terminal as text between this view's own
+SGR sequences (:mod:`pisub.cli.top_screen`: no markup language in between; ``[link=...]`` in a
+tool name is shown as it is). A redraw writes only the lines that changed."""
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
 import errno
+import heapq
 import os
 import select
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pisub.api.views import FleetRow, Home, Statuses, fleet_of, last_line, transcript
+from pisub.api.views import FleetRow, Home, fleet_of, last_line, transcript
 from pisub.cli.render import STATE_HUES as STATE_STYLES
+from pisub.cli.top_reader import POLL_MIN_S, RUN_ID, Reader
 from pisub.errors import PisubError
 from pisub.protocol.status import Status
+
+if TYPE_CHECKING:
+    from pisub.cli.top_screen import Line
 
 MAX_ROWS = 300
 REDRAW_MIN_S = 0.2
@@ -43,6 +49,8 @@ KEY_CHARS = 12
 """At most this much of a workflow child's key in the run column."""
 AGENT_CHARS = 16
 """At most this much of an agent's name in the agent column."""
+WATCH_MAX = 512
+"""At most this many run directories watched (inotify watches are a per-user resource)."""
 HOLD_S = 2.0
 """New rows wait until no key was pressed for this long: nothing moves while a person navigates."""
 WIDE = 120
@@ -89,35 +97,81 @@ class TopState:
         return self.rows[self.selected] if 0 <= self.selected < len(self.rows) else None
 
 
-def collect(home: Home, statuses_of: Statuses | None = None) -> tuple[list[Row], list[str]]:
-    """Every run as a row — the newest top-level run first, by start time (never by state, so
-    that a run's place does not change when it ends) — with a workflow's children right under
-    it in their place in the workflow (:func:`_in_plan_order`); the runs that could not be read.
-    ``statuses_of``: the reader kept between refreshes (an ended run is not read again)."""
-    problems: list[str] = []
-    statuses = (statuses_of or Statuses(home.root))(problems)
+@dataclass
+class Order:
+    """Where the runs go — the newest top-level run first, by start time (never by state, so
+    that a run's place does not change when it ends), a workflow's children right under it in
+    their place in the workflow (:func:`_in_plan_order`): the newest top-level runs (those
+    that can be shown) and each run's children (by id). It changes only when a run appears or
+    leaves, or its parent, key or start time changes
+    (:attr:`pisub.cli.top_reader.Reader.shape`) — not when a state does."""
+
+    tops: list[str]
+    children: dict[str, list[str]]
+
+
+def order_of(statuses: Collection[Status]) -> Order:
     known = {st.run_id for st in statuses}
-    by_parent: dict[str | None, list[Status]] = {}
+    tops: list[Status] = []
+    children: dict[str, list[str]] = {}
     for st in statuses:  # a child whose parent is gone (gc) is shown at the top level
-        parent = st.parent_run_id if st.parent_run_id in known else None
-        by_parent.setdefault(parent, []).append(st)
-    tops = sorted(by_parent.get(None, []), key=_started, reverse=True)
+        if st.parent_run_id is not None and st.parent_run_id in known:
+            children.setdefault(st.parent_run_id, []).append(st.run_id)
+        else:
+            tops.append(st)
+    # (each top-level run takes a row at least: the newest MAX_ROWS of them are all that can show)
+    return Order([st.run_id for st in heapq.nlargest(MAX_ROWS, tops, key=_started)], children)
+
+
+def rows_of(home: Home, order: Order, known: dict[str, Status], made: Made | None = None) -> list[Row]:
+    """The rows of the runs in ``order`` (their statuses as ``known`` has them now); ``made``:
+    what the last refresh made of a run, kept for one whose status and directory did not
+    change."""
     rows: list[Row] = []
+    made = made if made is not None else Made()
 
     def add(status: Status, depth: int) -> None:
         if len(rows) >= MAX_ROWS:
             return
-        own = fleet_of([status], live_only=False)
-        rows.append(Row(own[0], depth, last_line(home, status), status))
-        for child in _in_plan_order(status, own[1:], by_parent.get(status.run_id, [])):
+        own, spark = made.of(home, status)
+        rows.append(Row(own[0], depth, spark, status))
+        kids = [known[run_id] for run_id in order.children.get(status.run_id, ()) if run_id in known]
+        for child in _in_plan_order(status, own[1:], kids):
             if isinstance(child, FleetRow):
                 rows.append(Row(child, depth + 1))
             else:
                 add(child, depth + 1)
 
-    for status in tops:
-        add(status, 0)
-    return rows, problems
+    for run_id in order.tops:
+        if len(rows) >= MAX_ROWS:
+            break
+        if run_id in known:
+            add(known[run_id], 0)
+    return rows
+
+
+class Made:
+    """A run's fleet rows and the last line it wrote, as made from its status (the same
+    object: a status read again is another) and kept until :meth:`forget` (its directory
+    changed: the log may have grown)."""
+
+    def __init__(self) -> None:
+        self.made: dict[str, tuple[Status, list[FleetRow], str]] = {}
+
+    def of(self, home: Home, status: Status) -> tuple[list[FleetRow], str]:
+        kept = self.made.get(status.run_id)
+        if kept is not None and kept[0] is status:
+            return kept[1], kept[2]
+        own, spark = fleet_of([status], live_only=False), last_line(home, status)
+        self.made[status.run_id] = (status, own, spark)
+        return own, spark
+
+    def forget(self, run_ids: Iterable[str] | None = None) -> None:
+        """Make runs ``run_ids`` (None: every run) anew at the next refresh."""
+        if run_ids is None:
+            self.made.clear()
+        for run_id in run_ids or ():
+            self.made.pop(run_id, None)
 
 
 def _started(status: Status) -> tuple[str, str]:
@@ -170,22 +224,18 @@ def _age(stamp: str | None) -> str:
     return f"{seconds}s"
 
 
-def _text(text: str, style: str = "", *, lines: bool = False, limit: int | None = None) -> Any:
-    """``text`` as rich ``Text`` that reaches the terminal as shown: control characters, escape
-    sequences, bidi controls and undecodable bytes escaped, rich markup taken literally; at most
-    ``limit`` characters once escaped (a cell of escapes must not squeeze the others away)."""
-    from rich.text import Text
-
+def _clean(text: str, limit: int | None = None) -> str:
+    """``text`` as it may reach the terminal: control characters, escape sequences, bidi
+    controls and undecodable bytes escaped, on one line; at most ``limit`` characters once
+    escaped (a cell of escapes must not squeeze the others away)."""
     from pisub.termsafe import printable
 
-    return Text(printable(text, one_line=not lines)[:limit], style=style)
+    return printable(text, one_line=True)[:limit]
 
 
-def _line(text: str, style: str = "") -> Any:
-    """One screen line: escaped, cut at the screen's edge (never wrapped)."""
-    shown = _text(text, style)
-    shown.no_wrap, shown.overflow = True, "ellipsis"
-    return shown
+def _line(text: str, style: str = "") -> Line:
+    """One screen line: escaped (cut at the screen's edge by :func:`screen`, never wrapped)."""
+    return ((_clean(text), style),)
 
 
 def steering_words(status: Status | None) -> str:
@@ -232,20 +282,31 @@ def _detail(row: Row | None) -> str:
 
 
 def render(state: TopState, height: int, width: int = 80) -> Any:
-    """The screen: the table (or the selected run's log) and a status line."""
-    from rich.console import Group
+    """The screen as a rich renderable (what :func:`screen` lays out)."""
+    from pisub.cli.top_screen import to_rich
 
-    if state.mode == "log":
-        return _render_log(state, height, width)
+    return to_rich(screen(state, height, width))
+
+
+def screen(state: TopState, height: int, width: int = 80) -> list[Line]:
+    """The screen's lines, each at most ``width`` cells: the table (or the selected run's log)
+    and a status line."""
+    from pisub.cli.top_screen import cut_line
+
+    lines = _log_lines(state, height, width) if state.mode == "log" else _table_screen(state, height, width)
+    return [cut_line(line, width) for line in lines]
+
+
+def _table_screen(state: TopState, height: int, width: int) -> list[Line]:
     footer = _line(_fitted(state.message, width), "bold")
     if state.mode == "steer":
         footer = _line(f"steer {_short(state.target)}> {state.typed}", "bold yellow")
     elif state.mode == "confirm":
         footer = _line(f"stop {_short(state.target)}? y/n", "bold red")
     fixed, first, room = _window(state, height)
-    parts: list[Any] = [_table(state, first, room, wide=width >= WIDE)]
+    parts = _table(state, first, room, width)
     if not state.rows:
-        parts.append(_text("no runs yet (pisub run ...)"))
+        parts.append(_line("no runs yet (pisub run ...)"))
     else:
         parts.append(_line(_detail(state.current), "dim"))
     spare = max(1, height - fixed - min(len(state.rows), room))  # the problems take what is left
@@ -256,7 +317,7 @@ def render(state: TopState, height: int, width: int = 80) -> Any:
         parts.append(_line(f"... and {more} more unreadable runs (pisub list names them all)", "red"))
     if state.held:
         parts.append(_line(f"{state.held} new row(s): shown when no key was pressed for {HOLD_S:g} s", "dim"))
-    return Group(*parts, footer)
+    return [*parts, footer]
 
 
 def _window(state: TopState, height: int) -> tuple[int, int, int]:
@@ -294,18 +355,16 @@ def _fitted(text: str, width: int) -> str:
     return (cut[:space] if space > width // 2 else cut).rstrip(" ·—,;:") + "…"
 
 
-def _table(state: TopState, first: int, room: int, *, wide: bool) -> Any:
-    from rich.table import Table
+def _table(state: TopState, first: int, room: int, width: int) -> list[Line]:
+    """The table's header and its rows ``first`` to ``first + room``: the last columns (the
+    label or task, and from :data:`WIDE` columns the output) take the room the others leave —
+    a reply streaming into one long line must not squeeze the other columns away."""
+    from pisub.cli.top_screen import table
 
-    table = Table(expand=True, box=None, header_style="bold", pad_edge=False, padding=(0, 1))
+    wide = width >= WIDE
     names = ["run", "agent", "state", "age"] + (["active", "turns", "tools"] if wide else [])
-    for column in names:
-        table.add_column(column, no_wrap=True, overflow="ellipsis", min_width=len(column))
-    # the task and the output take the room the others leave: a reply streaming into one long
-    # line must not squeeze the other columns away
-    table.add_column("label/task", no_wrap=True, overflow="ellipsis", ratio=3)
-    if wide:
-        table.add_column("output", no_wrap=True, overflow="ellipsis", ratio=2)
+    names += ["label/task"] + (["output"] if wide else [])
+    rows = []
     for index, row in enumerate(state.rows[first : first + room], start=first):
         f = row.fleet
         key = f" {f.key[:KEY_CHARS]}" if f.key else ""
@@ -322,16 +381,14 @@ def _table(state: TopState, first: int, room: int, *, wide: bool) -> Any:
         if wide:
             cells.append((row.spark, "dim"))
         style = "reverse" if index == state.selected else ""
-        table.add_row(*(_text(cell, colour, limit=CELL_CHARS) for cell, colour in cells), style=style)
-    return table
+        rows.append(([(_clean(cell, CELL_CHARS), colour) for cell, colour in cells], style))
+    return table(names, rows, width, [3, 2] if wide else [3])
 
 
-def _render_log(state: TopState, height: int, width: int) -> Any:
+def _log_lines(state: TopState, height: int, width: int) -> list[Line]:
     """The log view: a header about the run (its id, agent, state and label or task; under it
     its steering and cwd, so that neither is cut away at 80 columns), its log's last lines
     (wrapped at the screen's width; the newest at the bottom) and its own footer."""
-    from rich.console import Group
-
     row = state.target
     head = [f"log of {_short(row)}"]
     if row is not None:
@@ -341,8 +398,8 @@ def _render_log(state: TopState, height: int, width: int) -> Any:
         head += [second] if second else []
     lines = _wrapped(state.log, max(10, width))[-max(1, height - 1 - len(head)) :]
     message = state.message if state.message != HELP else LOG_HELP
-    body = [_line(line) for line in lines] or [_text("(nothing written yet)", "dim")]
-    return Group(*(_line(line, "bold") for line in head), *body, _line(_fitted(message, width), "bold"))
+    body = [_line(line) for line in lines] or [_line("(nothing written yet)", "dim")]
+    return [*(_line(line, "bold") for line in head), *body, _line(_fitted(message, width), "bold")]
 
 
 def _wrapped(lines: list[str], width: int) -> list[str]:
@@ -363,39 +420,84 @@ def _short(row: Row | None) -> str:
 
 
 class Watch:
-    """inotify on the runs directory and on each shown run's directory."""
+    """inotify on the runs directory and on the directories of the runs followed (those shown
+    first, the selected one, the live ones: at most :data:`WATCH_MAX`)."""
 
     def __init__(self, home: Home) -> None:
         from inotify_simple import INotify, flags
 
-        self.inotify = INotify()
         self.flags = flags
         self.mask = (
             flags.CREATE | flags.DELETE | flags.MOVED_TO | flags.MOVED_FROM | flags.MODIFY | flags.CLOSE_WRITE
         )
         self.watched: dict[str, int] = {}
+        self.by_wd: dict[int, str] = {}
+        self.runs_wd: int | None = None
+        self.inotify: INotify | None = None
+        self.missing = ""
+        """Why there is no inotify (the per-user limit of its instances reached): the reader
+        then lists every run every few seconds instead."""
+        try:
+            self.inotify = INotify()
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            self.missing = f"no inotify ({why}): every run read again every {POLL_MIN_S:g} s or more"
+            return
         with contextlib.suppress(OSError):
-            self.inotify.add_watch(os.fspath(home.runs), self.mask)
+            self.runs_wd = self.inotify.add_watch(os.fspath(home.runs), self.mask)
 
     @property
-    def fd(self) -> int:
-        return int(self.inotify.fileno())
+    def fds(self) -> list[int]:
+        return [] if self.inotify is None else [int(self.inotify.fileno())]
 
-    def follow(self, home: Home, run_ids: list[str]) -> None:
+    def add(self, home: Home, run_id: str) -> None:
+        """Follow run ``run_id``'s directory too (nothing when it is gone or too many are)."""
+        if self.inotify is None or run_id in self.watched or len(self.watched) >= WATCH_MAX:
+            return
+        with contextlib.suppress(OSError):
+            wd = self.inotify.add_watch(os.fspath(home.run(run_id).root), self.mask)
+            self.watched[run_id], self.by_wd[wd] = wd, run_id
+
+    def follow(self, home: Home, run_ids: list[str]) -> set[str]:
+        """Follow exactly ``run_ids`` (the first :data:`WATCH_MAX`); those not followed before."""
         wanted = set(run_ids)
         for run_id in list(self.watched):
             if run_id not in wanted:
-                with contextlib.suppress(OSError):
-                    self.inotify.rm_watch(self.watched.pop(run_id))
-        for run_id in wanted - set(self.watched):
-            with contextlib.suppress(OSError):
-                self.watched[run_id] = self.inotify.add_watch(os.fspath(home.run(run_id).root), self.mask)
+                wd = self.watched.pop(run_id)
+                self.by_wd.pop(wd, None)
+                if self.inotify is not None:
+                    with contextlib.suppress(OSError):
+                        self.inotify.rm_watch(wd)
+        before = set(self.watched)
+        for run_id in run_ids:
+            self.add(home, run_id)
+        return self.watched.keys() - before
 
-    def drain(self) -> bool:
-        return bool(self.inotify.read(timeout=0))
+    def drain(self) -> tuple[set[str], bool]:
+        """The entries of ``runs/`` that changed (runs that appeared or left, and followed runs
+        whose directory changed); True too when the events were more than the kernel kept, or
+        ``runs/`` itself changed: everything is to be read again."""
+        flags = self.flags
+        names: set[str] = set()
+        everything = False
+        for event in self.inotify.read(timeout=0) if self.inotify is not None else ():
+            if event.mask & flags.Q_OVERFLOW:
+                everything = True
+            elif event.wd == self.runs_wd:
+                if event.name:
+                    names.add(event.name)
+                else:  # runs/ itself was removed or moved
+                    everything = True
+            elif (run_id := self.by_wd.get(event.wd)) is not None:
+                names.add(run_id)
+                if event.mask & flags.IGNORED:  # its directory is gone
+                    self.watched.pop(run_id, None)
+                    self.by_wd.pop(event.wd, None)
+        return names, everything
 
     def close(self) -> None:
-        self.inotify.close()
+        if self.inotify is not None:
+            self.inotify.close()
 
 
 @contextlib.contextmanager
@@ -442,9 +544,14 @@ class Top:
 
     def __init__(self, home: Home) -> None:
         self.home = home
-        self.state = TopState()
         self.watch = Watch(home)
-        self.statuses = Statuses(home.root)
+        self.state = TopState(message=self.watch.missing or HELP)
+        self.reader = Reader(home, polling=bool(self.watch.missing))
+        self.changed: set[str] = set()
+        self.made = Made()
+        self.order: tuple[int, Order] | None = None
+        """Where the runs go, and the reader's shape it was made for."""
+        """Entries of ``runs/`` inotify named since the last refresh."""
         self.done = False
         self.started = False
         self.last_key = float("-inf")
@@ -452,7 +559,11 @@ class Top:
     def refresh(self) -> None:
         st = self.state
         chosen = st.current.ident if st.current is not None else None
-        rows, st.problems = collect(self.home, self.statuses)
+        self._read()
+        if self.order is None or self.order[0] != self.reader.shape:
+            self.order = (self.reader.shape, order_of(self.reader.known.values()))
+        rows = rows_of(self.home, self.order[1], self.reader.known, self.made)
+        st.problems = self.reader.problems
         st.held = 0
         if self.holding() and st.rows:  # the person is navigating: no new row moves the others
             shown = {row.ident for row in st.rows}
@@ -468,11 +579,33 @@ class Top:
         st.selected = min(st.selected, max(0, len(rows) - 1))
         if st.target is not None:
             st.target = next((row for row in rows if row.ident == st.target.ident), st.target)
-        ids = [row.fleet.run_id for row in rows[:64] if row.fleet.run_id]
-        target = st.target.fleet.run_id if st.target is not None else None
-        self.watch.follow(self.home, ids + ([target] if target and target not in ids else []))
+        # a live run read before its directory was watched may have changed since: read again
+        self.changed |= self.watch.follow(self.home, self._followed()) & self.reader.live
         if st.mode == "log":
             self._load_log()
+
+    def _read(self) -> None:
+        """Every run again when a full listing is due, else the runs inotify named (followed
+        before they are read: a change right after the read is not missed)."""
+        changed, self.changed = self.changed, set()
+        if self.reader.full_due():
+            self.reader.read_all()
+            self.made.forget()
+            return
+        self.made.forget(changed)
+        for name in changed:
+            if RUN_ID.fullmatch(name):
+                self.watch.add(self.home, name)
+        self.reader.read(changed)
+
+    def _followed(self) -> list[str]:
+        """The runs whose directories inotify watches: the selected one (and the one a prompt or
+        the log view is about), those on the screen and the first 64 rows, then the live ones."""
+        st = self.state
+        near = st.rows[max(0, st.selected - 64) : st.selected + 64]
+        ids = [row.fleet.run_id for row in (st.current, st.target, *st.rows[:64], *near) if row is not None]
+        ids += sorted(self.reader.live)
+        return list(dict.fromkeys(run_id for run_id in ids if run_id))
 
     def holding(self) -> bool:
         """Whether a key was pressed less than ``HOLD_S`` ago."""
@@ -571,16 +704,15 @@ class Top:
         self.state.message = f"{what} {run_id[:8]}: {state}{why}"
 
     def run(self) -> None:
-        from rich.console import Console
-        from rich.live import Live
+        from pisub.cli.render import colour_wanted
+        from pisub.cli.top_screen import Painter
 
-        console = Console()
         stdin = sys.stdin.fileno()
         self.refresh()
         last_draw = last_collect = 0.0
         dirty, stale = True, False
         clock: tuple[str, ...] | None = None
-        with raw_terminal(stdin), Live(console=console, screen=True, auto_refresh=False) as live:
+        with raw_terminal(stdin), Painter(sys.stdout.fileno(), colour_wanted()) as painter:
             while not self.done:
                 now = time.monotonic()
                 if self.state.held and not self.holding():
@@ -590,12 +722,18 @@ class Top:
                     self.refresh()
                     last_collect, stale, dirty = now, False, True
                 if dirty and now - last_draw >= REDRAW_MIN_S:
-                    height, width = console.size.height, console.size.width
-                    live.update(render(self.state, height, width), refresh=True)
+                    width, height = _size()
+                    painter.paint(screen(self.state, height, width), height, width)
                     last_draw, dirty = now, False
                     clock = clock_words(self.state, height, width)
+                if self.changed:
+                    stale = True  # (runs to read again: see refresh)
+                if self.reader.full_due(now):
+                    stale = True  # (every run listed again, now and then: what inotify cannot see)
                 wait = REDRAW_MIN_S if (dirty or stale or self.state.held) else TICK_S
-                ready, _, _ = select.select([stdin, self.watch.fd], [], [], wait)
+                if not stale:  # (woken for the next full listing too)
+                    wait = max(0.01, min(wait, self.reader.next_full - now))
+                ready, _, _ = select.select([stdin, *self.watch.fds], [], [], wait)
                 if stdin in ready:
                     data = os.read(stdin, 1024)
                     if not data:
@@ -603,12 +741,25 @@ class Top:
                     for key in keys_of(data):
                         self.key(key)
                     dirty = True
-                if self.watch.fd in ready and self.watch.drain():
-                    stale = True
+                if ready and ready != [stdin]:
+                    names, everything = self.watch.drain()
+                    self.changed |= names
+                    if everything:
+                        self.reader.next_full = 0.0
+                    stale = stale or everything or bool(names)
                 if not ready:  # the clock tick: a redraw when an age shown moved (or the size)
-                    shown = clock_words(self.state, console.size.height, console.size.width)
+                    width, height = _size()
+                    shown = clock_words(self.state, height, width)
                     dirty = dirty or shown is None or shown != clock
         self.watch.close()
+
+
+def _size() -> tuple[int, int]:
+    """The terminal's columns and lines (``COLUMNS``/``LINES`` when set)."""
+    import shutil
+
+    columns, lines = shutil.get_terminal_size()
+    return columns, lines
 
 
 def _not_started(call: FleetRow, key: str) -> str:
