@@ -7,9 +7,7 @@ lazy-import rule: README, "Development").
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from pisub.protocol.lazy import lazy_names
+from pisub.protocol.lazy import TYPE_CHECKING, lazy_names
 
 __version__ = "0.2.0"
 

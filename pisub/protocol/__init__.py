@@ -11,9 +11,7 @@ pays for the codec alone, not for every Struct of the protocol.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from pisub.protocol.lazy import lazy_names
+from pisub.protocol.lazy import TYPE_CHECKING, lazy_names
 
 _HOMES = {
     "AgentFrontmatter": "pisub.protocol.agent",

@@ -7,8 +7,11 @@ that ``import pisub.<module>`` (the CLI, the runner) pays only for what it uses.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping, MutableMapping
-from typing import Any
+
+TYPE_CHECKING = False  # (not typing's: ``import pisub`` stays free of typing, see pisub.__main__)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, MutableMapping
+    from typing import Any
 
 
 def lazy_names(
