@@ -53,7 +53,7 @@ def test_the_startup_commit_is_durable_and_the_childs_pid_is_not_fsynced(
     paths, lock = RunStore(home).create(manifest)
     seen: list[tuple[str, Any, bool, bool]] = []
     started: list[bool] = []
-    real = recorder.write_status
+    real = recorder.write_status  # type: ignore[attr-defined]
 
     def write_status(p: RunPaths, status: Status, *, durable: bool = True) -> None:
         step = status.steps[0].status.value if status.steps else None
