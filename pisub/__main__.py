@@ -11,7 +11,12 @@ imports only delays the caller that waits for it.
 
 from __future__ import annotations
 
+import os
 import sys
+
+TYPE_CHECKING = False  # (not typing's: a launch starts its warm runner before importing it)
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 LAUNCHING = frozenset({"run", "resume"})
 
@@ -25,7 +30,8 @@ def launching(argv: list[str]) -> bool:
 
 
 def main() -> None:
-    if not launching(sys.argv[1:]):
+    argv = sys.argv[1:]
+    if not launching(argv):
         from pisub.cli import main as cli_main
 
         cli_main()
@@ -33,13 +39,64 @@ def main() -> None:
     from pisub.api.warm import prestart_for_one_launch
 
     prestart_for_one_launch()
-    from pisub.cli import main as cli_main
-
+    plain = plain_run(argv)
     try:
+        if plain is not None and sys.stdout is not None and "_PISUB_COMPLETE" not in os.environ:
+            _run_plain(*plain)
+        from pisub.cli import main as cli_main
+
         cli_main()
     except SystemExit as exc:
         exit_now(exc)
         raise
+
+
+def plain_run(argv: list[str]) -> tuple[str, str] | None:
+    """``(agent, task)`` when ``argv`` is exactly ``run --agent NAME TASK`` (``-a NAME``,
+    ``--agent=NAME``, in either order): the launch the command line runs without building its
+    parser (typer and click cost such a launch some 50 ms; a help request, any other option, a
+    task that looks like an option go through the parser)."""
+    if not argv or argv[0] != "run":
+        return None
+    agent: str | None = None
+    task: str | None = None
+    words = iter(argv[1:])
+    for word in words:
+        if word in ("--agent", "-a") and agent is None:
+            agent = next(words, None)
+            if agent is None or agent.startswith("-"):
+                return None
+        elif word.startswith("--agent=") and agent is None:
+            agent = word.removeprefix("--agent=")
+        elif not word.startswith("-") and task is None:
+            task = word
+        else:
+            return None
+    return (agent, task) if agent is not None and task is not None else None
+
+
+def _run_plain(agent: str, task: str) -> NoReturn:
+    """``pisub run --agent AGENT TASK`` (:func:`plain_run`), printing what the parser's ``run``
+    prints (``pisub/cli/runs.py``; ``tests/unit/test_launch_entry.py`` holds them equal). A
+    failure is the command line's to report: it raises it inside its own error handling, so
+    the line and the exit code are the same."""
+    try:
+        from pisub.api.acceptance import launch_lines
+        from pisub.api.agents import first_launch_warnings
+        from pisub.api.launch import start
+        from pisub.termsafe import printable
+
+        handle = start(agent, task)
+        lines = first_launch_warnings(handle)
+        lines += launch_lines(handle.manifest().acceptance_plan)
+        for line in lines:
+            sys.stderr.write(printable(line.rstrip("\n"), one_line=True) + "\n")
+        sys.stdout.write(printable(handle.id, one_line=True) + "\n")
+    except BaseException as exc:
+        from pisub.cli import main as cli_main
+
+        cli_main(failed=exc)
+    raise SystemExit(0)
 
 
 def exit_now(done: SystemExit) -> None:

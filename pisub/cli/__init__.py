@@ -144,11 +144,14 @@ def _every_group_lists_whole_sentences(typer_app: typer.Typer) -> None:
 CLOSED_STDOUT = "stdout is closed: nothing was done; run it with an open stdout (e.g. >/dev/null)"
 
 
-def main() -> None:
-    """Console-script entry point."""
+def main(failed: BaseException | None = None) -> None:
+    """Console-script entry point. ``failed``: what a launch made without the parser raised
+    (``pisub run --agent NAME TASK``, :mod:`pisub.__main__`), reported as this command's own."""
     if sys.stdout is None:  # fd 1 closed (`>&-`): no command could say what it did
         _fail(StorageError(CLOSED_STDOUT))
     try:
+        if failed is not None:
+            raise failed
         code = root_app()(prog_name="pisub", standalone_mode=False)
     except click.UsageError as exc:
         _usage(exc)
