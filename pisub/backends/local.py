@@ -82,6 +82,12 @@ def spawn_runner(paths: RunPaths, lock_fd: int, timeout: float = STARTUP_TIMEOUT
     if handed is not None:
         os.close(log_fd)
         answer_fd, pgid = handed
+        # The next launch's spare starts now, while this one's runner commits (the launcher only
+        # waits): it gets those milliseconds to start and import, so that a launch right after
+        # this one finds it further along (back to back, it was no faster than a cold start).
+        from pisub.backends.warm import refill
+
+        refill()
         return _answered(paths, answer_fd, time.monotonic() + timeout, pgid)
     import subprocess  # (only a cold start needs it)
 

@@ -194,7 +194,10 @@ def _start() -> Warm | None:
         return None
     target = 3
     env = {k: v for k, v in os.environ.items() if k not in _RUN_MARKERS}  # (store.paths' without_markers)
-    argv = [sys.executable, "-m", "pisub.runner", "--warm-fd", str(target)]
+    # -P: the launcher's working directory is not put on the runner's path (``-m`` would, and
+    # a ``pisub`` folder there — another checkout, an older version — would be the runner;
+    # a cold runner starts in its run directory, where there is none).
+    argv = [sys.executable, "-P", "-m", "pisub.runner", "--warm-fd", str(target)]
     actions: list[tuple[object, ...]] = [
         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
         (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
