@@ -82,12 +82,9 @@ def spawn_runner(paths: RunPaths, lock_fd: int, timeout: float = STARTUP_TIMEOUT
     if handed is not None:
         os.close(log_fd)
         answer_fd, pgid = handed
-        # The next launch's spare starts now, while this one's runner commits (the launcher only
-        # waits): it gets those milliseconds to start and import, so that a launch right after
-        # this one finds it further along (back to back, it was no faster than a cold start).
-        from pisub.backends.warm import refill
+        from pisub.backends.warm import refill_back_to_back
 
-        refill()
+        refill_back_to_back()
         return _answered(paths, answer_fd, time.monotonic() + timeout, pgid)
     import subprocess  # (only a cold start needs it)
 

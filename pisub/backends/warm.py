@@ -176,6 +176,33 @@ def refill() -> None:
         prestart()
 
 
+BACK_TO_BACK_S = 0.2
+"""A launch that starts within this long of the previous one's end is back to back."""
+_last_launched = float("-inf")
+
+
+def launched() -> None:
+    """A launch has ended (its runner committed): note when, and keep a spare."""
+    global _last_launched
+    import time
+
+    _last_launched = time.monotonic()
+    refill()
+
+
+def refill_back_to_back() -> None:
+    """At a handoff (the launcher now only waits for the runner's commit): when this launch
+    came back to back after the previous one, start the next launch's spare now rather than
+    after the commit — back to back, a spare started after the commit was still importing when
+    the next launch handed it its run, no faster than a cold start. A launch that came alone
+    (the first in a process, or one after a pause) leaves its runner the machine: its spare
+    starts after the commit (:func:`launched`), where it has time to get ready."""
+    import time
+
+    if time.monotonic() - _last_launched < BACK_TO_BACK_S:
+        refill()
+
+
 def _forget_foreign() -> None:
     """Drop warm runners a parent of this (forked) process started: they are not ours to use."""
     mine = os.getpid()

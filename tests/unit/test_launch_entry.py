@@ -100,3 +100,20 @@ def test_a_live_non_daemon_thread_gets_the_ordinary_exit() -> None:
 def test_a_message_exit_is_left_to_the_ordinary_exit() -> None:
     exit_now(SystemExit("a message"))  # (returns: this process goes on)
     exit_now(SystemExit(True))
+
+
+def test_the_next_spare_starts_at_the_handoff_only_back_to_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    calls: list[str] = []
+    monkeypatch.setattr(warm, "refill", lambda: calls.append("refill"))
+    monkeypatch.setattr(warm, "_last_launched", float("-inf"))
+    warm.refill_back_to_back()  # the first launch of a process: its runner keeps the machine
+    assert calls == []
+    warm.launched()  # its commit: the spare starts now
+    assert calls == ["refill"]
+    warm.refill_back_to_back()  # the next launch, right after: its spare starts at the handoff
+    assert calls == ["refill", "refill"]
+    monkeypatch.setattr(warm, "_last_launched", time.monotonic() - 2 * warm.BACK_TO_BACK_S)
+    warm.refill_back_to_back()  # after a pause: after the commit again
+    assert calls == ["refill", "refill"]
