@@ -177,18 +177,22 @@ def parse_agent(text: str, path: Path, scope: Scope = "user", dialect: Dialect |
         InvalidInput: no frontmatter, bad YAML, unknown or mistyped keys, a bad name,
             or an external-cli agent without ``command``.
     """
-    import yaml
+    from pisub.agents.frontmatter import plain
 
     if not text.startswith("---"):
         raise InvalidInput(f"{path}: no YAML frontmatter (the file must start with '---')")
     parts = re.split(r"^---[ \t]*$", text, maxsplit=2, flags=re.MULTILINE)
     if len(parts) < 3:
         raise InvalidInput(f"{path}: the frontmatter has no closing '---' line")
-    try:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        data: Any = yaml.load(parts[1], Loader=loader)
-    except yaml.YAMLError as exc:
-        raise InvalidInput(f"{path}: frontmatter is not valid YAML: {exc}") from exc
+    data: Any = plain(parts[1])  # the plain form, without importing YAML; else YAML reads it
+    if data is None:
+        import yaml
+
+        try:
+            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+            data = yaml.load(parts[1], Loader=loader)
+        except yaml.YAMLError as exc:
+            raise InvalidInput(f"{path}: frontmatter is not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
         raise InvalidInput(f"{path}: frontmatter must be a mapping of keys to values")
     dialect = dialect or dialect_of(path)

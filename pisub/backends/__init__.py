@@ -7,16 +7,36 @@ that can tell whether its runner lives.
 
 from __future__ import annotations
 
-from pisub.backends.base import Backend, EngineState, Liveness
-from pisub.protocol.placement import BackendName, Placement
-from pisub.protocol.status import Status
-from pisub.store.paths import RunPaths
+TYPE_CHECKING = False  # (not typing's: ``pisub run`` starts its warm runner before importing it)
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    from pisub.backends.base import Backend, EngineState, Liveness
+    from pisub.protocol.placement import BackendName, Placement
+    from pisub.protocol.status import Status
+    from pisub.store.paths import RunPaths
 
 __all__ = ["Backend", "EngineState", "Liveness", "backend_for", "liveness", "prime"]
+
+_BASE = frozenset({"Backend", "EngineState", "Liveness"})
+
+
+def __getattr__(name: str) -> Any:
+    """The seam's types, imported on first use: a launcher that only starts a warm runner
+    (:mod:`pisub.backends.warm`, the first thing ``pisub run`` does) pays for none of the
+    protocol records behind them."""
+    if name in _BASE:
+        from pisub.backends import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def backend_for(name: BackendName) -> Backend:
     """The backend called ``name``."""
+    from pisub.protocol.placement import BackendName
+
     if name == BackendName.SLURM:
         from pisub.backends.slurm import SlurmBackend
 
@@ -46,6 +66,7 @@ def prime(runs: list[RunPaths]) -> None:
     from collections import defaultdict
 
     from pisub.errors import ProtocolError
+    from pisub.protocol.placement import BackendName
     from pisub.store.runs import load_placement
 
     placed: dict[BackendName, list[Placement]] = defaultdict(list)

@@ -82,6 +82,9 @@ def spawn_runner(paths: RunPaths, lock_fd: int, timeout: float = STARTUP_TIMEOUT
     if handed is not None:
         os.close(log_fd)
         answer_fd, pgid = handed
+        from pisub.backends.warm import refill_back_to_back
+
+        refill_back_to_back()
         return _answered(paths, answer_fd, time.monotonic() + timeout, pgid)
     import subprocess  # (only a cold start needs it)
 

@@ -21,16 +21,12 @@ A process that launches runs through the API keeps one warm **spare** for its ne
 
 from __future__ import annotations
 
-import array
+import _thread
 import contextlib
-import json
 import os
 import select
-import signal
 import socket
 import sys
-import threading
-from dataclasses import dataclass
 
 IDLE_S = 60.0
 """How long a warm runner waits for its run before it exits."""
@@ -46,20 +42,22 @@ GO = b'{"go": true}'
 gave up waiting for the acknowledgement closes the socket instead, so a late acknowledgement
 can never make a second runner of a run that has meanwhile been started cold."""
 GO_WAIT_S = 30.0
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()  # (not threading's: a launch starts its warm runner before importing it)
 _pool: list[Warm] = []
 _spares = True
 
 
-@dataclass
 class Warm:
     """A started warm runner, owned by the process that started it."""
 
-    pid: int
-    """The process ``posix_spawn`` started (the session leader; it forks the runner and exits)."""
-    sock: socket.socket
-    owner: int
-    """The pid of the launcher that started it (a forked copy of the launcher leaves it be)."""
+    __slots__ = ("owner", "pid", "sock")
+
+    def __init__(self, pid: int, sock: socket.socket, owner: int) -> None:
+        self.pid = pid
+        """The process ``posix_spawn`` started (the session leader; it forks the runner and exits)."""
+        self.sock = sock
+        self.owner = owner
+        """The pid of the launcher that started it (a forked copy of the launcher leaves it be)."""
 
     def alive(self) -> bool:
         """Not known to be gone: its end of the socket is still open."""
@@ -78,6 +76,8 @@ class Warm:
         """End it now (it was never handed a run) rather than when it sees the socket close,
         and wait (briefly) until it is gone: a command that did not launch leaves no process."""
         if self.alive():  # its process group still exists, so the id is still its own
+            import signal
+
             with contextlib.suppress(OSError):
                 os.killpg(self.pid, signal.SIGKILL)
                 _wait_closed(self.sock, DISMISS_WAIT_S)
@@ -184,22 +184,55 @@ def refill() -> None:
         prestart()
 
 
+BACK_TO_BACK_S = 0.2
+"""A launch that starts within this long of the previous one's end is back to back."""
+_last_launched = float("-inf")
+
+
+def launched() -> None:
+    """A launch has ended (its runner committed): note when, and keep a spare."""
+    global _last_launched
+    import time
+
+    _last_launched = time.monotonic()
+    refill()
+
+
+def refill_back_to_back() -> None:
+    """At a handoff (the launcher now only waits for the runner's commit): when this launch
+    came back to back after the previous one, start the next launch's spare now rather than
+    after the commit — back to back, a spare started after the commit was still importing when
+    the next launch handed it its run, no faster than a cold start. A launch that came alone
+    (the first in a process, or one after a pause) leaves its runner the machine: its spare
+    starts after the commit (:func:`launched`), where it has time to get ready."""
+    import time
+
+    if time.monotonic() - _last_launched < BACK_TO_BACK_S:
+        refill()
+
+
 def _forget_foreign() -> None:
     """Drop warm runners a parent of this (forked) process started: they are not ours to use."""
     mine = os.getpid()
     _pool[:] = [warm for warm in _pool if warm.owner == mine]
 
 
-def _start() -> Warm | None:
-    from pisub.store.paths import without_markers
+_RUN_MARKERS = ("PISUB_RUN_ID", "PISUB_RUN_DIR", "PISUB_ROOT_RUN_ID", "PISUB_DEPTH", "PISUB_RUNNER")
+""":data:`pisub.protocol.env.RUN_MARKERS` (a test holds them equal), spelt out: the launcher starts
+its warm runner before it imports the protocol (or :mod:`typing`, which it imports)."""
 
+
+def _start() -> Warm | None:
     try:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     except OSError:
         return None
     target = 3
-    env = without_markers(os.environ)
-    argv = [sys.executable, "-m", "pisub.runner", "--warm-fd", str(target)]
+    env = {k: v for k, v in os.environ.items() if k not in _RUN_MARKERS}  # (store.paths' without_markers)
+    # -P: the launcher's working directory is not put on the runner's path (``-m`` would, and
+    # a ``pisub`` folder there — another checkout, an older version — would be the runner;
+    # a cold runner starts in its run directory, where there is none).
+    argv = [sys.executable, "-P", "-m", "pisub.runner", "--warm-fd", str(target)]
     actions: list[tuple[object, ...]] = [
         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
         (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
@@ -234,6 +267,9 @@ def hand_off(warm: Warm, run_dir: str, env: dict[str, str], lock_fd: int, log_fd
     Raises:
         WarmGone: it is gone or refused before its acknowledgement (nothing was done).
     """
+    import array
+    import json
+
     body = json.dumps({"run_dir": run_dir, "env": dict(map(_latin, env.items()))}).encode()
     fds = array.array("i", [lock_fd, log_fd])
     # Every way out before GO ends the warm runner (it has done nothing with the run): one that
@@ -314,12 +350,14 @@ def _readable(fd: int) -> bool:
         return True
 
 
-@dataclass
 class Handoff:
-    run_dir: str
-    lock_fd: int
-    log_fd: int
-    env: dict[bytes, bytes]
+    __slots__ = ("env", "lock_fd", "log_fd", "run_dir")
+
+    def __init__(self, run_dir: str, lock_fd: int, log_fd: int, env: dict[bytes, bytes]) -> None:
+        self.run_dir = run_dir
+        self.lock_fd = lock_fd
+        self.log_fd = log_fd
+        self.env = env
 
 
 def await_handoff(fd: int, idle: float = IDLE_S) -> Handoff | None:
@@ -361,6 +399,8 @@ def _confirmed(fd: int) -> bool:
 
 
 def _passed_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
+    import array
+
     fds: list[int] = []
     for level, kind, payload in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -371,6 +411,8 @@ def _passed_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
 
 
 def _parse(data: bytes, fds: list[int]) -> Handoff | None:
+    import json
+
     try:
         message = json.loads(data)
         run_dir, env = message["run_dir"], message["env"]

@@ -17,11 +17,12 @@ from __future__ import annotations
 from typing import Any
 
 
-def main() -> None:
-    """Console-script entry point (see :mod:`pisub.cli.entry`)."""
+def main(failed: BaseException | None = None) -> None:
+    """The command line (see :mod:`pisub.__main__`). ``failed``: what a launch made without the
+    parser raised (``pisub run --agent NAME TASK``), reported as this command's own."""
     from pisub.cli.parser import main as parsed
 
-    parsed()
+    parsed(failed)
 
 
 _PARSER_NAMES = frozenset({"full_app", "root_app", "Group", "LazyGroup", "SETTINGS"})

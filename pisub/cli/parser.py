@@ -141,11 +141,14 @@ def _every_group_lists_whole_sentences(typer_app: typer.Typer) -> None:
             _every_group_lists_whole_sentences(group.typer_instance)
 
 
-def main() -> None:
-    """Console-script entry point."""
+def main(failed: BaseException | None = None) -> None:
+    """The command line's parser, run (``failed``: an error a launch made without the parser
+    raised, reported here as the command's own: the same line, the same exit code)."""
 
     def parsed() -> object:
         try:
+            if failed is not None:
+                raise failed
             return root_app()(prog_name="pisub", standalone_mode=False)
         except click.UsageError as exc:
             _usage(exc)

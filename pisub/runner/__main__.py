@@ -9,17 +9,48 @@ the manifest and hand over to its run mode (:mod:`pisub.runner.modes`).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
 import sys
-import traceback
 from pathlib import Path
 from typing import NoReturn
 
 
-def _parse(argv: list[str]) -> argparse.Namespace:
+class Args:
+    """The runner's arguments."""
+
+    def __init__(
+        self,
+        run_dir: Path | None = None,
+        ready_fd: int | None = None,
+        lock_fd: int | None = None,
+        warm_fd: int | None = None,
+        foreground: bool = False,
+    ) -> None:
+        self.run_dir = run_dir
+        self.ready_fd = ready_fd
+        self.lock_fd = lock_fd
+        self.warm_fd = warm_fd
+        self.foreground = foreground
+
+
+def _parse(argv: list[str]) -> Args:
+    """The arguments: the three shapes launchers write are read directly (argparse, some 5 ms of
+    a runner's start, parses anything else and says what is wrong)."""
+    with contextlib.suppress(ValueError):
+        if len(argv) == 2 and argv[0] == "--warm-fd":
+            return Args(warm_fd=int(argv[1]))
+        if len(argv) == 5 and argv[1] == "--ready-fd" and argv[3] == "--lock-fd" and argv[0][:1] != "-":
+            return Args(Path(argv[0]), ready_fd=int(argv[2]), lock_fd=int(argv[4]))
+        if len(argv) == 2 and argv[1] == "--foreground" and argv[0][:1] != "-":
+            return Args(Path(argv[0]), foreground=True)
+    return _parse_any(argv)
+
+
+def _parse_any(argv: list[str]) -> Args:
+    import argparse
+
     parser = argparse.ArgumentParser(prog="python -m pisub.runner")
     parser.add_argument("run_dir", type=Path, nargs="?")
     parser.add_argument("--ready-fd", type=int)
@@ -32,7 +63,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
             parser.error("--foreground takes RUN_DIR only")
     elif args.warm_fd is None and None in (args.run_dir, args.ready_fd, args.lock_fd):
         parser.error("give RUN_DIR --ready-fd N --lock-fd M, RUN_DIR --foreground, or --warm-fd N")
-    return args
+    return Args(args.run_dir, args.ready_fd, args.lock_fd, args.warm_fd, args.foreground)
 
 
 class _Reporter:
@@ -69,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.foreground:
         from pisub.runner.foreground import run_foreground
 
+        assert args.run_dir is not None
         return run_foreground(args.run_dir)
     # Second fork: the launcher reaps the intermediate at once and the runner, not a
     # session leader, can never regain a controlling terminal.
@@ -81,16 +113,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.warm_fd is not None and not _take_handoff(args):
         return 0  # nobody handed a run over: nothing happened
     _reserve_log_space()
-    for fd in (args.ready_fd, args.lock_fd):
+    run_dir, ready_fd, lock_fd = args.run_dir, args.ready_fd, args.lock_fd
+    assert run_dir is not None and ready_fd is not None and lock_fd is not None
+    for fd in (ready_fd, lock_fd):
         os.set_inheritable(fd, False)
-    report = _Reporter(args.ready_fd)
+    report = _Reporter(ready_fd)
     try:
         from pisub.core.procs import set_child_subreaper
         from pisub.store.paths import RunPaths
         from pisub.store.runs import load_manifest
 
         set_child_subreaper()
-        paths = RunPaths(args.run_dir.resolve())
+        paths = RunPaths(run_dir.resolve())
         manifest = load_manifest(paths)
         from pisub.runner.modes import mode_for
 
@@ -107,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
 
                 leave_run(paths)  # (its run mode left already when it ended normally)
     except BaseException as exc:
+        import traceback
+
         from pisub.runner.recorder import note_raw
 
         note_raw(traceback.format_exc())  # runner.log, whoever holds descriptor 2 now
@@ -114,11 +150,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def _take_handoff(args: argparse.Namespace) -> bool:
+def _take_handoff(args: Args) -> bool:
     """A warm runner: import what a run needs, then wait for the run; fills in ``args`` (and
     stdout/stderr, the working directory and the environment) as a cold start would have."""
     from pisub.backends import warm
 
+    assert args.warm_fd is not None
     warm.preload(args.warm_fd)
     handoff = warm.await_handoff(args.warm_fd)
     if handoff is None:

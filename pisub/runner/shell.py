@@ -126,11 +126,13 @@ class RunShell(Generic[D]):
         self.report({"ok": True, "pid": os.getpid()})
         return True
 
-    def _commit_startup(self, undo: Callable[[], None] | None = None) -> None:
-        """Commit the status now; a failure (``undo()`` first) is the launcher's answer, raised."""
+    def _commit_startup(self, undo: Callable[[], None] | None = None, *, durable: bool = True) -> None:
+        """Commit the status now; a failure (``undo()`` first) is the launcher's answer, raised.
+        ``durable=False``: renamed into place without the fsyncs (a commit that names only this
+        boot's processes, made after the durable one that says the runner may start a child)."""
         assert self.recorder is not None
         try:
-            self.recorder.commit(required=True)
+            self.recorder.commit(required=True, durable=durable)
         except OSError as exc:
             if undo is not None:
                 undo()
@@ -189,7 +191,7 @@ class RunShell(Generic[D]):
             self.event,
             self.trouble,
         )
-        self.recorder.commit()
+        self.recorder.commit(durable=False)  # how the inbox is watched: this boot's, as the pids
 
     def _inbox_woke(self, watcher: InboxWatcher) -> None:
         watcher.drain()

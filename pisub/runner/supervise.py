@@ -227,7 +227,10 @@ class Supervisor(RunShell["Dispatcher"]):
         step.pid_start_time = start_time(child.pid) if child.pid else None
         step.pid_start_ticks = start_ticks(child.pid) if child.pid else None
         step.started_at = step.last_activity_at = now_iso()
-        self._commit_startup(undo=child.kill)
+        # The child's pid: not fsynced (the launcher waits for this commit). The durable startup
+        # commit before the child started already says that a child may run; this one names a
+        # process of this boot only, which a power loss ends with it (spec/guarantees.md 1).
+        self._commit_startup(undo=child.kill, durable=False)
         self.event("run.started", pid=os.getpid())
         self.event("child.started", 0, pid=child.pid, argv0=self.manifest.agent.command)
         return True

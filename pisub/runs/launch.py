@@ -612,7 +612,7 @@ def start_run(
         if lock_fd >= 0:
             os.close(lock_fd)
     if request.backend == BackendName.LOCAL:
-        warm.refill()  # a spare for this process's next launch
+        warm.launched()  # a spare for this process's next launch (when it has none yet)
     return paths
 
 

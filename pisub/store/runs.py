@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import stat
 from collections.abc import Mapping
 from pathlib import Path
@@ -80,6 +79,8 @@ class RunStore:
         try:
             return self._create(manifest, staging, final, dict(seeds or {}))
         except BaseException as exc:
+            import shutil  # (only here: a runner that reads its run need not import it)
+
             shutil.rmtree(staging.root, ignore_errors=True)
             if not isinstance(exc, OSError):
                 raise

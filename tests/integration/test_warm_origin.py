@@ -1,0 +1,44 @@
+"""A warm runner is the launcher's own pisub: a ``pisub`` folder in the launcher's working
+directory (another checkout, an older version, a planted one) is never imported as the runner
+(``python -P -m pisub.runner``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+import pisub
+from tests.conftest import AgentMaker
+from tests.helpers import stop_and_end
+
+
+def test_a_pisub_folder_in_the_working_directory_is_not_the_runner(
+    home: Path, tmp_path: Path, make_agent: AgentMaker
+) -> None:
+    make_agent("sleeper", command="sleep", args=["300"])
+    planted = tmp_path / "elsewhere"
+    (planted / "pisub" / "runner").mkdir(parents=True)
+    (planted / "pisub" / "__init__.py").write_text("")
+    (planted / "pisub" / "runner" / "__init__.py").write_text("")
+    marker = tmp_path / "planted-ran"
+    (planted / "pisub" / "runner" / "__main__.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\nraise SystemExit(1)\n"
+    )
+    entry = "import sys; from pisub.__main__ import main; sys.argv[0] = 'pisub'; main()"
+    done = subprocess.run(
+        # -P: the launcher is this pisub too (its own -c would put the folder on its path)
+        [sys.executable, "-P", "-c", entry, "run", "--agent", "sleeper", "x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=planted,
+        check=True,
+    )
+    run = pisub.Run(done.stdout.strip())
+    assert not marker.exists()
+    pid = run.status().pid
+    assert pid is not None and "--warm-fd" in psutil.Process(pid).cmdline()  # the warm one took it
+    stop_and_end(run)
