@@ -196,11 +196,12 @@ def bench_launch(b: Bench) -> None:
     with _env("PISUB_WARM", "0"):
         api_cold = [timed(lambda: pisub.launch("sleeper", "x")) for _ in range(n)]
     first = [_first_launch_in_a_process() for _ in range(n)]
+    first_cold = [_first_launch_in_a_process(cold_env) for _ in range(n)]
     sessions: list[int] = []
     bare = [timed(lambda: sessions.append(_bare_setsid())) for _ in range(n)]
     python_pass = [timed(lambda: subprocess.run([sys.executable, "-c", "pass"])) for _ in range(n)]
-    cli_imports = [
-        timed(lambda: subprocess.run([sys.executable, "-c", "import pisub.cli"])) for _ in range(n)
+    cli_imports = [  # what `pisub run --agent NAME TASK` imports (pisub.__main__'s plain launch)
+        timed(lambda: subprocess.run([sys.executable, "-c", LAUNCH_IMPORTS])) for _ in range(n)
     ]
     stop_all(b)
     b.data["launch"] = {
@@ -212,6 +213,7 @@ def bench_launch(b: Bench) -> None:
         "api_spare_ready_s": spare_ready,
         "api_cold_s": api_cold,
         "api_first_in_process_s": first,
+        "api_first_in_process_cold_s": first_cold,
         "bare_setsid_s": bare,
         "python_pass_s": python_pass,
         "import_cli_s": cli_imports,
@@ -223,7 +225,8 @@ def bench_launch(b: Bench) -> None:
         ("pisub.launch(), a spare ready", spare_ready, ""),
         ("pisub.launch(), back to back", back_to_back, ""),
         ("pisub.launch(), first in a process", first, ""),
-        ("pisub.launch(), cold (PISUB_WARM=0)", api_cold, ""),
+        ("pisub.launch(), first in a process, cold (PISUB_WARM=0)", first_cold, ""),
+        ("pisub.launch(), cold (PISUB_WARM=0), in this process", api_cold, ""),
     ):
         b.row(
             "launch",
@@ -288,10 +291,18 @@ print(time.perf_counter() - start)
 """
 
 
-def _first_launch_in_a_process() -> float:
-    """``pisub.launch()`` timed inside a fresh process, its imports done before."""
+LAUNCH_IMPORTS = (
+    "import pisub.__main__, pisub.api.warm, pisub.api.launch, pisub.api.agents, pisub.api.acceptance,"
+    " pisub.termsafe"
+)
+"""What the CLI's plain launch imports (``pisub/__main__.py``)."""
+
+
+def _first_launch_in_a_process(env: dict[str, str] | None = None) -> float:
+    """``pisub.launch()`` timed inside a fresh process, its imports done before (``env``:
+    e.g. ``PISUB_WARM=0``, the same launch cold)."""
     proc = subprocess.run(
-        [sys.executable, "-c", FIRST_LAUNCH], capture_output=True, text=True, check=True, cwd=ROOT
+        [sys.executable, "-c", FIRST_LAUNCH], capture_output=True, text=True, check=True, cwd=ROOT, env=env
     )
     return float(proc.stdout.strip())
 
