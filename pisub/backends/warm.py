@@ -223,16 +223,29 @@ its warm runner before it imports the protocol (or :mod:`typing`, which it impor
 
 
 def _start() -> Warm | None:
+    spawned = spawn_with_socket(["pisub.runner", "--warm-fd", str(SOCKET_FD)])
+    if spawned is None:
+        return None
+    return Warm(pid=spawned[0], sock=spawned[1], owner=os.getpid())
+
+
+SOCKET_FD = 3
+"""Where a process :func:`spawn_with_socket` starts finds its end of the socket pair."""
+
+
+def spawn_with_socket(module_argv: list[str]) -> tuple[int, socket.socket] | None:
+    """Start ``python -P -m MODULE_ARGV…`` in a session of its own (stdin, stdout and stderr on
+    ``/dev/null``; the environment without a run's markers) holding one end of a fresh
+    ``SOCK_SEQPACKET`` pair on :data:`SOCKET_FD`; its pid and the other end (None: it could not
+    be started). ``-P``: the launcher's working directory is not put on the new process's path
+    (``-m`` would, and a ``pisub`` folder there — another checkout, an older version — would be
+    imported instead of this pisub)."""
     try:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     except OSError:
         return None
-    target = 3
     env = {k: v for k, v in os.environ.items() if k not in _RUN_MARKERS}  # (store.paths' without_markers)
-    # -P: the launcher's working directory is not put on the runner's path (``-m`` would, and
-    # a ``pisub`` folder there — another checkout, an older version — would be the runner;
-    # a cold runner starts in its run directory, where there is none).
-    argv = [sys.executable, "-P", "-m", "pisub.runner", "--warm-fd", str(target)]
+    argv = [sys.executable, "-P", "-m", *module_argv]
     actions: list[tuple[object, ...]] = [
         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
         (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
@@ -241,10 +254,10 @@ def _start() -> Warm | None:
     source = theirs.fileno()
     spare = -1
     try:
-        if source == target:  # dup2(3, 3) would leave it close-on-exec
+        if source == SOCKET_FD:  # dup2(3, 3) would leave it close-on-exec
             spare = os.dup(source)
             source = spare
-        actions.append((os.POSIX_SPAWN_DUP2, source, target))
+        actions.append((os.POSIX_SPAWN_DUP2, source, SOCKET_FD))
         pid = os.posix_spawn(sys.executable, argv, env, file_actions=actions, setsid=True)
     except OSError:
         ours.close()
@@ -253,7 +266,7 @@ def _start() -> Warm | None:
         theirs.close()
         if spare >= 0:
             os.close(spare)
-    return Warm(pid=pid, sock=ours, owner=os.getpid())
+    return pid, ours
 
 
 class WarmGone(Exception):
@@ -373,7 +386,7 @@ def await_handoff(fd: int, idle: float = IDLE_S) -> Handoff | None:
         return None
     finally:
         sock.detach()
-    fds = _passed_fds(ancdata)
+    fds = passed_fds(ancdata)
     handoff = _parse(data, fds)
     if handoff is None:
         for passed in fds:
@@ -398,7 +411,8 @@ def _confirmed(fd: int) -> bool:
         return False
 
 
-def _passed_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
+def passed_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
+    """The descriptors an ``SCM_RIGHTS`` message carried (a warm runner's and the zygote's hand-offs)."""
     import array
 
     fds: list[int] = []

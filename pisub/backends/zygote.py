@@ -36,7 +36,6 @@ import os
 import select
 import signal
 import socket
-import sys
 import threading
 
 READY_WAIT_S = 10.0
@@ -61,36 +60,10 @@ class Zygote:
     @classmethod
     def start(cls) -> Zygote | None:
         """Start a zygote (None: it could not be started; the launcher starts runners as ever)."""
-        from pisub.store.paths import without_markers
+        from pisub.backends.warm import SOCKET_FD, spawn_with_socket
 
-        try:
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        except OSError:
-            return None
-        target = 3
-        argv = [sys.executable, "-m", "pisub.runner.zygote", str(target)]
-        actions: list[tuple[object, ...]] = [
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-            (os.POSIX_SPAWN_DUP2, 1, 2),
-        ]
-        source, spare = theirs.fileno(), -1
-        try:
-            if source == target:  # dup2(3, 3) would leave it close-on-exec
-                spare = os.dup(source)
-                source = spare
-            actions.append((os.POSIX_SPAWN_DUP2, source, target))
-            pid = os.posix_spawn(
-                sys.executable, argv, without_markers(os.environ), file_actions=actions, setsid=True
-            )
-        except OSError:
-            ours.close()
-            return None
-        finally:
-            theirs.close()
-            if spare >= 0:
-                os.close(spare)
-        return cls(pid, ours)
+        spawned = spawn_with_socket(["pisub.runner.zygote", str(SOCKET_FD)])
+        return None if spawned is None else cls(*spawned)
 
     def make(self) -> object | None:
         """A new warm runner (a :class:`pisub.backends.warm.Warm`), or None when the zygote is

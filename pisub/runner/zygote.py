@@ -6,11 +6,12 @@ launcher's end of ``FD`` closes.
 
 from __future__ import annotations
 
-import array
 import contextlib
 import os
 import socket
 import sys
+
+from pisub.backends.warm import passed_fds
 
 EXTRA_PRELOAD = (
     "pisub.runner.__main__",
@@ -93,7 +94,7 @@ def serve(fd: int) -> int:
             continue
         except OSError:
             return 0
-        passed = _passed(ancdata)
+        passed = passed_fds(ancdata)
         if not data or data != b"fork" or len(passed) != 1:
             for extra in passed:
                 with contextlib.suppress(OSError):
@@ -135,16 +136,6 @@ def _become_warm(sock: socket.socket, warm_fd: int) -> None:
         exit_now(main(["--warm-fd", str(warm_fd)]))
     finally:
         os._exit(code)
-
-
-def _passed(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
-    fds: list[int] = []
-    for level, kind, payload in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            got = array.array("i")
-            got.frombytes(payload[: len(payload) - len(payload) % got.itemsize])
-            fds.extend(got)
-    return fds
 
 
 if __name__ == "__main__":

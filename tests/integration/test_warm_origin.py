@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 
 import pisub
-from tests.conftest import AgentMaker
+from tests.conftest import AgentMaker, wait_for
 from tests.helpers import stop_and_end
 
 
@@ -41,4 +41,24 @@ def test_a_pisub_folder_in_the_working_directory_is_not_the_runner(
     assert not marker.exists()
     pid = run.status().pid
     assert pid is not None and "--warm-fd" in psutil.Process(pid).cmdline()  # the warm one took it
+    stop_and_end(run)
+
+
+def test_a_pisub_folder_in_a_workflows_working_directory_is_not_its_zygote(
+    home: Path, tmp_path: Path, make_agent: AgentMaker
+) -> None:
+    """The zygote is this pisub whatever the workflow's working directory holds (it starts with
+    ``python -P -m pisub.runner.zygote``, from the coordinator, which works in its run folder)."""
+    make_agent("sleeper", command="sleep", args=["300"])
+    planted = tmp_path / "project"
+    (planted / "pisub" / "runner").mkdir(parents=True)
+    (planted / "pisub" / "__init__.py").write_text("")
+    (planted / "pisub" / "runner" / "__init__.py").write_text("")
+    marker = tmp_path / "planted-ran"
+    (planted / "pisub" / "runner" / "zygote.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\nraise SystemExit(1)\n"
+    )
+    run = pisub.launch_parallel([{"agent": "sleeper", "task": f"t{i}"} for i in range(3)], cwd=planted)
+    wait_for(lambda: (s := run.status().steps) and all(x.pid for x in s), 60, what="3 children running")
+    assert not marker.exists()
     stop_and_end(run)
