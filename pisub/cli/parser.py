@@ -1,14 +1,6 @@
 """The ``pisub`` command line's parser (typer and click): the root group, whose commands are
-built when used, and :func:`main`. What :mod:`pisub.cli` says holds here.
-
-Exit codes: 0 success; 1 a pisub error (one line on stderr, with its code); 2 a usage
-error (one line too: ``pisub: <message> Try 'pisub CMD --help'. [USAGE]``); ``wait`` exits 1
-for a run that ended other than ``complete`` and 3 when its ``--timeout`` ran out.
-
-No command prints a traceback: every error is one redacted line ``pisub: <message> [<CODE>]``.
-An ``OSError`` that escaped its seam becomes ``IO_ERROR``, anything else ``INTERNAL_ERROR``
-(``PISUB_DEBUG=1`` shows the traceback).
-"""
+built when used, and :func:`main`. What :mod:`pisub.cli` says of exit codes and errors holds
+here."""
 
 from __future__ import annotations
 
