@@ -49,6 +49,7 @@ def backend_for(name: BackendName) -> Backend:
 def liveness(paths: RunPaths, status: Status, placement: Placement | None = None) -> Liveness:
     """Whether the runner of a run that is not terminal lives, by the backend that placed it
     (its ``placement.json``; an unreadable one is ``unknown``: no repair on a guess)."""
+    from pisub.backends.base import Liveness
     from pisub.errors import ProtocolError
     from pisub.store.runs import load_placement
 
