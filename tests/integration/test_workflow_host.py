@@ -14,6 +14,7 @@ import pytest
 
 import pisub
 from pisub.api.client import Run, resume_workflow
+from pisub.core.locks import is_held
 from pisub.protocol.workflow import HostPermit, ResourceOrigin
 from tests.conftest import pisub_cli, wait_for, wait_no_processes
 from tests.helpers import write_script
@@ -700,6 +701,8 @@ def test_a_cwd_inside_pisub_home_is_refused_at_launch(
     make_agent("worker", python="print('worked')")
     first = pisub.launch_resource("run-ci", cwd=project)
     assert first.wait(timeout=60).state == "complete"
+    # (wait returns on the result; the runner writes its terminal status just after it, then exits)
+    wait_for(lambda: not is_held(first.dir / "runner.lock"), 30, what="the runner to exit")
     before = first.paths.status.read_bytes()
     launched = pisub_cli("run", "--resource", "run-ci", "--cwd", str(first.dir))
     assert launched.returncode == 1, launched
