@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import sys
 
+from pisub.core.fast_exit import exit_now
+
 TYPE_CHECKING = False  # (not typing's: a launch starts its warm runner before importing it)
 if TYPE_CHECKING:
     from typing import NoReturn
@@ -101,39 +103,6 @@ def _run_plain(agent: str, task: str) -> NoReturn:
 
         cli_main(failed=exc)
     raise SystemExit(0)
-
-
-def exit_now(done: SystemExit) -> None:
-    """End the process as ``done`` would, without tearing the interpreter down: the exit
-    handlers run (an unused warm runner is ended) and the standard streams are flushed. Returns
-    (the caller re-raises ``done``: the ordinary exit) when the code is not a number, a thread
-    that is not a daemon still runs, or a stream cannot be flushed (the ordinary exit reports
-    it as it always does)."""
-    code = 0 if done.code is None else done.code
-    if not isinstance(code, int) or isinstance(code, bool):
-        return
-    threading = sys.modules.get("threading")
-    if threading is not None and any(
-        t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()
-    ):
-        return
-    try:
-        for stream in (sys.stdout, sys.stderr):
-            if stream is not None:
-                stream.flush()
-    except (OSError, ValueError):
-        return
-    import atexit
-    import os
-
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            if stream is not None:
-                stream.flush()
-        except (OSError, ValueError):
-            return  # (an exit handler wrote to a stream that broke: the ordinary exit says so)
-    os._exit(code & 0xFF)
 
 
 if __name__ == "__main__":

@@ -172,24 +172,15 @@ def _take_handoff(args: Args) -> bool:
 
 
 def exit_now(code: int) -> NoReturn:
-    """Exit without the interpreter's teardown: the run's files are written and its processes
-    ended by now, and tearing down some 200 modules cost the runner 20-25 ms of CPU and kept it
-    alive 40-100 ms longer (a stop waits for the runner to be gone). The exit handlers run, the
-    standard streams are flushed (every other write of the runner is a system call on a
-    descriptor); a thread that is not a daemon still running (none should be) gets the ordinary
-    exit, which waits for it."""
-    threading = sys.modules.get("threading")
-    if threading is not None and any(
-        t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()
-    ):
-        sys.exit(code)
-    import atexit
+    """Exit with ``code`` without the interpreter's teardown once the run's files are written and
+    its processes ended (:func:`pisub.core.fast_exit.exit_now`: the exit handlers run, the
+    standard streams are flushed); a thread that is not a daemon still running (none should
+    be), or a stream that cannot be flushed, gets the ordinary exit."""
+    from pisub.core.fast_exit import exit_now as fast
 
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
+    done = SystemExit(code)
+    fast(done)
+    raise done
 
 
 if __name__ == "__main__":

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pisub.__main__ import exit_now, launching
+from pisub.__main__ import launching
 from pisub.backends import warm
+from pisub.core.fast_exit import exit_now
 from pisub.protocol.env import RUN_MARKERS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,7 +67,7 @@ def test_the_launchers_marker_list_is_the_protocols() -> None:
 
 EXIT = """
 import atexit, sys, threading, time
-from pisub.__main__ import exit_now
+from pisub.core.fast_exit import exit_now
 atexit.register(lambda: sys.stdout.write("[handler]"))
 sys.stdout.write("[buffered]")
 if sys.argv[1] == "thread":
