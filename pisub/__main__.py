@@ -35,6 +35,9 @@ def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] in (["status"], ["list"]):
         from pisub.cli.fast import run_if_plain
+        from pisub.protocol.msgspec_lean import import_msgspec
+
+        import_msgspec()
 
         run_if_plain(argv)  # exits when it ran the command (a plain form: no parser)
     if not launching(argv):
@@ -45,6 +48,9 @@ def main() -> None:
     from pisub.api.warm import prestart_for_one_launch
 
     prestart_for_one_launch()
+    from pisub.protocol.msgspec_lean import import_msgspec
+
+    import_msgspec()
     plain = plain_run(argv)
     try:
         if plain is not None and sys.stdout is not None and "_PISUB_COMPLETE" not in os.environ:

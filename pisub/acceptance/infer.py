@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 from pisub.protocol.acceptance import Acceptance, AcceptanceRole, AcceptanceSpec, Level, Review
 
@@ -54,8 +55,7 @@ class Setting(enum.StrEnum):
     """A child a workflow script decided to start while it ran."""
 
 
-@dataclass(frozen=True)
-class Row:
+class Row(msgspec.Struct, frozen=True):
     level: Level
     review: bool
     why: str

@@ -18,9 +18,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
+
+import msgspec
 
 from pisub.agents.seedkeys import Dialect, Effective, prepare, resolve
 from pisub.core.fsio import read_bytes
@@ -38,8 +39,7 @@ MAX_AGENT_FILE = 1024 * 1024
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
 
-@dataclass(frozen=True)
-class Agent:
+class Agent(msgspec.Struct, frozen=True):
     """One agent definition and where it came from."""
 
     frontmatter: AgentFrontmatter
@@ -102,17 +102,16 @@ class Agent:
         )
 
 
-@dataclass
-class Catalog:
+class Catalog(msgspec.Struct):
     """Every agent found, and the files that could not be read (with why)."""
 
-    agents: dict[str, Agent] = field(default_factory=dict)
-    problems: dict[Path, str] = field(default_factory=dict)
-    aliases: dict[str, str] = field(default_factory=dict)
+    agents: dict[str, Agent] = msgspec.field(default_factory=dict)
+    problems: dict[Path, str] = msgspec.field(default_factory=dict)
+    aliases: dict[str, str] = msgspec.field(default_factory=dict)
     """Alias → runtime name."""
-    shadowed: list[Agent] = field(default_factory=list)
+    shadowed: list[Agent] = msgspec.field(default_factory=list)
     """Agents a later scope (or a nearer folder) overrides, in the order found."""
-    overlay_problems: dict[Path, str] = field(default_factory=dict)
+    overlay_problems: dict[Path, str] = msgspec.field(default_factory=dict)
     """The refinement overlays of agents found that are not used, with why (also in
     :attr:`problems`)."""
 
@@ -359,7 +358,7 @@ def discover(user_dir: Path, cwd: Path, *, pi_dir: Path | None = None) -> Catalo
     catalog.overlay_problems.update(broken)
     for name, block in refined.items():
         if name in catalog.agents:
-            catalog.agents[name] = replace(catalog.agents[name], refinement=block)
+            catalog.agents[name] = msgspec.structs.replace(catalog.agents[name], refinement=block)
     for agent in catalog.agents.values():
         for alias in agent.effective.aliases:
             if alias not in catalog.agents:

@@ -20,9 +20,10 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from pisub.errors import InvalidInput, storage_error
 
@@ -38,8 +39,7 @@ RELATIVE = (".pi", "subagents", "refinements")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
-@dataclass(frozen=True)
-class Revision:
+class Revision(msgspec.Struct, frozen=True):
     """One overlay file: the one in force or a snapshot."""
 
     agent: str

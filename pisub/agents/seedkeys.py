@@ -17,9 +17,10 @@ and skills as pi loads them).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+import msgspec
 
 from pisub.errors import InvalidInput
 from pisub.protocol.agent import AgentFrontmatter, RunnerProfile
@@ -32,16 +33,14 @@ MAX_LIST = 256
 NOT_LOADED = "pisub loads no extension an agent file names (only pi's discovery: extensions: true)"
 
 
-@dataclass(frozen=True)
-class Ignored:
+class Ignored(msgspec.Struct, frozen=True):
     """A key pisub reads but does not act on, and why (one line)."""
 
     key: str
     reason: str
 
 
-@dataclass(frozen=True)
-class Effective:
+class Effective(msgspec.Struct, frozen=True):
     """What an agent file means to pisub once the seed's shapes and defaults are applied."""
 
     runner: AgentRunner
@@ -55,7 +54,7 @@ class Effective:
     context_files: bool
     timeout: float | None
     max_depth: int | None
-    ignored: list[Ignored] = field(default_factory=list)
+    ignored: list[Ignored] = msgspec.field(default_factory=list)
 
 
 def normalise_name(value: str) -> str:

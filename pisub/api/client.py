@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -139,7 +139,7 @@ def launch(
     """
     _warm_up()  # first: it starts while the launch is checked
     from pisub.protocol.manifest import LimitValues
-    from pisub.runs.launch import check_task, outside_home, plan_run, start_run, working_dir
+    from pisub.runs.launch import check_task, outside_home, plan_run, working_dir
     from pisub.store.lineage import caller_lineage
 
     check_task(task)
@@ -205,7 +205,7 @@ def launch(
         from pisub.worktrees.workspace import workspace
 
         manifest = workspace(worktree).prepare(h, manifest, SINGLE_RUN_KEY, base_ref)
-    return Run(start_run(h, manifest, seeds=seeds).run_id, home=h.root)
+    return _start_handle(manifest, h, seeds=seeds)
 
 
 def _queue(
@@ -382,13 +382,13 @@ def resume(
     if child not in (None, 0):
         raise InvalidInput(f"run {source.id} has one child, 0")
     _warm_up()  # first: it starts while the launch is checked
-    from pisub.runs.launch import plan_resume, start_run
+    from pisub.runs.launch import plan_resume
     from pisub.store.lineage import caller_lineage
 
     lineage = caller_lineage(os.environ)
     text = _text(message, "message") if message is not None else _briefs_only(source)
     new = plan_resume(source.home, source.id, text, lineage=lineage, timeout=timeout)
-    return Run(start_run(source.home, new).run_id, home=source.home.root)
+    return _start_handle(new, source.home)
 
 
 def _briefs_only(source: Run) -> str:
@@ -671,7 +671,7 @@ def _launch_workflow(
         ScriptLanguage,
         WorkflowSpec,
     )
-    from pisub.runs.launch import new_manifest, outside_home, start_run, working_dir
+    from pisub.runs.launch import new_manifest, outside_home, working_dir
     from pisub.store.lineage import caller_lineage
     from pisub.store.shared_state import check_json, check_namespace
 
@@ -768,7 +768,7 @@ def _launch_workflow(
     linked = link(h, workdir, mission_choice, run_id, lineage, default_title(checked_label, what, first))
     spec.mission_id, spec.mission_project = linked.mission_id, linked.project
     spec.mission_warning = linked.warning
-    return Run(start_run(h, manifest, seeds=seeds).run_id, home=h.root)
+    return _start_handle(manifest, h, seeds=seeds)
 
 
 def _top_level_environ() -> dict[str, str]:
@@ -975,7 +975,7 @@ def resume_workflow(ref: str, *, home: Path | None = None) -> Run:
     from pisub.store.journal import replay
 
     _warm_up()  # first: it starts while the launch is checked
-    from pisub.runs.launch import current_umask, start_run
+    from pisub.runs.launch import current_umask
     from pisub.store.leases import unleased
 
     source = Run(ref, home=home)
@@ -1009,7 +1009,17 @@ def resume_workflow(ref: str, *, home: Path | None = None) -> Run:
 
         warning = attach_again(source.home, spec.mission_id, spec.mission_project, new.run_id).warning
     new.workflow = msgspec.structs.replace(spec, mission_warning=warning)
-    return Run(start_run(source.home, new, seeds=seeds).run_id, home=source.home.root)
+    return _start_handle(new, source.home, seeds=seeds)
+
+
+def _start_handle(manifest: Manifest, home: Home, seeds: Mapping[str, Path | bytes] | None = None) -> Run:
+    """Create and start the run of ``manifest``: its handle knows the manifest it was made
+    from (the launcher wrote it; a manifest is never changed), so reading it costs nothing."""
+    from pisub.runs.launch import start_run
+
+    run = Run(start_run(home, manifest, seeds=seeds).run_id, home=home.root)
+    run._manifest = manifest
+    return run
 
 
 class Run:
@@ -1019,6 +1029,7 @@ class Run:
         validate_run_ref(ref)  # refused before the disk is touched
         self.home = open_home(home)
         self.paths: RunPaths = RunStore(self.home).resolve(ref)
+        self._manifest: Manifest | None = None
 
     def __repr__(self) -> str:
         return f"Run({self.id!r})"
@@ -1032,7 +1043,10 @@ class Run:
         return self.paths.root
 
     def manifest(self) -> Manifest:
-        return load_manifest(self.paths)
+        """The run's manifest (read once: a manifest is never changed once its run exists)."""
+        if self._manifest is None:
+            self._manifest = load_manifest(self.paths)
+        return self._manifest
 
     def child_index(self, which: str | int) -> int:
         """The index (in ``steps[]``) of this run's child ``which``: an index, or a workflow

@@ -26,9 +26,10 @@ def _line(view: object) -> str:
 
 
 def _json(view: object) -> dict[str, object]:
-    from dataclasses import asdict
+    import msgspec
 
-    return asdict(view)  # type: ignore[call-overload, no-any-return]
+    assert isinstance(view, msgspec.Struct)
+    return msgspec.structs.asdict(view)
 
 
 @app.command("add")

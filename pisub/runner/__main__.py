@@ -107,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     if os.fork() > 0:
         os._exit(0)
     os.umask(0o077)
+    from pisub.protocol.msgspec_lean import import_msgspec
+
+    import_msgspec()
     from pisub.backends import warm
 
     warm.configure(spares=False)  # a run it starts (a workflow's child, a review) is its descendant

@@ -54,6 +54,9 @@ def preload() -> None:
     import gc
     import importlib
 
+    from pisub.protocol.msgspec_lean import import_msgspec
+
+    import_msgspec()
     from pisub.backends import warm
 
     for name in (*warm.PRELOAD, *EXTRA_PRELOAD):

@@ -19,8 +19,9 @@ import contextlib
 import enum
 import os
 import signal
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from pisub.core.locks import is_held
 from pisub.core.procs import is_alive, start_ticks
@@ -97,8 +98,7 @@ def holder_verdict(home: Home, directory: Path, entry: EntryName) -> Verdict:
     return verdict(home, entry.run_id, groups.peek_entry(directory, entry))
 
 
-@dataclass
-class Promotion:
+class Promotion(msgspec.Struct):
     """What one decision did."""
 
     admitted: list[str]
@@ -288,8 +288,7 @@ def request_for(
     return QueueRequest(group=name, priority=priority or 0, after=sorted(set(ids)))
 
 
-@dataclass
-class GroupView:
+class GroupView(msgspec.Struct):
     """One group as ``pisub group list`` shows it."""
 
     name: str

@@ -16,9 +16,10 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from pisub.core.strict_path import unsafe_ancestor
 from pisub.errors import InvalidInput, storage_error
@@ -34,8 +35,7 @@ MAX_SESSION_DIR_CHARS = 4096
 MAX_NAME_BYTES = 255
 
 
-@dataclass(frozen=True)
-class ContextChoice:
+class ContextChoice(msgspec.Struct, frozen=True):
     """How a run begins: ``context`` and, for a fork, the session copied."""
 
     context: Context

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import stat
-import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +27,7 @@ from pisub.termsafe import printable
 MAX_CONFIG_BYTES = 256 * 1024
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(msgspec.Struct, frozen=True):
     """One effective setting and where it came from."""
 
     name: str
@@ -41,8 +38,7 @@ class Setting:
     """The ``config.toml`` it came from (source ``config.toml``)."""
 
 
-@dataclass(frozen=True)
-class ConfigFile:
+class ConfigFile(msgspec.Struct, frozen=True):
     """One place a ``config.toml`` is looked for, and what it sets (its dotted keys)."""
 
     path: Path
@@ -52,8 +48,7 @@ class ConfigFile:
     keys: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class Loaded:
+class Loaded(msgspec.Struct, frozen=True):
     """The configuration and the files it came from, the winning one first."""
 
     config: Config
@@ -146,6 +141,8 @@ def _read_table(path: Path, *, follow: bool = False) -> dict[str, Any] | None:
         raise InvalidInput(f"{shown} cannot be read: {exc.strerror or exc}; fix or remove it") from None
     if len(data) > MAX_CONFIG_BYTES:
         raise InvalidInput(f"{shown} is larger than {MAX_CONFIG_BYTES} bytes; shorten it")
+    import tomllib  # (here: most homes have no config.toml, and most commands read none)
+
     try:
         return tomllib.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:

@@ -12,8 +12,9 @@ import os
 import re
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from pisub.core import fsio
 from pisub.core.fsio import atomic_write, load_json, private_mkdir
@@ -36,8 +37,7 @@ LOCK_TIMEOUT_S = 30.0
 _ENTRY = re.compile(r"([qa])-(\d{7})-(\d{12})-([0-9a-f-]{36})")
 
 
-@dataclass(frozen=True)
-class EntryName:
+class EntryName(msgspec.Struct, frozen=True):
     """One run's entry in a group, as its name says."""
 
     admitted: bool

@@ -14,7 +14,8 @@ change its own environment.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+import msgspec
 
 from pisub.defaults import DEFAULT_MAX_DEPTH
 from pisub.errors import DepthExceeded, InvalidInput
@@ -25,8 +26,7 @@ MAX_DEPTH_LIMIT = 1000
 """The largest depth (or depth limit) pisub accepts from an environment variable."""
 
 
-@dataclass(frozen=True)
-class Lineage:
+class Lineage(msgspec.Struct, frozen=True):
     """The place of a run that is about to be created."""
 
     parent_run_id: str | None

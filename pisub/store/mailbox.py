@@ -24,8 +24,8 @@ import stat
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from pisub.core import fsio
 from pisub.core.fsio import (
@@ -271,9 +271,10 @@ def withdraw(path: Path) -> bool:
 # -- the reader's side (runner and repair) -----------------------------------------------
 
 
-@dataclass
-class Parsed:
-    """A request file as read: its id (if one can be read) and the request or what is wrong."""
+class Parsed(NamedTuple):
+    """A request file as read: its id (if one can be read) and the request or what is wrong.
+    (No dataclasses in this module: they import ``inspect``, some 8 ms of a command that reads
+    a run and otherwise imports neither.)"""
 
     name: str
     request_id: str
@@ -499,15 +500,13 @@ def answer_leftovers(paths: RunPaths, run_id: str, reason: str) -> Counter[str]:
     return _Settler(paths, run_id, reason).run()
 
 
-@dataclass
 class _Settler:
     """One pass of :func:`answer_leftovers` over a run's inbox and outbox."""
 
-    paths: RunPaths
-    run_id: str
-    reason: str
-
-    def __post_init__(self) -> None:
+    def __init__(self, paths: RunPaths, run_id: str, reason: str) -> None:
+        self.paths = paths
+        self.run_id = run_id
+        self.reason = reason
         self.counts: Counter[str] = Counter()
         self.owner = run_owner(self.paths)
         self.recovering = recovery_claim(self.paths)  # read once, not once per request
