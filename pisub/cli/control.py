@@ -26,7 +26,19 @@ if TYPE_CHECKING:
     from pisub.protocol.control import Receipt
 
 JSON = typer.Option(False, "--json", help="Print the receipt object as in the outbox.")
-WAIT = typer.Option(3.0, "--wait", min=0, help="Seconds to wait for the receipt (0: do not wait).")
+
+
+def _finite_wait(value: float) -> float:
+    """A NaN or infinite wait is refused as ``-5`` is, by the parser: a usage error, before
+    anything is written (a NaN wait would never end)."""
+    if not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number of seconds.")
+    return value
+
+
+WAIT = typer.Option(
+    3.0, "--wait", min=0, callback=_finite_wait, help="Seconds to wait for the receipt (0: do not wait)."
+)
 OK_STATES = ("delivered", "queued", "scheduled", "recovered")
 CHILD = typer.Option(
     None, "--child", metavar="KEY|INDEX", help="Only this child (a workflow's key, or an index)."
@@ -63,7 +75,6 @@ def steer(
     from pisub.errors import InboxClosed
 
     text = _message(message)
-    _check_wait(wait)
     run = Run(ref)
 
     def recovering(rid: str) -> None:
@@ -90,7 +101,6 @@ def follow_up(
     from pisub.api.client import Run
     from pisub.errors import InboxClosed
 
-    _check_wait(wait)
     run = Run(ref)
     try:
         rid, brief = run.follow_up(_message(message), child=_child(run, child))
@@ -134,7 +144,6 @@ def interrupt(
             as_json,
         )
     runs, selected = many
-    _check_wait(wait)
     _report_many(interrupt_runs(runs, reason=reason, wait=wait, selected=selected), wait, as_json)
 
 
@@ -158,7 +167,6 @@ def stop(
     from pisub.errors import InboxClosed
 
     many = _selection(refs or [], all_, agent, label, child)
-    _check_wait(wait)
     if many is not None:
         runs, selected = many
         _report_many(stop_runs(runs, reason=reason, wait=wait, selected=selected), wait, as_json)
@@ -284,7 +292,6 @@ def _send(ref: str, write: Callable[[Run], str], type_: str, wait: float, as_jso
     from pisub.api.client import Run
     from pisub.errors import InboxClosed
 
-    _check_wait(wait)
     run = Run(ref)
     try:
         rid = write(run)
@@ -299,14 +306,6 @@ def _child(run: Run, which: str | None) -> int | None:
     if which is None:
         return None
     return int(which) if which.isascii() and which.isdigit() else run.child_index(which)
-
-
-def _check_wait(wait: float) -> None:
-    """Before anything is written: a NaN wait would never end."""
-    from pisub.errors import InvalidInput
-
-    if not math.isfinite(wait):
-        raise InvalidInput("--wait must be a finite number of seconds")
 
 
 def _closed(run: Run, type_: str, exc: InboxClosed, as_json: bool) -> NoReturn:

@@ -253,10 +253,26 @@ def write_request(paths: RunPaths, request: Request) -> str:
     except FileExistsError:
         raise InvalidInput(f"request id {rid!r} is already waiting in run {paths.run_id}") from None
     except OSError as exc:
+        if isinstance(exc, FileNotFoundError):
+            _no_inbox(paths)
         raise storage_error(exc, "write the request into", final.parent) from exc
     if is_closed(paths) and withdraw(final):
         raise InboxClosed(f"run {paths.run_id} finished while the request was written; it was withdrawn")
     return rid
+
+
+def _no_inbox(paths: RunPaths) -> None:
+    """A run folder without its inbox is a broken run, answered as ``pisub status`` answers it
+    (an empty folder: its ``status.json`` does not exist, ``RUN_NOT_FOUND``), not as a storage
+    failure; returns when the folder's status reads and only the inbox is missing."""
+    from pisub.store.runs import load_status
+
+    load_status(paths)
+    if not os.path.lexists(inbox_dir(paths, "new")):
+        raise ProtocolError(
+            f"{paths.root} has no inbox: the run folder is incomplete (damaged or partly copied) "
+            "and cannot take requests"
+        )
 
 
 def withdraw(path: Path) -> bool:
