@@ -140,7 +140,11 @@ def repair(paths: RunPaths) -> Status:
         if not is_closed(paths):
             close_inbox(paths, "stopped" if stopped_while_queued else "failed")
         why = "the run was stopped before its runner started" if stopped_while_queued else RUNNER_DIED_REASON
-        answered = settle_closed_inbox(paths, status.run_id, why)
+        # (a dead coordinator's stop it had passed on to some children says so, not "before")
+        from pisub.runs.dead_coordinator import forwarded_reasons
+
+        reasons = forwarded_reasons(paths, status) if not stopped_while_queued else None
+        answered = settle_closed_inbox(paths, status.run_id, why, reasons)
         ledger = status.steering
         ledger.requested += answered["claimed"]
         ledger.failed += answered["failed"]

@@ -23,7 +23,7 @@ import re
 import stat
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -500,29 +500,33 @@ def replace_symlinked_dirs(paths: RunPaths) -> list[str]:
     return replaced
 
 
-def answer_leftovers(paths: RunPaths, run_id: str, reason: str) -> Counter[str]:
+def answer_leftovers(
+    paths: RunPaths, run_id: str, reason: str, reasons: Mapping[str, str] | None = None
+) -> Counter[str]:
     """Answer every request of a run whose runner is gone; how many got which answer.
 
     Requests still in ``new/`` are claimed and answered ``failed`` (or ``rejected``); claimed
     requests without a receipt, and receipts left open (``pending``, ``queued``), become
-    ``failed`` with ``reason``; a rejected file without a receipt gets its ``rejected`` one;
-    an unreadable entry of the outbox is quarantined. Safe to repeat: a reader that dies halfway
-    leaves work that the next one finishes.
+    ``failed`` with ``reason`` (or the one ``reasons`` gives for their id); a rejected file
+    without a receipt gets its ``rejected`` one; an unreadable entry of the outbox is
+    quarantined. Safe to repeat: a reader that dies halfway leaves work that the next one
+    finishes.
 
     Raises:
         OSError: a receipt could not be written (the next reader retries).
         StorageError: a folder cannot be listed.
     """
-    return _Settler(paths, run_id, reason).run()
+    return _Settler(paths, run_id, reason, dict(reasons or {})).run()
 
 
 class _Settler:
     """One pass of :func:`answer_leftovers` over a run's inbox and outbox."""
 
-    def __init__(self, paths: RunPaths, run_id: str, reason: str) -> None:
+    def __init__(self, paths: RunPaths, run_id: str, reason: str, reasons: dict[str, str]) -> None:
         self.paths = paths
         self.run_id = run_id
         self.reason = reason
+        self.reasons = reasons
         self.counts: Counter[str] = Counter()
         self.owner = run_owner(self.paths)
         self.recovering = recovery_claim(self.paths)  # read once, not once per request
@@ -580,12 +584,13 @@ class _Settler:
             return 0  # pause-and-revive owns it: the recovering process writes its answer
         if receipt is not None and not owed(receipt):
             return 0
+        reason = self.reasons.get(request_id, self.reason)
         if receipt is None:
             if type_ is None:
                 return 0
-            receipt = make_receipt(self.run_id, request_id, type_, ReceiptState.FAILED, reason=self.reason)
+            receipt = make_receipt(self.run_id, request_id, type_, ReceiptState.FAILED, reason=reason)
         else:
-            advance(receipt, ReceiptState.FAILED, self.reason)
+            advance(receipt, ReceiptState.FAILED, reason)
         write_receipt(self.paths, receipt)
         return 1
 
@@ -679,12 +684,15 @@ def answer_until_quiet(paths: RunPaths, answer: Callable[[], Counter[str]]) -> C
             return total
 
 
-def settle_closed_inbox(paths: RunPaths, run_id: str, reason: str) -> Counter[str]:
-    """Answer what is left in a finished run's inbox (caller holds the run's repair lock).
+def settle_closed_inbox(
+    paths: RunPaths, run_id: str, reason: str, reasons: Mapping[str, str] | None = None
+) -> Counter[str]:
+    """Answer what is left in a finished run's inbox (caller holds the run's repair lock);
+    ``reasons``: a request's own reason by id, where it differs from ``reason``.
 
     The marker is removed first and written last, so a reader that dies halfway leaves the
     run marked as needing answers.
     """
     with contextlib.suppress(FileNotFoundError):
         fsio.unlink(paths.inbox_answered)
-    return answer_until_quiet(paths, lambda: answer_leftovers(paths, run_id, reason))
+    return answer_until_quiet(paths, lambda: answer_leftovers(paths, run_id, reason, reasons))

@@ -3,12 +3,19 @@ failed before its fix."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from pathlib import Path
 
+import pisub
+from pisub.api.client import launch_parallel
 from pisub.protocol.codec import encode, now_iso
+from pisub.protocol.control import Stop
 from pisub.protocol.status import RunState, Status
-from tests.conftest import pisub_cli
+from pisub.store.mailbox import claim, write_request
+from tests.conftest import AgentMaker, pisub_cli, wait_for
+from tests.helpers import wait_runner_dead
 
 RUN_ID = "0123abcd-0000-4000-8000-000000000000"
 
@@ -51,3 +58,37 @@ def test_a_request_to_a_run_folder_without_its_inbox_names_the_problem(home: Pat
     (folder / "status.json").write_bytes(encode(status))
     proc = pisub_cli("stop", "--wait", "0", RUN_ID, timeout=20)
     assert "has no inbox" in _one_line(proc, "PROTOCOL_ERROR"), proc.stderr
+
+
+def test_a_coordinator_killed_mid_stop_says_how_far_the_stop_got(home: Path, make_agent: AgentMaker) -> None:
+    """F2: a coordinator killed -9 while it handled a stop of the whole workflow (it answers
+    only once every running child was asked) left the request claimed without a receipt; the
+    repair answered "the runner died before the request was consumed" although the stops it had
+    already written into children's inboxes ended them. The one receipt now counts them.
+
+    The coordinator's state at the kill is made by hand (the stop claimed into its ``inbox/cur``,
+    copies from ``workflow <id>`` in two of its three children's inboxes): the moment between
+    two of its parallel writes cannot be hit on purpose."""
+    make_agent("sleeper", command="sleep", args=["300"])
+    run = launch_parallel([{"key": f"c{i}", "agent": "sleeper", "task": "x"} for i in range(3)])
+    wait_for(lambda: [str(s.status) for s in run.status().steps].count("running") == 3, 30)
+    status = run.status()
+    assert status.pid is not None
+    children = [pisub.Run(str(s.run_id)) for s in status.steps]
+    os.kill(status.pid, signal.SIGKILL)
+    wait_runner_dead(run, status.pid)
+    rid = write_request(run.paths, Stop(v=1, reason="enough"))
+    assert claim(run.paths, f"{rid}.json") is not None
+    source = f"workflow {run.id}"
+    for child in children[:2]:
+        write_request(child.paths, Stop(v=1, reason=f"{source} is ending", source=source))
+    pisub_cli("status", run.id)  # a reader repairs the dead coordinator's run
+    assert run.status().state == "failed"
+    receipt = run.receipt(rid)
+    assert receipt is not None and receipt.state == "failed", receipt
+    assert receipt.reason == "the coordinator died after forwarding the stop to 2 of its 3 running children"
+    assert [p.name for p in (run.dir / "outbox").iterdir() if p.name.startswith(rid)] == [f"{rid}.json"]
+    for child in children[:2]:
+        assert child.wait_until_terminal(20).state == "stopped"
+    assert not children[2].status().state.is_terminal  # never reached: it goes on
+    children[2].send_stop()
