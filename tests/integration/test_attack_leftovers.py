@@ -3,10 +3,13 @@ failed before its fix."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 from pathlib import Path
+
+import pytest
 
 import pisub
 from pisub.api.client import launch_parallel
@@ -14,6 +17,7 @@ from pisub.protocol.codec import encode, now_iso
 from pisub.protocol.control import Stop
 from pisub.protocol.status import RunState, Status
 from pisub.store.mailbox import claim, write_request
+from pisub.workflow.calls import MAX_TASKS_FILE
 from tests.conftest import AgentMaker, pisub_cli, wait_for
 from tests.helpers import wait_runner_dead
 
@@ -92,3 +96,28 @@ def test_a_coordinator_killed_mid_stop_says_how_far_the_stop_got(home: Path, mak
         assert child.wait_until_terminal(20).state == "stopped"
     assert not children[2].status().state.is_terminal  # never reached: it goes on
     children[2].send_stop()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="until _launch_workflow (pisub/api/client.py) calls check_manifest_size before link()",
+)
+def test_a_tasks_file_whose_manifest_would_be_too_large_is_refused_up_front(
+    home: Path, make_agent: AgentMaker, tmp_path: Path
+) -> None:
+    """F6: a tasks file just under its 16 MiB limit made a manifest over the 16 MiB a run's
+    files may hold: the run was created and failed ("runner crashed"). Now: one line,
+    INVALID_INPUT, the limit named, no run and no mission entry."""
+    make_agent("echo", command="cat")
+    count = 1000
+    empty = len(json.dumps([{"agent": "echo", "task": ""}] * count, separators=(",", ":")))
+    task = "x" * ((MAX_TASKS_FILE - 200 - empty) // count)
+    tasks = tmp_path / "tasks.json"
+    tasks.write_text(json.dumps([{"agent": "echo", "task": task}] * count, separators=(",", ":")))
+    assert MAX_TASKS_FILE - 1000 < tasks.stat().st_size < MAX_TASKS_FILE
+    proc = pisub_cli("run", "--parallel", str(tasks), "--max-spawns", str(count), timeout=120)
+    line = _one_line(proc, "INVALID_INPUT")
+    assert proc.returncode == 1 and "16 MiB" in line, line
+    runs = home / "runs"
+    assert not runs.exists() or not list(runs.iterdir()), "nothing was created"
+    assert pisub_cli("mission", "list", "--json").stdout.strip() in ("", "[]")
