@@ -13,6 +13,8 @@ import pytest
 
 import pisub
 from pisub.api.client import launch_parallel
+from pisub.children.pi.versions import supported_version
+from pisub.errors import UnsupportedPi
 from pisub.protocol.codec import encode, now_iso
 from pisub.protocol.control import Stop
 from pisub.protocol.status import RunState, Status
@@ -121,3 +123,17 @@ def test_a_tasks_file_whose_manifest_would_be_too_large_is_refused_up_front(
     runs = home / "runs"
     assert not runs.exists() or not list(runs.iterdir()), "nothing was created"
     assert pisub_cli("mission", "list", "--json").stdout.strip() in ("", "[]")
+
+
+def test_a_pi_that_says_too_much_is_quoted_with_an_ellipsis(tmp_path: Path) -> None:
+    """F11 (a): the end of what a would-be pi said is quoted, and the cut is marked."""
+    said = " ".join(f"word{i}" for i in range(200))
+    fake = tmp_path / "pi"
+    fake.write_text(f"#!/bin/sh\necho 'error: {said} end'\nexit 3\n")
+    fake.chmod(0o755)
+    with pytest.raises(UnsupportedPi) as raised:
+        supported_version(str(fake), tmp_path / "cache")
+    message = raised.value.message
+    assert "(--version: …word" in message and "word199 end);" in message, message
+    quoted = message.split("(--version: ", 1)[1].split(");", 1)[0]
+    assert len(quoted) == 300, quoted

@@ -208,7 +208,7 @@ def _run_version(pi_bin: str) -> str:
     if code == 0 and len(lines) == 1 and _EXACT_RE.fullmatch(lines[0]):
         return ".".join(str(int(part)) for part in lines[0].split("."))
     said = " ".join((stderr or stdout).split())
-    why = said[-300:] or f"exit code {code}"
+    why = (said if len(said) <= 300 else "…" + said[-299:].lstrip()) or f"exit code {code}"  # its end
     if "enableCompileCache" in said:  # pi 0.85+ under an older Node dies at import
         why = "it needs Node >= 22.19, and the Node it finds is older"
     raise UnsupportedPi(f"{pi_bin} does not run as a pi (--version: {why}); {INSTALL_HINT}")
