@@ -19,7 +19,7 @@ from pisub.api.text import redact
 from pisub.core.polling import Every
 from pisub.errors import InvalidInput, PisubError
 from pisub.runs.views import FleetRow, fleet_of, json_lines_of
-from pisub.store.paths import Home, open_home
+from pisub.store.paths import Home, open_home, open_home_to_read
 
 if TYPE_CHECKING:
     from pisub.api.client import Run
@@ -35,6 +35,7 @@ __all__ = [
     "log_bytes",
     "mission_of",
     "open_home",
+    "open_home_to_read",
     "redact",
     "transcript",
     "workflow_log_lines",
@@ -217,7 +218,7 @@ class Statuses:
     def __init__(self, home: Path | None = None) -> None:
         from pisub.runs.listing import Seen
 
-        self.home = open_home(home)
+        self.home = open_home_to_read(home)  # a reader: a home that does not exist has no runs
         self.seen: Seen = {}
 
     def __call__(self, problems: list[str] | None = None) -> list[Status]:

@@ -546,7 +546,8 @@ class Top:
         self.home = home
         self.watch = Watch(home)
         self.state = TopState(message=self.watch.missing or HELP)
-        self.reader = Reader(home, polling=bool(self.watch.missing))
+        # (``runs/`` not watched — no home yet, or no watch left: every run listed again often)
+        self.reader = Reader(home, polling=bool(self.watch.missing) or self.watch.runs_wd is None)
         self.changed: set[str] = set()
         self.made = Made()
         self.order: tuple[int, Order] | None = None
@@ -779,12 +780,12 @@ def _run_id(row: Row | None) -> str:
 
 def run_top(home_root: Path | None = None) -> None:
     """Raises: InvalidInput: stdin or stdout is not a terminal."""
-    from pisub.api.views import open_home
+    from pisub.api.views import open_home_to_read
     from pisub.errors import InvalidInput
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise InvalidInput("pisub top needs a terminal; for scripts use pisub fleet --json")
-    top = Top(open_home(home_root))
+    top = Top(open_home_to_read(home_root))  # it only reads: a home that does not exist is not made
     import termios
 
     try:

@@ -283,6 +283,24 @@ def open_home(root: Path | None = None, *, create: bool = True) -> Home:
     return home
 
 
+def open_home_to_read(root: Path | None = None) -> Home:
+    """:func:`open_home` for a command that only reads (``list``, ``status``, ``logs``, ``top``):
+    a home that does not exist is not created — it has no runs, and its readers say so. One that
+    exists is checked (and its ``runs`` folder made) as :func:`open_home` does.
+
+    Raises:
+        HomeUnusable: as :func:`open_home`, for a home that exists.
+    """
+    home = Home(root if root is not None else default_home())
+    try:
+        os.lstat(home.root)
+    except FileNotFoundError:
+        return home
+    except OSError:
+        pass  # (open_home names what is wrong)
+    return open_home(home.root)
+
+
 def _ensure_private_dir(path: Path, top: bool = False) -> None:
     """``path`` exists as a directory of this user's, 0700. Permissions are tightened only on a
     folder that is pisub's: one below the home, or a home that holds nothing but what a home
