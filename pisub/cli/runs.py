@@ -453,7 +453,12 @@ def list_(
 def logs(
     ref: str = RUN,
     child: str | None = CHILD,
-    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
+    follow: bool = typer.Option(
+        False,
+        "--follow",
+        "-f",
+        help="Keep printing until the run ends (exit 1 with status's error line if its runner died).",
+    ),
     tail: int | None = typer.Option(
         None, "--tail", "-n", min=0, help="Only the last N lines (then, with -f, what comes)."
     ),
@@ -484,13 +489,27 @@ def logs(
             if follow:
                 sys.stdout.flush()
         sys.stdout.flush()
+    else:
+        sink = _LogSink(raw)
+        for chunk in log_bytes(handle, follow=follow, tail=tail, stderr=stderr):
+            sink.write(chunk)
+            if follow:
+                sys.stdout.flush()
+        sink.close()
+    if follow:
+        _ended_by_a_dead_runner(handle)
+
+
+def _ended_by_a_dead_runner(handle: Any) -> None:
+    """``logs -f`` followed a run until it ended: when it ended because its runner died (a
+    reader repaired it ``failed``), the log may stop short of what its child did — a dead
+    coordinator's children even go on — so the follow ends with what ``status`` says of it,
+    one line, exit 1."""
+    status = handle.status()
+    if status.repaired is None or status.state != "failed" or status.error is None:
         return
-    sink = _LogSink(raw)
-    for chunk in log_bytes(handle, follow=follow, tail=tail, stderr=stderr):
-        sink.write(chunk)
-        if follow:
-            sys.stdout.flush()
-    sink.close()
+    err(f"pisub: run {handle.id} failed: {status.error.message} [{status.error.code}]")
+    raise typer.Exit(1)
 
 
 class _LogSink:

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -179,3 +180,29 @@ def test_reading_commands_never_create_the_home(tmp_path: Path) -> None:
         proc = pisub_cli(command, RUN_ID, env=env)
         assert proc.returncode == 1 and "RUN_NOT_FOUND" in _one_line(proc, "RUN_NOT_FOUND")
     assert not missing.exists(), "a read-only command created the home"
+
+
+def test_logs_follow_of_a_workflow_whose_coordinator_died_says_so(home: Path, make_agent: AgentMaker) -> None:
+    """F11 (c): ``logs -f`` of a workflow whose coordinator was killed ended silently, exit 0,
+    while its children went on: it now ends with the line ``status`` gives, exit 1."""
+    make_agent("sleeper", command="sh", args=["-c", "echo hi; sleep 300"])
+    run = launch_parallel([{"key": f"c{i}", "agent": "sleeper", "task": "x"} for i in range(2)])
+    wait_for(lambda: [str(s.status) for s in run.status().steps].count("running") == 2, 30)
+    following = subprocess.Popen(
+        [sys.executable, "-m", "pisub", "logs", "-f", run.id],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    pid = run.status().pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    stdout, stderr = following.communicate(timeout=60)
+    assert following.returncode == 1, (stdout, stderr)
+    proc = subprocess.CompletedProcess(following.args, 1, stdout, stderr)
+    line = _one_line(proc, "SUBAGENT_FAILED")
+    assert f"run {run.id} failed: Runner process {pid} exited" in line and "Its children go on" in line
+    error = run.status().error
+    assert error is not None and line.split("failed: ", 1)[1].rsplit(" [", 1)[0] == error.message  # as status
+    for step in run.status().steps:
+        pisub.Run(str(step.run_id)).send_stop()
