@@ -650,6 +650,8 @@ class Top:
             return
         elif st.current.fleet.run_id is None:
             st.message = _not_started(st.current.fleet, key)
+        elif key == "s" and (refusal := _not_steerable(st.current)) is not None:
+            st.message = refusal  # said before a message is typed, not after
         elif key in ("enter", "s", "x"):
             st.target, st.message = st.current, HELP
             st.mode, st.typed = {"enter": "log", "s": "steer", "x": "confirm"}[key], ""
@@ -772,6 +774,17 @@ def _not_started(call: FleetRow, key: str) -> str:
         return f"{what}: no log yet"
     workflow = (call.parent_run_id or "?")[:8]
     return f"{what}: stop its workflow {workflow} or wait"
+
+
+def _not_steerable(row: Row) -> str | None:
+    """Why ``s`` cannot steer ``row``'s run (a live run of an external CLI: its runner has no
+    way to pass it a message — ``check_steerable``'s refusal, short for an 80-column footer);
+    None when it may be steered."""
+    status = row.status
+    if status is None or status.runner in ("pi", "workflow") or status.state.is_terminal:
+        return None
+    run8 = status.run_id[:8]
+    return f"steer {run8}: NOT_STEERABLE — {status.runner} runs take no messages; x stops it"
 
 
 def _run_id(row: Row | None) -> str:

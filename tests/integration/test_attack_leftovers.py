@@ -14,7 +14,7 @@ import pytest
 
 import pisub
 from pisub.api.client import launch_parallel
-from pisub.api.views import open_home_to_read
+from pisub.api.views import open_home, open_home_to_read
 from pisub.children.pi.versions import supported_version
 from pisub.cli.top import Top
 from pisub.errors import UnsupportedPi
@@ -206,3 +206,25 @@ def test_logs_follow_of_a_workflow_whose_coordinator_died_says_so(home: Path, ma
     assert error is not None and line.split("failed: ", 1)[1].rsplit(" [", 1)[0] == error.message  # as status
     for step in run.status().steps:
         pisub.Run(str(step.run_id)).send_stop()
+
+
+def test_s_in_top_on_an_external_run_says_at_once_it_cannot_be_steered(
+    home: Path, make_agent: AgentMaker
+) -> None:
+    """F11 (d): ``s`` on an external CLI's run opened the steer prompt, and only the message
+    typed was refused (a long line cut at 80 columns); now ``s`` says why at once, one line
+    that fits 80 columns, and no prompt opens. A pi run or a workflow still gets the prompt."""
+    make_agent("sleeper", command="sleep", args=["300"])
+    run = pisub.launch("sleeper", "x")
+    top = Top(open_home(home))
+    try:
+        top.refresh()
+        assert top.state.current is not None and top.state.current.fleet.run_id == run.id
+        top.key("s")
+        assert top.state.mode == "table", "a steer prompt opened for a run that cannot take one"
+        message = top.state.message
+        assert message.startswith(f"steer {run.id[:8]}: NOT_STEERABLE — ") and len(message) <= 80, message
+        assert "external-cli" in message and "x stops it" in message
+    finally:
+        top.watch.close()
+        run.send_stop()
