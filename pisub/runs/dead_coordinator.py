@@ -10,9 +10,16 @@ than that nothing was consumed.
 from __future__ import annotations
 
 from pisub.errors import PisubError
-from pisub.protocol.control import Interrupt, Stop, request_type
+from pisub.protocol.control import Interrupt, Stop, owed, request_type
 from pisub.protocol.status import Status, StepState
-from pisub.store.mailbox import claimed_key, new_key, parse_request_file, pending_files, run_owner
+from pisub.store.mailbox import (
+    claimed_key,
+    new_key,
+    parse_request_file,
+    pending_files,
+    read_receipt,
+    run_owner,
+)
 from pisub.store.paths import RunPaths
 
 ENDINGS = (Stop, Interrupt)
@@ -54,12 +61,19 @@ def forwarded_reasons(paths: RunPaths, status: Status) -> dict[str, str]:
 
 
 def _claimed_endings(paths: RunPaths) -> dict[str, str]:
-    """The whole-workflow stops and interrupts in the coordinator's ``inbox/cur``: id → type."""
+    """The whole-workflow stops and interrupts in the coordinator's ``inbox/cur`` still owed
+    an answer (a claimed file stays there once answered): id → type."""
     owner = run_owner(paths)
     found = {}
     for name in pending_files(paths, "cur"):
         parsed = parse_request_file(paths.box("cur") / name, claimed_key(name), owner=owner)
-        if isinstance(parsed.request, ENDINGS) and parsed.request.child is None:
+        if not isinstance(parsed.request, ENDINGS) or parsed.request.child is not None:
+            continue
+        try:
+            receipt = read_receipt(paths, parsed.request_id)
+        except PisubError:
+            receipt = None  # (the repair quarantines it and answers the request)
+        if receipt is None or owed(receipt):
             found[parsed.request_id] = request_type(parsed.request)
     return found
 
