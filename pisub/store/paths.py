@@ -289,9 +289,10 @@ def open_home_to_read(root: Path | None = None) -> Home:
     exists is checked (and its ``runs`` folder made) as :func:`open_home` does.
 
     Raises:
-        HomeUnusable: as :func:`open_home`, for a home that exists.
+        HomeUnusable: as :func:`open_home` (a path too long for the paths inside it, whether
+            it exists or not).
     """
-    home = Home(root if root is not None else default_home())
+    home = open_home(root, create=False)  # (only checks its path's length)
     try:
         os.lstat(home.root)
     except FileNotFoundError:

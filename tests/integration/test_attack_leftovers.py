@@ -37,7 +37,8 @@ def _one_line(proc: subprocess.CompletedProcess[str], code: str) -> str:
 
 
 def _empty_run_folder(home: Path) -> Path:
-    assert pisub_cli("list").returncode == 0  # the home, as pisub makes it
+    (home / "runs").mkdir(mode=0o700, parents=True)
+    home.chmod(0o700)
     folder = home / "runs" / RUN_ID
     folder.mkdir(mode=0o700)
     return folder
