@@ -20,7 +20,7 @@ from pisub.protocol.codec import now_iso
 from pisub.protocol.control import FollowUp, Interrupt, Receipt, ReceiptState, Request, Steer, Stop
 from pisub.protocol.result import Result
 from pisub.protocol.status import RunState, Status
-from pisub.store.paths import Home, RunPaths, is_run_id, open_home, validate_run_ref
+from pisub.store.paths import Home, RunPaths, is_run_id, open_home, open_home_to_read, validate_run_ref
 from pisub.store.runs import RunStore, load_manifest, load_result, load_status
 
 if TYPE_CHECKING:
@@ -762,6 +762,9 @@ def _launch_workflow(
     seeds: dict[str, Path | bytes] = {}
     if script_text is not None:  # the text that was checked is the text that runs
         seeds[lang.copy_name] = script_text.encode("utf-8", "surrogatepass")
+    from pisub.runs.manifest_size import check_manifest_size
+
+    check_manifest_size(manifest)  # before the mission lists the run: a refusal leaves nothing
     # Last, right before the run is created: the run is listed in its mission first (a launcher
     # dying in between leaves a mission naming a run that never appeared, shown as gone).
     first = script_text if script_text is not None else (tasks[0].task if tasks else None)
@@ -1027,7 +1030,7 @@ class Run:
 
     def __init__(self, ref: str, *, home: Path | None = None) -> None:
         validate_run_ref(ref)  # refused before the disk is touched
-        self.home = open_home(home)
+        self.home = open_home_to_read(home)  # a run is found, never made: a missing home has none
         self.paths: RunPaths = RunStore(self.home).resolve(ref)
         self._manifest: Manifest | None = None
 
@@ -1433,7 +1436,7 @@ def list_runs(
     from pisub.runs.listing import list_statuses
 
     live_only = state is not None and not state.is_terminal
-    listing = list_statuses(open_home(home), live_only=live_only)
+    listing = list_statuses(open_home_to_read(home), live_only=live_only)  # (no home: no runs)
     if problems is not None:
         problems += listing.problems
     statuses = [

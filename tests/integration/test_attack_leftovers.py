@@ -104,10 +104,6 @@ def test_a_coordinator_killed_mid_stop_says_how_far_the_stop_got(home: Path, mak
     children[2].send_stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="until _launch_workflow (pisub/api/client.py) calls check_manifest_size before link()",
-)
 def test_a_tasks_file_whose_manifest_would_be_too_large_is_refused_up_front(
     home: Path, make_agent: AgentMaker, tmp_path: Path
 ) -> None:
@@ -164,10 +160,6 @@ def test_top_never_creates_the_home(tmp_path: Path) -> None:
         top.watch.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="until Run.__init__ and list_runs (pisub/api/client.py) open the home with open_home_to_read",
-)
 def test_reading_commands_never_create_the_home(tmp_path: Path) -> None:
     """F11 (b): ``HOME=/nonexistent pisub list`` made the default home; every read-only command
     answers as for an empty home instead (no runs), and creates nothing."""
