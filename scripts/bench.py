@@ -1333,7 +1333,7 @@ def bench_commands(b: Bench) -> None:
     interpreter), an interpreter that reads and decodes the same status files, ``cat`` of them."""
     count = 1000 if b.quick else 10_000
     rounds = 2 if b.quick else 10
-    other = make_finished_runs(count)
+    other = make_finished_runs(count, full=20 if b.quick else 200)  # the rest light: what a reader reads
     runs = other / "runs"
     env = {**os.environ, "PISUB_HOME": str(other)}
     one = next(iter(os.listdir(runs)))

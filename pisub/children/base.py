@@ -15,8 +15,9 @@ from __future__ import annotations
 import selectors
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Protocol
+
+import msgspec
 
 from pisub.core.redact import redact
 from pisub.protocol.control import ReceiptState
@@ -45,8 +46,7 @@ class ChildHooks(Protocol):
         """A steering request advanced (``queued``, ``delivered``) or failed."""
 
 
-@dataclass
-class ChildOutcome:
+class ChildOutcome(msgspec.Struct):
     """How a child ended, as far as the child itself can tell."""
 
     exit_code: int
@@ -54,7 +54,7 @@ class ChildOutcome:
     output: str = ""
     error: str | None = None
     """A failure reported by the child (stderr tail, provider error), None on success."""
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = msgspec.field(default_factory=Usage)
     session_file: str | None = None
     process_exit: int | None = None
     """The process's own exit status (128+N when signal N ended it), where it differs from
@@ -65,18 +65,17 @@ RECENT_LINES = 50
 RECENT_LINE_CHARS = 500
 
 
-@dataclass
-class Progress:
+class Progress(msgspec.Struct):
     """Live progress a child reports; the runner copies it into ``status.json`` (where its
     texts are redacted)."""
 
     turns: int = 0
     tools: int = 0
     current_tool: str | None = None
-    tools_running: dict[str, tuple[str, float]] = field(default_factory=dict)
+    tools_running: dict[str, tuple[str, float]] = msgspec.field(default_factory=dict)
     """Tool calls started and not yet ended: call id → (tool name, monotonic start)."""
-    recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_LINES))
-    _partial: bytearray = field(default_factory=bytearray)
+    recent: deque[str] = msgspec.field(default_factory=lambda: deque(maxlen=RECENT_LINES))
+    _partial: bytearray = msgspec.field(default_factory=bytearray)
 
     def add_line(self, text: str) -> None:
         """Keep ``text`` as one of the last :data:`RECENT_LINES` lines (if it is not blank),

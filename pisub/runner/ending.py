@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
+
+import msgspec
 
 from pisub.children.base import ChildOutcome
 from pisub.protocol.manifest import Limits
@@ -41,8 +42,7 @@ class EndCause(enum.IntEnum):
         return self.name.lower()
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(msgspec.Struct, frozen=True):
     """The run's final state and how it is explained."""
 
     state: RunState
@@ -51,8 +51,7 @@ class Verdict:
     timeout_reason: str | None = None
 
 
-@dataclass(frozen=True)
-class Circumstances:
+class Circumstances(msgspec.Struct, frozen=True):
     """What a verdict may quote besides the child's outcome."""
 
     limits: Limits

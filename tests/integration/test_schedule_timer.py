@@ -391,6 +391,7 @@ def _read_json(path: Path) -> Any:
         return None
 
 
+@pytest.mark.idle  # it waits up to two of cron's minutes: in a pass of its own (scripts/test.sh)
 def test_cron_alone_fires_a_schedule(cron_fire_home: Path) -> None:
     """THE test: nothing but the cron daemon starts the tick that fires the schedule — no pi, no
     resident pisub, no pisub command of the test's while it waits."""

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 from pisub.children.base import ChildHooks
 from pisub.protocol.control import ReceiptState
@@ -28,8 +29,7 @@ class SteerState(enum.Enum):
 IN_PI = (SteerState.SENT, SteerState.QUEUED)
 
 
-@dataclass
-class Steer:
+class Steer(msgspec.Struct):
     request_id: str
     text: str
     behavior: str

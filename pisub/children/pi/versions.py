@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from pisub.core.procs import run_bounded
 from pisub.errors import UnsupportedPi
@@ -77,8 +78,7 @@ _EXACT_RE = re.compile(r"[0-9]{1,9}\.[0-9]{1,9}\.[0-9]{1,9}", re.ASCII)
 """What ``pi --version`` must print: one line, ASCII digits, nothing else."""
 
 
-@dataclass(frozen=True)
-class PiCaps:
+class PiCaps(msgspec.Struct, frozen=True):
     """What a pi version can do, where versions differ."""
 
     version: tuple[int, int, int]
