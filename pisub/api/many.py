@@ -5,7 +5,8 @@ Every run is resolved before anything is written (an unknown id or a prefix that
 runs refuses the whole command: nothing is acted on), the same run named twice is acted on once,
 every request is written before any receipt is awaited (one deadline for all), and each run gets
 one :class:`Outcome`. A selection (``--all``, ``--agent``, ``--label``) is the live top-level
-runs at the moment it is read: a run that starts later is not in it, and one that ends before
+runs (and the live runs whose parent has ended: a dead coordinator's children) at the moment it
+is read: a run that starts later is not in it, and one that ends before
 its request is written is ``ended`` (not a failure: it is no longer live); so is a run whose
 stop failed because its child had already exited, once it has ended.
 """
@@ -69,17 +70,19 @@ def resolve_runs(refs: Sequence[str], *, home: Path | None = None) -> list[Run]:
 
 
 def live_runs(*, agent: str | None = None, label: str | None = None, home: Path | None = None) -> list[Run]:
-    """The live (not ended) top-level runs, oldest first; only ``agent``'s, only those labelled
-    ``label`` (exactly)."""
+    """The live (not ended) top-level runs, and the live runs whose parent has ended (a workflow
+    child whose coordinator died: no live run above it would stop it), oldest first; only
+    ``agent``'s, only those labelled ``label`` (exactly)."""
     from pisub.runs.listing import list_statuses
     from pisub.store.paths import open_home
 
     h = open_home(home)
+    live = [st for st in list_statuses(h, live_only=True).statuses if not st.state.is_terminal]
+    ids = {st.run_id for st in live}
     statuses = [
         st
-        for st in list_statuses(h, live_only=True).statuses
-        if not st.state.is_terminal
-        and st.parent_run_id is None
+        for st in live
+        if (st.parent_run_id is None or st.parent_run_id not in ids)
         and (agent is None or st.agent == agent)
         and (label is None or st.label == label)
     ]

@@ -112,9 +112,9 @@ def follow_up(
 
 
 RUNS = typer.Argument(None, metavar="RUN...", autocompletion=run_ids, show_default=False)
-ALL = typer.Option(False, "--all", help="Every live top-level run.")
-AGENT = typer.Option(None, "--agent", help="Every live top-level run of this agent.")
-LABEL = typer.Option(None, "--label", help="Every live top-level run with this label.")
+ALL = typer.Option(False, "--all", help="Every live top-level run, and every live run whose parent ended.")
+AGENT = typer.Option(None, "--agent", help="Every live top-level run (or orphan) of this agent.")
+LABEL = typer.Option(None, "--label", help="Every live top-level run (or orphan) with this label.")
 REASON = typer.Option(None, "--reason")
 
 
@@ -160,8 +160,8 @@ def stop(
     """End one or more runs and everything they started; each ends stopped.
 
     Several runs: give their ids, or --all, --agent A, --label L (the live top-level runs at
-    that moment); one line per run. A workflow: every child is stopped, or with --child only
-    that one (the others go on)."""
+    that moment, and the live runs whose parent has ended); one line per run. A workflow: every
+    child is stopped, or with --child only that one (the others go on)."""
     from pisub.api.client import Run
     from pisub.api.many import stop_runs
     from pisub.errors import InboxClosed

@@ -221,3 +221,28 @@ def test_s_in_top_on_an_external_run_says_at_once_it_cannot_be_steered(
     finally:
         top.watch.close()
         run.send_stop()
+
+
+def test_stop_all_reaches_the_children_of_a_dead_coordinator(home: Path, make_agent: AgentMaker) -> None:
+    """F4: the children of a workflow whose coordinator was killed -9 go on running (promise:
+    a run outlives its launcher), but ``stop --all`` said "no live run": it took only top-level
+    runs. A live run whose parent has ended is now in every selection (no live run above it
+    would stop it); the children of a live workflow still are not (their workflow stops them)."""
+    make_agent("sleeper", command="sleep", args=["300"])
+    alive = launch_parallel([{"key": "a", "agent": "sleeper", "task": "x"}])
+    dead = launch_parallel([{"key": f"c{i}", "agent": "sleeper", "task": "x"} for i in range(2)])
+    for flow, count in ((alive, 1), (dead, 2)):
+        wait_for(lambda f=flow, n=count: [str(s.status) for s in f.status().steps].count("running") == n, 30)
+    status = dead.status()
+    assert status.pid is not None
+    children = [pisub.Run(str(s.run_id)) for s in status.steps]
+    os.kill(status.pid, signal.SIGKILL)
+    wait_runner_dead(dead, status.pid)
+    pisub_cli("status", dead.id)  # a reader repairs the dead coordinator's run
+    assert dead.status().state == "failed"
+    proc = pisub_cli("stop", "--all", "--json", timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    stopped = {json.loads(line)["runId"] for line in proc.stdout.splitlines()}
+    assert stopped == {alive.id, *(c.id for c in children)}, proc.stdout
+    for run in (alive, *children):
+        assert run.wait_until_terminal(20).state == "stopped"
