@@ -142,6 +142,9 @@ install_venv() {
     [ -x .venv/bin/python ] || "$PY" -m venv .venv
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' \
         --config-settings editable_mode=compat
+    # An editable install compiles nothing, and with PYTHONDONTWRITEBYTECODE set every process
+    # the tests start (thousands of CLIs and runners) would compile pisub again: ~0.1 CPU-s each.
+    .venv/bin/python -m compileall -q pisub tests scripts
 }
 # tmux drives `pisub top` in its tests, bindfs gives test_split_brain.py its second mount of
 # the home, zsh sources scripts/env.sh in test_readme_try.py, cron ticks schedules in
@@ -235,6 +238,7 @@ install_nonroot() {
     as_nonroot /usr/bin/python3 -m venv "$nonroot_dir/venv"
     as_nonroot "$nonroot_dir/venv/bin/python" -m pip install --quiet -e '.[dev]' \
         --config-settings editable_mode=compat
+    as_nonroot "$nonroot_dir/venv/bin/python" -m compileall -q pisub tests scripts  # (as install_venv)
 }
 
 started=$SECONDS
