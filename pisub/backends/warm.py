@@ -21,11 +21,10 @@ A process that launches runs through the API keeps one warm **spare** for its ne
 
 from __future__ import annotations
 
+import _socket  # (not socket's wrapper: its enums and selectors are ~3 ms before the spawn)
 import _thread
-import contextlib
 import os
 import select
-import socket
 import sys
 
 IDLE_S = 60.0
@@ -52,7 +51,7 @@ class Warm:
 
     __slots__ = ("owner", "pid", "sock")
 
-    def __init__(self, pid: int, sock: socket.socket, owner: int) -> None:
+    def __init__(self, pid: int, sock: _socket.socket, owner: int) -> None:
         self.pid = pid
         """The process ``posix_spawn`` started (the session leader; it forks the runner and exits)."""
         self.sock = sock
@@ -68,6 +67,8 @@ class Warm:
         return not readable  # it never writes before the handoff: readable means closed
 
     def discard(self) -> None:
+        import contextlib  # (here and below: not before the spawn)
+
         with contextlib.suppress(OSError):
             self.sock.close()
         self.reap()
@@ -78,13 +79,17 @@ class Warm:
         if self.alive():  # its process group still exists, so the id is still its own
             import signal
 
-            with contextlib.suppress(OSError):
+            try:
                 os.killpg(self.pid, signal.SIGKILL)
                 _wait_closed(self.sock, DISMISS_WAIT_S)
+            except OSError:
+                pass
         self.discard()
 
     def reap(self) -> None:
         """Collect the session leader (it exits as soon as it has forked the runner)."""
+        import contextlib
+
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(self.pid, 0)
 
@@ -93,7 +98,7 @@ DISMISS_WAIT_S = 2.0
 """How long :meth:`Warm.dismiss` waits for a killed warm runner to be gone."""
 
 
-def _wait_closed(sock: socket.socket, timeout: float) -> None:
+def _wait_closed(sock: _socket.socket, timeout: float) -> None:
     """Wait until the other end of ``sock`` is closed (a killed process's descriptors close
     after its memory is released: it no longer shows a command line or environment), at most
     ``timeout`` seconds. Nothing else comes from a warm runner that was never handed a run."""
@@ -233,7 +238,7 @@ SOCKET_FD = 3
 """Where a process :func:`spawn_with_socket` starts finds its end of the socket pair."""
 
 
-def spawn_with_socket(module_argv: list[str]) -> tuple[int, socket.socket] | None:
+def spawn_with_socket(module_argv: list[str]) -> tuple[int, _socket.socket] | None:
     """Start ``python -P -m MODULE_ARGV…`` in a session of its own (stdin, stdout and stderr on
     ``/dev/null``; the environment without a run's markers) holding one end of a fresh
     ``SOCK_SEQPACKET`` pair on :data:`SOCKET_FD`; its pid and the other end (None: it could not
@@ -241,7 +246,7 @@ def spawn_with_socket(module_argv: list[str]) -> tuple[int, socket.socket] | Non
     (``-m`` would, and a ``pisub`` folder there — another checkout, an older version — would be
     imported instead of this pisub)."""
     try:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
     except OSError:
         return None
     env = {k: v for k, v in os.environ.items() if k not in _RUN_MARKERS}  # (store.paths' without_markers)
@@ -291,7 +296,7 @@ def hand_off(warm: Warm, run_dir: str, env: dict[str, str], lock_fd: int, log_fd
         warm.dismiss()
         raise WarmGone("the handoff is too large")
     try:
-        warm.sock.sendmsg([body], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        warm.sock.sendmsg([body], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
         ack = _receive(warm.sock, timeout=10.0)
     except OSError as exc:
         warm.dismiss()
@@ -318,7 +323,7 @@ def _as_latin(text: str) -> str:
     return text.encode("utf-8", "surrogateescape").decode("latin-1")
 
 
-def _receive(sock: socket.socket, timeout: float) -> bytes:
+def _receive(sock: _socket.socket, timeout: float) -> bytes:
     ready, _, _ = select.select([sock], [], [], timeout)
     if not ready:
         raise OSError("the warm runner did not acknowledge")
@@ -392,12 +397,12 @@ class Handoff:
 def await_handoff(fd: int, idle: float = IDLE_S) -> Handoff | None:
     """Wait for the run (None: the launcher went away, or nothing came within ``idle``
     seconds, or the message was not a handoff); acknowledges it."""
-    sock = socket.socket(fileno=fd)
+    sock = _socket.socket(fileno=fd)
     try:
         ready, _, _ = select.select([sock], [], [], idle)
         if not ready:
             return None
-        data, ancdata, _flags, _addr = sock.recvmsg(_MAX_MESSAGE, socket.CMSG_SPACE(2 * 4))
+        data, ancdata, _flags, _addr = sock.recvmsg(_MAX_MESSAGE, _socket.CMSG_SPACE(2 * 4))
     except OSError:
         return None
     finally:
@@ -405,16 +410,20 @@ def await_handoff(fd: int, idle: float = IDLE_S) -> Handoff | None:
     fds = passed_fds(ancdata)
     handoff = _parse(data, fds)
     if handoff is None:
-        for passed in fds:
-            with contextlib.suppress(OSError):
-                os.close(passed)
+        _close_all(fds)
         return None
     if not _confirmed(fd):
-        for passed in (handoff.lock_fd, handoff.log_fd):
-            with contextlib.suppress(OSError):
-                os.close(passed)
+        _close_all([handoff.lock_fd, handoff.log_fd])
         return None
     return handoff
+
+
+def _close_all(fds: list[int]) -> None:
+    import contextlib
+
+    for passed in fds:
+        with contextlib.suppress(OSError):
+            os.close(passed)
 
 
 def _confirmed(fd: int) -> bool:
@@ -433,7 +442,7 @@ def passed_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
 
     fds: list[int] = []
     for level, kind, payload in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
             passed = array.array("i")
             passed.frombytes(payload[: len(payload) - len(payload) % passed.itemsize])
             fds.extend(passed)

@@ -30,6 +30,7 @@ one never handed a run exits when its launcher's end of its socket closes.
 
 from __future__ import annotations
 
+import _socket
 import array
 import contextlib
 import os
@@ -48,7 +49,7 @@ ANSWER_WAIT_S = 5.0
 class Zygote:
     """The launcher's side: a started zygote, shared by the launcher's threads."""
 
-    def __init__(self, pid: int, sock: socket.socket) -> None:
+    def __init__(self, pid: int, sock: _socket.socket) -> None:
         self.pid = pid
         self.sock = sock
         self.owner = os.getpid()
@@ -121,7 +122,7 @@ class Zygote:
         self.reaped = True
 
 
-def _receive(sock: socket.socket, timeout: float) -> bytes:
+def _receive(sock: _socket.socket, timeout: float) -> bytes:
     ready, _, _ = select.select([sock], [], [], timeout)
     if not ready:
         raise OSError("no answer from the zygote")

@@ -22,8 +22,9 @@ import hashlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from pisub.core.fsio import atomic_write, fsync_dir, load_json, private_mkdir, publish_new, read_bytes
 from pisub.core.locks import exclusive, is_held
@@ -43,8 +44,7 @@ def lease_key(session_file: str | Path) -> str:
     return hashlib.sha256(os.fsencode(canonical(session_file))).hexdigest()[:32]
 
 
-@dataclass(frozen=True)
-class LeasePaths:
+class LeasePaths(msgspec.Struct, frozen=True):
     root: Path
     key: str
 
@@ -224,8 +224,7 @@ def unleased(leases_dir: Path, session_file: str | Path) -> Iterator[int]:
         raise storage_error(exc, "write under the session lease in") from exc
 
 
-@dataclass
-class LeaseInfo:
+class LeaseInfo(msgspec.Struct):
     path: Path
     owner: LeaseOwner | None
     error: str | None

@@ -231,8 +231,11 @@ def test_stop_all_reaches_the_children_of_a_dead_coordinator(home: Path, make_ag
     make_agent("sleeper", command="sleep", args=["300"])
     alive = launch_parallel([{"key": "a", "agent": "sleeper", "task": "x"}])
     dead = launch_parallel([{"key": f"c{i}", "agent": "sleeper", "task": "x"} for i in range(2)])
-    for flow, count in ((alive, 1), (dead, 2)):
-        wait_for(lambda f=flow, n=count: [str(s.status) for s in f.status().steps].count("running") == n, 30)
+
+    def running(flow: pisub.Run, count: int) -> bool:
+        return [str(s.status) for s in flow.status().steps].count("running") == count
+
+    wait_for(lambda: running(alive, 1) and running(dead, 2), 30)
     status = dead.status()
     assert status.pid is not None
     children = [pisub.Run(str(s.run_id)) for s in status.steps]
