@@ -4,11 +4,11 @@
 Every run is resolved before anything is written (an unknown id or a prefix that matches several
 runs refuses the whole command: nothing is acted on), the same run named twice is acted on once,
 every request is written before any receipt is awaited (one deadline for all), and each run gets
-one :class:`Outcome`. A selection (``--all``, ``--agent``, ``--label``) is the live top-level
-runs (and the live runs whose parent has ended: a dead coordinator's children) at the moment it
-is read: a run that starts later is not in it, and one that ends before
-its request is written is ``ended`` (not a failure: it is no longer live); so is a run whose
-stop failed because its child had already exited, once it has ended.
+one :class:`Outcome`. A selection (``--all``, ``--agent``, ``--label``) is the live runs no live
+workflow stops with itself (:func:`live_runs`) at the moment it is read: a run that starts
+later is not in it, and one that ends before its request is written is ``ended`` (not a
+failure: it is no longer live); so is a run whose stop failed because its child had already
+exited, once it has ended.
 """
 
 from __future__ import annotations
@@ -69,20 +69,29 @@ def resolve_runs(refs: Sequence[str], *, home: Path | None = None) -> list[Run]:
     return list(runs.values())
 
 
+WORKFLOW = "workflow"
+"""A workflow coordinator's ``runner`` in its status."""
+
+
 def live_runs(*, agent: str | None = None, label: str | None = None, home: Path | None = None) -> list[Run]:
-    """The live (not ended) top-level runs, and the live runs whose parent has ended (a workflow
-    child whose coordinator died: no live run above it would stop it), oldest first; only
-    ``agent``'s, only those labelled ``label`` (exactly)."""
+    """The live (not ended) runs that no live workflow stops with itself, oldest first; only
+    ``agent``'s, only those labelled ``label`` (exactly). A live workflow's children — those its
+    status lists, a resumed workflow's re-attached ones included, and those naming it as their
+    parent — are left to it; every other live run is in: the top-level ones, those whose
+    parent has ended (a killed coordinator's children), and those started inside a single run
+    (a single run's stop does not reach the runs it started)."""
     from pisub.runs.listing import list_statuses
     from pisub.store.paths import open_home
 
     h = open_home(home)
     live = [st for st in list_statuses(h, live_only=True).statuses if not st.state.is_terminal]
-    ids = {st.run_id for st in live}
+    workflows = {st.run_id: st for st in live if st.runner == WORKFLOW}
+    coordinated = {step.run_id for st in workflows.values() for step in st.steps if step.run_id}
     statuses = [
         st
         for st in live
-        if (st.parent_run_id is None or st.parent_run_id not in ids)
+        if st.run_id not in coordinated
+        and st.parent_run_id not in workflows
         and (agent is None or st.agent == agent)
         and (label is None or st.label == label)
     ]

@@ -28,16 +28,16 @@ if TYPE_CHECKING:
 JSON = typer.Option(False, "--json", help="Print the receipt object as in the outbox.")
 
 
-def _finite_wait(value: float) -> float:
-    """A NaN or infinite wait is refused as ``-5`` is, by the parser: a usage error, before
-    anything is written (a NaN wait would never end)."""
-    if not math.isfinite(value):
+def finite_seconds(value: float | None) -> float | None:
+    """A NaN or infinite wait (or timeout) is refused as ``-5`` is, by the parser: a usage
+    error, before anything is written (a NaN wait would never end)."""
+    if value is not None and not math.isfinite(value):
         raise typer.BadParameter(f"{value} is not a finite number of seconds.")
     return value
 
 
 WAIT = typer.Option(
-    3.0, "--wait", min=0, callback=_finite_wait, help="Seconds to wait for the receipt (0: do not wait)."
+    3.0, "--wait", min=0, callback=finite_seconds, help="Seconds to wait for the receipt (0: do not wait)."
 )
 OK_STATES = ("delivered", "queued", "scheduled", "recovered")
 CHILD = typer.Option(
@@ -112,9 +112,9 @@ def follow_up(
 
 
 RUNS = typer.Argument(None, metavar="RUN...", autocompletion=run_ids, show_default=False)
-ALL = typer.Option(False, "--all", help="Every live top-level run, and every live run whose parent ended.")
-AGENT = typer.Option(None, "--agent", help="Every live top-level run (or orphan) of this agent.")
-LABEL = typer.Option(None, "--label", help="Every live top-level run (or orphan) with this label.")
+ALL = typer.Option(False, "--all", help="Every live run that no live workflow stops with itself.")
+AGENT = typer.Option(None, "--agent", help="Every such live run of this agent.")
+LABEL = typer.Option(None, "--label", help="Every such live run with this label.")
 REASON = typer.Option(None, "--reason")
 
 
@@ -159,8 +159,8 @@ def stop(
 ) -> None:
     """End one or more runs and everything they started; each ends stopped.
 
-    Several runs: give their ids, or --all, --agent A, --label L (the live top-level runs at
-    that moment, and the live runs whose parent has ended); one line per run. A workflow: every
+    Several runs: give their ids, or --all, --agent A, --label L (the live runs at that
+    moment, but a live workflow's children: it stops them); one line per run. A workflow: every
     child is stopped, or with --child only that one (the others go on)."""
     from pisub.api.client import Run
     from pisub.api.many import stop_runs

@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 import typer
 
 from pisub.cli.complete import RUN, agent_names, run_ids
+from pisub.cli.control import finite_seconds
 from pisub.cli.reading import print_fleet as _print_fleet
 from pisub.cli.reading import run_named as _run
 from pisub.cli.render import (
@@ -539,7 +540,9 @@ def wait(
     all_: bool = typer.Option(
         False, "--all", help="Several runs: return when every one has ended (the default)."
     ),
-    timeout: float | None = typer.Option(None, "--timeout", help="Give up after this many seconds (exit 3)."),
+    timeout: float | None = typer.Option(
+        None, "--timeout", min=0, callback=finite_seconds, help="Give up after this many seconds (exit 3)."
+    ),
     as_json: bool = JSON,
 ) -> None:
     """Wait for a run to end and print its result; exit 0 only for a complete run.

@@ -249,3 +249,46 @@ def test_stop_all_reaches_the_children_of_a_dead_coordinator(home: Path, make_ag
     assert stopped == {alive.id, *(c.id for c in children)}, proc.stdout
     for run in (alive, *children):
         assert run.wait_until_terminal(20).state == "stopped"
+
+
+def test_stop_all_reaches_a_run_started_inside_a_single_run(home: Path, make_agent: AgentMaker) -> None:
+    """Attack 31, F1: a single run's stop does not end the runs it started (a child run
+    outlives its parent's end), so ``stop --all`` must select them too — it took only the
+    outer run, and ``stop --agent sleeper`` said "no live run" while one ran."""
+    make_agent("sleeper", command="sleep", args=["300"])
+    make_agent("nester", python="import time, pisub\npisub.launch('sleeper', 'inner')\ntime.sleep(300)\n")
+    outer = pisub.launch("nester", "outer")
+
+    def inner() -> pisub.Run | None:
+        found = [st for st in pisub.list_runs(children=True) if st.parent_run_id == outer.id]
+        return pisub.Run(found[0].run_id) if found and found[0].state == "running" else None
+
+    nested = wait_for(inner, 30, what="the nested run")
+    proc = pisub_cli("stop", "--agent", "sleeper", "--json", timeout=30)
+    assert {json.loads(line)["runId"] for line in proc.stdout.splitlines()} == {nested.id}, proc.stdout
+    assert nested.wait_until_terminal(20).state == "stopped"
+    assert not outer.status().state.is_terminal
+    outer.send_stop()
+
+
+def test_stop_all_leaves_a_resumed_workflows_children_to_it(home: Path, make_agent: AgentMaker) -> None:
+    """Attack 31, F2: the children a resumed workflow re-attached still name the dead
+    coordinator as their parent; they are the live workflow's (its status lists them), so
+    ``stop --all`` stops the workflow alone, which stops them."""
+    make_agent("sleeper", command="sleep", args=["300"])
+    dead = launch_parallel([{"key": f"c{i}", "agent": "sleeper", "task": "x"} for i in range(2)])
+    wait_for(lambda: [str(s.status) for s in dead.status().steps].count("running") == 2, 30)
+    status = dead.status()
+    assert status.pid is not None
+    children = {str(s.run_id) for s in status.steps}
+    os.kill(status.pid, signal.SIGKILL)
+    wait_runner_dead(dead, status.pid)
+    resumed = pisub_cli("resume", dead.id, timeout=60)
+    assert resumed.returncode == 0, resumed.stderr
+    again = pisub.Run(resumed.stdout.split()[0])
+    wait_for(lambda: {str(s.run_id) for s in again.status().steps if s.run_id} == children, 30)
+    proc = pisub_cli("stop", "--all", "--json", timeout=30)
+    assert {json.loads(line)["runId"] for line in proc.stdout.splitlines()} == {again.id}, proc.stdout
+    assert again.wait_until_terminal(30).state == "stopped"
+    for child in children:
+        assert pisub.Run(child).wait_until_terminal(20).state == "stopped"

@@ -114,11 +114,13 @@ def test_undecodable_arguments_are_invalid_input_not_a_bug(home: Path, make_agen
 def test_nan_waits_are_refused_at_once(home: Path, make_agent: AgentMaker) -> None:
     make_agent("sleeper", command="sleep", args=["300"])
     run = pisub.launch("sleeper", "x")
-    _one_line(pisub_cli("wait", run.id, "--timeout", "nan", timeout=20), "INVALID_INPUT")
     for value in ("nan", "inf", "-5"):  # the parser refuses them all alike: a usage error, exit 2
         proc = pisub_cli("stop", run.id, "--wait", value, timeout=20)
         _one_line(proc, "USAGE")
         assert proc.returncode == 2 and "'--wait'" in proc.stderr, proc.stderr
+        proc = pisub_cli("wait", run.id, "--timeout", value, timeout=20)  # (attack 31: was INVALID_INPUT)
+        _one_line(proc, "USAGE")
+        assert proc.returncode == 2 and "'--timeout'" in proc.stderr, proc.stderr
     assert not list((run.dir / "inbox" / "new").iterdir()), "nothing was written"
 
 
