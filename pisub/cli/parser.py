@@ -162,7 +162,7 @@ def _usage(error: click.UsageError) -> NoReturn:
         sys.exit(2)
     message = " ".join(error.format_message().split())
     hints = list(dict.fromkeys(re.findall(r" ?Did you mean [^?]*\?", message)))
-    message = re.sub(r" ?Did you mean [^?]*\?", "", message).rstrip()
+    message = re.sub(r" ?\(?Did you mean [^?]*\?\)?", "", message).rstrip()  # (click's in parentheses)
     if hints:
         message = f"{message.rstrip('.')}. {hints[0].strip()}"
     path = error.ctx.command_path if error.ctx is not None else "pisub"

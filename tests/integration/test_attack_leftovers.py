@@ -292,3 +292,11 @@ def test_stop_all_leaves_a_resumed_workflows_children_to_it(home: Path, make_age
     assert again.wait_until_terminal(30).state == "stopped"
     for child in children:
         assert pisub.Run(child).wait_until_terminal(20).state == "stopped"
+
+
+def test_a_mistyped_option_is_one_clean_line() -> None:
+    """Attack 31, F7: click's suggestion in parentheses left a stray ``()`` in the line."""
+    proc = pisub_cli("list", "--agen", "x")
+    line = _one_line(proc, "USAGE")
+    assert "()" not in line and "Did you mean one of: '--agent'" in line, line
+    assert proc.returncode == 2
