@@ -9,14 +9,13 @@ within the wait. ``stop``/``interrupt`` of several runs (``A B``, ``--all``, ``-
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
-from pisub.cli.complete import RUN, run_ids
+from pisub.cli.complete import RUN, finite_seconds, run_ids
 from pisub.cli.render import err, json_line, out
 
 if TYPE_CHECKING:
@@ -26,14 +25,6 @@ if TYPE_CHECKING:
     from pisub.protocol.control import Receipt
 
 JSON = typer.Option(False, "--json", help="Print the receipt object as in the outbox.")
-
-
-def finite_seconds(value: float | None) -> float | None:
-    """A NaN or infinite wait (or timeout) is refused as ``-5`` is, by the parser: a usage
-    error, before anything is written (a NaN wait would never end)."""
-    if value is not None and not math.isfinite(value):
-        raise typer.BadParameter(f"{value} is not a finite number of seconds.")
-    return value
 
 
 WAIT = typer.Option(

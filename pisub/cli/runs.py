@@ -8,8 +8,7 @@ from typing import Any, NoReturn
 
 import typer
 
-from pisub.cli.complete import RUN, agent_names, run_ids
-from pisub.cli.control import finite_seconds
+from pisub.cli.complete import RUN, agent_names, finite_seconds, run_ids
 from pisub.cli.reading import print_fleet as _print_fleet
 from pisub.cli.reading import run_named as _run
 from pisub.cli.render import (
