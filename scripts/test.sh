@@ -14,8 +14,8 @@
 #   root       (as root) the `root` tests: mounts, chown to other users, driving pisub as pisub-ci
 #              through tests/nonroot.py (PISUB_NONROOT_PYTHON / _USER / _TMPDIR are set for it);
 #   pi X       the `pi_versions` tests against every other selected pi version;
-#   idle       the `idle` tests (they wait on the cron daemon's minute), without xdist, as the
-#              main pass's user: none holds one of its workers while it waits;
+#   idle       the `idle` tests (they wait on a clock: the cron daemon's minute, a pisub
+#              deadline), without xdist, as the main pass's user: none holds a worker while it waits;
 #   serial     the `serial` tests, alone, without xdist (then, as root, the `root` ones among
 #              them, e.g. those stepping the wall clock, once the Slurm cluster is stopped).
 #
