@@ -1025,6 +1025,13 @@ def _start_handle(manifest: Manifest, home: Home, seeds: Mapping[str, Path | byt
     return run
 
 
+def takes_no_messages(runner: str, state: RunState) -> bool:
+    """A live run whose runner cannot pass its child a message (a steer, a follow-up) or pause
+    it for a resume: an external CLI's. A pi run's can; a workflow routes to its children,
+    which answer for themselves; an ended run refuses every request anyway (``RUN_CLOSED``)."""
+    return runner not in ("pi", "workflow") and not state.is_terminal
+
+
 class Run:
     """A handle on one run, found by id or unique prefix."""
 
@@ -1271,7 +1278,7 @@ class Run:
         from pisub.errors import NotSteerable
 
         runner = self.manifest().agent.runner
-        if runner not in ("pi", "workflow") and not self.status().state.is_terminal:
+        if takes_no_messages(runner, self.status().state):
             raise NotSteerable(
                 f"run {self.id} is an {runner} run: its runner cannot pass it a {what}; "
                 f"stop it (pisub stop {self.id[:8]}) and start a new run with the message"
@@ -1298,7 +1305,7 @@ class Run:
         from pisub.errors import NotResumable
 
         runner = self.manifest().agent.runner
-        if runner not in ("pi", "workflow") and not self.status().state.is_terminal:
+        if takes_no_messages(runner, self.status().state):
             raise NotResumable(
                 f"run {self.id} is an {runner} run: an interrupt pauses a run to resume it, and "
                 f"only pi runs can be resumed; end it with: pisub stop {self.id[:8]}"

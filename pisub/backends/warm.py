@@ -77,13 +77,12 @@ class Warm:
         """End it now (it was never handed a run) rather than when it sees the socket close,
         and wait (briefly) until it is gone: a command that did not launch leaves no process."""
         if self.alive():  # its process group still exists, so the id is still its own
+            import contextlib
             import signal
 
-            try:
+            with contextlib.suppress(OSError):
                 os.killpg(self.pid, signal.SIGKILL)
                 _wait_closed(self.sock, DISMISS_WAIT_S)
-            except OSError:
-                pass
         self.discard()
 
     def reap(self) -> None:

@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     from pisub.protocol.control import Receipt
 
 JSON = typer.Option(False, "--json", help="Print the receipt object as in the outbox.")
-
-
 WAIT = typer.Option(
     3.0, "--wait", min=0, callback=finite_seconds, help="Seconds to wait for the receipt (0: do not wait)."
 )

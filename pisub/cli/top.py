@@ -778,10 +778,12 @@ def _not_started(call: FleetRow, key: str) -> str:
 
 def _not_steerable(row: Row) -> str | None:
     """Why ``s`` cannot steer ``row``'s run (a live run of an external CLI: its runner has no
-    way to pass it a message — ``check_steerable``'s refusal, short for an 80-column footer);
-    None when it may be steered."""
+    way to pass it a message — :meth:`~pisub.api.client.Run.check_steerable`'s refusal, short
+    for an 80-column footer); None when it may be steered."""
+    from pisub.api.client import takes_no_messages
+
     status = row.status
-    if status is None or status.runner in ("pi", "workflow") or status.state.is_terminal:
+    if status is None or not takes_no_messages(status.runner, status.state):
         return None
     run8 = status.run_id[:8]
     return f"steer {run8}: NOT_STEERABLE — {status.runner} runs take no messages; x stops it"

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+import msgspec
+
 from pisub.core.fsio import trust_home
 from pisub.defaults import MIN_PREFIX
 from pisub.errors import HomeUnusable, InvalidInput
@@ -138,43 +140,12 @@ def default_home(env: Mapping[str, str] | None = None) -> Path:
     return (base / "pisub").absolute()
 
 
-class _Rooted:
-    """An immutable value naming the paths below one folder, ``root``: equal when of the same
-    class and root. (Not a dataclass: ``dataclasses`` imports ``inspect``, some 8 ms of a
-    command that reads a run and otherwise imports neither.)"""
-
-    __slots__ = ("root",)
-    root: Path
-
-    def __init__(self, root: Path) -> None:
-        object.__setattr__(self, "root", root)
-        self._check()
-
-    def _check(self) -> None:
-        """What must hold of ``root`` (a subclass's; nothing here)."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable")
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.root == self.root
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, self.root))
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(root={self.root!r})"
-
-
-class Home(_Rooted):
+class Home(msgspec.Struct, frozen=True):
     """The pisub home directory and its fixed subfolders."""
 
-    __slots__ = ()
+    root: Path
 
-    def _check(self) -> None:
+    def __post_init__(self) -> None:
         trust_home(self.root)  # below it, no folder is reached through a symlink
 
     @property
@@ -358,13 +329,13 @@ def _is_pisubs(home: Path) -> bool:
         return all(e.name in HOME_ENTRIES or e.name.startswith("index.bad-") for e in entries)
 
 
-class RunPaths(_Rooted):
+class RunPaths(msgspec.Struct, frozen=True):
     """The one place that names every file and folder of a run directory (``spec/protocol.md``
     says who writes each)."""
 
-    __slots__ = ()
+    root: Path
 
-    def _check(self) -> None:
+    def __post_init__(self) -> None:
         trust_home(self.root.parent.parent)  # its home: no folder below is reached through a symlink
 
     @property
