@@ -120,18 +120,24 @@ start() {
     set -m
     (
         # (not `"$@" || ...`: that would turn set -e off inside it)
-        trap 'echo "$SECONDS" >"$logs/$name.ended"' EXIT
+        # Its exit code too: bash may forget a background job that ended long before the
+        # `wait` for it once the pids wrap ("pid N is not a child of this shell", 127).
+        trap 'echo "$SECONDS $?" >"$logs/$name.ended"' EXIT
         "$@"
     ) >"$logs/$name.log" 2>&1 &
     step_pid[$name]=$!
     set +m
 }
 finish() {
-    local name=$1 rc=0
-    wait "${step_pid[$name]}" || rc=$?
+    local name=$1 rc=0 ended=$SECONDS code pid
+    pid=${step_pid[$name]}
+    wait "$pid" 2>/dev/null || rc=$?
+    while [ ! -s "$logs/$name.ended" ] && kill -0 "$pid" 2>/dev/null; do sleep 1; done
     unset "step_pid[$name]"
-    local ended
-    ended=$(cat "$logs/$name.ended" 2>/dev/null || echo "$SECONDS")
+    if [ -s "$logs/$name.ended" ]; then
+        read -r ended code <"$logs/$name.ended"
+        rc=${code:-$rc}
+    fi
     echo "== $name ($((ended - step_started[$name])) s, exit $rc)"
     cat "$logs/$name.log"
     return "$rc"

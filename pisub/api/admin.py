@@ -34,9 +34,9 @@ def settings(home: Path | None = None) -> tuple[Path, list[Setting]]:
     comes from (``config.toml`` — :attr:`Setting.file` says which —, an environment variable,
     pisub's default). :func:`config_sources` lists every file looked at."""
     from pisub.store.config import effective, user_config_path
-    from pisub.store.paths import open_home
+    from pisub.store.paths import open_home_to_read
 
-    root = open_home(home).root
+    root = open_home_to_read(home).root
     return user_config_path(), effective(root)
 
 
@@ -44,9 +44,9 @@ def config_sources(home: Path | None = None) -> Loaded:
     """Every ``config.toml`` looked at (the winning one first: found or not, the keys it sets)
     and the keys both set to different values (:meth:`Loaded.conflicts`)."""
     from pisub.store.config import load_all
-    from pisub.store.paths import open_home
+    from pisub.store.paths import open_home_to_read
 
-    return load_all(open_home(home).root)
+    return load_all(open_home_to_read(home).root)
 
 
 def leases(home: Path | None = None) -> list[LeaseInfo]:
@@ -54,9 +54,9 @@ def leases(home: Path | None = None) -> list[LeaseInfo]:
     False when proven dead, None when this host cannot tell); an unreadable record has
     ``owner`` None and ``error`` set."""
     from pisub.store.leases import list_leases
-    from pisub.store.paths import open_home
+    from pisub.store.paths import open_home_to_read
 
-    return list_leases(open_home(home).leases)
+    return list_leases(open_home_to_read(home).leases)
 
 
 def break_leases(ref: str, *, force: bool = False, home: Path | None = None) -> list[LeaseInfo]:
@@ -122,10 +122,12 @@ def gc(
     Raises:
         InvalidInput: a bad age. LockBusy: another ``gc`` held on for 60 s.
     """
-    from pisub.api.doctor import collect
-    from pisub.store.paths import open_home
+    from pisub.api.doctor import GcResult, collect
+    from pisub.store.paths import open_home_to_read
 
-    return collect(open_home(home), parse_age(older_than), dry_run, progress)
+    age = parse_age(older_than)
+    h = open_home_to_read(home)  # (no home: no runs to remove)
+    return collect(h, age, dry_run, progress) if os.path.lexists(h.root) else GcResult()
 
 
 def parse_age(text: str) -> float:

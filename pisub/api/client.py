@@ -68,7 +68,7 @@ def agent_catalog(*, home: Path | None = None, cwd: Path | None = None) -> Catal
     """Every agent visible from ``cwd`` (user scope, then project scope)."""
     from pisub.agents.catalog import discover
 
-    h = open_home(home)
+    h = open_home_to_read(home)  # (a reader: a missing home has only project and builtin agents)
     return discover(h.agents, Path(cwd or os.getcwd()).resolve())
 
 
@@ -1420,7 +1420,7 @@ def retained_children(
         raise InvalidInput("limit must be 1 to 1000")
     parent_id = Run(parent, home=home).id if parent is not None else None
     statuses = list_runs(home=home, children=True)
-    return retained(open_home(home), statuses, parent_id, limit)
+    return retained(open_home_to_read(home), statuses, parent_id, limit)
 
 
 def list_runs(

@@ -16,7 +16,7 @@ from pisub.protocol.queue import DEFAULT_GROUP, GroupConfig, check_group_name, c
 from pisub.runs.queue import GroupView as GroupView  # (what the CLI shows)
 from pisub.runs.queue import Verdict, holder_verdict, promote, view
 from pisub.store import groups
-from pisub.store.paths import Home, open_home
+from pisub.store.paths import Home, open_home, open_home_to_read
 
 if TYPE_CHECKING:
     from pisub.api.client import Run
@@ -85,7 +85,7 @@ def _change(name: str, home: Path | None, change: object) -> GroupView:
 def group_list(*, home: Path | None = None) -> list[GroupView]:
     """Every group (``default`` first, then by name): its limit, runs holding a slot, runs
     waiting, whether it is paused."""
-    h = open_home(home)
+    h = open_home_to_read(home)  # (no home: only the default group, empty)
     names = set(groups.list_groups(h)) | {DEFAULT_GROUP}
     ordered = [DEFAULT_GROUP, *sorted(names - {DEFAULT_GROUP})]
     return [view(h, name) for name in ordered]

@@ -81,9 +81,9 @@ def live_runs(*, agent: str | None = None, label: str | None = None, home: Path 
     parent has ended (a killed coordinator's children), and those started inside a single run
     (a single run's stop does not reach the runs it started)."""
     from pisub.runs.listing import list_statuses
-    from pisub.store.paths import open_home
+    from pisub.store.paths import open_home_to_read
 
-    h = open_home(home)
+    h = open_home_to_read(home)  # (no home: no live run)
     live = [st for st in list_statuses(h, live_only=True).statuses if not st.state.is_terminal]
     workflows = {st.run_id: st for st in live if st.runner == WORKFLOW}
     coordinated = {step.run_id for st in workflows.values() for step in st.steps if step.run_id}

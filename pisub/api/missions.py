@@ -46,7 +46,7 @@ from pisub.store.missions import (
     project_keys,
     project_of,
 )
-from pisub.store.paths import Home, open_home
+from pisub.store.paths import Home, open_home, open_home_to_read
 
 NOTICE_MAX = 180
 """Longest goal continuation notice (characters)."""
@@ -339,7 +339,7 @@ def mission_list(
     refreshed from its runs; entries that are not missions are skipped with the reason."""
     if scope not in ("project", "global"):
         raise InvalidInput(f"--scope: project or global, not {scope!r:.40}")
-    h = open_home(home)
+    h = open_home_to_read(home)  # (no home: no missions)
     listing = MissionListing()
     if scope == "global":
         keys, listing.skipped = project_keys(h)
@@ -368,7 +368,7 @@ def mission_show(mission_id: str, *, cwd: str | Path | None = None, home: Path |
 
     Raises:
         MissionNotFound: no such mission."""
-    h = open_home(home)
+    h = open_home_to_read(home)
     store = _found(h, mission_id, cwd)
     notes: list[str] = []
     mission = shown(_refreshed(h, store, store.get(mission_id), SHOW_LOCK_TIMEOUT, notes))

@@ -47,7 +47,7 @@ def list_resources(*, home: Path | None = None) -> list[ResourceInfo]:
     Raises:
         InvalidInput: the config is bad or registers a resource that shadows a builtin.
     """
-    from pisub.store.paths import open_home
+    from pisub.store.paths import open_home_to_read
     from pisub.workflow.resources import list_all
 
-    return list_all(open_home(home).root)
+    return list_all(open_home_to_read(home).root)

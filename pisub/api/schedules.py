@@ -57,7 +57,7 @@ from pisub.protocol.schedule import (
     parse_every,
 )
 from pisub.protocol.status import RepairCause
-from pisub.store.paths import open_home
+from pisub.store.paths import open_home, open_home_to_read
 from pisub.store.schedules import (
     LOCK_TIMEOUT_S,
     RESERVED,
@@ -354,7 +354,7 @@ def schedule_list(
     """This project's schedules (``cwd``'s, default the current directory), or every one with
     ``all_projects``; ordered by their next fire. A fire whose run has ended is reconciled
     first; unreadable schedules are left out (a tick quarantines them)."""
-    h = open_home(home)
+    h = open_home_to_read(home)  # a reader: a home that does not exist has no schedules
     store = ScheduleStore(h)
     project = None if all_projects else _project_of(Path(cwd or os.getcwd()))
     found = []
@@ -374,7 +374,7 @@ def schedule_show(schedule_id: str, *, recent: int = 10, home: Path | None = Non
     Raises:
         ScheduleNotFound; ProtocolError: its record cannot be read.
     """
-    store = ScheduleStore(open_home(home))
+    store = ScheduleStore(open_home_to_read(home))
     schedule_id = _resolve(store, schedule_id)
     schedule = _refreshed(store, schedule_id)
     return ScheduleDetail(schedule, store.history(schedule_id)[: max(0, recent)])

@@ -12,7 +12,7 @@ from pathlib import Path
 from pisub.errors import InvalidInput, PisubError, RunNotFound
 from pisub.protocol.codec import Record
 from pisub.protocol.worktree import ApplyReport, PlanEntry, Removal, WorktreeRecord
-from pisub.store.paths import Home, is_run_id, open_home
+from pisub.store.paths import Home, is_run_id, open_home, open_home_to_read
 
 
 class WorktreeRow(Record, kw_only=True):
@@ -57,7 +57,7 @@ def list_worktrees(home: Path | None = None) -> list[WorktreeRow]:
     """Every isolated child's worktree, with what cleanup would do with it."""
     from pisub.worktrees import cleanup_plan, list_records
 
-    h = open_home(home)
+    h = open_home_to_read(home)  # (no home: no worktrees)
     rows = []
     for root in roots(h):
         records = {p.name.removesuffix(".json"): r for p, r in list_records(root) if not isinstance(r, str)}

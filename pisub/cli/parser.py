@@ -165,7 +165,22 @@ def _usage(error: click.UsageError) -> NoReturn:
     message = re.sub(r" ?\(?Did you mean [^?]*\?\)?", "", message).rstrip()  # (click's in parentheses)
     if hints:
         message = f"{message.rstrip('.')}. {hints[0].strip()}"
-    path = error.ctx.command_path if error.ctx is not None else "pisub"
+    path = error.ctx.command_path if error.ctx is not None else _command_path(sys.argv[1:])
     line = printable(f"{message} Try '{path} --help'.", one_line=True)
     print(f"pisub: {line} [USAGE]", file=sys.stderr)
     sys.exit(2)
+
+
+def _command_path(argv: list[str]) -> str:
+    """``pisub CMD [SUB]`` as far as ``argv`` names commands (click gives no context for some
+    usage errors, e.g. an option missing its value)."""
+    command: click.Command = typer.main.get_command(root_app())
+    path = ["pisub"]
+    for token in argv:
+        if not isinstance(command, click.Group) or token.startswith("-"):
+            break
+        found = command.get_command(click.Context(command, info_name=path[-1]), token)
+        if found is None:
+            break
+        command, path = found, [*path, token]
+    return " ".join(path)

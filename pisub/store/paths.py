@@ -283,7 +283,13 @@ def _ensure_private_dir(path: Path, top: bool = False) -> None:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = path.lstat()
     if stat.S_ISLNK(st.st_mode):
-        st = path.stat()
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            raise HomeUnusable(
+                f"pisub home {path} is a symbolic link to {os.readlink(path)}, which does not exist: "
+                "create that folder, or set PISUB_HOME to another"
+            ) from None
     if not stat.S_ISDIR(st.st_mode):
         raise HomeUnusable(f"pisub home {path} exists and is not a directory")
     if st.st_uid != os.getuid():

@@ -175,6 +175,38 @@ def test_reading_commands_never_create_the_home(tmp_path: Path) -> None:
     assert not missing.exists(), "a read-only command created the home"
 
 
+READERS = (
+    (("resources",), 0),
+    (("agents", "list"), 0),
+    (("agents", "show", "coder"), 0),
+    (("lease", "list"), 0),
+    (("children", "list"), 0),
+    (("worktree", "list"), 0),
+    (("config", "show"), 0),
+    (("group", "list"), 0),
+    (("schedule", "list"), 0),
+    (("schedule", "show", "nightly"), 1),
+    (("mission", "list", "--scope", "global"), 0),
+    (("mission", "show", "abcdefabcdef"), 1),
+    (("gc", "--dry-run"), 0),
+    (("gc",), 0),
+    (("stop", "--all"), 0),
+    (("interrupt", "--agent", "coder"), 0),
+    (("fleet",), 0),
+)
+
+
+def test_every_other_reading_command_never_creates_the_home(tmp_path: Path) -> None:
+    """The attack's F4 (issue 29): ``agents list``, ``config show``, ``schedule list``,
+    ``gc --dry-run``, ``stop --all`` with nothing to stop… made a missing home; each answers as
+    for an empty home (or names what it did not find) and creates nothing."""
+    env, missing = _without_a_home(tmp_path)
+    for argv, code in READERS:
+        proc = pisub_cli(*argv, env=env)
+        assert proc.returncode == code and "Traceback" not in proc.stderr, (argv, proc)
+        assert not missing.exists(), f"pisub {' '.join(argv)} created the home"
+
+
 def test_logs_follow_of_a_workflow_whose_coordinator_died_says_so(home: Path, make_agent: AgentMaker) -> None:
     """F11 (c): ``logs -f`` of a workflow whose coordinator was killed ended silently, exit 0,
     while its children went on: it now ends with the line ``status`` gives, exit 1."""

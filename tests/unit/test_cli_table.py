@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import typer
 
 from pisub.cli import full_app
@@ -95,3 +96,23 @@ def test_an_unknown_command_is_named_with_a_hint_without_importing_commands(tmp_
         "pisub: No such command 'statsu'. Did you mean 'status'? Try 'pisub --help'. [USAGE]"
     )
     assert _loaded(tmp_path, "statsu") <= BASE
+
+
+@pytest.mark.parametrize(
+    ("argv", "path"),
+    [
+        (["run", "--agent"], "pisub run"),
+        (["list", "--limit"], "pisub list"),
+        (["schedule", "create", "--every"], "pisub schedule create"),
+        (["--version", "--bogus"], "pisub"),
+    ],
+)
+def test_an_option_missing_its_value_names_its_command_help(
+    tmp_path: Path, argv: list[str], path: str
+) -> None:
+    """The attack's F7 (issue 29): click gives no context for it, and the line said `pisub --help`."""
+    env = {**os.environ, "PISUB_HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pisub", *argv], capture_output=True, text=True, env=env, check=False
+    )
+    assert proc.returncode == 2 and proc.stderr.endswith(f" Try '{path} --help'. [USAGE]\n"), proc.stderr

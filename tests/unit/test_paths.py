@@ -5,7 +5,14 @@ from pathlib import Path
 import pytest
 
 from pisub.errors import HomeUnusable, InvalidInput
-from pisub.store.paths import RunPaths, default_home, is_run_id, open_home, validate_run_ref
+from pisub.store.paths import (
+    RunPaths,
+    default_home,
+    is_run_id,
+    open_home,
+    open_home_to_read,
+    validate_run_ref,
+)
 
 
 @pytest.mark.parametrize(
@@ -103,3 +110,13 @@ def test_an_empty_folder_or_a_home_of_pisubs_is_tightened(tmp_path: Path, kind: 
     home.chmod(0o755)
     open_home(home)
     assert home.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_home_that_is_a_dangling_symbolic_link_is_refused_naming_where_it_points(tmp_path: Path) -> None:
+    """The attack's F3 (issue 29): it was refused as "No such file or directory" — of which?"""
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "gone")
+    for opener in (open_home, open_home_to_read):
+        with pytest.raises(HomeUnusable, match=r"is a symbolic link to .*gone, which does not exist"):
+            opener(link)
+    assert not (tmp_path / "gone").exists()
