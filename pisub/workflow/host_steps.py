@@ -43,6 +43,8 @@ class _Step:
     params: HostParams
     row: HostStepStatus
     outcome: Outcome | None = None
+    settled: bool = False
+    """Its end is posted to the control loop (so shown before anything its answer leads to)."""
     futures: list[tuple[ChildFuture, asyncio.AbstractEventLoop]] = field(default_factory=list)
 
 
@@ -107,12 +109,13 @@ class HostSteps:
                         f"{where}: Duplicate workflow key {key!r} with incompatible launch params: "
                         "it was already used with other parameters"
                     )
-                step.futures.append((future, loop))
-                outcome = step.outcome
             else:
                 step = self._new_step(key, fp, checked, where)
-                step.futures.append((future, loop))
-                outcome = step.outcome  # answered from the journal, or at once
+            step.futures.append((future, loop))
+            # Answered here once its end is posted (from the journal, at once, or already run);
+            # else by its thread, after it posted the end: the row is shown before the script
+            # can go on (and end the workflow) on the answer.
+            outcome = step.outcome if step.settled else None
         with self.table.lock:
             self.table.tracked.append(future)
         if outcome is not None:
@@ -141,6 +144,7 @@ class HostSteps:
             row.replayed = True
             self._register(step)
             self._show_end(step, replayed=True)
+            step.settled = True
             return step
         rerun = record is not None and record.open_starts > 0
         if record is not None and record.open_starts >= 2:
@@ -151,6 +155,7 @@ class HostSteps:
             self._register(step)
             self._journal_end(step)
             self._show_end(step, replayed=False)
+            step.settled = True
             return step
         if self.table.ending is not None:
             step.outcome = Outcome(
@@ -161,6 +166,7 @@ class HostSteps:
             )
             self._register(step)
             self._show_end(step, replayed=False)
+            step.settled = True
             return step
         assert self.table.spec.permit is not None
         if self.calls >= self.table.spec.permit.max_calls:
@@ -214,10 +220,11 @@ class HostSteps:
             )
         step.outcome = outcome
         self._journal_end(step)
+        self._show_end(step, replayed=False)
         with self._lock:
             self._running -= 1
+            step.settled = True
             futures = list(step.futures)
-        self._show_end(step, replayed=False)
         for future, loop in futures:
             call_soon(loop, _resolve, future, outcome)
 
