@@ -187,7 +187,7 @@ def validate_workflow(
     from pisub.api.client import agent_catalog
     from pisub.protocol.workflow import DEFAULT_MAX_SPAWNS
     from pisub.store.config import load_config
-    from pisub.store.paths import open_home
+    from pisub.store.paths import open_home_to_read
     from pisub.workflow.languages import language_of, runtime
     from pisub.workflow.validate import Report, read_script
 
@@ -201,7 +201,7 @@ def validate_workflow(
     where = Path(cwd or os.getcwd())
     chosen = language_of(Path(script if script is not None else "workflowScript.js"), language)
     agents = set(agent_catalog(home=home, cwd=where).agents)
-    budget = load_config(open_home(home).root).workflow.max_spawns or DEFAULT_MAX_SPAWNS
+    budget = load_config(open_home_to_read(home).root).workflow.max_spawns or DEFAULT_MAX_SPAWNS
     if text is not None:
         return runtime(chosen).check(text, agents, "workflowScript", budget)
     path = Path(script) if script is not None else Path()

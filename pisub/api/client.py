@@ -1101,8 +1101,12 @@ class Run:
             InvalidInput: no such child, or it has no run yet (queued).
         """
         index = self.child_index(which)
-        steps = self.status().steps
-        run_id = steps[index].run_id if index < len(steps) else None
+        st = self.status()
+        steps = st.steps
+        if index >= len(steps):  # (a workflow that has started no child yet, or a planned step)
+            when = "never started" if st.state.is_terminal else "has not started"
+            raise InvalidInput(f"child {which} of run {self.id} has no run (it {when})")
+        run_id = steps[index].run_id
         if run_id is None:
             raise InvalidInput(f"child {which} of run {self.id} has no run (it is {steps[index].status})")
         return Run(run_id, home=self.home.root)

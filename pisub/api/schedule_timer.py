@@ -863,8 +863,9 @@ def ago(seconds: float) -> str:
 def status(home: Path | None = None) -> TimerStatus:
     """What is installed for the home, its last tick, and what looks wrong (never raises for a
     problem it can describe)."""
-    opened = open_home(home)
-    return timer_status(opened)
+    from pisub.store.paths import open_home_to_read
+
+    return timer_status(open_home_to_read(home))  # (it only reads: a missing home is not made)
 
 
 def timer_status(home: Home) -> TimerStatus:

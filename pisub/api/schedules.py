@@ -388,7 +388,7 @@ def schedule_history(schedule_id: str, *, limit: int = MAX_HISTORY, home: Path |
     """
     if not isinstance(limit, int) or limit < 1:
         raise InvalidInput("limit: give a whole number of at least 1")
-    store = ScheduleStore(open_home(home))
+    store = ScheduleStore(open_home_to_read(home))
     schedule_id = _resolve(store, schedule_id)
     _refreshed(store, schedule_id)
     return store.history(schedule_id)[:limit]
@@ -560,7 +560,7 @@ def schedule_tick(
 
 def schedule_last_tick(*, home: Path | None = None) -> LastTick | None:
     """The last tick's mark (``schedules/last-tick.json``), None when none is readable."""
-    return ScheduleStore(open_home(home)).last_tick()
+    return ScheduleStore(open_home_to_read(home)).last_tick()
 
 
 def _fire_all(store: ScheduleStore, reason: DueReason, now: float | None) -> TickReport:

@@ -137,7 +137,7 @@ def cleanup_worktrees(
     """
     from pisub.worktrees import cleanup_plan, remove_safe
 
-    h = open_home(home)
+    h = open_home_to_read(home)  # (no home: no worktrees)
     mine = _of_repo(repo)
     settled: set[str] = set()
     if lane is not None:

@@ -123,7 +123,7 @@ def interrupt(
     cannot be resumed (an external CLI) is refused with NOT_RESUMABLE: stop it instead."""
     from pisub.api.many import interrupt_runs
 
-    many = _selection(refs or [], all_, agent, label, child)
+    many = _selection(refs or [], all_, agent, label, child, as_json)
     if many is None:
         _send(
             (refs or [""])[0],
@@ -155,7 +155,7 @@ def stop(
     from pisub.api.many import stop_runs
     from pisub.errors import InboxClosed
 
-    many = _selection(refs or [], all_, agent, label, child)
+    many = _selection(refs or [], all_, agent, label, child, as_json)
     if many is not None:
         runs, selected = many
         _report_many(stop_runs(runs, reason=reason, wait=wait, selected=selected), wait, as_json)
@@ -168,10 +168,11 @@ def stop(
 
 
 def _selection(
-    refs: list[str], all_: bool, agent: str | None, label: str | None, child: str | None
+    refs: list[str], all_: bool, agent: str | None, label: str | None, child: str | None, as_json: bool
 ) -> tuple[list[Run], bool] | None:
     """The runs to act on and whether they are a selection; None for exactly one run named.
-    Every reference is resolved before anything is written (a bad one refuses them all)."""
+    Every reference is resolved before anything is written (a bad one refuses them all). A
+    selection of no run says so (with ``as_json``, nothing: no receipt), exit 0."""
     import click
 
     from pisub.api.many import live_runs, resolve_runs
@@ -189,6 +190,8 @@ def _selection(
     if not selecting:
         return resolve_runs(refs), False
     runs = live_runs(agent=agent, label=label)
+    if not runs and as_json:
+        raise typer.Exit(0)
     if not runs:
         which = " ".join(
             w

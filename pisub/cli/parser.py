@@ -165,6 +165,8 @@ def _usage(error: click.UsageError) -> NoReturn:
     message = re.sub(r" ?\(?Did you mean [^?]*\?\)?", "", message).rstrip()  # (click's in parentheses)
     if hints:
         message = f"{message.rstrip('.')}. {hints[0].strip()}"
+    elif not message.endswith((".", "?", "!")):
+        message += "."  # ("Got unexpected extra argument (x)" has none)
     path = error.ctx.command_path if error.ctx is not None else _command_path(sys.argv[1:])
     line = printable(f"{message} Try '{path} --help'.", one_line=True)
     print(f"pisub: {line} [USAGE]", file=sys.stderr)

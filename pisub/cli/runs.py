@@ -16,6 +16,7 @@ from pisub.cli.render import (
     json_line,
     out,
     out_block,
+    out_path,
     result_text,
 )
 
@@ -605,7 +606,7 @@ def path(ref: str = RUN) -> None:
     """Print the run directory."""
     from pisub.api.client import Run
 
-    out(str(Run(ref).dir))
+    out_path(Run(ref).dir)
 
 
 def share(

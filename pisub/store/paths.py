@@ -60,6 +60,8 @@ def check_label(label: object, where: str = "label") -> str:
         raise InvalidInput(f"{where}: is {len(label)} characters long; at most {MAX_LABEL}")
     if printable(label, one_line=True) != label:
         shown = printable(label, one_line=True)[:100]
+        if any("\udc80" <= c <= "\udcff" for c in label):  # (an undecodable byte, surrogateescape)
+            raise InvalidInput(f"{where}: is not valid UTF-8 text: {shown}")
         raise InvalidInput(f"{where}: holds a control character or line break: {shown} (give one line)")
     if label != label.strip():
         raise InvalidInput(f"{where}: {label!r} starts or ends with a space")

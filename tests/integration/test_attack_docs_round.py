@@ -1,0 +1,74 @@
+"""What the last outside attack of issue 29 (from the docs only) found in the CLI: a workflow
+child with no step yet crashed `--child` (INTERNAL_ERROR); `--json` with nothing selected printed
+words; one usage line lacked its full stop; `pisub home` escaped a non-UTF-8 home it could print;
+an undecodable label was called a control character."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pisub
+from tests.conftest import pisub_cli
+
+
+def _one_line(proc: subprocess.CompletedProcess[str], code: str) -> str:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pisub: ") and lines[0].endswith(f"[{code}]"), proc.stderr
+    return lines[0]
+
+
+def test_a_child_of_a_workflow_that_started_none_is_named_not_a_crash(home: Path) -> None:
+    run = pisub.launch_workflow(text="return 1")
+    assert run.wait(timeout=60).state == "complete"
+    for command in ("status", "logs", "result", "wait"):
+        proc = pisub_cli(command, run.id, "--child", "0")
+        line = _one_line(proc, "INVALID_INPUT")
+        assert f"child 0 of run {run.id} has no run (it never started)" in line, line
+    live = pisub.launch_workflow(text="while (true) {}")
+    try:
+        proc = pisub_cli("status", live.id, "--child", "0")
+        assert "has no run (it has not started)" in _one_line(proc, "INVALID_INPUT")
+    finally:
+        live.stop()
+        live.wait(timeout=60)
+
+
+def test_a_json_selection_of_no_run_prints_no_line(home: Path) -> None:
+    for argv in (("stop", "--all"), ("interrupt", "--agent", "nobody"), ("stop", "--label", "none")):
+        proc = pisub_cli(*argv, "--json")
+        assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == "", (argv, proc)
+    words = pisub_cli("stop", "--all")
+    assert words.returncode == 0 and words.stdout == "no live run\n"
+
+
+def test_every_usage_line_ends_its_sentence_before_the_hint(home: Path) -> None:
+    for argv, path in ((("list", "extra"), "pisub list"), (("gc", "a"), "pisub gc")):
+        proc = pisub_cli(*argv)
+        assert proc.returncode == 2, proc
+        assert proc.stderr.endswith(f"(a). Try '{path} --help'. [USAGE]\n".replace("(a)", f"({argv[1]})")), (
+            proc.stderr
+        )
+
+
+def test_home_prints_a_non_utf8_home_as_its_own_bytes_to_a_program(tmp_path: Path) -> None:
+    raw = os.fsencode(tmp_path) + b"/x\xffhome"
+    env = {**os.environb, b"PISUB_HOME": raw}
+    proc = subprocess.run([sys.executable, "-m", "pisub", "home"], env=env, capture_output=True, check=False)
+    assert proc.returncode == 0 and proc.stdout == raw + b"\n", proc
+    assert os.path.isdir(raw)
+
+
+def test_an_undecodable_label_is_called_so(home: Path) -> None:
+    env = {**os.environb, b"PISUB_HOME": os.fsencode(home)}
+    for argv in ([b"status", b"@\xff"], [b"run", b"--agent", b"coder", b"--label", b"a\xff", b"x"]):
+        proc = subprocess.run(
+            [sys.executable.encode(), b"-m", b"pisub", *argv], env=env, capture_output=True, check=False
+        )
+        line = proc.stderr.decode()
+        assert (
+            proc.returncode == 1 and "is not valid UTF-8 text" in line and line.endswith("[INVALID_INPUT]\n")
+        ), line
