@@ -360,7 +360,10 @@ def _check_runs(home: Home, report: Report) -> None:
             "pisub status RUN (or pisub list) marks them failed and ends what is left of them",
         )
     else:
-        report.add("runs", True, f"{len(names)} run directories, none stuck")
+        read = len(names) - len(unreadable)
+        report.add(
+            "runs", True, f"{read} run(s) read, none stuck" + (" (see runfiles)" if unreadable else "")
+        )
     strays = [f"{n} (not a directory)" for n in stray_names]
     if unreadable or strays:
         report.add(
