@@ -396,20 +396,28 @@ def _log_lines(state: TopState, height: int, width: int) -> list[Line]:
         cwd = f"in {row.status.cwd}" if row.status is not None and row.status.cwd else ""
         second = " · ".join(part for part in (steering_words(row.status), cwd) if part)
         head += [second] if second else []
-    lines = _wrapped(state.log, max(10, width))[-max(1, height - 1 - len(head)) :]
+    lines = _wrapped(state.log, max(10, width), max(1, height - 1 - len(head)))
     message = state.message if state.message != HELP else LOG_HELP
     body = [_line(line) for line in lines] or [_line("(nothing written yet)", "dim")]
     return [*(_line(line, "bold") for line in head), *body, _line(_fitted(message, width), "bold")]
 
 
-def _wrapped(lines: list[str], width: int) -> list[str]:
-    """Each log line escaped and cut into screen lines of ``width`` characters."""
+def _wrapped(lines: list[str], width: int, room: int) -> list[str]:
+    """The last ``room`` screen lines of the log lines, each escaped and cut into screen lines of
+    ``width`` characters; when the first one shown continues a line begun above, it begins with
+    ``…`` (a line longer than the screen: its end is shown, marked as cut)."""
     from pisub.termsafe import printable
 
     out: list[str] = []
-    for line in lines:
+    for line in reversed(lines):
         shown = printable(line, one_line=True).expandtabs(8)
-        out += [shown[i : i + width] for i in range(0, len(shown), width)] or [""]
+        rows = [shown[i : i + width] for i in range(0, len(shown), width)] or [""]
+        if len(rows) >= room - len(out):
+            kept = rows[len(rows) - (room - len(out)) :]
+            if len(kept) < len(rows):
+                kept[0] = "\u2026" + kept[0][1:]
+            return kept + out
+        out = rows + out
     return out
 
 

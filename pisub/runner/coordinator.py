@@ -44,7 +44,7 @@ from pisub.runner.tree import ProcessTree
 from pisub.store.journal import Journal, replay
 from pisub.store.lineage import markers
 from pisub.store.paths import RunPaths
-from pisub.store.results import truncate_output
+from pisub.store.results import cut_result_text
 from pisub.store.spawn_budget import SpawnBudget
 from pisub.workflow.children import ChildRuns
 from pisub.workflow.forwarding import Forwarded
@@ -62,9 +62,6 @@ STOP_WAIT_S = 60.0
 
 MAX_ERROR_CHARS = 8000
 """The longest error message a workflow records (a script may raise a huge one)."""
-
-MAX_RETURN_BYTES = 16 * 1024 * 1024
-"""The largest return value of ``main`` that is encoded at all (the result keeps 200 KB of it)."""
 
 SCRIPT_GRACE_S = 5.0
 """How long a cancelled script may take to return once its children have ended."""
@@ -384,7 +381,7 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
             from pisub.workflow.script import describe
 
             if isinstance(error, WorkflowFailed):
-                self.return_text = error.text[:MAX_RETURN_BYTES] if isinstance(error.text, str) else ""
+                self.return_text = error.text if isinstance(error.text, str) else ""
                 self._end(Ending.FAILED, error.message, getattr(error, "origin", None))
             elif isinstance(error, asyncio.CancelledError):
                 self._end(Ending.FAILED, "the workflow's main was cancelled")
@@ -477,7 +474,9 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
                 text += "\n\n" + self.return_text
         else:
             text = f"Workflow {state.value}."
-        text, _cut = truncate_output(redact(text), None)
+        text, cut = cut_result_text(text, self.paths.result_text, self.limits.output_cap)
+        if state is RunState.COMPLETE and error is None:
+            error = cut  # the text was cut (SUBAGENT_OUTPUT_TRUNCATED), as a single run's output
         return Result(
             v=1,
             state=state.value,  # type: ignore[arg-type]
@@ -536,17 +535,15 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
 
 
 def _returned_text(value: Any) -> str:
-    """What ``main`` returned, as the result's text: a string as it is, anything else as JSON.
+    """What ``main`` returned, as the result's text: a string as it is, anything else as JSON —
+    whole, of any size: the result shows its head, ``result.txt`` keeps it
+    (:func:`~pisub.store.results.cut_result_text`).
 
     Raises:
-        InvalidInput: it is not JSON, or too large.
+        InvalidInput: it is not JSON.
     """
-    from pisub.errors import InvalidInput
     from pisub.store.shared_state import plain_json
 
     if isinstance(value, str):
-        return value[:MAX_RETURN_BYTES]
-    data = encode(plain_json(value, "the value"))
-    if len(data) > MAX_RETURN_BYTES:
-        raise InvalidInput(f"the value is larger than {MAX_RETURN_BYTES} bytes as JSON")
-    return data.decode("utf-8")
+        return value
+    return encode(plain_json(value, "the value")).decode("utf-8")

@@ -124,7 +124,7 @@ def transcript(paths: RunPaths, lines: int = DEFAULT_LINES) -> list[str]:
     if not 1 <= lines <= MAX_LINES:
         raise InvalidInput(f"--lines must be 1 to {MAX_LINES}")
     log = paths.output_log(0)
-    data = _read_log_tail(log)
+    data = _read_log_tail(log, keep_cut=True)
     if data is None:
         found = _last(session_lines(_session_of(paths)), lines)
     else:
@@ -196,9 +196,16 @@ def tail_offset(log: Path, lines: int) -> int:
         os.close(fd)
 
 
-def _read_log_tail(log: Path, nbytes: int = TAIL_BYTES) -> bytes | None:
+CUT = "\u2026"
+"""What begins a transcript's first line when its start lies before the bytes read (a line
+longer than :data:`TAIL_BYTES`: its end is shown, never nothing)."""
+
+
+def _read_log_tail(log: Path, nbytes: int = TAIL_BYTES, *, keep_cut: bool = False) -> bytes | None:
     """The last ``nbytes`` of the log from its first whole line; None when it does not
-    exist (:func:`open_log`)."""
+    exist (:func:`open_log`). ``keep_cut``: a tail that begins inside a line keeps the part of
+    that line it holds (from its first whole character) behind :data:`CUT` — else a last line
+    longer than ``nbytes`` would leave nothing."""
     from pisub.errors import storage_error
 
     fd = open_log(log)
@@ -207,14 +214,21 @@ def _read_log_tail(log: Path, nbytes: int = TAIL_BYTES) -> bytes | None:
     try:
         size = os.fstat(fd).st_size
         start = max(0, size - nbytes)
+        before = os.pread(fd, 1, start - 1) if start else b"\n"  # the byte before the tail
         data = os.pread(fd, nbytes, start)
     except OSError as exc:
         raise storage_error(exc, "read", log) from exc
     finally:
         os.close(fd)
-    if start > 0:  # the tail begins inside a line (maybe inside a character): from the next one
-        data = data[data.find(b"\n") + 1 :] if b"\n" in data else data
-    return data
+    if before == b"\n":  # the tail begins with a whole line
+        return data
+    if keep_cut:  # the tail begins inside a line, maybe inside a character: from the next one
+        skip = 0
+        while skip < min(3, len(data)) and 0x80 <= data[skip] <= 0xBF:
+            skip += 1
+        rest = data[skip:]
+        return rest[1:] if rest[:1] == b"\n" else CUT.encode() + rest  # (nothing of it read: no line)
+    return data[data.find(b"\n") + 1 :] if b"\n" in data else data
 
 
 def split_lines(text: str) -> list[str]:

@@ -387,6 +387,12 @@ class RunPaths(msgspec.Struct, frozen=True):
         return self.root / "result.json"
 
     @property
+    def result_text(self) -> Path:
+        """A workflow's result text whole (raw; at most the run's output cap), when
+        ``result.json`` holds it cut: what its ``[TRUNCATED: …]`` marker names."""
+        return self.root / "result.txt"
+
+    @property
     def runner_log(self) -> Path:
         return self.root / "runner.log"
 

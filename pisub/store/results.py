@@ -23,9 +23,18 @@ from pisub.protocol.result import (
 TERMINAL_STATES = ("complete", "failed", "stopped", "paused")
 
 
-def truncate_output(text: str, full_output: Path | None, limits: MaxOutput | None = None) -> tuple[str, bool]:
+def truncate_output(
+    text: str,
+    full_output: Path | None,
+    limits: MaxOutput | None = None,
+    *,
+    whole: tuple[int, int] | None = None,
+    kept: int | None = None,
+) -> tuple[str, bool]:
     """Cut ``text`` to ``limits`` (the run's ``maxOutput``; default :data:`RESULT_MAX_BYTES` /
-    :data:`RESULT_MAX_LINES`), head kept.
+    :data:`RESULT_MAX_LINES`), head kept. ``whole``: ``text`` is only the head of a longer
+    text of these (lines, bytes), which the marker then gives; ``kept``: ``full_output`` holds
+    only the first ``kept`` bytes of it (the marker says so rather than "full output").
 
     Returns the text (with a marker naming the full output when cut) and whether it was cut.
     """
@@ -33,17 +42,60 @@ def truncate_output(text: str, full_output: Path | None, limits: MaxOutput | Non
     max_lines = limits.lines if limits is not None else RESULT_MAX_LINES
     data = text.encode("utf-8")
     lines = text.split("\n")
-    if len(data) <= max_bytes and len(lines) <= max_lines:
+    if whole is None and len(data) <= max_bytes and len(lines) <= max_lines:
         return text, False
-    kept = "\n".join(lines[:max_lines])
-    kept_bytes = kept.encode("utf-8")[:max_bytes].decode("utf-8", "ignore")
+    total_lines, total_bytes = whole if whole is not None else (len(lines), len(data))
+    kept_text = "\n".join(lines[:max_lines])
+    kept_bytes = kept_text.encode("utf-8")[:max_bytes].decode("utf-8", "ignore")
     shown = kept_bytes.count("\n") + 1
-    where = f" - full output at {full_output}" if full_output else ""
     marker = (
-        f"\n[TRUNCATED: showing first {shown} of {len(lines)} lines, "
-        f"{len(kept_bytes.encode('utf-8'))} of {len(data)} bytes{where}]"
+        f"\n[TRUNCATED: showing first {shown} of {total_lines} lines, "
+        f"{len(kept_bytes.encode('utf-8'))} of {total_bytes} bytes{_where(full_output, kept)}]"
     )
     return kept_bytes + marker, True
+
+
+def _where(full_output: Path | None, kept: int | None) -> str:
+    if full_output is None:
+        return ""
+    if kept is not None:
+        return f" - its first {kept} bytes (the run's output cap) at {full_output}"
+    return f" - full output at {full_output}"
+
+
+REDACT_WINDOW = 1024 * 1024
+"""The characters of a workflow's result text that are redacted and may be shown (five times
+the :data:`RESULT_MAX_BYTES` shown: redacting costs about 0.25 s a MiB); a longer text is cut
+there first, and the marker gives its whole size."""
+
+
+def cut_result_text(text: str, keep: Path, cap: int) -> tuple[str, ErrorInfo | None]:
+    """A workflow's result text (raw: what ``main`` returned, or the failure's) for
+    ``result.json``: redacted and cut as a single run's output is (:func:`truncate_output`, the
+    default ``maxOutput``). When cut, the text is kept raw in ``keep`` — whole, or its first
+    ``cap`` bytes (the run's output cap) when longer — which the marker names (not when it cannot
+    be written). Returns the text and, when cut, the ``SUBAGENT_OUTPUT_TRUNCATED`` error."""
+    from pisub.core.fsio import atomic_write
+
+    window = text[:REDACT_WINDOW]
+    whole = None if len(window) == len(text) else (text.count("\n") + 1, len(text.encode("utf-8", "replace")))
+    redacted = redact(window)
+    shown, cut = truncate_output(redacted, None, whole=whole)
+    if not cut:
+        return shown, None
+    data = text.encode("utf-8", "replace")
+    kept = None
+    if len(data) > cap:  # from a whole character
+        data = data[:cap].decode("utf-8", "ignore").encode("utf-8")
+        kept = len(data)
+    where: Path | None = keep
+    try:
+        atomic_write(keep, data)
+    except OSError:
+        where = None
+    shown, _cut = truncate_output(redacted, where, whole=whole, kept=kept)
+    message = "Output truncated" + _where(where, kept).replace(" - ", "; ", 1)
+    return shown, ErrorInfo(code=ErrorCode.SUBAGENT_OUTPUT_TRUNCATED, message=message)
 
 
 def make_result(

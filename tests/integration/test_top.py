@@ -282,6 +282,26 @@ def test_top_holds_new_rows_while_keys_are_pressed(home: Path, make_agent: Agent
     tmux.keys("q")
 
 
+def test_top_shows_the_end_of_a_last_line_longer_than_the_tail_it_reads(
+    home: Path, make_agent: AgentMaker, tmux: Tmux
+) -> None:
+    """Attack 32, F2: a live run whose last line is 1.1 MB — the log view shows that line's
+    last screenful, its first row marked as cut, never "(nothing written yet)"."""
+    big = "import sys, time\nsys.stdin.read()\nprint('first')\nprint('y' * 1_100_000, flush=True)\n"
+    big += "time.sleep(600)\n"
+    make_agent("big", python=big)
+    run = pisub.launch("big", "one huge line")
+    wait_for(lambda: (run.dir / "output-0.log").stat().st_size > 1_100_000, timeout=30, what="the huge line")
+    tmux("new-session", "-d", "-s", "top", "-x", "80", "-y", "24", TOP)
+    wait_for(lambda: run.id[:8] in tmux.highlighted(), timeout=30, what="the run, selected")
+    tmux.keys("Enter")
+    wait_for(lambda: f"log of {run.id[:8]}" in tmux.screen(), timeout=10, what="the log view")
+    wait_for(lambda: "y" * 80 in tmux.screen(), timeout=10, what="the huge line's end")
+    screen = tmux.screen()
+    assert "nothing written yet" not in screen and "\u2026" + "y" * 79 in screen, screen
+    tmux.keys("q")
+
+
 def test_top_shows_a_hostile_task_escaped(home: Path, make_agent: AgentMaker, tmux: Tmux) -> None:
     """The task head (and the log view's header) reach the terminal escaped: no title change,
     no rich markup taken as a hyperlink."""

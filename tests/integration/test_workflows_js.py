@@ -298,3 +298,40 @@ def test_a_tool_budget_is_a_runs_run_parameter_in_both_languages(
         "    return (await runs.run('a', agent='worker', task='x', tool_budget={'hard': 5})).ok\n"
     )
     assert launch_workflow(script).wait(timeout=60).content[0].text == "true"
+
+
+def test_a_result_over_16_mib_names_its_size_and_the_file_keeping_it_in_both_languages(
+    home: Path, tmp_path: Path
+) -> None:
+    """Attack 32, F6: a script's result over 16 MiB was cut at 16 MiB first — the marker gave
+    16777216 as its size, named no file, and the complete run had no error code. Now (a string in
+    JavaScript, a JSON value in Python — which failed the workflow over 16 MiB) the marker gives
+    the real size and names the run's `result.txt`, which keeps its first output-cap bytes (8 MiB);
+    details.error is SUBAGENT_OUTPUT_TRUNCATED. A smaller cut one is kept whole."""
+    run = launch_workflow(text='return "ab\\n".repeat(6000000);')
+    result = run.wait(timeout=120)
+    keep = run.dir / "result.txt"
+    assert result.state == "complete", result.content[0].text[-300:]
+    text = result.content[0].text
+    assert text.endswith(
+        "[TRUNCATED: showing first 5000 of 6000001 lines, 14999 of 18000000 bytes - its first "
+        f"8388608 bytes (the run's output cap) at {keep}]"
+    ), text[-300:]
+    assert keep.stat().st_size == 8388608 and keep.read_bytes()[:6] == b"ab\nab\n"
+    assert result.details.error is not None and result.details.error.code == "SUBAGENT_OUTPUT_TRUNCATED"
+    script = tmp_path / "big.py"
+    script.write_text("async def main(runs, state, args):\n    return {'big': 'y' * (17 << 20)}\n")
+    run = launch_workflow(script)
+    result = run.wait(timeout=120)
+    assert result.state == "complete", result.content[0].text[-300:]
+    size = len('{"big":""}') + (17 << 20)
+    cap = f"its first 8388608 bytes (the run's output cap) at {run.dir / 'result.txt'}]"
+    assert result.content[0].text.endswith(f"204800 of {size} bytes - {cap}")
+    script.write_text("async def main(runs, state, args):\n    return 'z' * 300_000\n")
+    run = launch_workflow(script)
+    result = run.wait(timeout=60)
+    assert result.content[0].text.endswith(
+        f"204800 of 300000 bytes - full output at {run.dir / 'result.txt'}]"
+    )
+    assert (run.dir / "result.txt").read_text() == "z" * 300_000
+    assert result.details.error is not None and result.details.error.code == "SUBAGENT_OUTPUT_TRUNCATED"

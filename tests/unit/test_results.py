@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pisub.protocol import ErrorCode, ErrorInfo
-from pisub.store.results import make_result, truncate_output
+from pisub.store.results import REDACT_WINDOW, make_result, truncate_output
 
 
 def test_short_output_untouched() -> None:
@@ -59,3 +59,42 @@ def test_all_eight_error_codes_exist() -> None:
         "SUBAGENT_FAILED",
         "SUBAGENT_OUTPUT_TRUNCATED",
     }
+
+
+def test_a_workflows_result_text_cut_is_kept_whole_or_to_the_cap(tmp_path: Path) -> None:
+    """Attack 32, F6: a workflow's result text over the result's 200 KiB is kept raw in the run's
+    ``result.txt`` (the marker names it, with the text's real size); over the run's output cap,
+    its first cap bytes (from a whole character), and the marker says so; a short one: no file."""
+    from pisub.store.results import cut_result_text
+
+    keep = tmp_path / "result.txt"
+    assert cut_result_text("short TOKEN=abc", keep, 1000) == ("short TOKEN=[REDACTED]", None)
+    assert not keep.exists()
+    text = "TOKEN=abc\n" + "x" * 300_000
+    shown, error = cut_result_text(text, keep, 1_000_000)
+    assert keep.read_text() == text and shown.startswith("TOKEN=[REDACTED]\n"), shown[:40]
+    assert shown.endswith(f"of 2 lines, 204800 of 300017 bytes - full output at {keep}]"), shown[-120:]
+    assert error == ErrorInfo(
+        code=ErrorCode.SUBAGENT_OUTPUT_TRUNCATED, message=f"Output truncated; full output at {keep}"
+    )
+    shown, error = cut_result_text("é" * 200_000, keep, 100_001)  # 400,000 bytes; the cap inside a character
+    assert keep.read_text() == "é" * 50_000
+    marker = f"of 400000 bytes - its first 100000 bytes (the run's output cap) at {keep}]"
+    assert (
+        shown.endswith(marker)
+        and error is not None
+        and error.message.endswith(f"(the run's output cap) at {keep}")
+    )
+    huge = "y" * (REDACT_WINDOW + 10) + "\nlast"  # beyond what is redacted: the whole size still given
+    shown, _error = cut_result_text(huge, keep, 1_000_000)
+    assert keep.read_text() == huge[:1_000_000]
+    cap = f"its first 1000000 bytes (the run's output cap) at {keep}]"
+    assert shown.endswith(f"showing first 1 of 2 lines, 204800 of {len(huge)} bytes - {cap}")
+    keep.unlink()
+    keep.mkdir()  # cannot be written: no path named
+    shown, error = cut_result_text("z" * 300_000, keep, 1_000_000)
+    assert (
+        shown.endswith("204800 of 300000 bytes]")
+        and error is not None
+        and error.message == "Output truncated"
+    )

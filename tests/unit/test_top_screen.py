@@ -14,6 +14,7 @@ from rich.cells import cell_len
 from pisub.api.views import FleetRow
 from pisub.cli.top import Row, TopState, screen
 from pisub.cli.top_screen import Painter, encode_line, table
+from pisub.store.paths import RunPaths
 from tests.unit.test_termsafe import HOSTILE, UNSAFE
 
 OWN = re.compile(r"\x1b\[(?:[0-9;]*[mHJK]|\?(?:1049|25)[hl])")
@@ -107,3 +108,29 @@ def test_the_table_gives_the_last_columns_what_the_others_leave() -> None:
     row = encode_line(lines[1], colour=False)
     assert len(row) == 100 and row.startswith("x" * 10 + "  y  t"), row
     assert row.index("o") == 10 + 2 + 1 + 2 + (100 - 3 * 2 - 11) * 3 // 5 + 2, row  # task : output = 3 : 2
+
+
+def test_a_last_line_longer_than_the_tail_read_is_shown_cut_never_nothing(bare_run: RunPaths) -> None:
+    """Attack 32, F2: a log whose last line is longer than the bytes read from its end (1.1 MB
+    of ``y`` after ``first``) — the transcript gives that line's end behind ``…`` (from a whole
+    character), not nothing; the log view shows its last screenful, its first row marked as cut."""
+    from pisub.runs.views import CUT, TAIL_BYTES, transcript
+
+    log = bare_run.output_log(0)
+    log.write_bytes(b"first\n" + b"y" * 1_100_000 + b"\n")
+    (line,) = transcript(bare_run, 3)
+    assert line == CUT + "y" * (TAIL_BYTES - 1), len(line)
+    log.write_bytes(b"first\n" + "é".encode() * 600_000 + b"\nlast")  # the tail begins inside a character
+    cut, last = transcript(bare_run, 3)
+    assert cut.startswith(CUT + "é") and "\udcc3" not in cut and "\udca9" not in cut and last == "last"
+    log.write_bytes(b"a" * 100 + b"\n" + b"b" * (TAIL_BYTES - 1) + b"\n")  # the tail begins at a line
+    assert transcript(bare_run, 3) == ["b" * (TAIL_BYTES - 1)]
+    log.write_bytes(b"a" * 100 + b"\n" + b"b" * (TAIL_BYTES - 1))  # nothing of the cut line read
+    assert transcript(bare_run, 3) == ["b" * (TAIL_BYTES - 1)]
+    state = TopState(rows=[_row("c" * 36)], mode="log", log=["first", "y" * 1_100_000], target=_row("c" * 36))
+    lines = ["".join(text for text, _style in line) for line in screen(state, 24, 80)]
+    assert "(nothing written yet)" not in " ".join(lines), lines
+    assert lines[1] == "\u2026" + "y" * 79 and lines[2:-1] == ["y" * 80] * 21, lines
+    state.log = ["first", "y" * 100, "z"]  # everything fits: nothing marked
+    lines = ["".join(text for text, _style in line) for line in screen(state, 24, 80)]
+    assert lines[1:5] == ["first", "y" * 80, "y" * 20, "z"], lines
