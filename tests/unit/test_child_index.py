@@ -46,3 +46,12 @@ def test_a_task_is_found_by_its_key_before_any_step_exists(tmp_path: Path, shape
     assert run.child_index("task-2") == 1
     with pytest.raises(InvalidInput, match="no child with key 'task-9'"):
         run.child_index("task-9")
+
+
+@pytest.mark.parametrize("shape", [Shape.PARALLEL, Shape.CHAIN])
+def test_a_wrong_index_names_the_children_numbers_from_0(tmp_path: Path, shape: Shape) -> None:
+    """ "has no child 2 (it has 2)" read as a contradiction: the children are numbered from 0."""
+    run = _planned(tmp_path, shape)
+    assert run.child_index("1") == 1  # a task not called yet has its index already
+    with pytest.raises(InvalidInput, match=r"has no child 2 \(its children are 0 to 1, or their keys\)$"):
+        run.child_index("2")
