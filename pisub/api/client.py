@@ -1078,6 +1078,11 @@ class Run:
                 return step.index
         if which in planned:
             return planned.index(which)
+        if which in self._lane_stage_keys():
+            raise InvalidInput(
+                f"child {which} of run {self.id} has not started yet: a lanes stage is a child "
+                "once its lane reaches it (until then it has no index); send it the request then"
+            )
         keys = ", ".join(s.key for s in steps if s.key) or "none"
         raise InvalidInput(f"run {self.id} has no child with key {which!r} (keys: {keys})")
 
@@ -1090,6 +1095,16 @@ class Run:
         except PisubError:
             workflow = True
         return children_words(count) if workflow else "it has one child, 0"
+
+    def _lane_stage_keys(self) -> set[str]:
+        """The keys of a lanes workflow's stages (``<lane>.<stage>``); empty for any other run."""
+        try:
+            spec = self.manifest().workflow
+        except PisubError:
+            return set()
+        if spec is None:
+            return set()
+        return {f"{lane.key}.{stage.key}" for lane in spec.lanes for stage in lane.stages}
 
     def _planned_keys(self) -> list[str]:
         """The keys of a parallel or chain workflow's children, in order: each has its index
