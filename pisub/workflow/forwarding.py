@@ -57,6 +57,8 @@ class Forwarding:
         interrupt fails."""
         key = self.table.planned[index]
         name = f"child {index} ({key})"
+        if self.table.ending is not None:
+            return ReceiptState.FAILED, f"{name} never starts: the workflow is ending"
         early = self.table.unstarted.setdefault(index, Unstarted(key=key))
         if early.stopped is not None:
             return ReceiptState.FAILED, f"{name} was stopped before it started: it never starts"
