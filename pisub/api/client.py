@@ -1066,33 +1066,59 @@ class Run:
             InvalidInput: no such child.
         """
         steps = self.status().steps
+        planned = self._planned_keys()
         if isinstance(which, int) or (isinstance(which, str) and which.isascii() and which.isdigit()):
             index = int(which)
-            if not 0 <= index < max(len(steps), 1):
-                raise InvalidInput(f"run {self.id} has no child {index} (it has {len(steps)})")
+            known = max(len(steps), len(planned))
+            if not 0 <= index < max(known, 1):
+                raise InvalidInput(f"run {self.id} has no child {index} ({self._children_words(known)})")
             return index
         for step in steps:
             if step.key == which:
                 return step.index
-        planned = self._planned_index(which)
-        if planned is not None:
-            return planned
+        if which in planned:
+            return planned.index(which)
+        if which in self._lane_stage_keys():
+            raise InvalidInput(
+                f"child {which} of run {self.id} has not started yet: a lanes stage is a child "
+                "once its lane reaches it (until then it has no index); send it the request then"
+            )
         keys = ", ".join(s.key for s in steps if s.key) or "none"
         raise InvalidInput(f"run {self.id} has no child with key {which!r} (keys: {keys})")
 
-    def _planned_index(self, key: str) -> int | None:
-        """The index ``key`` will have in a parallel or chain workflow whose child has no step
-        yet (just launched): its children are its tasks, in order."""
+    def _children_words(self, count: int) -> str:
+        """The children this run has, for an error naming one it does not have."""
+        from pisub.protocol.status import children_words
+
+        try:
+            workflow = self.manifest().workflow is not None
+        except PisubError:
+            workflow = True
+        return children_words(count) if workflow else "it has one child, 0"
+
+    def _lane_stage_keys(self) -> set[str]:
+        """The keys of a lanes workflow's stages (``<lane>.<stage>``); empty for any other run."""
+        try:
+            spec = self.manifest().workflow
+        except PisubError:
+            return set()
+        if spec is None:
+            return set()
+        return {f"{lane.key}.{stage.key}" for lane in spec.lanes for stage in lane.stages}
+
+    def _planned_keys(self) -> list[str]:
+        """The keys of a parallel or chain workflow's children, in order: each has its index
+        before it has a step (a chain's later steps, any task just launched) — its children are
+        its tasks, in order. Empty for any other run."""
         from pisub.protocol.workflow import Shape
 
         try:
             spec = self.manifest().workflow
         except PisubError:
-            return None
+            return []
         if spec is None or spec.shape not in (Shape.PARALLEL, Shape.CHAIN):
-            return None
-        keys = [call.key for call in spec.tasks]
-        return keys.index(key) if key in keys else None
+            return []
+        return [call.key or "" for call in spec.tasks]
 
     def child(self, which: str | int) -> Run:
         """The run of this workflow's child ``which`` (index or key).
@@ -1104,7 +1130,7 @@ class Run:
         st = self.status()
         steps = st.steps
         if index >= len(steps):  # (a workflow that has started no child yet, or a planned step)
-            when = "never started" if st.state.is_terminal else "has not started"
+            when = "never started" if st.state.is_terminal else "has not started yet"
             raise InvalidInput(f"child {which} of run {self.id} has no run (it {when})")
         run_id = steps[index].run_id
         if run_id is None:
@@ -1339,7 +1365,7 @@ class Run:
         if child is not None:
             steps = status.steps
             if not 0 <= child < len(steps):
-                raise InvalidInput(f"run {self.id} has no child {child} (it has {len(steps)})")
+                raise InvalidInput(f"run {self.id} has no child {child} ({self._children_words(len(steps))})")
             raise InvalidInput(
                 f"child {steps[child].key or child} of run {self.id} never started ({steps[child].status}): "
                 "there is no session to follow up"

@@ -163,7 +163,7 @@ class Receipt(Record, kw_only=True):
     updated_at: str
 
 
-class LedgerEntry(Record, kw_only=True):
+class LedgerEntry(Record, kw_only=True, omit_defaults=True):
     """One of the last requests, as shown in ``status.json``."""
 
     id: str
@@ -173,6 +173,10 @@ class LedgerEntry(Record, kw_only=True):
     """The message, redacted, at most 160 characters."""
     requested_at: str
     updated_at: str
+    replacement_run_id: str | None = None
+    """The run a steer carried to the next resume was delivered with: never in ``status.json``
+    (its runner had ended); a reader sets it from the receipt (:func:`pisub.store.briefs.
+    with_carried_answers`)."""
 
 
 class Ledger(Record, kw_only=True):

@@ -4,8 +4,9 @@ workflow's receipt follows theirs (one target per child; ``partial`` when they d
 Without ``child``, a steer or follow-up goes to every running child, and a stop or interrupt is
 the workflow's own: every child is stopped (or paused) and the workflow ends ``stopped`` (or
 ``paused``). With ``child`` (an index of ``steps[]``) any request goes to that child alone; for a
-child that has not started, a stop ends it at once (it never starts) and a steer or follow-up
-is ``scheduled``: sent into its inbox when it starts, failed if it never does.
+child that has not started — also a parallel or chain workflow's task not called yet, known by
+its index — a stop ends it at once (it never starts) and a steer or follow-up is
+``scheduled``: sent into its inbox when it starts, failed if it never does.
 """
 
 from __future__ import annotations

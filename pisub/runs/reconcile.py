@@ -101,6 +101,10 @@ def observe(paths: RunPaths) -> Status:
     if status.state.is_terminal:
         if needs_answers(paths):
             _answer_closed_inbox(paths, status)
+        if status.steering.carried:  # a resume may have delivered them since: the receipts say
+            from pisub.store.briefs import with_carried_answers
+
+            return with_carried_answers(paths, status)
         return status
     if runner_alive(paths, status):
         result = _result_or_none(paths) if os.path.lexists(paths.result) else None

@@ -16,6 +16,7 @@ from pisub.errors import InvalidInput, ProtocolError, storage_error
 from pisub.protocol.codec import encode_pretty, now_iso
 from pisub.protocol.control import Receipt, ReceiptState, advance
 from pisub.protocol.lease import Brief
+from pisub.protocol.status import Status
 from pisub.store.leases import unleased
 from pisub.store.mailbox import make_receipt, new_request_id, quarantine, read_receipt_safe, write_receipt
 from pisub.store.paths import RunPaths
@@ -96,6 +97,32 @@ def carry_brief(paths: RunPaths, request_id: str, message: str, generation: int)
     brief = Brief(v=1, id=request_id, message=message, created_at=now_iso(), generation=generation)
     atomic_write(directory / f"{request_id}.json", encode_pretty(brief))
     return None
+
+
+def with_carried_answers(paths: RunPaths, status: Status) -> Status:
+    """An ended run's status as its receipts tell of the steers it carried to the next resume:
+    each the resume took (its receipt final) is shown as its receipt says — its ledger entry
+    ``delivered`` with ``replacementRunId``, counted under ``delivered`` (or ``failed``) rather
+    than ``carried``. ``status.json`` is not rewritten (only a run's runner writes it, and it has
+    ended): the resume answers the receipt, and readers read it (spec/protocol.md "Closing")."""
+    ledger = status.steering
+    if not ledger.carried:
+        return status
+    for entry in ledger.recent:
+        if entry.state is not ReceiptState.SCHEDULED:
+            continue
+        receipt = read_receipt_safe(paths, entry.id)
+        if receipt is None or not receipt.state.is_final:
+            continue
+        entry.state = receipt.state
+        entry.updated_at = receipt.updated_at
+        entry.replacement_run_id = receipt.replacement_run_id
+        ledger.carried = max(0, ledger.carried - 1)
+        if receipt.state in (ReceiptState.DELIVERED, ReceiptState.RECOVERED):
+            ledger.delivered += 1
+        else:
+            ledger.failed += 1
+    return status
 
 
 def compose(briefs: list[Brief], message: str) -> str:

@@ -13,16 +13,18 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from pisub.errors import InvalidInput, PisubError
+from pisub.protocol.control import ReceiptState
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.status import StepState
 from pisub.protocol.workflow import ChildCall, ChildResult
 from pisub.store.spawn_budget import claim_name
 from pisub.workflow import outcomes
 from pisub.workflow.calls import fingerprint
-from pisub.workflow.entries import ChildEntry, ChildTable, Phase, step_state
+from pisub.workflow.entries import ChildEntry, ChildTable, Phase, Unstarted, step_state
 from pisub.workflow.launching import Launching
 from pisub.workflow.placement import Placement
 from pisub.workflow.settling import Settling
+from pisub.workflow.stopping import Stopping
 
 if TYPE_CHECKING:
     from pisub.workflow.futures import ChildFuture
@@ -36,6 +38,7 @@ class Admission:
     placement: Placement
     launching: Launching
     settling: Settling
+    stopping: Stopping
 
     def track(self, future: ChildFuture) -> None:
         """Count ``future`` among the script's calls (the leftovers name those never awaited)."""
@@ -168,6 +171,12 @@ class Admission:
     def _register(self, call: ChildCall, fp: str, plan: _Plan) -> ChildEntry:
         entry = ChildEntry.queued(len(self.table.entries), call, fp, plan.cwd)
         entry.manifest, entry.seeds = plan.manifest, plan.seeds
+        early = self.table.unstarted.pop(entry.index, None)  # requests that came before this call
+        if early is not None and early.key != entry.key:  # never for a chain's or tasks' order
+            self._refuse_early(
+                entry.index, early, f"the workflow called {entry.key!r} as child {entry.index}"
+            )
+            early = None
         step = entry.step
         self.table.entries.append(entry)
         self.table.by_key[entry.key] = entry
@@ -194,22 +203,43 @@ class Admission:
             pass  # settled by the caller
         elif self.table.ending is not None:
             self.settling.never_started(entry, "the workflow is ending")
+        elif early is not None and early.stopped is not None:
+            reason = early.stopped or None  # stopped before it was called: it never starts
+
+            def stop() -> None:
+                self.stopping.stop_queued(entry, reason)
+
+            self.table.host.post(stop)
         else:
             self.table.waiting.append(entry)
+        if early is not None and early.stopped is not None and plan.attach is not None:
+            self.table.host.post(lambda: self.stopping.stop_attached(entry, early.stopped or None))
+        if early is not None and early.held:
+            held = early.held
+            self.table.host.post(lambda: self.settling.forwarding.adopt(entry, held))
         return entry
+
+    def _refuse_early(self, index: int, early: Unstarted, why: str) -> None:
+        """Fail what was held for child ``index`` under another key (on the loop)."""
+
+        def refuse() -> None:
+            for rid, _request in early.held:
+                self.table.host.receipt_moved(rid, index, ReceiptState.FAILED, why)
+
+        self.table.host.post(refuse)
 
     def skip(self, call: ChildCall, why: str) -> None:
         """Record a call that is never started (a chain's later steps): ``skipped``."""
         assert call.key is not None
-        with self.table.lock:
+        with self.table.lock:  # settled before the loop sees it (what was held for it fails)
             if call.key in self.table.by_key:
                 return
             entry = self._register(
                 call, fingerprint(call), _Plan(cwd=Path(self.table.manifest.cwd), skipped=True)
             )
-        self.settling.settle(
-            entry, outcomes.not_started(entry.key, call, "skipped", why), settled=True, journal=False
-        )
+            self.settling.settle(
+                entry, outcomes.not_started(entry.key, call, "skipped", why), settled=True, journal=False
+            )
 
 
 @dataclass

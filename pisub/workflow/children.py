@@ -48,7 +48,7 @@ class ChildRuns:
         self.settling = Settling(self.table, self.placement, self.forwarding)
         self.stopping = Stopping(self.table, self.settling)
         self.launching = Launching(self.table, self.placement, self.settling, self.stopping)
-        self.admission = Admission(self.table, self.placement, self.launching, self.settling)
+        self.admission = Admission(self.table, self.placement, self.launching, self.settling, self.stopping)
         self.hosts = HostSteps(self.table)
         """The ``runs.host`` steps (a named resource's workflow)."""
         self.table.host_keys = self.hosts.known
@@ -114,8 +114,12 @@ class ChildRuns:
         return self.forwarding.route(child)
 
     def forward(self, index: int, request_id: str, request: Request) -> Forwarded:
-        """Pass ``request`` to child ``index``: a stop of a queued child ends it at once (it never
-        starts); anything else is forwarded into its inbox, or held for its start."""
+        """Pass ``request`` to child ``index``: a stop of a queued child, or of a planned one the
+        script has not called yet, ends it at once (it never starts); anything else is forwarded
+        into its inbox, or held for its start."""
+        with self.table.lock:  # the script thread calls children meanwhile
+            if index >= len(self.table.entries):  # planned, not called yet (a chain's later step)
+                return self.forwarding.forward_unstarted(index, request_id, request)
         if isinstance(request, Stop) and self.stopping.stop_queued(self.table.entries[index], request.reason):
             return ReceiptState.DELIVERED, None
         return self.forwarding.forward(index, request_id, request)

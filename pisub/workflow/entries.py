@@ -26,7 +26,7 @@ from pisub.protocol.control import Interrupt, ReceiptState, Request, Stop
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import SingleResult
 from pisub.protocol.status import StepState, StepStatus
-from pisub.protocol.workflow import ChildCall, ChildResult, WorkflowSpec
+from pisub.protocol.workflow import ChildCall, ChildResult, Shape, WorkflowSpec
 from pisub.store.journal import Journal, Replay
 from pisub.store.lineage import Lineage
 from pisub.store.paths import Home
@@ -116,6 +116,19 @@ class ChildEntry:
         return cls(index=index, key=call.key, call=call, fingerprint=fp, cwd=cwd, step=step)
 
 
+@dataclass
+class Unstarted:
+    """The requests for a planned child the script has not called yet (a chain's later step):
+    known by its index and key from the workflow's tasks, it has no entry until it is called."""
+
+    key: str
+    held: list[tuple[str, Request]] = field(default_factory=list)
+    """Steers and follow-ups for its start (workflow request id, request), as
+    :attr:`ChildEntry.held`."""
+    stopped: str | None = None
+    """Why it was stopped by request (it never starts), or None."""
+
+
 @dataclass(eq=False)
 class ChildTable:
     """The children of one workflow run and what their jobs share."""
@@ -141,11 +154,20 @@ class ChildTable:
     watch: ChildWatch = field(default_factory=ChildWatch)
     host_keys: Callable[[str], bool] = lambda _key: False
     """Whether a key is a ``runs.host`` key (they share the children's key namespace)."""
+    unstarted: dict[int, Unstarted] = field(default_factory=dict)
+    """Requests for planned children not called yet, by their index (see :attr:`planned`)."""
 
     def __post_init__(self) -> None:
         manifest = self.manifest
         assert manifest.workflow is not None
         self.spec: WorkflowSpec = manifest.workflow
+        self.planned: list[str] = (
+            [call.key or "" for call in self.spec.tasks]
+            if self.spec.shape in (Shape.PARALLEL, Shape.CHAIN)
+            else []
+        )
+        """The keys of a parallel or chain workflow's children, by index (its tasks, called in
+        order): a request may name one the script has not called yet (empty for a script)."""
         self.lineage = Lineage(
             manifest.parent_run_id, manifest.root_run_id, manifest.depth, manifest.max_depth
         )

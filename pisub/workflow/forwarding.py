@@ -13,9 +13,10 @@ import msgspec
 
 from pisub.errors import InvalidInput, PisubError
 from pisub.protocol.control import Interrupt, Receipt, ReceiptState, Request, Steer, Stop
+from pisub.protocol.status import children_words
 from pisub.protocol.workflow import ChildResult, SteerResult
 from pisub.store.paths import RunPaths
-from pisub.workflow.entries import ChildEntry, ChildTable, Phase
+from pisub.workflow.entries import ChildEntry, ChildTable, Phase, Unstarted
 
 MAX_HELD = 20
 """Requests held at most for one child that has not started (more are refused)."""
@@ -40,11 +41,69 @@ class Forwarding:
                 running = [e.index for e in self.table.entries if e.phase is Phase.RUNNING]
                 return running or "no child of this workflow is running"
             if child >= len(self.table.entries):
-                return f"no child {child} (this workflow has {len(self.table.entries)})"
+                if child < len(self.table.planned):  # planned, not called yet: held for it
+                    return [child]
+                known = max(len(self.table.entries), len(self.table.planned))
+                return f"no child {child} ({children_words(known)})"
             entry = self.table.entries[child]
         if entry.phase is Phase.ENDED:
             return f"{_name(entry)} has already ended"
         return [child]
+
+    def forward_unstarted(self, index: int, request_id: str, request: Request) -> Forwarded:
+        """A request for planned child ``index`` the script has not called yet (a chain's later
+        step; the caller holds the table's lock and found no entry): a steer or follow-up is held
+        for its start (``scheduled``), a stop means it never starts (``delivered``), an
+        interrupt fails."""
+        key = self.table.planned[index]
+        name = f"child {index} ({key})"
+        if self.table.ending is not None:
+            return ReceiptState.FAILED, f"{name} never starts: the workflow is ending"
+        early = self.table.unstarted.setdefault(index, Unstarted(key=key))
+        if early.stopped is not None:
+            return ReceiptState.FAILED, f"{name} was stopped before it started: it never starts"
+        if isinstance(request, Interrupt):
+            return ReceiptState.FAILED, f"{name} has not started yet"
+        if isinstance(request, Stop):
+            early.stopped = request.reason or ""
+            self.table.host.event("control.held", index, id=request_id, key=key)
+            return ReceiptState.DELIVERED, None
+        if len(early.held) >= MAX_HELD:
+            why = f"has not started yet and already holds {MAX_HELD} requests for its start"
+            return ReceiptState.FAILED, f"{name} {why}"
+        early.held.append((request_id, request))
+        self.table.host.event("control.held", index, id=request_id, key=key)
+        return ReceiptState.SCHEDULED, f"{name} has not started yet: sent to it when it starts"
+
+    def adopt(self, entry: ChildEntry, held: list[tuple[str, Request]]) -> None:
+        """On the loop: the script called ``entry``, for which ``held`` came before it was
+        called — sent when it starts (now, if it runs already), failed if it never does."""
+        with self.table.lock:  # a call settled on the script thread is settled under it
+            phase = entry.phase
+            if phase is not Phase.ENDED:
+                entry.held[:0] = held
+        if phase is Phase.ENDED:
+            result = entry.result
+            if entry.run_id is not None:
+                why = "it ended before the request could be sent"
+            elif result is not None and result.error is not None:
+                why = f"it never started: {result.error.message}"
+            else:
+                why = f"it never started: it ended {result.state if result is not None else 'first'}"
+            for rid, _request in held:
+                self.table.host.receipt_moved(rid, entry.index, ReceiptState.FAILED, why)
+            return
+        if phase is Phase.RUNNING:
+            self.release_held(entry)
+
+    def fail_unstarted(self, why: str) -> None:
+        """On the loop: the workflow ends — what was held for planned children never called
+        fails (they never start)."""
+        with self.table.lock:
+            unstarted, self.table.unstarted = self.table.unstarted, {}
+        for index, early in sorted(unstarted.items()):
+            for rid, _request in early.held:
+                self.table.host.receipt_moved(rid, index, ReceiptState.FAILED, f"it never started: {why}")
 
     def forward(self, index: int, request_id: str, request: Request) -> Forwarded:
         """Pass ``request`` to child ``index``: into its inbox when it runs (``pending``: its

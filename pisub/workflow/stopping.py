@@ -36,6 +36,7 @@ class Stopping:
         with self.table.lock:
             entries = list(self.table.entries)
             self.table.waiting.clear()
+        self.settling.forwarding.fail_unstarted("the workflow ended before this child started")
         running = []
         with self.settling.batch():  # the queued ones end together: one status write
             for entry in entries:
@@ -91,7 +92,8 @@ class Stopping:
     def stop_queued(self, entry: ChildEntry, reason: str | None) -> bool:
         """A stop request for ``entry``: when it is queued it never starts — it ends ``stopped``,
         journaled as its key's result like a running child stopped by request (a resume does
-        not start it). False when it is not queued (the request goes on as any other)."""
+        not start it). False when it is not queued (the request goes on as any other). Also
+        for a planned child stopped before the script called it (``reason`` ``""`` for none)."""
         with self.table.lock:
             if entry.phase is not Phase.QUEUED:
                 return False
@@ -100,6 +102,22 @@ class Stopping:
         why = "stopped by request before it started" + (f" ({reason})" if reason else "")
         self.settling.settle(entry, outcomes.not_started(entry.key, entry.call, "stopped", why), settled=True)
         return True
+
+    def stop_attached(self, entry: ChildEntry, reason: str | None) -> None:
+        """A child stopped by request before the script called it again, and the call
+        re-attached its running child (a resumed workflow): it is stopped now."""
+        from pisub.errors import InboxClosed
+        from pisub.store.mailbox import write_request
+
+        if entry.phase is not Phase.RUNNING or entry.run_id is None:
+            return
+        why = "stopped by request before the workflow called it again" + (f" ({reason})" if reason else "")
+        try:
+            write_request(self.table.home.run(entry.run_id), Stop(v=1, reason=why, source=self.table.source))
+        except InboxClosed:
+            pass  # it has ended: the next check settles it
+        except PisubError as exc:
+            self.table.host.trouble("stop a child", OSError(0, exc.message))
 
     def give_up(self, why: str) -> None:
         """Stop waiting for the children still going (they are recorded as failed, together)."""

@@ -31,7 +31,7 @@ def test_a_child_of_a_workflow_that_started_none_is_named_not_a_crash(home: Path
     live = pisub.launch_workflow(text="while (true) {}")
     try:
         proc = pisub_cli("status", live.id, "--child", "0")
-        assert "has no run (it has not started)" in _one_line(proc, "INVALID_INPUT")
+        assert "has no run (it has not started yet)" in _one_line(proc, "INVALID_INPUT")
     finally:
         live.stop()
         live.wait(timeout=60)

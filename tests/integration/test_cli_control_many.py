@@ -294,6 +294,18 @@ def test_a_queued_steer_is_carried_to_the_next_resume_on_interrupt(
     assert sent_with(model_server, f"KEEP {tag}")
     done = run.receipt(queued)
     assert done is not None and done.state == "delivered" and done.replacement_run_id == new.id
+    # The old run's status shows it so (read from the receipt; its status.json stays as written)
+    written = (run.dir / "status.json").read_bytes()
+    ledger = run.status().steering
+    assert (ledger.delivered, ledger.carried) == (2, 0)
+    assert [(e.state, e.replacement_run_id) for e in ledger.recent] == [
+        ("delivered", new.id),
+        ("delivered", None),
+    ]
+    status = pisub_cli("status", run.id)
+    assert "steering 2 requests: 2 delivered" in status.stdout, status.stdout
+    assert f'steer delivered by resume {new.id[:8]}  "KEEP {tag}"' in status.stdout, status.stdout
+    assert (run.dir / "status.json").read_bytes() == written
 
 
 @pytest.mark.pi
