@@ -6,6 +6,7 @@ to an ordinary warm runner). Nothing of it outlives its launcher."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -204,6 +205,23 @@ def _zygote_of(coordinator: int, run_dir: Path) -> int | None:
     return None
 
 
+def _open_files(pid: int) -> set[str]:
+    """What process ``pid`` (ours) holds open; nothing once it has gone — its pid may even be
+    another user's process by then (the CI machine's pids wrap within minutes)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except FileNotFoundError:
+        return set()
+    except PermissionError:
+        assert os.stat(f"/proc/{pid}").st_uid != os.getuid(), f"cannot read our process {pid}'s files"
+        return set()
+    targets = set()
+    for fd in fds:
+        with contextlib.suppress(FileNotFoundError):  # (closed meanwhile)
+            targets.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return targets
+
+
 def test_nothing_its_launcher_left_inheritable_reaches_the_zygote_or_its_runners(home: Path) -> None:
     leaked_r, leaked_w = os.pipe()
     os.set_inheritable(leaked_w, True)  # what a careless caller of pisub might leave
@@ -214,7 +232,7 @@ def test_nothing_its_launcher_left_inheritable_reaches_the_zygote_or_its_runners
         assert isinstance(warm, Warm)
         try:
             for pid in (zygote.pid, *_members(warm.pid)):
-                targets = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+                targets = _open_files(pid)
                 assert os.readlink(f"/proc/self/fd/{leaked_w}") not in targets, (pid, targets)
         finally:
             warm.dismiss()
