@@ -151,3 +151,29 @@ def _thrown_away(body: list[ast.stmt]) -> list[tuple[int, str]]:
             if "is_alive" not in after:
                 found.append((statement.lineno, "join(timeout=…) without an is_alive() check"))
     return found
+
+
+def test_every_file_pisub_reads_beside_its_modules_is_installed() -> None:
+    """A plain `pip install .` shipped without `pisub/workflow/js/prelude.js` (package-data did
+    not list it): every JavaScript workflow failed, FileNotFoundError (attack 33, F1). Every
+    tracked file under pisub/ other than a module must match a package-data pattern."""
+    import fnmatch
+    import subprocess
+    import tomllib
+
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
+        "pisub"
+    ]
+    tracked = subprocess.run(
+        ["git", "ls-files", "pisub"], cwd=ROOT, capture_output=True, text=True, check=False
+    ).stdout.split()
+    if not tracked:  # not a git checkout (a copy): every file on disk, caches aside
+        tracked = [
+            str(p.relative_to(ROOT))
+            for p in (ROOT / "pisub").rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts
+        ]
+    data = [name.removeprefix("pisub/") for name in tracked if not name.endswith(".py")]
+    assert data, "no data file found"
+    missing = [name for name in data if not any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)]
+    assert not missing, f"not in [tool.setuptools.package-data]: {missing}"
