@@ -545,6 +545,8 @@ def steering_lines(st: Status) -> list[str]:
     lines = [f"steering {ledger.requested} request{plural}" + (f": {', '.join(counts)}" if counts else "")]
     for entry in ledger.recent[-STEERING_SHOWN:]:
         words = _STATE_WORDS.get(str(entry.state), str(entry.state))
+        if entry.state == "scheduled" and not st.state.is_terminal:  # a queued run, or a child to come
+            words = "held for its child's start" if st.runner == "workflow" else "held until it starts"
         if entry.replacement_run_id and entry.state in ("delivered", "recovered"):
             words = f"delivered by resume {entry.replacement_run_id[:8]}"  # a carried steer
         what = entry.type.replace("_", "-")

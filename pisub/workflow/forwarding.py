@@ -66,7 +66,16 @@ class Forwarding:
             return ReceiptState.FAILED, f"{name} has not started yet"
         if isinstance(request, Stop):
             early.stopped = request.reason or ""
+            held, early.held = early.held, []
             self.table.host.event("control.held", index, id=request_id, key=key)
+            if held:  # what was held for its start fails now: it never starts
+
+                def refuse() -> None:
+                    why = "it never started: stopped by request before it started"
+                    for rid, _request in held:
+                        self.table.host.receipt_moved(rid, index, ReceiptState.FAILED, why)
+
+                self.table.host.post(refuse)
             return ReceiptState.DELIVERED, None
         if len(early.held) >= MAX_HELD:
             why = f"has not started yet and already holds {MAX_HELD} requests for its start"

@@ -110,9 +110,15 @@ def test_a_later_chain_step_stopped_before_it_starts_never_starts_and_ends_the_c
     run = _chain(tmp_path, ("first", "gate first"), ("later", "later"), ("third", "third"))
     _, steer = _control("steer", run.id, "--child", "later", "hello")
     assert steer["state"] == "scheduled", steer
+    # (attack 33: it said "kept for the next resume")
+    shown = wait_for(lambda: "steer held" in (out := pisub_cli("status", run.id).stdout) and out, 30)
+    assert "steer held for its child's start" in shown and "next resume" not in shown, shown
     code, stop = _control("stop", run.id, "--child", "later")
     assert code == 0 and stop["state"] == "delivered", stop
     assert [(t["child"], t["state"]) for t in stop["targets"]] == [(1, "delivered")]
+    failed = _final(run, steer["requestId"])  # at once: what was held for it can never be sent
+    assert failed["reason"] == "child 1: it never started: stopped by request before it started"
+    assert not (gates / "first").exists()  # (before the first step could end)
     code, again = _control("follow-up", run.id, "--child", "later", "more")
     assert code == 2 and "child 1 (later) was stopped before it started" in again["reason"], again
 
