@@ -1065,13 +1065,15 @@ class Run:
         Raises:
             InvalidInput: no such child.
         """
-        steps = self.status().steps
+        st = self.status()
+        steps = st.steps
         planned = self._planned_keys()
         if isinstance(which, int) or (isinstance(which, str) and which.isascii() and which.isdigit()):
             index = int(which)
             known = max(len(steps), len(planned))
             if not 0 <= index < max(known, 1):
-                raise InvalidInput(f"run {self.id} has no child {index} ({self._children_words(known)})")
+                words = self._children_words(known, st.state.is_terminal)
+                raise InvalidInput(f"run {self.id} has no child {index} ({words})")
             return index
         for step in steps:
             if step.key == which:
@@ -1083,10 +1085,10 @@ class Run:
                 f"child {which} of run {self.id} has not started yet: a lanes stage is a child "
                 "once its lane reaches it (until then it has no index); send it the request then"
             )
-        keys = ", ".join(s.key for s in steps if s.key) or "none"
+        keys = ", ".join(dict.fromkeys([*(s.key for s in steps if s.key), *planned])) or "none"
         raise InvalidInput(f"run {self.id} has no child with key {which!r} (keys: {keys})")
 
-    def _children_words(self, count: int) -> str:
+    def _children_words(self, count: int, ended: bool) -> str:
         """The children this run has, for an error naming one it does not have."""
         from pisub.protocol.status import children_words
 
@@ -1094,7 +1096,7 @@ class Run:
             workflow = self.manifest().workflow is not None
         except PisubError:
             workflow = True
-        return children_words(count) if workflow else "it has one child, 0"
+        return children_words(count, ended=ended) if workflow else "it has one child, 0"
 
     def _lane_stage_keys(self) -> set[str]:
         """The keys of a lanes workflow's stages (``<lane>.<stage>``); empty for any other run."""
@@ -1365,7 +1367,9 @@ class Run:
         if child is not None:
             steps = status.steps
             if not 0 <= child < len(steps):
-                raise InvalidInput(f"run {self.id} has no child {child} ({self._children_words(len(steps))})")
+                raise InvalidInput(
+                    f"run {self.id} has no child {child} ({self._children_words(len(steps), True)})"
+                )
             raise InvalidInput(
                 f"child {steps[child].key or child} of run {self.id} never started ({steps[child].status}): "
                 "there is no session to follow up"

@@ -177,14 +177,29 @@ def last_line(home: Home, status: Status) -> str:
     workflow, or a log that cannot be read)."""
     if status.state.is_terminal or status.runner == "workflow":
         return ""
+    return log_last_line(home.run(status.run_id).output_log(0))
+
+
+def log_last_line(log: Path) -> str:
+    """The last line of output log ``log`` that is not blank, redacted, from its last
+    :data:`SPARK_BYTES`: a line that began before them is shown behind ``…``, from a whole
+    character; nothing when the log cannot be read."""
     from pisub.core.fsio import read_tail
+    from pisub.runs.views import CUT
 
     try:
-        tail = read_tail(home.run(status.run_id).output_log(0), SPARK_BYTES)
+        tail = read_tail(log, SPARK_BYTES)
     except (OSError, PisubError):
         return ""
+    cut = len(tail) >= SPARK_BYTES  # (the read began inside the log: maybe inside a character)
+    if cut:
+        skip = next((i for i, byte in enumerate(tail[:3]) if not 0x80 <= byte <= 0xBF), min(3, len(tail)))
+        tail = tail[skip:]
     lines = [line for line in tail.decode("utf-8", "surrogateescape").splitlines() if line.strip()]
-    return redact(lines[-1].strip()) if lines else ""
+    if not lines:
+        return ""
+    begun_above = cut and len(lines) == 1 and b"\n" not in tail.strip()  # its start is not in the read
+    return (CUT if begun_above else "") + redact(lines[-1].strip())
 
 
 def mission_of(run: Run, status: Status | None = None) -> tuple[str, str] | None:

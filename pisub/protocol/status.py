@@ -13,11 +13,11 @@ from pisub.protocol.control import InboxInfo, Ledger
 from pisub.protocol.result import ErrorInfo
 
 
-def children_words(count: int) -> str:
+def children_words(count: int, *, ended: bool = False) -> str:
     """The children a run has, as an error naming one it does not have says (they are numbered
     from 0): "its children are 0 to 2, or their keys"."""
     if count <= 0:
-        return "it has no children yet"
+        return "it had no children" if ended else "it has no children yet"
     if count == 1:
         return "its one child is 0, or its key"
     return f"its children are 0 to {count - 1}, or their keys"

@@ -42,9 +42,9 @@ def truncate_output(
     max_lines = limits.lines if limits is not None else RESULT_MAX_LINES
     data = text.encode("utf-8")
     lines = text.split("\n")
-    if whole is None and len(data) <= max_bytes and len(lines) <= max_lines:
+    if whole is None and len(data) <= max_bytes and line_count(text) <= max_lines:
         return text, False
-    total_lines, total_bytes = whole if whole is not None else (len(lines), len(data))
+    total_lines, total_bytes = whole if whole is not None else (line_count(text), len(data))
     kept_text = "\n".join(lines[:max_lines])
     kept_bytes = kept_text.encode("utf-8")[:max_bytes].decode("utf-8", "ignore")
     shown = kept_bytes.count("\n") + 1
@@ -53,6 +53,11 @@ def truncate_output(
         f"{len(kept_bytes.encode('utf-8'))} of {total_bytes} bytes{_where(full_output, kept)}]"
     )
     return kept_bytes + marker, True
+
+
+def line_count(text: str) -> int:
+    """The lines of ``text``: a final newline ends the last line, it does not begin another."""
+    return text.count("\n") + (0 if text.endswith("\n") or not text else 1)
 
 
 def _where(full_output: Path | None, kept: int | None) -> str:
@@ -78,7 +83,7 @@ def cut_result_text(text: str, keep: Path, cap: int) -> tuple[str, ErrorInfo | N
     from pisub.core.fsio import atomic_write
 
     window = text[:REDACT_WINDOW]
-    whole = None if len(window) == len(text) else (text.count("\n") + 1, len(text.encode("utf-8", "replace")))
+    whole = None if len(window) == len(text) else (line_count(text), len(text.encode("utf-8", "replace")))
     redacted = redact(window)
     shown, cut = truncate_output(redacted, None, whole=whole)
     if not cut:

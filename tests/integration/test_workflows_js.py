@@ -314,7 +314,7 @@ def test_a_result_over_16_mib_names_its_size_and_the_file_keeping_it_in_both_lan
     assert result.state == "complete", result.content[0].text[-300:]
     text = result.content[0].text
     assert text.endswith(
-        "[TRUNCATED: showing first 5000 of 6000001 lines, 14999 of 18000000 bytes - its first "
+        "[TRUNCATED: showing first 5000 of 6000000 lines, 14999 of 18000000 bytes - its first "
         f"8388608 bytes (the run's output cap) at {keep}]"
     ), text[-300:]
     assert keep.stat().st_size == 8388608 and keep.read_bytes()[:6] == b"ab\nab\n"

@@ -98,3 +98,15 @@ def test_a_workflows_result_text_cut_is_kept_whole_or_to_the_cap(tmp_path: Path)
         and error is not None
         and error.message == "Output truncated"
     )
+
+
+def test_a_final_newline_ends_the_last_line_it_does_not_add_one(tmp_path: Path) -> None:
+    """Attack 33, F6: exactly 5,000 lines ending in a newline were "5,001" and marked truncated."""
+    from pisub.defaults import RESULT_MAX_LINES
+    from pisub.store.results import line_count, truncate_output
+
+    text = "line\n" * RESULT_MAX_LINES
+    assert line_count(text) == RESULT_MAX_LINES and line_count("") == 0 and line_count("a") == 1
+    assert truncate_output(text, tmp_path / "full") == (text, False)
+    cut, was_cut = truncate_output(text + "one more\n", tmp_path / "full")
+    assert was_cut and f"showing first {RESULT_MAX_LINES} of {RESULT_MAX_LINES + 1} lines" in cut, cut[-200:]

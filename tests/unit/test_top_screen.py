@@ -134,3 +134,22 @@ def test_a_last_line_longer_than_the_tail_read_is_shown_cut_never_nothing(bare_r
     state.log = ["first", "y" * 100, "z"]  # everything fits: nothing marked
     lines = ["".join(text for text, _style in line) for line in screen(state, 24, 80)]
     assert lines[1:5] == ["first", "y" * 80, "y" * 20, "z"], lines
+
+
+def test_a_live_runs_last_line_longer_than_its_read_starts_on_a_whole_character(bare_run: RunPaths) -> None:
+    """Attack 33, F4: top's output column showed ``\\udcac€€€…`` for a last line of 4,201 bytes
+    of ``€`` (its 4,096-byte read began inside a character)."""
+    from pisub.api.views import SPARK_BYTES, log_last_line
+    from pisub.runs.views import CUT
+
+    log = bare_run.output_log(0)
+    for extra in range(3):  # the read begins on each byte of a character in turn
+        log.write_bytes(b"a" + "€".encode() * 1400 + b"x" * extra)
+        line = log_last_line(log)
+        assert line.startswith(CUT + "€"), ascii(line[:8])
+        assert not any("\udc80" <= char <= "\udcff" for char in line), ascii(line[:8])
+        assert line.endswith("€" + "x" * extra)
+    log.write_bytes(b"first\n" + "€".encode() * 600 + b"\n")  # within the read: whole, unmarked
+    assert log_last_line(log) == "€" * 600
+    log.write_bytes(b"x" * (SPARK_BYTES + 10) + b"\nlast\n")
+    assert log_last_line(log) == "last"
