@@ -208,13 +208,25 @@ def _zygote_of(coordinator: int, run_dir: Path) -> int | None:
 def _open_files(pid: int) -> set[str]:
     """What process ``pid`` (ours) holds open; nothing once it has gone — its pid may even be
     another user's process by then (the CI machine's pids wrap within minutes)."""
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except FileNotFoundError:
-        return set()
-    except PermissionError:
-        assert os.stat(f"/proc/{pid}").st_uid != os.getuid(), f"cannot read our process {pid}'s files"
-        return set()
+    fds: list[str] | None = None
+
+    def listed() -> bool:  # (a process of ours is unreadable for a moment while it execs)
+        nonlocal fds
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except FileNotFoundError:
+            fds = []
+        except PermissionError:
+            try:
+                if os.stat(f"/proc/{pid}").st_uid == os.getuid():
+                    return False
+            except FileNotFoundError:
+                pass
+            fds = []  # gone, or not ours: its pid was reused
+        return True
+
+    wait_for(listed, 10, what=f"process {pid}'s files to be readable")
+    assert fds is not None
     targets = set()
     for fd in fds:
         with contextlib.suppress(FileNotFoundError):  # (closed meanwhile)
