@@ -1192,12 +1192,18 @@ class Run:
         Raises:
             InboxClosed: the run has finished (the request was not written, or withdrawn).
         """
+        import msgspec
+
         from pisub.store.mailbox import write_request
 
         for what in ("message", "reason", "source"):
             value = getattr(request, what, None)
             if isinstance(value, str):
                 _text(value, what)
+        try:  # what a runner would reject (a Struct is not checked when built): refused here
+            msgspec.convert(msgspec.to_builtins(request), type(request))
+        except (msgspec.ValidationError, TypeError) as exc:
+            raise InvalidInput(f"not a valid {type(request).__name__.lower()} request: {exc}") from None
         request_id = write_request(self.paths, request)
         self._ring()
         return request_id
@@ -1215,8 +1221,12 @@ class Run:
         if placement.backend != BackendName.LOCAL:
             backend_for(placement.backend).ring(placement)
 
+    def _child_number(self, child: int | str | None) -> int | None:
+        """A child given by index or by key (a workflow child's), as its index."""
+        return self.child_index(child) if isinstance(child, str) else child
+
     def stop(
-        self, *, child: int | None = None, reason: str | None = None, wait: float = 3.0
+        self, *, child: int | str | None = None, reason: str | None = None, wait: float = 3.0
     ) -> tuple[str, Receipt | None]:
         """Ask the run to stop (an inbox request) and wait up to ``wait`` seconds for its receipt;
         the request id and the latest receipt. A whole run an engine placed whose runner gave no
@@ -1226,6 +1236,7 @@ class Run:
         Raises:
             InboxClosed: the run has finished.
         """
+        child = self._child_number(child)
         request_id = self.send_stop(child=child, reason=reason)
         if wait <= 0:
             return request_id, None
@@ -1260,7 +1271,7 @@ class Run:
         message: str,
         *,
         mode: str = "steer",
-        child: int | None = None,
+        child: int | str | None = None,
         wait: float = 3.0,
         recover: bool = True,
         on_recovery: Callable[[str], None] | None = None,
@@ -1279,6 +1290,7 @@ class Run:
         """
         _text(message, "message")  # a bad message is the caller's first problem
         self.check_steerable("steer")
+        child = self._child_number(child)
         request_id = self.send_steer(message, mode=mode, child=child)
         if wait <= 0:
             return request_id, None
@@ -1325,7 +1337,7 @@ class Run:
         return self.send(Interrupt(v=1, child=child, reason=reason, source=source))
 
     def interrupt(
-        self, *, child: int | None = None, reason: str | None = None, source: str | None = "pisub"
+        self, *, child: int | str | None = None, reason: str | None = None, source: str | None = "pisub"
     ) -> str:
         """Interrupt the child: its run ends ``paused``, to be resumed; the request id (its
         receipt: :meth:`wait_for_receipt`).
@@ -1342,14 +1354,14 @@ class Run:
                 f"run {self.id} is an {runner} run: an interrupt pauses a run to resume it, and "
                 f"only pi runs can be resumed; end it with: pisub stop {self.id[:8]}"
             )
-        return self.send_interrupt(child=child, reason=reason, source=source)
+        return self.send_interrupt(child=self._child_number(child), reason=reason, source=source)
 
     def send_stop(
         self, *, child: int | None = None, reason: str | None = None, source: str | None = "pisub"
     ) -> str:
         return self.send(Stop(v=1, child=child, reason=reason, source=source))
 
-    def follow_up(self, message: str, *, child: int | None = None) -> tuple[str, Receipt | None]:
+    def follow_up(self, message: str, *, child: int | str | None = None) -> tuple[str, Receipt | None]:
         """A follow-up: a request to a running run, or a brief for a finished pi run.
 
         Returns the request id and, for a brief, its ``scheduled`` receipt.
@@ -1357,6 +1369,7 @@ class Run:
         Raises:
             NotResumable: the run is finished and cannot take briefs (stopped, not pi, no session).
         """
+        child = self._child_number(child)
         if child is not None and (target := self._ended_child(child)) is not None:
             return target.follow_up(message)  # a finished (retained) child: a brief for its resume
         status = self.status()

@@ -145,3 +145,21 @@ def test_a_steer_held_for_a_later_chain_step_fails_when_the_workflow_ends_first(
     assert failed["reason"] == "child 1: it never started: the workflow ended before this child started"
     assert run.wait(timeout=60).state == "stopped"
     assert _starts(gates) == ["gate first"]
+
+
+def test_the_python_api_names_a_later_step_by_key_and_refuses_a_request_no_runner_takes(
+    gates: Path, tmp_path: Path
+) -> None:
+    """`run.stop(child="later")` wrote `"child": "later"` (the API took no key), which the
+    runner rejected: the step ran. A key is resolved as the CLI resolves it; a request the
+    runner would reject is refused before it is written."""
+    run = _chain(tmp_path, ("first", "gate first"), ("later", "later"))
+    with pytest.raises(pisub.PisubError, match=r"not a valid stop request: .*\$\.child"):
+        run.send_stop(child="later")  # type: ignore[arg-type]
+    assert not list((run.dir / "inbox" / "new").iterdir())
+    _rid, receipt = run.stop(child="later", wait=10)
+    assert receipt is not None and receipt.state == "delivered", receipt
+    (gates / "first").touch()
+    assert run.wait(timeout=60).state == "failed"
+    assert [str(s.status) for s in run.status().steps] == ["complete", "stopped"]
+    assert _starts(gates) == ["gate first"]
