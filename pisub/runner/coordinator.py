@@ -100,6 +100,9 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
         self.script_result: tuple[Any, BaseException | None] | None = None
         self.ending: Ending | None = None
         self.end_error: ErrorInfo | None = None
+        self.end_text: str | None = None
+        """The whole failure's text (``end_error`` holds its first :data:`MAX_ERROR_CHARS`): the
+        result's text, cut as a result's text is."""
         self.return_text = ""
         self.ending_since: float | None = None
         self.children_ended_at: float | None = None
@@ -364,6 +367,7 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
             self.end_error = ErrorInfo(
                 code=code, message=redact(message[: MAX_ERROR_CHARS * 4])[:MAX_ERROR_CHARS]
             )
+            self.end_text = message
         self.event("workflow.ending", reason=why.name.lower(), message=message)
         if why is not Ending.RETURNED and self.script is not None:
             self.script.cancel()
@@ -469,7 +473,7 @@ class Coordinator(RunShell["WorkflowDispatcher"]):
         if state is RunState.COMPLETE:
             text = self.return_text
         elif error is not None:
-            text = f"{error.code}: {error.message}"
+            text = f"{error.code}: {self.end_text if self.end_text is not None else error.message}"
             if self.return_text:
                 text += "\n\n" + self.return_text
         else:

@@ -335,3 +335,19 @@ def test_a_result_over_16_mib_names_its_size_and_the_file_keeping_it_in_both_lan
     )
     assert (run.dir / "result.txt").read_text() == "z" * 300_000
     assert result.details.error is not None and result.details.error.code == "SUBAGENT_OUTPUT_TRUNCATED"
+
+
+def test_a_long_failure_text_is_cut_with_its_marker_and_kept_in_result_txt(home: Path) -> None:
+    """Attack 33, F5: a script's failure over 8,000 characters was cut there silently (no marker,
+    no file, no size); its text is cut as a result's text is, the whole kept in result.txt.
+    The status's error keeps its first 8,000 characters (errors are that long)."""
+    run = launch_workflow(text='throw new Error("E".repeat(300000) + "end");')
+    result = run.wait(timeout=120)
+    assert result.state == "failed"
+    text = result.content[0].text
+    assert text.startswith("SUBAGENT_FAILED: the workflow failed: workflowScript:1: Error: EEE"), text[:100]
+    assert text.endswith(f"bytes - full output at {run.dir / 'result.txt'}]"), text[-300:]
+    assert " of 300" in text.rsplit("[TRUNCATED", 1)[1]  # the real size
+    assert (run.dir / "result.txt").read_text().rstrip().endswith("end")
+    error = run.status().error
+    assert error is not None and len(error.message) <= 8000
