@@ -24,7 +24,7 @@ import pisub
 from pisub.core.locks import is_held
 from pisub.store.paths import RunPaths
 from pisub.testing.fake_model import FakeModelServer
-from tests.conftest import AgentMaker, pid_alive, wait_for
+from tests.conftest import AgentMaker, pid_alive, pisub_cli, wait_for
 
 SLEEPER = """
 import os, subprocess, time
@@ -74,6 +74,77 @@ def run_event_types(where: Where) -> list[str]:
 def run_receipts(where: Where) -> dict[str, dict[str, Any]]:
     """The run's receipts (``outbox/*.json``) by request id."""
     return {p.stem: json.loads(p.read_bytes()) for p in (_dir(where) / "outbox").glob("*.json")}
+
+
+GATED_WORKER = """
+import os, sys, time
+task = sys.stdin.read().strip()
+with open(os.environ["PISUB_TEST_COUNT"], "a") as fh:
+    fh.write(task.splitlines()[0] + "\\n")
+words = task.split()
+if words[:1] == ["gate"]:
+    gate = os.path.join(os.environ["PISUB_TEST_GATES"], words[1])
+    deadline = time.monotonic() + 60
+    while not os.path.exists(gate):
+        if time.monotonic() > deadline:
+            sys.exit("the gate never opened")
+        time.sleep(0.02)
+if words[:1] == ["sleep"]:
+    time.sleep(float(words[1]))
+print("did:", task)
+"""
+"""A child that appends its task's first line to $PISUB_TEST_COUNT (one line per start); a task
+"gate NAME" waits until $PISUB_TEST_GATES/NAME exists, "sleep S" sleeps S seconds; then it
+echoes its task."""
+
+
+def gated_worker(make_agent: AgentMaker, tmp_path: Path, monkeypatch: Any) -> Path:
+    """The ``worker`` agent (:data:`GATED_WORKER`); the folder of its gates (its starts are in
+    ``../starts.txt``, :func:`gated_starts`)."""
+    folder = tmp_path / "gates"
+    folder.mkdir()
+    (tmp_path / "starts.txt").touch()
+    monkeypatch.setenv("PISUB_TEST_COUNT", str(tmp_path / "starts.txt"))
+    monkeypatch.setenv("PISUB_TEST_GATES", str(folder))
+    make_agent("worker", python=GATED_WORKER)
+    return folder
+
+
+def gated_starts(gates: Path) -> list[str]:
+    """What the :func:`gated_worker` children started with, in order."""
+    return (gates.parent / "starts.txt").read_text().splitlines()
+
+
+FINAL_RECEIPT_STATES = ("delivered", "failed", "partial", "recovered", "rejected")
+
+
+def final_receipt(where: Where, request_id: str) -> dict[str, Any]:
+    """Request ``request_id``'s receipt once it is final (its one file in the outbox)."""
+    return dict(
+        wait_for(
+            lambda: (
+                (r := run_receipts(where).get(request_id)) is not None
+                and r["state"] in FINAL_RECEIPT_STATES
+                and r
+            ),
+            60,
+            what=f"the final receipt of {request_id}",
+        )
+    )
+
+
+def control_json(*args: str) -> tuple[int, dict[str, Any]]:
+    """``pisub ARGS --json``: its exit code and its one receipt (or ``{"stderr": …}``)."""
+    proc = pisub_cli(*args, "--json")
+    return proc.returncode, json.loads(proc.stdout or "null") or {"stderr": proc.stderr}
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str], code: str) -> str:
+    """The one line ``pisub: … [CODE]`` a failed command printed (never a traceback)."""
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pisub: ") and lines[0].endswith(f"[{code}]"), proc.stderr
+    return lines[0]
 
 
 def drop_request(where: Where, name: str, data: bytes | dict[str, Any]) -> Path:

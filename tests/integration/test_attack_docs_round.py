@@ -12,13 +12,7 @@ from pathlib import Path
 
 import pisub
 from tests.conftest import pisub_cli
-
-
-def _one_line(proc: subprocess.CompletedProcess[str], code: str) -> str:
-    assert "Traceback" not in proc.stderr, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("pisub: ") and lines[0].endswith(f"[{code}]"), proc.stderr
-    return lines[0]
+from tests.helpers import one_line_error
 
 
 def test_a_child_of_a_workflow_that_started_none_is_named_not_a_crash(home: Path) -> None:
@@ -26,12 +20,12 @@ def test_a_child_of_a_workflow_that_started_none_is_named_not_a_crash(home: Path
     assert run.wait(timeout=60).state == "complete"
     for command in ("status", "logs", "result", "wait"):
         proc = pisub_cli(command, run.id, "--child", "0")
-        line = _one_line(proc, "INVALID_INPUT")
+        line = one_line_error(proc, "INVALID_INPUT")
         assert f"child 0 of run {run.id} has no run (it never started)" in line, line
     live = pisub.launch_workflow(text="while (true) {}")
     try:
         proc = pisub_cli("status", live.id, "--child", "0")
-        assert "has no run (it has not started yet)" in _one_line(proc, "INVALID_INPUT")
+        assert "has no run (it has not started yet)" in one_line_error(proc, "INVALID_INPUT")
     finally:
         live.stop()
         live.wait(timeout=60)

@@ -24,16 +24,9 @@ from pisub.protocol.status import RunState, Status
 from pisub.store.mailbox import claim, write_request
 from pisub.workflow.calls import MAX_TASKS_FILE
 from tests.conftest import AgentMaker, pisub_cli, wait_for
-from tests.helpers import wait_runner_dead
+from tests.helpers import one_line_error, wait_runner_dead
 
 RUN_ID = "0123abcd-0000-4000-8000-000000000000"
-
-
-def _one_line(proc: subprocess.CompletedProcess[str], code: str) -> str:
-    assert "Traceback" not in proc.stderr, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("pisub: ") and lines[0].endswith(f"[{code}]"), proc.stderr
-    return lines[0]
 
 
 def _empty_run_folder(home: Path) -> Path:
@@ -48,11 +41,11 @@ def test_control_of_an_empty_run_folder_answers_as_status_does(home: Path) -> No
     """F10: a run folder with no files is a broken run for ``stop`` (and every request) as for
     ``status``: the same one line, not a storage failure."""
     folder = _empty_run_folder(home)
-    status = _one_line(pisub_cli("status", RUN_ID), "RUN_NOT_FOUND")
+    status = one_line_error(pisub_cli("status", RUN_ID), "RUN_NOT_FOUND")
     for command in (["stop"], ["interrupt"], ["stop", "--wait", "0"]):
         proc = pisub_cli(*command, RUN_ID, timeout=20)
         assert proc.returncode == 1
-        line = _one_line(proc, "RUN_NOT_FOUND")
+        line = one_line_error(proc, "RUN_NOT_FOUND")
         assert line == status or (command == ["interrupt"] and "manifest.json does not exist" in line)
     assert sorted(p.name for p in folder.iterdir()) == [], "nothing was written"
 
@@ -67,7 +60,7 @@ def test_a_request_to_a_run_folder_without_its_inbox_names_the_problem(home: Pat
     )  # fmt: skip
     (folder / "status.json").write_bytes(encode(status))
     proc = pisub_cli("stop", "--wait", "0", RUN_ID, timeout=20)
-    assert "has no inbox" in _one_line(proc, "PROTOCOL_ERROR"), proc.stderr
+    assert "has no inbox" in one_line_error(proc, "PROTOCOL_ERROR"), proc.stderr
 
 
 def test_a_coordinator_killed_mid_stop_says_how_far_the_stop_got(home: Path, make_agent: AgentMaker) -> None:
@@ -118,7 +111,7 @@ def test_a_tasks_file_whose_manifest_would_be_too_large_is_refused_up_front(
     tasks.write_text(json.dumps([{"agent": "echo", "task": task}] * count, separators=(",", ":")))
     assert MAX_TASKS_FILE - 1000 < tasks.stat().st_size < MAX_TASKS_FILE
     proc = pisub_cli("run", "--parallel", str(tasks), "--max-spawns", str(count), timeout=120)
-    line = _one_line(proc, "INVALID_INPUT")
+    line = one_line_error(proc, "INVALID_INPUT")
     assert proc.returncode == 1 and "16 MiB" in line, line
     runs = home / "runs"
     assert not runs.exists() or not list(runs.iterdir()), "nothing was created"
@@ -171,7 +164,7 @@ def test_reading_commands_never_create_the_home(tmp_path: Path) -> None:
     assert pisub_cli("status", env=env).returncode == 0
     for command in ("status", "logs", "result"):
         proc = pisub_cli(command, RUN_ID, env=env)
-        assert proc.returncode == 1 and "RUN_NOT_FOUND" in _one_line(proc, "RUN_NOT_FOUND")
+        assert proc.returncode == 1 and "RUN_NOT_FOUND" in one_line_error(proc, "RUN_NOT_FOUND")
     assert not missing.exists(), "a read-only command created the home"
 
 
@@ -229,7 +222,7 @@ def test_logs_follow_of_a_workflow_whose_coordinator_died_says_so(home: Path, ma
     stdout, stderr = following.communicate(timeout=60)
     assert following.returncode == 1, (stdout, stderr)
     proc = subprocess.CompletedProcess(following.args, 1, stdout, stderr)
-    line = _one_line(proc, "SUBAGENT_FAILED")
+    line = one_line_error(proc, "SUBAGENT_FAILED")
     assert f"run {run.id} failed: Runner process {pid} exited" in line and "Its children go on" in line
     error = run.status().error
     assert error is not None and line.split("failed: ", 1)[1].rsplit(" [", 1)[0] == error.message  # as status
@@ -333,6 +326,6 @@ def test_stop_all_leaves_a_resumed_workflows_children_to_it(home: Path, make_age
 def test_a_mistyped_option_is_one_clean_line() -> None:
     """Attack 31, F7: click's suggestion in parentheses left a stray ``()`` in the line."""
     proc = pisub_cli("list", "--agen", "x")
-    line = _one_line(proc, "USAGE")
+    line = one_line_error(proc, "USAGE")
     assert "()" not in line and "Did you mean one of: '--agent'" in line, line
     assert proc.returncode == 2

@@ -10,46 +10,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import pisub
 from tests.conftest import AgentMaker, pisub_cli, wait_for
-from tests.helpers import run_receipts
-
-# Each child appends its task's first line to $PISUB_TEST_COUNT; "gate NAME" waits until
-# $PISUB_TEST_GATES/NAME exists; then it echoes its task.
-WORKER = """
-import os, sys, time
-task = sys.stdin.read().strip()
-with open(os.environ["PISUB_TEST_COUNT"], "a") as fh:
-    fh.write(task.splitlines()[0] + "\\n")
-words = task.split()
-if words[:1] == ["gate"]:
-    gate = os.path.join(os.environ["PISUB_TEST_GATES"], words[1])
-    deadline = time.monotonic() + 60
-    while not os.path.exists(gate):
-        if time.monotonic() > deadline:
-            sys.exit("the gate never opened")
-        time.sleep(0.02)
-print("did:", task)
-"""
+from tests.helpers import control_json, final_receipt, gated_starts, gated_worker
 
 
 @pytest.fixture
 def gates(home: Path, make_agent: AgentMaker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "gates"
-    folder.mkdir()
-    (tmp_path / "starts.txt").touch()
-    monkeypatch.setenv("PISUB_TEST_COUNT", str(tmp_path / "starts.txt"))
-    monkeypatch.setenv("PISUB_TEST_GATES", str(folder))
-    make_agent("worker", python=WORKER)
-    return folder
-
-
-def _starts(gates: Path) -> list[str]:
-    return (gates.parent / "starts.txt").read_text().splitlines()
+    """The ``worker`` agent; the folder of its gates (tests.helpers.gated_worker)."""
+    return gated_worker(make_agent, tmp_path, monkeypatch)
 
 
 def _chain(tmp_path: Path, *tasks: tuple[str, str]) -> pisub.Run:
@@ -62,64 +34,48 @@ def _chain(tmp_path: Path, *tasks: tuple[str, str]) -> pisub.Run:
     return run
 
 
-def _control(*args: str) -> tuple[int, dict[str, Any]]:
-    proc = pisub_cli(*args, "--json")
-    return proc.returncode, json.loads(proc.stdout or "null") or {"stderr": proc.stderr}
-
-
-def _final(run: pisub.Run, rid: str) -> dict[str, Any]:
-    final = ("delivered", "failed", "partial", "recovered", "rejected")
-    return dict(
-        wait_for(
-            lambda: (r := run_receipts(run).get(rid)) is not None and r["state"] in final and r,
-            60,
-            what=f"the final receipt of {rid}",
-        )
-    )
-
-
 def test_a_later_chain_step_takes_a_steer_scheduled_and_gets_it_when_it_starts(
     gates: Path, tmp_path: Path
 ) -> None:
     run = _chain(tmp_path, ("first", "gate first"), ("later", "gate later {previous}"))
-    code, steer = _control("steer", run.id, "--child", "later", "look at the tests")
+    code, steer = control_json("steer", run.id, "--child", "later", "look at the tests")
     assert code == 0, steer
     assert (steer["state"], steer["targets"][0]["child"]) == ("scheduled", 1), steer
     assert "child 1 (later) has not started yet: sent to it when it starts" in steer["reason"]
-    code, interrupt = _control("interrupt", run.id, "--child", "1")
+    code, interrupt = control_json("interrupt", run.id, "--child", "1")
     assert code == 2 and "child 1 (later) has not started yet" in interrupt["reason"], interrupt
-    code, missing = _control("stop", run.id, "--child", "2")
+    code, missing = control_json("stop", run.id, "--child", "2")
     assert code == 2, missing
     assert "no child 2 (its children are 0 to 1, or their keys)" in missing["reason"], missing
     shown = pisub_cli("status", run.id, "--child", "later")
     assert shown.returncode == 1 and "has no run (it has not started yet)" in shown.stderr, shown.stderr
 
     (gates / "first").touch()  # later starts: the steer is sent into its inbox
-    final = _final(run, steer["requestId"])
+    final = final_receipt(run, steer["requestId"])
     # an external CLI takes no steer: its runner's own answer comes back through the workflow
     assert final["state"] == "failed", final
     assert "steering is not supported by the external-cli runner" in final["reason"], final
     (gates / "later").touch()
     assert run.wait(timeout=60).state == "complete"
-    assert _starts(gates) == ["gate first", "gate later did: gate first"]
+    assert gated_starts(gates) == ["gate first", "gate later did: gate first"]
 
 
 def test_a_later_chain_step_stopped_before_it_starts_never_starts_and_ends_the_chain(
     gates: Path, tmp_path: Path
 ) -> None:
     run = _chain(tmp_path, ("first", "gate first"), ("later", "later"), ("third", "third"))
-    _, steer = _control("steer", run.id, "--child", "later", "hello")
+    _, steer = control_json("steer", run.id, "--child", "later", "hello")
     assert steer["state"] == "scheduled", steer
     # (attack 33: it said "kept for the next resume")
     shown = wait_for(lambda: "steer held" in (out := pisub_cli("status", run.id).stdout) and out, 30)
     assert "steer held for its child's start" in shown and "next resume" not in shown, shown
-    code, stop = _control("stop", run.id, "--child", "later")
+    code, stop = control_json("stop", run.id, "--child", "later")
     assert code == 0 and stop["state"] == "delivered", stop
     assert [(t["child"], t["state"]) for t in stop["targets"]] == [(1, "delivered")]
-    failed = _final(run, steer["requestId"])  # at once: what was held for it can never be sent
+    failed = final_receipt(run, steer["requestId"])  # at once: what was held for it can never be sent
     assert failed["reason"] == "child 1: it never started: stopped by request before it started"
     assert not (gates / "first").exists()  # (before the first step could end)
-    code, again = _control("follow-up", run.id, "--child", "later", "more")
+    code, again = control_json("follow-up", run.id, "--child", "later", "more")
     assert code == 2 and "child 1 (later) was stopped before it started" in again["reason"], again
 
     (gates / "first").touch()
@@ -128,8 +84,8 @@ def test_a_later_chain_step_stopped_before_it_starts_never_starts_and_ends_the_c
     assert result.details.results[1].state == "stopped"
     assert "stopped by request before it started" in (result.details.results[1].error or "")
     assert [str(s.status) for s in run.status().steps] == ["complete", "stopped", "skipped"]
-    assert _starts(gates) == ["gate first"]  # later never started, nor third
-    failed = _final(run, steer["requestId"])
+    assert gated_starts(gates) == ["gate first"]  # later never started, nor third
+    failed = final_receipt(run, steer["requestId"])
     assert failed["reason"] == "child 1: it never started: stopped by request before it started"
 
 
@@ -137,14 +93,14 @@ def test_a_steer_held_for_a_later_chain_step_fails_when_the_workflow_ends_first(
     gates: Path, tmp_path: Path
 ) -> None:
     run = _chain(tmp_path, ("first", "gate first"), ("later", "later"))
-    _, steer = _control("steer", run.id, "--child", "later", "hello")
+    _, steer = control_json("steer", run.id, "--child", "later", "hello")
     assert steer["state"] == "scheduled", steer
-    code, stopped = _control("stop", run.id)
+    code, stopped = control_json("stop", run.id)
     assert code == 0 and stopped["state"] == "delivered", stopped
-    failed = _final(run, steer["requestId"])
+    failed = final_receipt(run, steer["requestId"])
     assert failed["reason"] == "child 1: it never started: the workflow ended before this child started"
     assert run.wait(timeout=60).state == "stopped"
-    assert _starts(gates) == ["gate first"]
+    assert gated_starts(gates) == ["gate first"]
 
 
 def test_the_python_api_names_a_later_step_by_key_and_refuses_a_request_no_runner_takes(
@@ -162,4 +118,4 @@ def test_the_python_api_names_a_later_step_by_key_and_refuses_a_request_no_runne
     (gates / "first").touch()
     assert run.wait(timeout=60).state == "failed"
     assert [str(s.status) for s in run.status().steps] == ["complete", "stopped"]
-    assert _starts(gates) == ["gate first"]
+    assert gated_starts(gates) == ["gate first"]

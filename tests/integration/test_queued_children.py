@@ -19,45 +19,24 @@ import pytest
 import pisub
 from pisub.api.client import launch_workflow, resume_workflow
 from tests.conftest import AgentMaker, pisub_cli, wait_for
-from tests.helpers import drop_request, first_and_later, run_receipts, write_script
+from tests.helpers import (
+    control_json,
+    drop_request,
+    final_receipt,
+    first_and_later,
+    gated_starts,
+    gated_worker,
+    run_receipts,
+    write_script,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-
-# Each child appends its task to $PISUB_TEST_COUNT (one line per start); a task "gate NAME"
-# waits until $PISUB_TEST_GATES/NAME exists, "sleep S" sleeps S seconds; then it echoes its task.
-WORKER = """
-import os, sys, time
-task = sys.stdin.read().strip()
-with open(os.environ["PISUB_TEST_COUNT"], "a") as fh:
-    fh.write(task + "\\n")
-words = task.split()
-if words[:1] == ["gate"]:
-    gate = os.path.join(os.environ["PISUB_TEST_GATES"], words[1])
-    deadline = time.monotonic() + 60
-    while not os.path.exists(gate):
-        if time.monotonic() > deadline:
-            sys.exit("the gate never opened")
-        time.sleep(0.02)
-if words[:1] == ["sleep"]:
-    time.sleep(float(words[1]))
-print("did:", task)
-"""
 
 
 @pytest.fixture
 def gates(home: Path, make_agent: AgentMaker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The ``worker`` agent; the folder of its gates (its starts are in ``../starts.txt``)."""
-    folder = tmp_path / "gates"
-    folder.mkdir()
-    (tmp_path / "starts.txt").touch()
-    monkeypatch.setenv("PISUB_TEST_COUNT", str(tmp_path / "starts.txt"))
-    monkeypatch.setenv("PISUB_TEST_GATES", str(folder))
-    make_agent("worker", python=WORKER)
-    return folder
-
-
-def _starts(gates: Path) -> list[str]:
-    return (gates.parent / "starts.txt").read_text().splitlines()
+    """The ``worker`` agent; the folder of its gates (tests.helpers.gated_worker)."""
+    return gated_worker(make_agent, tmp_path, monkeypatch)
 
 
 def _states(run: pisub.Run) -> list[str]:
@@ -71,28 +50,11 @@ def _two(tmp_path: Path, later: str = "later") -> pisub.Run:
     return run
 
 
-def _control(*args: str) -> tuple[int, dict[str, Any]]:
-    proc = pisub_cli(*args, "--json")
-    return proc.returncode, json.loads(proc.stdout or "null") or {"stderr": proc.stderr}
-
-
-def _final(run: pisub.Run, rid: str) -> dict[str, Any]:
-    """Request ``rid``'s receipt once it is final (its one file in the outbox)."""
-    final = ("delivered", "failed", "partial", "recovered", "rejected")
-    return dict(
-        wait_for(
-            lambda: (r := run_receipts(run).get(rid)) is not None and r["state"] in final and r,
-            60,
-            what=f"the final receipt of {rid}",
-        )
-    )
-
-
 def test_a_queued_child_stopped_never_starts_and_its_workflow_sees_it_stopped(
     gates: Path, tmp_path: Path
 ) -> None:
     run = _two(tmp_path)
-    code, receipt = _control("stop", run.id, "--child", "later")
+    code, receipt = control_json("stop", run.id, "--child", "later")
     assert code == 0, receipt
     assert receipt["state"] == "delivered" and receipt["deliveryStatus"] == "delivered"
     assert [(t["child"], t["state"]) for t in receipt["targets"]] == [(1, "delivered")]
@@ -107,7 +69,7 @@ def test_a_queued_child_stopped_never_starts_and_its_workflow_sees_it_stopped(
     later = result.details.results[1]
     assert later.state == "stopped" and later.run_id is None
     assert later.error is not None and "stopped by request before it started" in later.error
-    assert _starts(gates) == ["gate first"]  # later never started
+    assert gated_starts(gates) == ["gate first"]  # later never started
     assert not [s for s in pisub.list_runs(children=True) if s.key == "later"]
     assert run_receipts(run)[receipt["requestId"]] == receipt  # its one receipt, as answered
 
@@ -116,12 +78,12 @@ def test_a_steer_and_a_follow_up_to_a_queued_child_are_scheduled_then_answered_w
     gates: Path, tmp_path: Path
 ) -> None:
     run = _two(tmp_path, later="gate later")
-    code, steer = _control("steer", run.id, "--child", "later", "look at the tests")
+    code, steer = control_json("steer", run.id, "--child", "later", "look at the tests")
     assert code == 0, steer
     assert (steer["state"], steer["deliveryStatus"]) == ("scheduled", "queued")
     assert steer["targets"][0]["state"] == "scheduled"
     assert "child 1 (later) has not started yet: sent to it when it starts" in steer["reason"]
-    code, follow = _control("follow-up", run.id, "--child", "1", "and then the docs")
+    code, follow = control_json("follow-up", run.id, "--child", "1", "and then the docs")
     assert code == 0 and follow["state"] == "scheduled", follow
     wait_for(
         lambda: [e.state for e in run.status().steering.recent] == ["scheduled", "scheduled"],
@@ -131,7 +93,7 @@ def test_a_steer_and_a_follow_up_to_a_queued_child_are_scheduled_then_answered_w
 
     (gates / "first").touch()  # later starts: both are sent into its inbox
     for rid in (steer["requestId"], follow["requestId"]):
-        final = _final(run, rid)
+        final = final_receipt(run, rid)
         # an external CLI takes no steer: its runner's own answer comes back through the workflow
         assert final["state"] == "failed", final
         assert "steering is not supported by the external-cli runner" in final["reason"], final
@@ -160,23 +122,23 @@ def test_a_scheduled_request_fails_with_a_reason_when_its_child_never_starts(
     )
     run = launch_workflow(script, concurrency=1)
     wait_for(lambda: _states(run) == ["running", "queued", "queued"], 30)
-    _, to_b = _control("steer", run.id, "--child", "b", "hello b")
-    _, to_c = _control("follow-up", run.id, "--child", "c", "hello c")
+    _, to_b = control_json("steer", run.id, "--child", "b", "hello b")
+    _, to_c = control_json("follow-up", run.id, "--child", "c", "hello c")
     assert (to_b["state"], to_c["state"]) == ("scheduled", "scheduled")
 
-    code, stop_b = _control("stop", run.id, "--child", "b")
+    code, stop_b = control_json("stop", run.id, "--child", "b")
     assert code == 0 and stop_b["state"] == "delivered", stop_b
-    b = _final(run, to_b["requestId"])
+    b = final_receipt(run, to_b["requestId"])
     assert b["state"] == "failed" and b["deliveryStatus"] == "queued"
     assert b["reason"] == "child 1: it never started: stopped by request before it started"
 
-    code, stopped = _control("stop", run.id)  # the whole workflow: c never starts
+    code, stopped = control_json("stop", run.id)  # the whole workflow: c never starts
     assert code == 0 and stopped["state"] == "delivered", stopped
-    c = _final(run, to_c["requestId"])
+    c = final_receipt(run, to_c["requestId"])
     assert c["state"] == "failed"
     assert c["reason"] == "child 2: it never started: the workflow ended before this child started"
     assert run.wait(timeout=60).state == "stopped"
-    assert _starts(gates) == ["gate first"]
+    assert gated_starts(gates) == ["gate first"]
     ledger = run.status().steering  # final: written before the result
     assert ledger.failed == 2 and ledger.delivered == 2
 
@@ -185,7 +147,7 @@ def test_only_a_stop_or_a_steer_is_widened_to_children_that_have_not_started(
     gates: Path, tmp_path: Path
 ) -> None:
     run = _two(tmp_path)
-    code, interrupt = _control("interrupt", run.id, "--child", "later")
+    code, interrupt = control_json("interrupt", run.id, "--child", "later")
     assert code == 2 and interrupt["state"] == "failed", interrupt
     assert "child 1 (later) has not started yet" in interrupt["reason"]
     # a queued child holds at most 20 requests for its start: the next is refused
@@ -198,17 +160,17 @@ def test_only_a_stop_or_a_steer_is_widened_to_children_that_have_not_started(
     assert receipts["f-20"]["state"] == "failed"
     assert "already holds 20 requests for its start" in receipts["f-20"]["reason"]
 
-    _, stop = _control("stop", run.id, "--child", "later")
+    _, stop = control_json("stop", run.id, "--child", "later")
     assert stop["state"] == "delivered"
-    code, again = _control("stop", run.id, "--child", "later")  # it has ended now
+    code, again = control_json("stop", run.id, "--child", "later")  # it has ended now
     assert code == 2 and again["reason"] == "child 1 (later) has already ended", again
-    code, missing = _control("stop", run.id, "--child", "7")
+    code, missing = control_json("stop", run.id, "--child", "7")
     assert code == 2 and "no child 7" in missing["reason"], missing
     receipts = run_receipts(run)
     assert {receipts[f"f-{n:02d}"]["state"] for n in range(20)} == {"failed"}
     (gates / "first").touch()
     assert run.wait(timeout=60).state == "complete"
-    assert _starts(gates) == ["gate first"]
+    assert gated_starts(gates) == ["gate first"]
 
 
 def test_a_stop_and_a_steer_for_a_child_that_is_starting_wait_for_its_start(
@@ -239,7 +201,7 @@ def test_a_stop_and_a_steer_for_a_child_that_is_starting_wait_for_its_start(
         assert receipts["steer-later"]["state"] == "scheduled"
     finally:
         os.kill(runner, signal.SIGCONT)
-    stop, steer = _final(run, "stop-later"), _final(run, "steer-later")
+    stop, steer = final_receipt(run, "stop-later"), final_receipt(run, "steer-later")
     result = run.wait(timeout=60)
     assert result.state == "complete", result.content[0].text
     assert [row[1] for row in json.loads(result.content[0].text)] == ["complete", "stopped"]
@@ -274,7 +236,7 @@ def test_stops_racing_the_starts_of_their_children_get_one_receipt_that_says_wha
     assert result.state == "complete", result.content[0].text
     receipts = run_receipts(run)
     assert set(receipts) == {f"stop-{i}" for i in range(1, len(keys))}
-    started = {line.split()[-1] for line in _starts(gates)}
+    started = {line.split()[-1] for line in gated_starts(gates)}
     runs = {s.key for s in pisub.list_runs(children=True) if s.parent_run_id == run.id}
     # A run made is a child started; one whose stop came within milliseconds of its start may
     # be ended before its agent wrote its line (its run then says stopped).
@@ -299,26 +261,26 @@ def test_a_scheduled_request_of_a_coordinator_that_dies_is_answered_failed_by_th
     gates: Path, tmp_path: Path
 ) -> None:
     run = _two(tmp_path)
-    _, steer = _control("steer", run.id, "--child", "later", "hello later")
+    _, steer = control_json("steer", run.id, "--child", "later", "hello later")
     assert steer["state"] == "scheduled"
     coordinator = run.status().pid
     assert coordinator is not None
     os.kill(coordinator, signal.SIGKILL)
     wait_for(lambda: run.status().state == "failed", 30, what="the coordinator's repair")
-    final = _final(run, steer["requestId"])
+    final = final_receipt(run, steer["requestId"])
     assert final["state"] == "failed" and "died" in (final["reason"] or ""), final
     (gates / "first").touch()  # its running child goes on under its own runner, and ends
     (first,) = [s for s in pisub.list_runs(children=True) if s.key == "first"]
     assert pisub.Run(first.run_id).wait(timeout=60).state == "complete"
-    assert _starts(gates) == ["gate first"]
+    assert gated_starts(gates) == ["gate first"]
 
 
 def test_a_queued_child_stopped_stays_stopped_when_its_workflow_is_resumed(
     gates: Path, tmp_path: Path
 ) -> None:
     run = _two(tmp_path)
-    assert _control("stop", run.id, "--child", "later")[1]["state"] == "delivered"
-    assert _control("interrupt", run.id)[1]["state"] == "delivered"  # first is paused
+    assert control_json("stop", run.id, "--child", "later")[1]["state"] == "delivered"
+    assert control_json("interrupt", run.id)[1]["state"] == "delivered"  # first is paused
     assert run.wait(timeout=60).state == "paused"
     (gates / "first").touch()
     again = resume_workflow(run.id)
@@ -328,7 +290,7 @@ def test_a_queued_child_stopped_stays_stopped_when_its_workflow_is_resumed(
         ["first", "complete", True],
         ["later", "stopped", False],  # its stop is its key's result: never started
     ]
-    assert _starts(gates) == ["gate first", "gate first"]
+    assert gated_starts(gates) == ["gate first", "gate first"]
 
 
 def test_a_task_launch_child_is_named_by_its_key_before_its_workflow_wrote_a_step(gates: Path) -> None:
@@ -337,9 +299,9 @@ def test_a_task_launch_child_is_named_by_its_key_before_its_workflow_wrote_a_ste
     tasks = ("--task", "worker=gate first", "--task", "worker=two")
     proc = pisub_cli("run", "--json", "--concurrency", "1", *tasks, check=True)
     run = pisub.Run(json.loads(proc.stdout)["runId"])
-    code, steer = _control("steer", run.id, "--child", "task-2", "hi")
+    code, steer = control_json("steer", run.id, "--child", "task-2", "hi")
     assert code == 0 and steer["state"] == "scheduled", steer
     assert steer["targets"][0]["child"] == 1
     (gates / "first").touch()
-    assert _final(run, steer["requestId"])["state"] == "failed"  # an external CLI takes no steer
+    assert final_receipt(run, steer["requestId"])["state"] == "failed"  # an external CLI takes no steer
     assert run.wait(timeout=60).state == "complete"
