@@ -7,20 +7,20 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from pisub.errors import InvalidInput, PisubError
-from pisub.protocol.control import ReceiptState
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.status import StepState
 from pisub.protocol.workflow import ChildCall, ChildResult
 from pisub.store.spawn_budget import claim_name
 from pisub.workflow import outcomes
 from pisub.workflow.calls import fingerprint
-from pisub.workflow.entries import ChildEntry, ChildTable, Phase, Unstarted, step_state
+from pisub.workflow.entries import ChildEntry, ChildTable, Phase, step_state
 from pisub.workflow.launching import Launching
 from pisub.workflow.placement import Placement
 from pisub.workflow.settling import Settling
@@ -173,9 +173,8 @@ class Admission:
         entry.manifest, entry.seeds = plan.manifest, plan.seeds
         early = self.table.unstarted.pop(entry.index, None)  # requests that came before this call
         if early is not None and early.key != entry.key:  # never for a chain's or tasks' order
-            self._refuse_early(
-                entry.index, early, f"the workflow called {entry.key!r} as child {entry.index}"
-            )
+            why = f"the workflow called {entry.key!r} as child {entry.index}"
+            self.table.host.post(partial(self.settling.forwarding.fail_held, entry.index, early.held, why))
             early = None
         step = entry.step
         self.table.entries.append(entry)
@@ -218,15 +217,6 @@ class Admission:
             held = early.held
             self.table.host.post(lambda: self.settling.forwarding.adopt(entry, held))
         return entry
-
-    def _refuse_early(self, index: int, early: Unstarted, why: str) -> None:
-        """Fail what was held for child ``index`` under another key (on the loop)."""
-
-        def refuse() -> None:
-            for rid, _request in early.held:
-                self.table.host.receipt_moved(rid, index, ReceiptState.FAILED, why)
-
-        self.table.host.post(refuse)
 
     def skip(self, call: ChildCall, why: str) -> None:
         """Record a call that is never started (a chain's later steps): ``skipped``."""

@@ -69,13 +69,8 @@ class Forwarding:
             held, early.held = early.held, []
             self.table.host.event("control.held", index, id=request_id, key=key)
             if held:  # what was held for its start fails now: it never starts
-
-                def refuse() -> None:
-                    why = "it never started: stopped by request before it started"
-                    for rid, _request in held:
-                        self.table.host.receipt_moved(rid, index, ReceiptState.FAILED, why)
-
-                self.table.host.post(refuse)
+                why = "it never started: stopped by request before it started"
+                self.table.host.post(lambda: self.fail_held(index, held, why))
             return ReceiptState.DELIVERED, None
         if len(early.held) >= MAX_HELD:
             why = f"has not started yet and already holds {MAX_HELD} requests for its start"
@@ -99,8 +94,7 @@ class Forwarding:
                 why = f"it never started: {result.error.message}"
             else:
                 why = f"it never started: it ended {result.state if result is not None else 'first'}"
-            for rid, _request in held:
-                self.table.host.receipt_moved(rid, entry.index, ReceiptState.FAILED, why)
+            self.fail_held(entry.index, held, why)
             return
         if phase is Phase.RUNNING:
             self.release_held(entry)
@@ -111,8 +105,12 @@ class Forwarding:
         with self.table.lock:
             unstarted, self.table.unstarted = self.table.unstarted, {}
         for index, early in sorted(unstarted.items()):
-            for rid, _request in early.held:
-                self.table.host.receipt_moved(rid, index, ReceiptState.FAILED, f"it never started: {why}")
+            self.fail_held(index, early.held, f"it never started: {why}")
+
+    def fail_held(self, index: int, held: list[tuple[str, Request]], why: str) -> None:
+        """On the loop: the requests ``held`` for child ``index``'s start fail, ``why``."""
+        for rid, _request in held:
+            self.table.host.receipt_moved(rid, index, ReceiptState.FAILED, why)
 
     def forward(self, index: int, request_id: str, request: Request) -> Forwarded:
         """Pass ``request`` to child ``index``: into its inbox when it runs (``pending``: its
@@ -201,8 +199,7 @@ class Forwarding:
         entry.forwards.clear()
         held, entry.held = entry.held, []
         why = outcome.error.message if outcome.error is not None else f"it ended {outcome.state}"
-        for rid, _request in held:
-            self.table.host.receipt_moved(rid, entry.index, ReceiptState.FAILED, f"it never started: {why}")
+        self.fail_held(entry.index, held, f"it never started: {why}")
 
     def send_steer(self, key: str, message: str, mode: str) -> SteerResult:
         """``runs.steer`` (from the script's thread): write a steer into child ``key``'s inbox;
