@@ -184,22 +184,14 @@ def log_last_line(log: Path) -> str:
     """The last line of output log ``log`` that is not blank, redacted, from its last
     :data:`SPARK_BYTES`: a line that began before them is shown behind ``…``, from a whole
     character; nothing when the log cannot be read."""
-    from pisub.core.fsio import read_tail
-    from pisub.runs.views import CUT
+    from pisub.runs.views import read_log_tail
 
     try:
-        tail = read_tail(log, SPARK_BYTES)
+        tail = read_log_tail(log, SPARK_BYTES, keep_cut=True)
     except (OSError, PisubError):
         return ""
-    cut = len(tail) >= SPARK_BYTES  # (the read began inside the log: maybe inside a character)
-    if cut:
-        skip = next((i for i, byte in enumerate(tail[:3]) if not 0x80 <= byte <= 0xBF), min(3, len(tail)))
-        tail = tail[skip:]
-    lines = [line for line in tail.decode("utf-8", "surrogateescape").splitlines() if line.strip()]
-    if not lines:
-        return ""
-    begun_above = cut and len(lines) == 1 and b"\n" not in tail.strip()  # its start is not in the read
-    return (CUT if begun_above else "") + redact(lines[-1].strip())
+    lines = [line for line in (tail or b"").decode("utf-8", "surrogateescape").splitlines() if line.strip()]
+    return redact(lines[-1].strip()) if lines else ""
 
 
 def mission_of(run: Run, status: Status | None = None) -> tuple[str, str] | None:

@@ -124,7 +124,7 @@ def transcript(paths: RunPaths, lines: int = DEFAULT_LINES) -> list[str]:
     if not 1 <= lines <= MAX_LINES:
         raise InvalidInput(f"--lines must be 1 to {MAX_LINES}")
     log = paths.output_log(0)
-    data = _read_log_tail(log, keep_cut=True)
+    data = read_log_tail(log, keep_cut=True)
     if data is None:
         found = _last(session_lines(_session_of(paths)), lines)
     else:
@@ -201,7 +201,7 @@ CUT = "\u2026"
 longer than :data:`TAIL_BYTES`: its end is shown, never nothing)."""
 
 
-def _read_log_tail(log: Path, nbytes: int = TAIL_BYTES, *, keep_cut: bool = False) -> bytes | None:
+def read_log_tail(log: Path, nbytes: int = TAIL_BYTES, *, keep_cut: bool = False) -> bytes | None:
     """The last ``nbytes`` of the log from its first whole line; None when it does not
     exist (:func:`open_log`). ``keep_cut``: a tail that begins inside a line keeps the part of
     that line it holds (from its first whole character) behind :data:`CUT` — else a last line
@@ -256,7 +256,7 @@ def session_lines(session: Path) -> list[str]:
     Raises:
         StorageError: the session is not a readable regular file (a FIFO, a symlink), as a log.
     """
-    data = _read_log_tail(session, TAIL_BYTES * 4) or b""
+    data = read_log_tail(session, TAIL_BYTES * 4) or b""
     found: list[str] = []
     for raw in data.splitlines():
         try:
