@@ -83,12 +83,17 @@ def cut_result_text(text: str, keep: Path, cap: int) -> tuple[str, ErrorInfo | N
     from pisub.core.fsio import atomic_write
 
     window = text[:REDACT_WINDOW]
-    whole = None if len(window) == len(text) else (line_count(text), len(text.encode("utf-8", "replace")))
+    data: bytes | None = None  # (encoded once: the text may be tens of MB)
+    whole = None
+    if len(window) != len(text):
+        data = text.encode("utf-8", "replace")
+        whole = (line_count(text), len(data))
     redacted = redact(window)
     shown, cut = truncate_output(redacted, None, whole=whole)
     if not cut:
         return shown, None
-    data = text.encode("utf-8", "replace")
+    if data is None:
+        data = text.encode("utf-8", "replace")
     kept = None
     if len(data) > cap:  # from a whole character
         data = data[:cap].decode("utf-8", "ignore").encode("utf-8")
