@@ -206,8 +206,9 @@ def _zygote_of(coordinator: int, run_dir: Path) -> int | None:
 
 
 def _open_files(pid: int) -> set[str]:
-    """What process ``pid`` (ours) holds open; nothing once it has gone — its pid may even be
-    another user's process by then (the CI machine's pids wrap within minutes)."""
+    """What process ``pid`` (ours) holds open; nothing once it has gone or ended — its pid may
+    even be another user's process by then (the CI machine's pids wrap within minutes), and a
+    zombie's ``fd`` folder is unreadable to anyone but root (it has closed every file)."""
     fds: list[str] | None = None
 
     def listed() -> bool:  # (a process of ours is unreadable for a moment while it execs)
@@ -218,7 +219,7 @@ def _open_files(pid: int) -> set[str]:
             fds = []
         except PermissionError:
             try:
-                if os.stat(f"/proc/{pid}").st_uid == os.getuid():
+                if os.stat(f"/proc/{pid}").st_uid == os.getuid() and pid_alive(pid):
                     return False
             except FileNotFoundError:
                 pass
