@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from pisub.core.polling import Every, poll
-from pisub.errors import InvalidInput, PisubError, RunNotFound, WaitTimeout
+from pisub.errors import InvalidInput, PisubError, ProtocolError, RunNotFound, WaitTimeout
 from pisub.protocol.codec import now_iso
 from pisub.protocol.control import FollowUp, Interrupt, Receipt, ReceiptState, Request, Steer, Stop
 from pisub.protocol.result import Result
@@ -1322,11 +1322,26 @@ class Run:
         from pisub.errors import NotSteerable
 
         runner = self.manifest().agent.runner
-        if takes_no_messages(runner, self.status().state):
+        if self._refuses_messages(runner):
             raise NotSteerable(
                 f"run {self.id} is an {runner} run: its runner cannot pass it a {what}; "
                 f"stop it (pisub stop {self.id[:8]}) and start a new run with the message"
             )
+
+    def _refuses_messages(self, runner: str) -> bool:
+        """:func:`takes_no_messages` of this run; a pi run or a workflow never reads its status
+        for it, and one whose unreadable status belongs to a run that has ended (its inbox is
+        closed) is left to the send, which refuses it as every ended run is (``RUN_CLOSED``)."""
+        from pisub.store.mailbox import is_closed
+
+        if runner in ("pi", "workflow"):
+            return False
+        try:
+            return takes_no_messages(runner, self.status().state)
+        except ProtocolError:
+            if is_closed(self.paths):
+                return False
+            raise
 
     def send_follow_up(self, message: str, *, child: int | None = None, source: str | None = "pisub") -> str:
         return self.send(FollowUp(v=1, message=message, child=child, source=source))
@@ -1349,7 +1364,7 @@ class Run:
         from pisub.errors import NotResumable
 
         runner = self.manifest().agent.runner
-        if takes_no_messages(runner, self.status().state):
+        if self._refuses_messages(runner):
             raise NotResumable(
                 f"run {self.id} is an {runner} run: an interrupt pauses a run to resume it, and "
                 f"only pi runs can be resumed; end it with: pisub stop {self.id[:8]}"

@@ -350,6 +350,9 @@ def _check_runs(home: Home, report: Report) -> None:
         except PisubError as exc:
             unreadable.append(f"{name} ({exc.message})")
             continue
+        if not os.path.lexists(paths.manifest) and os.path.lexists(paths.root):
+            unreadable.append(f"{name} (its manifest.json is missing; pisub gc removes it once ended)")
+            continue
         if not status.state.is_terminal and not runner_alive(paths, status):
             stuck.append(name)
     if stuck:

@@ -160,7 +160,7 @@ def listed(
     )
     if as_json:
         json_lines(statuses)
-    else:
+    elif limit != 0:  # (`--limit 0` asks for none, as `head -n 0` does: not "no runs")
         out_painted(list_text(statuses, width=terminal_width(), colour=colour_wanted()))
     for problem in problems:
         err(f"pisub: unreadable run {problem}")

@@ -238,9 +238,25 @@ CANDIDATES = 10
 
 
 def load_manifest(paths: RunPaths) -> Manifest:
+    """The run's manifest.
+
+    Raises:
+        RunNotFound: the run's folder is gone.
+        ProtocolError: the manifest is unreadable, malformed, or missing from a folder that is
+            there (a run appears whole, its manifest first: someone removed it).
+    """
     from pisub.protocol.manifest import Manifest
 
-    return _load(paths.manifest, Manifest)
+    try:
+        return _load(paths.manifest, Manifest)
+    except RunNotFound:
+        if not os.path.lexists(paths.root):
+            raise
+        raise ProtocolError(
+            f"{paths.manifest} is missing: the run's folder is damaged (a run appears with its "
+            "manifest, so it was removed since); its status and result can still be read, and "
+            "`pisub gc` removes it once it has ended"
+        ) from None
 
 
 def load_status(paths: RunPaths) -> Status:

@@ -72,6 +72,7 @@ PLAIN = [
     ("list", "--state", "bogus"),
     ("list", "--since", "soon"),
     ("list", "--limit", "0", "--json"),
+    ("list", "--limit", "0"),
 ]
 
 THROUGH_THE_PARSER = [

@@ -241,3 +241,44 @@ def test_a_copied_run_folder_is_a_problem_not_a_second_copy_of_the_run(
         assert "names another run" in err
     run.send_stop()
     run.wait(timeout=30)
+
+
+def test_a_run_folder_whose_manifest_was_removed_is_named_damaged(home: Path, make_agent: AgentMaker) -> None:
+    """A run appears whole, its manifest first: one that is gone from a folder that is there was
+    removed since. The commands that need it say so in one line (they said the run does not
+    exist, while ``list`` listed it); its status and result still read; doctor names it."""
+    make_agent("quick", command="true")
+    run = pisub.launch("quick", "x")
+    run.wait(timeout=30)
+    (run.dir / "manifest.json").unlink()
+    for args in (("logs", run.id), ("resume", run.id, "more"), ("status", run.id)):
+        code, _out, err = _cli(*args)
+        assert code == 1, (args, err)
+        assert err.strip().endswith(
+            "manifest.json is missing: the run's folder is damaged (a run "
+            "appears with its manifest, so it was removed since); its status "
+            "and result can still be read, and `pisub gc` removes it once it "
+            "has ended [PROTOCOL_ERROR]"
+        ), (args, err)
+    for args in (("status", run.id, "--json"), ("result", run.id)):
+        code, _out, err = _cli(*args)
+        assert code == 0, (args, err)
+    code, out, _err = _cli("doctor")
+    assert f"{run.id} (its manifest.json is missing" in out
+    code, out, err = _cli("gc", "--older-than", "0s")
+    assert code == 0 and not run.dir.exists(), (out, err)
+
+
+def test_every_request_to_an_ended_run_with_an_unreadable_status_is_refused_as_closed(
+    home: Path, make_agent: AgentMaker
+) -> None:
+    """The closed inbox says the run has ended: a steer or interrupt of an external CLI's run
+    (which reads the status to tell a live run it cannot take one) is refused as a stop is,
+    ``RUN_CLOSED``, not ``PROTOCOL_ERROR`` (an outside attack saw the two differ)."""
+    make_agent("quick", command="true")
+    run = pisub.launch("quick", "x")
+    run.wait(timeout=30)
+    (run.dir / "status.json").write_bytes(b"\x00garbage")
+    for args in (("stop", run.id), ("steer", run.id, "hi"), ("interrupt", run.id)):
+        code, _out, err = _cli(*args)
+        assert code == 1 and err.strip().endswith("takes no more requests [RUN_CLOSED]"), (args, err)

@@ -73,6 +73,7 @@ def corrupted_home(home: Path, make_agent: AgentMaker, tmp_path: Path) -> list[s
         ("status.json", "missing"),
         ("manifest.json", "garbage"),
         ("manifest.json", "fifo"),
+        ("manifest.json", "missing"),
         ("result.json", "fifo"),
         ("result.json", "deep"),
         ("output-0.log", "fifo"),

@@ -71,6 +71,8 @@ def test_list_filters(home: Path, make_agent: AgentMaker) -> None:
     assert ids("--limit", "2") == [runs[1].id, runs[2].id]
     assert ids("--since", "1h") == [r.id for r in runs]
     assert ids("--since", "0s") == []
+    nothing = pisub_cli("list", "--limit", "0")  # none asked for: not "no runs"
+    assert (nothing.returncode, nothing.stdout, nothing.stderr) == (0, "", "")
 
 
 @pytest.mark.parametrize("since", ["nan", "-1h", "infd", "x"])
