@@ -87,12 +87,26 @@ def test_parsing_names_every_problem(paths: RunPaths, tmp_path: Path) -> None:
     (cur / "blank.json").write_bytes(b'{"v":1,"type":"steer","message":"  "}')
     (cur / "reserved.json").write_bytes(b'{"v":1,"type":"stop","id":"invalid-0123456789abcdef"}')
     (cur / "ok.json").write_bytes(b'{"v":1,"type":"steer","message":"hi","id":"mine"}')
-    names = ("link", "big", "blank", "reserved")
+    (cur / "twice.json").write_bytes(b'{"v":1,"type":"steer","message":"a","message":"b"}')
+    (cur / "tag.json").write_bytes(b'{"v":1,"type":"stop","type":"steer","message":"hi"}')
+    (cur / "half.json").write_bytes(b'{"v":1,"type":"stop","reason":"\\ud800"}')
+    (cur / "pair.json").write_bytes(b'{"v":1,"type":"stop","reason":"\\ud83d\\ude00 \\\\ud800"}')
+    names = ("link", "big", "blank", "reserved", "twice", "tag", "half")
     problems = {name: parse_request_file(cur / f"{name}.json") for name in names}
     assert "symlink" in (problems["link"].error or "")
     assert "larger than" in (problems["big"].error or "")
     assert problems["blank"].error == "`message` is blank - at `$.message`"
     assert problems["reserved"].request_id == "reserved", "a reserved id never keys another file's receipt"
+    assert problems["twice"].error == "`message` is given twice - at `$.message`"
+    assert problems["tag"].error == "`type` is given twice - at `$.type`"
+    assert (
+        problems["half"].error
+        == "not valid JSON (a \\u escape of half a surrogate pair, which is no character)"
+    )
+    pair = parse_request_file(cur / "pair.json")  # a pair is one character; an escaped backslash, text
+    assert (
+        pair.error is None and pair.request is not None and pair.request.reason == "\N{GRINNING FACE} \\ud800"
+    )
     ok = parse_request_file(cur / "ok.json")
     assert ok.error is None and isinstance(ok.request, Steer) and ok.request_id == "mine"
 
