@@ -83,6 +83,14 @@ def _writable(home: Home) -> bool:
     return not read_only and os.access(home.runs, os.W_OK | os.X_OK)
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_home(home: Home, report: Report) -> None:
     try:
         st = home.root.stat()
@@ -103,6 +111,14 @@ def _check_home(home: Home, report: Report) -> None:
             False,
             f"{home.root}: runs cannot be created in it (read-only, or no write permission)",
             f"make {home.runs} writable, or set PISUB_HOME to a writable directory",
+        )
+    elif not _utf8(str(home.root)):
+        report.add(
+            "home",
+            False,
+            f"{home.root}: its path is not valid UTF-8 — single runs work, but no workflow can "
+            "start (its manifest names a file in the home, and run files are UTF-8 JSON)",
+            "set PISUB_HOME to a directory whose path is UTF-8",
         )
     else:
         report.add("home", True, f"{home.root} (mode 700)")

@@ -66,3 +66,31 @@ def test_an_undecodable_label_is_called_so(home: Path) -> None:
         assert (
             proc.returncode == 1 and "is not valid UTF-8 text" in line and line.endswith("[INVALID_INPUT]\n")
         ), line
+
+
+def test_a_non_utf8_home_holds_single_runs_and_refuses_a_workflow_naming_itself(tmp_path: Path) -> None:
+    """A run's files are UTF-8 JSON and a workflow's manifest names its journal in the home:
+    the refusal names the home and the field (it blamed "the launch's text"); doctor warns."""
+    raw = os.fsencode(tmp_path) + b"/x\xffhome"
+    env = {**os.environb, b"PISUB_HOME": raw}
+
+    def cli(*argv: bytes) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [sys.executable.encode(), b"-m", b"pisub", *argv], env=env, capture_output=True, check=False
+        )
+
+    single = cli(b"run", b"--agent", b"hello", b"hi")
+    assert single.returncode == 0, single
+    wait = cli(b"wait", single.stdout.strip())
+    assert wait.returncode == 0, wait
+    workflow = cli(b"run", b"--task", b"hello=a", b"--task", b"hello=b")
+    line = workflow.stderr.decode()
+    assert workflow.returncode == 1 and line.endswith(
+        "x\\udcffhome is not valid UTF-8, and this run's manifest names a file in it (at "
+        "`$.workflow.journal`); set PISUB_HOME to a home whose path is UTF-8 [HOME_UNUSABLE]\n"
+    ), line
+    doctor = cli(b"doctor").stdout.decode()
+    assert (
+        "its path is not valid UTF-8" in doctor
+        and "set PISUB_HOME to a directory whose path is UTF-8" in doctor
+    )
