@@ -253,7 +253,8 @@ def _unencodable(manifest: Manifest, home: Path, exc: Exception) -> PisubError:
             f"manifest names a file in it (at `{where}`); set PISUB_HOME to a home whose path is UTF-8"
         )
     return InvalidInput(
-        f"{printable(value, one_line=True)} is not valid UTF-8 text, so no run file can hold it - at `{where}`"
+        f"{printable(value, one_line=True)} is not valid UTF-8 text, so no run file can hold it "
+        f"- at `{where}`"
     )
 
 
