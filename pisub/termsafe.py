@@ -28,6 +28,16 @@ _UNSAFE = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}{_LINES}{_SURROGATES}]
 _UNSAFE_AND_LINES = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}{_LINES}{_SURROGATES}]")
 
 
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` is Unicode a UTF-8 file can hold: no lone surrogate (an undecodable byte
+    of a path or argument read with ``surrogateescape``, or half a UTF-16 pair)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _escape(match: re.Match[str]) -> str:
     code = ord(match[0])
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"

@@ -20,6 +20,7 @@ from pisub.protocol.status import Status
 from pisub.store.leases import LeaseInfo
 from pisub.store.paths import Home, RunPaths, is_run_id
 from pisub.store.runs import load_status
+from pisub.termsafe import is_utf8
 
 MIN_FREE_BYTES = 100 * 1024 * 1024
 MIN_FREE_INODES = 10_000
@@ -83,14 +84,6 @@ def _writable(home: Home) -> bool:
     return not read_only and os.access(home.runs, os.W_OK | os.X_OK)
 
 
-def _utf8(text: str) -> bool:
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _check_home(home: Home, report: Report) -> None:
     try:
         st = home.root.stat()
@@ -112,7 +105,7 @@ def _check_home(home: Home, report: Report) -> None:
             f"{home.root}: runs cannot be created in it (read-only, or no write permission)",
             f"make {home.runs} writable, or set PISUB_HOME to a writable directory",
         )
-    elif not _utf8(str(home.root)):
+    elif not is_utf8(str(home.root)):
         report.add(
             "home",
             False,

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from pisub.errors import ProtocolError
-from pisub.termsafe import printable
+from pisub.termsafe import is_utf8, printable
 
 SCHEMA_VERSION = 1
 """The ``v`` of every file this version of pisub writes."""
@@ -85,13 +85,7 @@ def _lone_surrogate(data: bytes | str) -> bool:
 
 
 def _has_surrogate(value: Any) -> bool:
-    if not isinstance(value, str):
-        return False
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        return True
-    return False
+    return isinstance(value, str) and not is_utf8(value)
 
 
 def duplicate_key(data: bytes | str) -> str | None:

@@ -240,14 +240,14 @@ def _unencodable(manifest: Manifest, home: Path, exc: Exception) -> PisubError:
     surrogate: an undecodable byte of a path or argument), or the home it names a file in."""
     import msgspec
 
-    from pisub.termsafe import printable
+    from pisub.termsafe import is_utf8, printable
 
     found = _not_utf8(msgspec.to_builtins(manifest), "$")
     if found is None:
         return InvalidInput(f"the launch holds text that is not valid UTF-8 (a lone surrogate): {exc}")
     where, value = found
     root = str(home)
-    if value.startswith(root + "/") and _not_utf8(root, "") is not None:
+    if value.startswith(root + "/") and not is_utf8(root):
         return HomeUnusable(
             f"pisub home {printable(root, one_line=True)} is not valid UTF-8, and this run's "
             f"manifest names a file in it (at `{where}`); set PISUB_HOME to a home whose path is UTF-8"
@@ -260,12 +260,10 @@ def _unencodable(manifest: Manifest, home: Path, exc: Exception) -> PisubError:
 
 def _not_utf8(value: object, where: str) -> tuple[str, str] | None:
     """The path and text of the first string in ``value`` that is not UTF-8."""
+    from pisub.termsafe import is_utf8
+
     if isinstance(value, str):
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            return where, value
-        return None
+        return None if is_utf8(value) else (where, value)
     if isinstance(value, dict):
         items: list[tuple[str, object]] = [(f"{where}.{key}", item) for key, item in value.items()]
     elif isinstance(value, list):
