@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from pisub.protocol.events import Event
     from pisub.protocol.manifest import Manifest
     from pisub.protocol.placement import Placement
-    from pisub.protocol.workflow import Isolation
+    from pisub.protocol.workflow import Isolation, WorkflowSpec
     from pisub.store.retained import Retained
 
 
@@ -1088,22 +1088,24 @@ class Run:
         keys = ", ".join(dict.fromkeys([*(s.key for s in steps if s.key), *planned])) or "none"
         raise InvalidInput(f"run {self.id} has no child with key {which!r} (keys: {keys})")
 
+    def _workflow_spec(self) -> WorkflowSpec | None:
+        """The workflow this run is, as its manifest says; None for a single run, and for a run
+        whose manifest cannot be read (its children are then named by its status alone)."""
+        try:
+            return self.manifest().workflow
+        except PisubError:
+            return None
+
     def _children_words(self, count: int, ended: bool) -> str:
         """The children this run has, for an error naming one it does not have."""
         from pisub.protocol.status import children_words
 
-        try:
-            workflow = self.manifest().workflow is not None
-        except PisubError:
-            workflow = True
-        return children_words(count, ended=ended) if workflow else "it has one child, 0"
+        single = self._workflow_spec() is None and self.status().runner != "workflow"
+        return "it has one child, 0" if single else children_words(count, ended=ended)
 
     def _lane_stage_keys(self) -> set[str]:
         """The keys of a lanes workflow's stages (``<lane>.<stage>``); empty for any other run."""
-        try:
-            spec = self.manifest().workflow
-        except PisubError:
-            return set()
+        spec = self._workflow_spec()
         if spec is None:
             return set()
         return {f"{lane.key}.{stage.key}" for lane in spec.lanes for stage in lane.stages}
@@ -1114,10 +1116,7 @@ class Run:
         its tasks, in order. Empty for any other run."""
         from pisub.protocol.workflow import Shape
 
-        try:
-            spec = self.manifest().workflow
-        except PisubError:
-            return []
+        spec = self._workflow_spec()
         if spec is None or spec.shape not in (Shape.PARALLEL, Shape.CHAIN):
             return []
         return [call.key or "" for call in spec.tasks]
