@@ -20,7 +20,6 @@ from pisub.protocol.status import Status
 from pisub.store.leases import LeaseInfo
 from pisub.store.paths import Home, RunPaths, is_run_id
 from pisub.store.runs import load_status
-from pisub.termsafe import is_utf8
 
 MIN_FREE_BYTES = 100 * 1024 * 1024
 MIN_FREE_INODES = 10_000
@@ -104,14 +103,6 @@ def _check_home(home: Home, report: Report) -> None:
             False,
             f"{home.root}: runs cannot be created in it (read-only, or no write permission)",
             f"make {home.runs} writable, or set PISUB_HOME to a writable directory",
-        )
-    elif not is_utf8(str(home.root)):
-        report.add(
-            "home",
-            False,
-            f"{home.root}: its path is not valid UTF-8 — single runs work, but no workflow can "
-            "start (its manifest names a file in the home, and run files are UTF-8 JSON)",
-            "set PISUB_HOME to a directory whose path is UTF-8",
         )
     else:
         report.add("home", True, f"{home.root} (mode 700)")

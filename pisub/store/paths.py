@@ -238,7 +238,8 @@ def open_home(root: Path | None = None, *, create: bool = True) -> Home:
     refused.
 
     Raises:
-        HomeUnusable: the home cannot be created, is not a directory, or is not ours.
+        HomeUnusable: the home cannot be created, is not a directory, or is not ours; its path
+            is too long or not UTF-8 (whether it exists or not).
     """
     home = Home(root if root is not None else default_home())
     size = len(os.fsencode(home.root))
@@ -247,6 +248,15 @@ def open_home(root: Path | None = None, *, create: bool = True) -> Home:
             f"the pisub home path is {size} bytes long; it may be at most {MAX_HOME_BYTES} bytes, so that "
             "every path inside a run stays within the system's limit: set PISUB_HOME to a shorter path"
         )
+    try:
+        str(home.root).encode()
+    except UnicodeEncodeError:
+        from pisub.termsafe import printable
+
+        raise HomeUnusable(
+            f"the pisub home path {printable(str(home.root), one_line=True)} is not valid UTF-8, and "
+            "a run's files (UTF-8 JSON) name files in it: set PISUB_HOME to a path that is UTF-8"
+        ) from None
     try:
         if create:
             _ensure_private_dir(home.root, top=True)

@@ -73,7 +73,7 @@ class RunStore:
         try:
             encode_pretty(manifest)  # before anything exists: text a file cannot hold is refused
         except (UnicodeEncodeError, ValueError) as exc:
-            raise _unencodable(manifest, self.home.root, exc) from None
+            raise _unencodable(manifest, exc) from None
         try:
             return self._create(manifest, staging, final, dict(seeds or {}))
         except BaseException as exc:
@@ -235,23 +235,17 @@ CANDIDATES = 10
 """How many runs an ambiguous reference lists."""
 
 
-def _unencodable(manifest: Manifest, home: Path, exc: Exception) -> PisubError:
+def _unencodable(manifest: Manifest, exc: Exception) -> PisubError:
     """The error of a manifest a file cannot hold: the field whose text is not UTF-8 (a lone
-    surrogate: an undecodable byte of a path or argument), or the home it names a file in."""
+    surrogate: an undecodable byte of a path or argument)."""
     import msgspec
 
-    from pisub.termsafe import is_utf8, printable
+    from pisub.termsafe import printable
 
     found = _not_utf8(msgspec.to_builtins(manifest), "$")
     if found is None:
         return InvalidInput(f"the launch holds text that is not valid UTF-8 (a lone surrogate): {exc}")
     where, value = found
-    root = str(home)
-    if value.startswith(root + "/") and not is_utf8(root):
-        return HomeUnusable(
-            f"pisub home {printable(root, one_line=True)} is not valid UTF-8, and this run's "
-            f"manifest names a file in it (at `{where}`); set PISUB_HOME to a home whose path is UTF-8"
-        )
     return InvalidInput(
         f"{printable(value, one_line=True)} is not valid UTF-8 text, so no run file can hold it "
         f"- at `{where}`"

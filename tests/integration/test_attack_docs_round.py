@@ -48,14 +48,6 @@ def test_every_usage_line_ends_its_sentence_before_the_hint(home: Path) -> None:
         )
 
 
-def test_home_prints_a_non_utf8_home_as_its_own_bytes_to_a_program(tmp_path: Path) -> None:
-    raw = os.fsencode(tmp_path) + b"/x\xffhome"
-    env = {**os.environb, b"PISUB_HOME": raw}
-    proc = subprocess.run([sys.executable, "-m", "pisub", "home"], env=env, capture_output=True, check=False)
-    assert proc.returncode == 0 and proc.stdout == raw + b"\n", proc
-    assert os.path.isdir(raw)
-
-
 def test_an_undecodable_label_is_called_so(home: Path) -> None:
     env = {**os.environb, b"PISUB_HOME": os.fsencode(home)}
     for argv in ([b"status", b"@\xff"], [b"run", b"--agent", b"coder", b"--label", b"a\xff", b"x"]):
@@ -68,29 +60,28 @@ def test_an_undecodable_label_is_called_so(home: Path) -> None:
         ), line
 
 
-def test_a_non_utf8_home_holds_single_runs_and_refuses_a_workflow_naming_itself(tmp_path: Path) -> None:
-    """A run's files are UTF-8 JSON and a workflow's manifest names its journal in the home:
-    the refusal names the home and the field (it blamed "the launch's text"); doctor warns."""
+def test_a_home_whose_path_is_not_utf8_is_refused_by_every_command_in_one_line(tmp_path: Path) -> None:
+    """A run's files are UTF-8 JSON that name files in the home (a session, a journal, an agent
+    file, a gate's evidence): such a home cannot hold runs whole. An outside attack saw single runs
+    in it crash their runner after the child had completed, and a schedule accepted that could
+    never fire: every command refuses it, whether it exists or not, and makes nothing."""
     raw = os.fsencode(tmp_path) + b"/x\xffhome"
     env = {**os.environb, b"PISUB_HOME": raw}
-
-    def cli(*argv: bytes) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run(
+    for argv in (
+        [b"home"],
+        [b"doctor"],
+        [b"list"],
+        [b"run", b"--agent", b"hello", b"hi"],
+        [b"run", b"--task", b"hello=a", b"--task", b"hello=b"],
+        [b"schedule", b"create", b"--workflow-script", b"return 1", b"--at", b"+1h"],
+        [b"status", b"0123abcd"],
+    ):
+        proc = subprocess.run(
             [sys.executable.encode(), b"-m", b"pisub", *argv], env=env, capture_output=True, check=False
         )
-
-    single = cli(b"run", b"--agent", b"hello", b"hi")
-    assert single.returncode == 0, single
-    wait = cli(b"wait", single.stdout.strip())
-    assert wait.returncode == 0, wait
-    workflow = cli(b"run", b"--task", b"hello=a", b"--task", b"hello=b")
-    line = workflow.stderr.decode()
-    assert workflow.returncode == 1 and line.endswith(
-        "x\\udcffhome is not valid UTF-8, and this run's manifest names a file in it (at "
-        "`$.workflow.journal`); set PISUB_HOME to a home whose path is UTF-8 [HOME_UNUSABLE]\n"
-    ), line
-    doctor = cli(b"doctor").stdout.decode()
-    assert (
-        "its path is not valid UTF-8" in doctor
-        and "set PISUB_HOME to a directory whose path is UTF-8" in doctor
-    )
+        assert proc.returncode == 1 and proc.stdout == b"", (argv, proc)
+        assert proc.stderr.decode() == (
+            f"pisub: the pisub home path {tmp_path}/x\\udcffhome is not valid UTF-8, and a run's files "
+            "(UTF-8 JSON) name files in it: set PISUB_HOME to a path that is UTF-8 [HOME_UNUSABLE]\n"
+        ), argv
+    assert not os.path.lexists(raw)
