@@ -351,7 +351,7 @@ def _check_runs(home: Home, report: Report) -> None:
             unreadable.append(f"{name} ({exc.message})")
             continue
         if not os.path.lexists(paths.manifest) and os.path.lexists(paths.root):
-            unreadable.append(f"{name} (its manifest.json is missing; pisub gc removes it once ended)")
+            unreadable.append(f"{name} (its manifest.json is missing: pisub gc removes it once it has ended)")
             continue
         if not status.state.is_terminal and not runner_alive(paths, status):
             stuck.append(name)
@@ -373,7 +373,7 @@ def _check_runs(home: Home, report: Report) -> None:
             "runfiles",
             False,
             f"{len(unreadable) + len(strays)} run(s) cannot be read: {'; '.join(unreadable + strays)}",
-            "inspect them; pisub gc never removes what it cannot read",
+            "inspect them; pisub gc never removes a run whose status it cannot read",
         )
 
 

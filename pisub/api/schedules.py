@@ -831,9 +831,11 @@ def _reconcile(store: ScheduleStore, schedule: Schedule, report: TickReport, *, 
         return
     try:
         status = Run(fire.run_id, home=store.home.root).status()
-    except RunNotFound:
+    except (RunNotFound, ProtocolError) as exc:  # (gone, or its folder damaged for good)
+        if isinstance(exc, ProtocolError) and fsio.lexists(store.home.run(fire.run_id).status):
+            raise  # (a status that is there but unreadable: the tick names it, and tries again)
         fire.state = FireState.FAILED_RUN
-        fire.error = "its run directory is gone"
+        fire.error = "its run directory is gone" if isinstance(exc, RunNotFound) else exc.message
         fire.ended_at = now_iso()
         _end(store, schedule, fire, "fire.ended")
         report.ended.append(fire)

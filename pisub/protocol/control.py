@@ -9,7 +9,8 @@ from typing import Annotated, Literal
 import msgspec
 
 from pisub.errors import ProtocolError
-from pisub.protocol.codec import Record, StrictRecord, duplicate_key, json_problem, now_iso
+from pisub.protocol.codec import Record, StrictRecord, now_iso
+from pisub.protocol.json_words import duplicate_key, problem
 
 REQUEST_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
 """A request id (and a request file's name without ``.json``)."""
@@ -78,7 +79,7 @@ def decode_request(data: bytes) -> Request:
     except msgspec.ValidationError as exc:
         raise ProtocolError(duplicate_key(data) or _plain(str(exc))) from exc
     except msgspec.DecodeError as exc:
-        raise ProtocolError(f"not valid JSON ({json_problem(data, exc)})") from exc
+        raise ProtocolError(f"not valid JSON ({problem(data, exc)})") from exc
     twice = duplicate_key(data)  # (msgspec would keep the last: which one was meant?)
     if twice is not None:
         raise ProtocolError(twice)

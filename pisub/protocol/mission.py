@@ -14,7 +14,8 @@ from typing import Annotated, Any
 import msgspec
 
 from pisub.errors import InvalidInput
-from pisub.protocol.codec import Record, StrictRecord, json_problem
+from pisub.protocol.codec import Record, StrictRecord
+from pisub.protocol.json_words import problem
 
 MISSION_ID_RE = re.compile(r"[0-9a-f]{12}")
 """A mission id: 12 lower-case hex digits (48 random bits), also its file's name."""
@@ -252,7 +253,7 @@ def _decode_input(value: Any, type_: type[Any], what: str) -> Any:
     except msgspec.ValidationError as exc:
         raise InvalidInput(_path_in(exc, what)) from None
     except msgspec.DecodeError as exc:
-        raise InvalidInput(f"{what}: not valid JSON ({json_problem(value, exc)})") from None
+        raise InvalidInput(f"{what}: not valid JSON ({problem(value, exc)})") from None
     except RecursionError:
         raise InvalidInput(f"{what}: nested too deeply") from None
 

@@ -290,7 +290,23 @@ def load_manifest(paths: RunPaths) -> Manifest:
 
 
 def load_status(paths: RunPaths) -> Status:
-    return _load(paths.status, Status)
+    """The run's status.
+
+    Raises:
+        RunNotFound: the run's folder is gone.
+        ProtocolError: the status is unreadable, malformed, or missing from a folder that is
+            there (a run appears with its status: someone removed it, or made the folder).
+    """
+    try:
+        return _load(paths.status, Status)
+    except RunNotFound:
+        if not os.path.lexists(paths.root):
+            raise
+        raise ProtocolError(
+            f"{paths.status} is missing: the run's folder is damaged (a run appears with its "
+            "status, so it was removed since, or the folder was made by hand); pisub never "
+            "removes it: look inside, and remove it yourself"
+        ) from None
 
 
 def load_result(paths: RunPaths) -> Result | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -121,6 +122,10 @@ class Settling:
             )
             return
         except PisubError as exc:
+            if os.path.isdir(paths.root) and not os.path.lexists(paths.status):  # damaged for good
+                failure = outcomes.failure(entry.key, entry.call, exc.message, run_id=entry.run_id)
+                self.settle(entry, failure, settled=True)
+                return
             self.table.host.trouble("read a child's status", OSError(0, exc.message))
             return
         self._mirror(entry, status)

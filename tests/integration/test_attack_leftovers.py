@@ -39,14 +39,16 @@ def _empty_run_folder(home: Path) -> Path:
 
 def test_control_of_an_empty_run_folder_answers_as_status_does(home: Path) -> None:
     """F10: a run folder with no files is a broken run for ``stop`` (and every request) as for
-    ``status``: the same one line, not a storage failure."""
+    ``status``: the same one line, not a storage failure — a damaged folder, never "no such
+    run" (``list`` names it)."""
     folder = _empty_run_folder(home)
-    status = one_line_error(pisub_cli("status", RUN_ID), "RUN_NOT_FOUND")
+    status = one_line_error(pisub_cli("status", RUN_ID), "PROTOCOL_ERROR")
+    assert "status.json is missing: the run's folder is damaged" in status
     for command in (["stop"], ["interrupt"], ["stop", "--wait", "0"]):
         proc = pisub_cli(*command, RUN_ID, timeout=20)
         assert proc.returncode == 1
-        line = one_line_error(proc, "RUN_NOT_FOUND")
-        assert line == status or (command == ["interrupt"] and "manifest.json does not exist" in line)
+        line = one_line_error(proc, "PROTOCOL_ERROR")
+        assert line == status or (command == ["interrupt"] and "manifest.json is missing" in line)
     assert sorted(p.name for p in folder.iterdir()) == [], "nothing was written"
 
 

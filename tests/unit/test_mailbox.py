@@ -101,7 +101,7 @@ def test_parsing_names_every_problem(paths: RunPaths, tmp_path: Path) -> None:
     assert problems["tag"].error == "`type` is given twice - at `$.type`"
     assert (
         problems["half"].error
-        == "not valid JSON (a \\u escape of half a surrogate pair, which is no character)"
+        == "not valid JSON (a \\u escape of half a surrogate pair, which is no character - at `$.reason`)"
     )
     pair = parse_request_file(cur / "pair.json")  # a pair is one character; an escaped backslash, text
     assert (
