@@ -1320,27 +1320,31 @@ class Run:
         """
         from pisub.errors import NotSteerable
 
-        runner = self.manifest().agent.runner
-        if self._refuses_messages(runner):
+        runner = self._refusing_runner()
+        if runner is not None:
             raise NotSteerable(
                 f"run {self.id} is an {runner} run: its runner cannot pass it a {what}; "
                 f"stop it (pisub stop {self.id[:8]}) and start a new run with the message"
             )
 
-    def _refuses_messages(self, runner: str) -> bool:
-        """:func:`takes_no_messages` of this run; a pi run or a workflow never reads its status
-        for it, and one whose unreadable status belongs to a run that has ended (its inbox is
-        closed) is left to the send, which refuses it as every ended run is (``RUN_CLOSED``)."""
+    def _refusing_runner(self) -> str | None:
+        """The runner kind of this run when it is live and cannot pass its child a message
+        (:func:`takes_no_messages`); None when it can — and for a run that has ended, whose
+        closed inbox refuses every request (``RUN_CLOSED``) whatever else of it is damaged."""
         from pisub.store.mailbox import is_closed
 
+        if is_closed(self.paths):
+            return None
+        runner = self.manifest().agent.runner
         if runner in ("pi", "workflow"):
-            return False
+            return None
         try:
-            return takes_no_messages(runner, self.status().state)
+            state = self.status().state
         except ProtocolError:
-            if is_closed(self.paths):
-                return False
+            if is_closed(self.paths):  # (it ended meanwhile)
+                return None
             raise
+        return runner if takes_no_messages(runner, state) else None
 
     def send_follow_up(self, message: str, *, child: int | None = None, source: str | None = "pisub") -> str:
         return self.send(FollowUp(v=1, message=message, child=child, source=source))
@@ -1362,8 +1366,8 @@ class Run:
         """
         from pisub.errors import NotResumable
 
-        runner = self.manifest().agent.runner
-        if self._refuses_messages(runner):
+        runner = self._refusing_runner()
+        if runner is not None:
             raise NotResumable(
                 f"run {self.id} is an {runner} run: an interrupt pauses a run to resume it, and "
                 f"only pi runs can be resumed; end it with: pisub stop {self.id[:8]}"

@@ -282,3 +282,17 @@ def test_every_request_to_an_ended_run_with_an_unreadable_status_is_refused_as_c
     for args in (("stop", run.id), ("steer", run.id, "hi"), ("interrupt", run.id)):
         code, _out, err = _cli(*args)
         assert code == 1 and err.strip().endswith("takes no more requests [RUN_CLOSED]"), (args, err)
+
+
+def test_the_closed_inbox_answers_first_whatever_else_of_the_run_is_damaged(
+    home: Path, make_agent: AgentMaker
+) -> None:
+    """An ended run whose manifest is missing: every control request says ``RUN_CLOSED`` (the
+    attack on the first fix saw ``interrupt`` and ``steer`` read the manifest first)."""
+    make_agent("quick", command="true")
+    run = pisub.launch("quick", "x")
+    run.wait(timeout=30)
+    (run.dir / "manifest.json").unlink()
+    for args in (("stop", run.id), ("steer", run.id, "hi"), ("interrupt", run.id)):
+        code, _out, err = _cli(*args)
+        assert code == 1 and err.strip().endswith("takes no more requests [RUN_CLOSED]"), (args, err)
