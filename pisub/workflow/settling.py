@@ -28,6 +28,7 @@ from pisub.workflow.forwarding import Forwarding
 from pisub.workflow.placement import Placement
 
 if TYPE_CHECKING:
+    from pisub.store.paths import RunPaths
     from pisub.workflow.futures import ChildFuture
 
 MAX_RELAUNCHES = 3
@@ -122,7 +123,7 @@ class Settling:
             )
             return
         except PisubError as exc:
-            if os.path.isdir(paths.root) and not os.path.lexists(paths.status):  # damaged for good
+            if _damaged_for_good(paths):
                 failure = outcomes.failure(entry.key, entry.call, exc.message, run_id=entry.run_id)
                 self.settle(entry, failure, settled=True)
                 return
@@ -278,3 +279,11 @@ def _resolve(future: ChildFuture, loop: asyncio.AbstractEventLoop, outcome: Chil
             future.set_result(outcome)
 
     call_soon(loop, deliver)
+
+
+def _damaged_for_good(paths: RunPaths) -> bool:
+    """A child's folder that is there without its status, and no runner of it left to write
+    one again: nothing will ever say how it ended."""
+    from pisub.core.locks import is_held
+
+    return os.path.isdir(paths.root) and not os.path.lexists(paths.status) and not is_held(paths.runner_lock)

@@ -119,3 +119,25 @@ def test_the_python_api_names_a_later_step_by_key_and_refuses_a_request_no_runne
     assert run.wait(timeout=60).state == "failed"
     assert [str(s.status) for s in run.status().steps] == ["complete", "stopped"]
     assert gated_starts(gates) == ["gate first"]
+
+
+def test_a_child_whose_status_was_removed_is_settled_failed_naming_the_damage(
+    gates: Path, tmp_path: Path
+) -> None:
+    """A child whose runner is gone and whose ``status.json`` was removed can never be read
+    again: the workflow settles it as failed with the reason (as a child whose folder
+    disappeared), and the chain ends — it never waits for it for ever."""
+    import os
+    import signal
+
+    run = _chain(tmp_path, ("first", "gate first"), ("later", "gate later"))
+    child = pisub.Run(run.status().steps[0].run_id or "")
+    status = child.status()
+    (child.dir / "status.json").unlink()  # (while its runner lives, the workflow waits for it)
+    os.kill(status.pid or 0, signal.SIGKILL)
+    os.killpg(status.steps[0].pgid or 0, signal.SIGKILL)
+    ended = run.wait(timeout=60)
+    assert ended.state == "failed", ended
+    shown = pisub_cli("result", run.id)
+    assert "status.json is missing: the run's folder is damaged" in shown.stdout + shown.stderr, shown
+    assert gated_starts(gates) == ["gate first"]
