@@ -832,8 +832,10 @@ def _reconcile(store: ScheduleStore, schedule: Schedule, report: TickReport, *, 
     try:
         status = Run(fire.run_id, home=store.home.root).status()
     except (RunNotFound, ProtocolError) as exc:  # (gone, or its folder damaged for good)
-        if isinstance(exc, ProtocolError) and fsio.lexists(store.home.run(fire.run_id).status):
-            raise  # (a status that is there but unreadable: the tick names it, and tries again)
+        from pisub.store.runs import status_lost
+
+        if isinstance(exc, ProtocolError) and not status_lost(store.home.run(fire.run_id)):
+            return  # (unreadable for now, or a runner that lives writes it again: read next time)
         fire.state = FireState.FAILED_RUN
         fire.error = "its run directory is gone" if isinstance(exc, RunNotFound) else exc.message
         fire.ended_at = now_iso()

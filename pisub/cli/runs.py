@@ -291,6 +291,7 @@ def _mission_options(
             raise InvalidInput(
                 "--mission: give a JSON object {title|summary, objective?, goal?, budget?, labels?} or false"
             )
+        _once_each(mission, "--mission")
         given["mission"] = value
     return {name: value for name, value in given.items() if value is not None}
 
@@ -374,7 +375,18 @@ def _json_option(text: str | None, flag: str) -> Any:
         raise InvalidInput(f"{flag}: JSON nested too deeply") from None
     if not isinstance(value, dict):
         raise InvalidInput(f"{flag}: give a JSON object")
+    _once_each(text, flag)
     return value
+
+
+def _once_each(text: str, flag: str) -> None:
+    """Refuse JSON text that gives a key twice in one object (which one was meant?)."""
+    from pisub.errors import InvalidInput
+    from pisub.protocol.json_words import duplicate_key
+
+    twice = duplicate_key(text)
+    if twice is not None:
+        raise InvalidInput(f"{flag}: {twice}")
 
 
 def _merged_args(text: str | None, pairs: list[str] | None) -> dict[str, Any] | None:

@@ -58,6 +58,22 @@ def decode(data: bytes | str, type_: type[T], what: str) -> T:
         raise ProtocolError(f"{printable(what)}: nested too deeply") from None
 
 
+def decode_input(data: bytes | str, type_: type[T], what: str) -> T:
+    """:func:`decode` for input from outside (a tasks or lanes file): a key given twice in any
+    object is refused too (msgspec would keep the last: which one was meant?).
+
+    Raises:
+        ProtocolError: as :func:`decode`; `` `KEY` is given twice - at `$.path.KEY` ``.
+    """
+    from pisub.protocol.json_words import duplicate_key
+
+    value = decode(data, type_, what)
+    twice = duplicate_key(data)
+    if twice is not None:
+        raise ProtocolError(f"{printable(what)}: {twice}")
+    return value
+
+
 def convert(obj: Any, type_: type[T], what: str) -> T:
     """Convert already-parsed data (e.g. YAML) strictly into ``type_``."""
     try:

@@ -34,6 +34,10 @@ def problem(data: bytes | str, exc: msgspec.DecodeError) -> str:
     for bom, encoding in _BOMS.items():
         if raw.startswith(bom):
             return f"it starts with a {encoding} byte order mark; the text must be UTF-8 without one"
+    try:
+        raw.decode()
+    except UnicodeDecodeError as bad:
+        return f"it is not valid UTF-8 at byte {bad.start}"
     found = _first_lone_surrogate(data)
     if found is not None:
         return f"a \\u escape of half a surrogate pair, which is no character - at `{found}`"

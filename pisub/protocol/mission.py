@@ -15,7 +15,7 @@ import msgspec
 
 from pisub.errors import InvalidInput
 from pisub.protocol.codec import Record, StrictRecord
-from pisub.protocol.json_words import problem
+from pisub.protocol.json_words import duplicate_key, problem
 
 MISSION_ID_RE = re.compile(r"[0-9a-f]{12}")
 """A mission id: 12 lower-case hex digits (48 random bits), also its file's name."""
@@ -248,7 +248,11 @@ def _decode_input(value: Any, type_: type[Any], what: str) -> Any:
     and the path inside it."""
     try:
         if isinstance(value, str | bytes):
-            return msgspec.json.decode(value, type=type_, strict=True)
+            decoded = msgspec.json.decode(value, type=type_, strict=True)
+            twice = duplicate_key(value)
+            if twice is not None:
+                raise InvalidInput(f"{what}: {twice}")
+            return decoded
         return msgspec.convert(value, type=type_, strict=True)
     except msgspec.ValidationError as exc:
         raise InvalidInput(_path_in(exc, what)) from None

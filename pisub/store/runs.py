@@ -282,6 +282,8 @@ def load_manifest(paths: RunPaths) -> Manifest:
     except RunNotFound:
         if not os.path.lexists(paths.root):
             raise
+        if not os.path.lexists(paths.status):
+            load_status(paths)  # (an empty folder: named as the status names it, never "removed since")
         raise ProtocolError(
             f"{paths.manifest} is missing: the run's folder is damaged (a run appears with its "
             "manifest, so it was removed since); its status and result can still be read, and "
@@ -307,6 +309,14 @@ def load_status(paths: RunPaths) -> Status:
             "status, so it was removed since, or the folder was made by hand); pisub never "
             "removes it: look inside, and remove it yourself"
         ) from None
+
+
+def status_lost(paths: RunPaths) -> bool:
+    """Whether the run's folder is there without its status and no runner of it is left to
+    write one again: nothing will ever say how it ended (a follower settles it as failed)."""
+    from pisub.core.locks import is_held
+
+    return os.path.isdir(paths.root) and not os.path.lexists(paths.status) and not is_held(paths.runner_lock)
 
 
 def load_result(paths: RunPaths) -> Result | None:

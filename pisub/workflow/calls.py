@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from pisub.errors import InvalidInput, PisubError
-from pisub.protocol.codec import convert, decode
+from pisub.protocol.codec import convert, decode_input
 from pisub.protocol.workflow import KEY_RE, ChildCall
 from pisub.termsafe import printable
 
@@ -124,7 +124,7 @@ def load_tasks(path: Path) -> list[ChildCall]:
     if len(data) > MAX_TASKS_FILE:
         raise InvalidInput(f"tasks file {path} is larger than {MAX_TASKS_FILE} bytes")
     try:
-        entries = decode(data, list[Any], str(path))
+        entries = decode_input(data, list[Any], str(path))
     except PisubError as exc:
         raise InvalidInput(str(exc)) from None
     return tasks_from(entries, str(path))

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import msgspec
 
 from pisub.errors import InvalidInput, PisubError
-from pisub.protocol.codec import convert, decode
+from pisub.protocol.codec import convert, decode_input
 from pisub.protocol.lanes import (
     MAX_BOARD_STRING,
     MAX_LANES,
@@ -80,7 +80,7 @@ def load_lanes(path: Path) -> Any:
     if len(data) > MAX_LANES_FILE:
         raise InvalidInput(f"lanes file {printable(str(path))} is larger than {MAX_LANES_FILE} bytes")
     try:
-        return decode(data, Any, str(path))
+        return decode_input(data, Any, str(path))
     except PisubError as exc:
         raise InvalidInput(exc.message) from None
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from pisub.protocol.codec import now_iso
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.status import RepairCause, RunState, Status, StepState
 from pisub.protocol.workflow import ChildResult
-from pisub.store.runs import load_result
+from pisub.store.runs import load_result, status_lost
 from pisub.store.spawn_budget import claim_name
 from pisub.workflow import outcomes
 from pisub.workflow.entries import ChildEntry, ChildTable, Phase, step_state
@@ -28,7 +27,6 @@ from pisub.workflow.forwarding import Forwarding
 from pisub.workflow.placement import Placement
 
 if TYPE_CHECKING:
-    from pisub.store.paths import RunPaths
     from pisub.workflow.futures import ChildFuture
 
 MAX_RELAUNCHES = 3
@@ -123,7 +121,7 @@ class Settling:
             )
             return
         except PisubError as exc:
-            if _damaged_for_good(paths):
+            if status_lost(paths):
                 failure = outcomes.failure(entry.key, entry.call, exc.message, run_id=entry.run_id)
                 self.settle(entry, failure, settled=True)
                 return
@@ -279,11 +277,3 @@ def _resolve(future: ChildFuture, loop: asyncio.AbstractEventLoop, outcome: Chil
             future.set_result(outcome)
 
     call_soon(loop, deliver)
-
-
-def _damaged_for_good(paths: RunPaths) -> bool:
-    """A child's folder that is there without its status, and no runner of it left to write
-    one again: nothing will ever say how it ended."""
-    from pisub.core.locks import is_held
-
-    return os.path.isdir(paths.root) and not os.path.lexists(paths.status) and not is_held(paths.runner_lock)

@@ -85,3 +85,29 @@ def test_a_home_whose_path_is_not_utf8_is_refused_by_every_command_in_one_line(t
             "(UTF-8 JSON) name files in it: set PISUB_HOME to a path that is UTF-8 [HOME_UNUSABLE]\n"
         ), argv
     assert not os.path.lexists(raw)
+
+
+def test_every_json_input_from_outside_refuses_a_key_given_twice(home: Path, tmp_path: Path) -> None:
+    """A tasks or lanes file, ``--args``, ``--mission``: strict input, which kept the last of a
+    key given twice without a word (which one was meant?)."""
+    tasks = tmp_path / "tasks.json"
+    tasks.write_text('[{"agent":"hello","task":"a","task":"b"}]')
+    lanes = tmp_path / "lanes.json"
+    lanes.write_text('{"lanes":[{"key":"a","key":"b","stages":[]}]}')
+    for argv, line in (
+        (("run", "--parallel", str(tasks)), f"{tasks}: `task` is given twice - at `$[0].task`"),
+        (("run", "--chain", str(tasks)), f"{tasks}: `task` is given twice - at `$[0].task`"),
+        (("run", "--lanes", str(lanes)), f"{lanes}: `key` is given twice - at `$.lanes[0].key`"),
+        (
+            ("run", "--workflow-script", "return args", "--args", '{"a":1,"a":2}'),
+            "--args: `a` is given twice",
+        ),
+        (
+            ("run", "--agent", "hello", "--mission", '{"title":"x","title":"y"}', "hi"),
+            "--mission: `title` is",
+        ),
+    ):
+        proc = pisub_cli(*argv)
+        assert proc.returncode == 1 and proc.stderr.startswith(f"pisub: {line}"), (argv, proc.stderr)
+        assert proc.stderr.endswith("[INVALID_INPUT]\n"), proc.stderr
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())

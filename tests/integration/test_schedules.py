@@ -7,6 +7,7 @@ CLI, by a one-shot ``at: +1s`` whose time is awaited."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -171,6 +172,42 @@ def test_overlap_skip_delete_refused_and_a_run_killed_dead_does_not_block(
     rows = schedule_history(made.id)
     assert [r.state for r in rows] == [FireState.RUNNING, FireState.SKIPPED, FireState.FAILED_RUN]
     assert len(runs_in(home)) == 3  # two workflows and the first one's child
+
+
+def test_a_fire_whose_run_lost_its_status_waits_while_its_runner_lives(
+    home: Path, tmp_path: Path, make_agent: AgentMaker
+) -> None:
+    """A run whose ``status.json`` is gone while its runner lives is not ended (an outside
+    attack saw ``schedule show`` record it ``failed_run`` for good, then the run completed):
+    the fire stays ``running``; once no runner of it is left, it ends ``failed_run`` naming the
+    damage. ``schedule show`` never fails for it."""
+    make_agent("sleeper", python=SLEEPER)
+    made = schedule_create(workflow=script(tmp_path, SLOW), every="1m")
+    fire = schedule_tick(now=slot(made.id) + 1).fired[0]
+    workflow = pisub.Run(fire.run_id or "")
+    child = wait_for(lambda: workflow.status().steps and workflow.status().steps[0].run_id, what="the child")
+    child_run = wait_for(lambda: run_or_none(child), what="the child's run directory")
+    runner = workflow.status().pid or 0
+    (workflow.dir / "status.json").unlink()
+    assert schedule_show(made.id).schedule.active is not None  # (its runner lives: still running)
+    shown = pisub_cli("schedule", "show", made.id)
+    assert shown.returncode == 0 and "running" in shown.stdout, shown
+
+    os.kill(runner, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(runner), what="the workflow's runner to go")
+    wait_runner_dead(workflow, runner)
+    (workflow.dir / "status.json").unlink(missing_ok=True)  # (gone for good)
+    rows = wait_for(
+        lambda: [r for r in schedule_history(made.id) if r.state is FireState.FAILED_RUN],
+        what="the fire to end",
+    )
+    assert "status.json is missing: the run's folder is damaged" in (rows[0].error or ""), rows
+    grandchildren = child_pids(child_run)
+    child_run.send_stop()
+    child_run.wait(timeout=30)
+    for pid in grandchildren:  # (the sleeper's own session)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_catch_up_latest_and_none(home: Path, tmp_path: Path) -> None:

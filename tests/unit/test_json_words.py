@@ -32,6 +32,10 @@ HALF = "not valid JSON (a \\u escape of half a surrogate pair, which is no chara
             rb'{"v":1,"type":"steer","message":"a","reason":[{"k":1,"k":2}]}',
             "`k` is given twice - at `$.reason[0].k`",
         ),
+        (
+            b'{"v":1,"type":"steer","message":"\xed\xa0\x80"}',
+            "not valid JSON (it is not valid UTF-8 at byte 33)",
+        ),
         (b"", "not valid JSON (the text is empty)"),
         (b" \n", "not valid JSON (the text is empty)"),
         (

@@ -91,7 +91,8 @@ def test_parsing_names_every_problem(paths: RunPaths, tmp_path: Path) -> None:
     (cur / "tag.json").write_bytes(b'{"v":1,"type":"stop","type":"steer","message":"hi"}')
     (cur / "half.json").write_bytes(b'{"v":1,"type":"stop","reason":"\\ud800"}')
     (cur / "pair.json").write_bytes(b'{"v":1,"type":"stop","reason":"\\ud83d\\ude00 \\\\ud800"}')
-    names = ("link", "big", "blank", "reserved", "twice", "tag", "half")
+    (cur / "ids.json").write_bytes(b'{"v":1,"id":"zz","id":"mine","type":"stop"}')
+    names = ("link", "big", "blank", "reserved", "twice", "tag", "half", "ids")
     problems = {name: parse_request_file(cur / f"{name}.json") for name in names}
     assert "symlink" in (problems["link"].error or "")
     assert "larger than" in (problems["big"].error or "")
@@ -103,6 +104,8 @@ def test_parsing_names_every_problem(paths: RunPaths, tmp_path: Path) -> None:
         problems["half"].error
         == "not valid JSON (a \\u escape of half a surrogate pair, which is no character - at `$.reason`)"
     )
+    # an id given twice names neither: answered under the file's own key (not the last id's)
+    assert (problems["ids"].request_id, problems["ids"].error) == ("ids", "`id` is given twice - at `$.id`")
     pair = parse_request_file(cur / "pair.json")  # a pair is one character; an escaped backslash, text
     assert (
         pair.error is None and pair.request is not None and pair.request.reason == "\N{GRINNING FACE} \\ud800"
