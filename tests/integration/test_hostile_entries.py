@@ -269,30 +269,21 @@ def test_a_run_folder_whose_manifest_was_removed_is_named_damaged(home: Path, ma
     assert code == 0 and not run.dir.exists(), (out, err)
 
 
-def test_every_request_to_an_ended_run_with_an_unreadable_status_is_refused_as_closed(
-    home: Path, make_agent: AgentMaker
+@pytest.mark.parametrize("damage", ["status-garbage", "manifest-missing"])
+def test_every_request_to_an_ended_run_is_refused_as_closed_whatever_else_is_damaged(
+    home: Path, make_agent: AgentMaker, damage: str
 ) -> None:
-    """The closed inbox says the run has ended: a steer or interrupt of an external CLI's run
-    (which reads the status to tell a live run it cannot take one) is refused as a stop is,
-    ``RUN_CLOSED``, not ``PROTOCOL_ERROR`` (an outside attack saw the two differ)."""
+    """The closed inbox says the run has ended and answers first: a steer or interrupt of an
+    external CLI's run (which reads its manifest and status to tell a live run it cannot take
+    one) is refused as a stop is, ``RUN_CLOSED``, not ``PROTOCOL_ERROR`` (outside attacks saw
+    them differ with an unreadable status, then with a missing manifest)."""
     make_agent("quick", command="true")
     run = pisub.launch("quick", "x")
     run.wait(timeout=30)
-    (run.dir / "status.json").write_bytes(b"\x00garbage")
-    for args in (("stop", run.id), ("steer", run.id, "hi"), ("interrupt", run.id)):
-        code, _out, err = _cli(*args)
-        assert code == 1 and err.strip().endswith("takes no more requests [RUN_CLOSED]"), (args, err)
-
-
-def test_the_closed_inbox_answers_first_whatever_else_of_the_run_is_damaged(
-    home: Path, make_agent: AgentMaker
-) -> None:
-    """An ended run whose manifest is missing: every control request says ``RUN_CLOSED`` (the
-    attack on the first fix saw ``interrupt`` and ``steer`` read the manifest first)."""
-    make_agent("quick", command="true")
-    run = pisub.launch("quick", "x")
-    run.wait(timeout=30)
-    (run.dir / "manifest.json").unlink()
+    if damage == "status-garbage":
+        (run.dir / "status.json").write_bytes(b"\x00garbage")
+    else:
+        (run.dir / "manifest.json").unlink()
     for args in (("stop", run.id), ("steer", run.id, "hi"), ("interrupt", run.id)):
         code, _out, err = _cli(*args)
         assert code == 1 and err.strip().endswith("takes no more requests [RUN_CLOSED]"), (args, err)
