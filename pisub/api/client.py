@@ -1112,14 +1112,10 @@ class Run:
 
     def _planned_keys(self) -> list[str]:
         """The keys of a parallel or chain workflow's children, in order: each has its index
-        before it has a step (a chain's later steps, any task just launched) — its children are
-        its tasks, in order. Empty for any other run."""
-        from pisub.protocol.workflow import Shape
-
+        before it has a step (a chain's later steps, any task just launched). Empty for any
+        other run."""
         spec = self._workflow_spec()
-        if spec is None or spec.shape not in (Shape.PARALLEL, Shape.CHAIN):
-            return []
-        return [call.key or "" for call in spec.tasks]
+        return spec.planned_keys() if spec is not None else []
 
     def child(self, which: str | int) -> Run:
         """The run of this workflow's child ``which`` (index or key).

@@ -350,7 +350,7 @@ def _check_runs(home: Home, report: Report) -> None:
         except PisubError as exc:
             unreadable.append(f"{name} ({exc.message})")
             continue
-        if not os.path.lexists(paths.manifest) and os.path.lexists(paths.root):
+        if not os.path.lexists(paths.manifest):  # (its status was read: the folder is there)
             unreadable.append(f"{name} (its manifest.json is missing: pisub gc removes it once it has ended)")
             continue
         if not status.state.is_terminal and not runner_alive(paths, status):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from pisub.cli.render import out, out_block, out_path
+from pisub.cli.render import out, out_block
 
 app = typer.Typer(
     help="The subagent tool for pi (a pi extension).", no_args_is_help=True, add_completion=False
@@ -46,7 +46,7 @@ def home() -> None:
     """Print the pisub home directory (created if missing)."""
     from pisub.api.admin import home_dir
 
-    out_path(home_dir())
+    out(str(home_dir()))
 
 
 def models(

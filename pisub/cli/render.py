@@ -11,7 +11,6 @@ with :func:`one_line` (:func:`cell`), so a newline in an agent's description can
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import time
@@ -35,20 +34,6 @@ def out(text: str) -> None:
     (an agent's description, a lane's ``by``, an error) cannot end the line and fake another.
     A block of several lines is :func:`out_block`."""
     sys.stdout.write(printable(text.removesuffix("\n"), one_line=True) + "\n")
-
-
-def out_path(path: str | os.PathLike[str]) -> None:
-    """Print a path (``pisub home``, ``pisub path``) as one line a program can use: a path whose
-    only trouble is undecodable bytes (a non-UTF-8 name) is written as its own bytes when the
-    output is not a terminal (``$(pisub path ID)``); on a terminal, or with a control character
-    in it, as :func:`out` shows it (escaped)."""
-    text = os.fspath(path)
-    decodable = re.sub("[\udc80-\udcff]", "", text)
-    if decodable == text or sys.stdout.isatty() or printable(decodable, one_line=True) != decodable:
-        out(text)
-        return
-    sys.stdout.flush()
-    sys.stdout.buffer.write(os.fsencode(text) + b"\n")
 
 
 def out_block(text: str) -> None:

@@ -16,7 +16,6 @@ from pisub.cli.render import (
     json_line,
     out,
     out_block,
-    out_path,
     result_text,
 )
 
@@ -618,7 +617,7 @@ def path(ref: str = RUN) -> None:
     """Print the run directory."""
     from pisub.api.client import Run
 
-    out_path(Run(ref).dir)
+    out(str(Run(ref).dir))
 
 
 def share(

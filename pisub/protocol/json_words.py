@@ -21,9 +21,9 @@ _BOMS = {b"\xef\xbb\xbf": "UTF-8", b"\xff\xfe": "UTF-16", b"\xfe\xff": "UTF-16"}
 
 
 class _Object(dict[str, Any]):
-    """A parsed JSON object that remembers the first key it was given twice."""
+    """A parsed JSON object that remembers the keys it was given twice, in order."""
 
-    twice: str | None = None
+    twice: tuple[str, ...] = ()
 
 
 def problem(data: bytes | str, exc: msgspec.DecodeError) -> str:
@@ -38,46 +38,55 @@ def problem(data: bytes | str, exc: msgspec.DecodeError) -> str:
         raw.decode()
     except UnicodeDecodeError as bad:
         return f"it is not valid UTF-8 at byte {bad.start}"
-    found = _first_lone_surrogate(data)
+    found = first_not_utf8(read_loosely(data))
     if found is not None:
-        return f"a \\u escape of half a surrogate pair, which is no character - at `{found}`"
+        return f"a \\u escape of half a surrogate pair, which is no character - at `{found[0]}`"
     return str(exc)
 
 
 def duplicate_key(data: bytes | str) -> str | None:
     """`` `KEY` is given twice - at `$.path.KEY` `` for the first object of ``data`` (outermost
     first) that gives a key twice; None when none does, or the text is not JSON."""
-    for where, value in _walk(_parse(data), "$"):
-        if isinstance(value, _Object) and value.twice is not None:
-            key = printable(value.twice, one_line=True)
+    for where, value in _walk(read_loosely(data), "$"):
+        if given_twice(value):
+            key = printable(given_twice(value)[0], one_line=True)
             return f"`{key}` is given twice - at `{where}.{key}`"
     return None
 
 
-def _first_lone_surrogate(data: bytes | str) -> str | None:
-    """Where the first string (or key) holding a lone surrogate is, when ``data`` parses."""
-    for where, value in _walk(_parse(data), "$"):
-        if isinstance(value, str) and not is_utf8(value):
-            return where
-        if isinstance(value, dict):
-            for key in value:
+def given_twice(value: Any) -> tuple[str, ...]:
+    """The keys an object :func:`read_loosely` read was given twice, in order; none else."""
+    return value.twice if isinstance(value, _Object) else ()
+
+
+def first_not_utf8(value: Any) -> tuple[str, str] | None:
+    """The path and text of the first string (or key) in parsed ``value`` that is not UTF-8 (a
+    lone surrogate: half a pair, or an undecodable byte read with ``surrogateescape``)."""
+    for where, item in _walk(value, "$"):
+        if isinstance(item, str) and not is_utf8(item):
+            return where, item
+        if isinstance(item, dict):
+            for key in item:
                 if not is_utf8(key):
-                    return f"{where}.{printable(key, one_line=True)}"
+                    return f"{where}.{printable(key, one_line=True)}", key
     return None
 
 
-def _parse(data: bytes | str) -> Any:
-    """``data`` as Python's parser reads it (None when it is not JSON at all)."""
+def read_loosely(data: bytes | str) -> Any:
+    """``data`` as Python's parser reads it — lone surrogates let by, each object remembering the
+    keys it was given twice (:func:`given_twice`); None when it is not JSON at all."""
     import json
 
     def pairs(items: list[tuple[str, Any]]) -> _Object:
         obj = _Object(items)
-        seen: set[str] = set()
-        for key, _value in items:
-            if key in seen:
-                obj.twice = key
-                break
-            seen.add(key)
+        if len(obj) != len(items):  # (a key given twice)
+            seen: set[str] = set()
+            twice = []
+            for key, _value in items:
+                if key in seen:
+                    twice.append(key)
+                seen.add(key)
+            obj.twice = tuple(twice)
         return obj
 
     try:

@@ -162,6 +162,14 @@ class WorkflowSpec(Record, kw_only=True):
     """Review runs: the person opted in (``--review``, config ``[acceptance] review``) to a
     reviewer run for each writer child; else an inferred review is recorded, not run."""
 
+    def planned_keys(self) -> list[str]:
+        """The keys of a parallel or chain workflow's children, by index: its tasks, called in
+        order — each is known (a request may name it) before the coordinator calls it. Empty
+        for a script or lanes workflow."""
+        if self.shape not in (Shape.PARALLEL, Shape.CHAIN):
+            return []
+        return [call.key or "" for call in self.tasks]
+
 
 class ChildResult(Record, kw_only=True):
     """What ``runs.run`` returns: the outcome of one child (a failure never raises)."""

@@ -357,21 +357,13 @@ def parse_request_file(
 def _id_hint(data: bytes) -> str | None:
     """The ``id`` of an invalid request, when one can still be read — given once: of an ``id``
     given twice neither can be trusted (the file is answered under its own name's key)."""
-    import json
+    from pisub.protocol.json_words import given_twice, read_loosely
 
-    try:
-        pairs = json.loads(data, object_pairs_hook=_Pairs)
-    except (ValueError, RecursionError):
-        return None
-    ids = [value for key, value in pairs if key == "id"] if isinstance(pairs, _Pairs) else []
-    rid = ids[0] if len(ids) == 1 else None
+    obj = read_loosely(data)
+    rid = obj.get("id") if isinstance(obj, dict) and "id" not in given_twice(obj) else None
     if isinstance(rid, str) and REQUEST_ID_RE.fullmatch(rid) and not _INVALID_KEY_RE.fullmatch(rid):
         return rid
     return None
-
-
-class _Pairs(list[tuple[str, object]]):
-    """A JSON object read as its list of pairs (a key given twice stays twice)."""
 
 
 def _check(request: Request) -> str | None:

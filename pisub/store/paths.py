@@ -248,15 +248,13 @@ def open_home(root: Path | None = None, *, create: bool = True) -> Home:
             f"the pisub home path is {size} bytes long; it may be at most {MAX_HOME_BYTES} bytes, so that "
             "every path inside a run stays within the system's limit: set PISUB_HOME to a shorter path"
         )
-    try:
-        str(home.root).encode()
-    except UnicodeEncodeError:
-        from pisub.termsafe import printable
+    from pisub.termsafe import is_utf8, printable  # (loaded by every command already)
 
+    if not is_utf8(str(home.root)):
         raise HomeUnusable(
             f"the pisub home path {printable(str(home.root), one_line=True)} is not valid UTF-8, and "
             "a run's files (UTF-8 JSON) name files in it: set PISUB_HOME to a path that is UTF-8"
-        ) from None
+        )
     try:
         if create:
             _ensure_private_dir(home.root, top=True)

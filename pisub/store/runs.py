@@ -240,9 +240,10 @@ def _unencodable(manifest: Manifest, exc: Exception) -> PisubError:
     surrogate: an undecodable byte of a path or argument)."""
     import msgspec
 
+    from pisub.protocol.json_words import first_not_utf8
     from pisub.termsafe import printable
 
-    found = _not_utf8(msgspec.to_builtins(manifest), "$")
+    found = first_not_utf8(msgspec.to_builtins(manifest))
     if found is None:
         return InvalidInput(f"the launch holds text that is not valid UTF-8 (a lone surrogate): {exc}")
     where, value = found
@@ -250,21 +251,6 @@ def _unencodable(manifest: Manifest, exc: Exception) -> PisubError:
         f"{printable(value, one_line=True)} is not valid UTF-8 text, so no run file can hold it "
         f"- at `{where}`"
     )
-
-
-def _not_utf8(value: object, where: str) -> tuple[str, str] | None:
-    """The path and text of the first string in ``value`` that is not UTF-8."""
-    from pisub.termsafe import is_utf8
-
-    if isinstance(value, str):
-        return None if is_utf8(value) else (where, value)
-    if isinstance(value, dict):
-        items: list[tuple[str, object]] = [(f"{where}.{key}", item) for key, item in value.items()]
-    elif isinstance(value, list):
-        items = [(f"{where}[{i}]", item) for i, item in enumerate(value)]
-    else:
-        return None
-    return next((found for path, item in items if (found := _not_utf8(item, path)) is not None), None)
 
 
 def load_manifest(paths: RunPaths) -> Manifest:

@@ -26,7 +26,7 @@ from pisub.protocol.control import Interrupt, ReceiptState, Request, Stop
 from pisub.protocol.manifest import Manifest
 from pisub.protocol.result import SingleResult
 from pisub.protocol.status import StepState, StepStatus
-from pisub.protocol.workflow import ChildCall, ChildResult, Shape, WorkflowSpec
+from pisub.protocol.workflow import ChildCall, ChildResult, WorkflowSpec
 from pisub.store.journal import Journal, Replay
 from pisub.store.lineage import Lineage
 from pisub.store.paths import Home
@@ -161,11 +161,7 @@ class ChildTable:
         manifest = self.manifest
         assert manifest.workflow is not None
         self.spec: WorkflowSpec = manifest.workflow
-        self.planned: list[str] = (
-            [call.key or "" for call in self.spec.tasks]
-            if self.spec.shape in (Shape.PARALLEL, Shape.CHAIN)
-            else []
-        )
+        self.planned: list[str] = self.spec.planned_keys()
         """The keys of a parallel or chain workflow's children, by index (its tasks, called in
         order): a request may name one the script has not called yet (empty for a script)."""
         self.lineage = Lineage(
