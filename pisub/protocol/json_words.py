@@ -5,7 +5,8 @@ it: which one was meant?) and words some refusals so that they mislead — a ``\
 escape that is not half of a surrogate pair is "truncated" or a "hex escape" that ends early,
 an empty file is "truncated", a byte order mark an "invalid character". Python's own parser,
 which lets both by, reads the text a second time to say where: only for input from outside
-(requests) and only once something was refused or is to be checked.
+(requests) and only once something was refused or is to be checked. :func:`first_not_utf8`
+also names the field of a parsed value (a launch's manifest) that no UTF-8 file can hold.
 """
 
 from __future__ import annotations
